@@ -1,0 +1,73 @@
+//! Forward convolution algorithms.
+//!
+//! Each algorithm lives in its own file and implements [`ConvAlgorithm`]: a name, a predicate
+//! that accepts a problem or declines it with a reason, an exact workspace size, a determinism
+//! flag and a run function. [`registry`] holds them in one ordered list, most specialised
+//! first; `direct` is always last: it accepts every valid problem and needs no workspace, so it
+//! is the end of every fallback chain. Code that chooses among algorithms works over this list
+//! and never names an algorithm.
+
+mod direct;
+mod registry;
+
+pub use registry::{algorithms, find, names};
+
+use crate::cpu::Isa;
+use crate::desc::ConvProblem;
+use crate::error::Result;
+
+/// What an algorithm may use while running: the handle's worker threads and instruction-set
+/// cap.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecContext<'a> {
+    pub(crate) pool: &'a rayon::ThreadPool,
+    pub(crate) threads: usize,
+    pub(crate) isa: Isa,
+}
+
+impl ExecContext<'_> {
+    /// Worker threads available.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+    /// Widest instruction set kernels may use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+}
+
+/// One forward-convolution algorithm.
+pub trait ConvAlgorithm: Send + Sync {
+    /// The name the command, the logs and the tuning cache use.
+    fn name(&self) -> &'static str;
+
+    /// `Ok` when this algorithm computes `problem`; otherwise why not, in a phrase such as
+    /// `"needs a 3x3 kernel, got 5x5"`.
+    ///
+    /// # Errors
+    /// The reason for declining.
+    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String>;
+
+    /// Exact workspace bytes one run on `problem` uses (the high-water mark). Only meaningful
+    /// for a problem that [`ConvAlgorithm::check`] accepts.
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize;
+
+    /// True when the output's bits do not depend on the thread count or scheduling.
+    fn deterministic(&self) -> bool;
+
+    /// Computes y = conv(x, w). The caller has checked the problem with
+    /// [`ConvAlgorithm::check`], the buffer lengths against the descriptors and the element
+    /// type, and hands a workspace of at least [`ConvAlgorithm::workspace_bytes`] bytes.
+    ///
+    /// # Errors
+    /// Any failure of the algorithm (the fallback chain may then try the next one).
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        y: &mut [f32],
+        workspace: &mut [u8],
+    ) -> Result<()>;
+}

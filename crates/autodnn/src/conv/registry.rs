@@ -1,0 +1,33 @@
+//! The ordered list of forward-convolution algorithms: most specialised first, `direct` last.
+//! Adding an algorithm is one file plus one line here.
+
+use super::direct::Direct;
+use super::ConvAlgorithm;
+use crate::error::{Error, Result};
+
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+
+/// Every registered algorithm, in preference order; the last one accepts every valid problem.
+pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
+    ALGORITHMS
+}
+
+/// The registered names, in order.
+pub fn names() -> Vec<&'static str> {
+    ALGORITHMS.iter().map(|a| a.name()).collect()
+}
+
+/// The algorithm called `name`.
+///
+/// # Errors
+/// [`Error::UnknownAlgorithm`] listing the known names.
+pub fn find(name: &str) -> Result<&'static dyn ConvAlgorithm> {
+    ALGORITHMS
+        .iter()
+        .copied()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| Error::UnknownAlgorithm {
+            name: name.into(),
+            known: names().join(", "),
+        })
+}

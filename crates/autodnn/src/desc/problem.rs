@@ -1,0 +1,246 @@
+use serde::{Deserialize, Serialize};
+
+use super::conv::ConvDesc;
+use super::filter::FilterDesc;
+use super::tensor::{Layout, TensorDesc};
+use crate::error::{Error, Result};
+
+/// Which operation a problem describes. Only the forward convolution exists today; backward
+/// data and backward filter will join it, and tuning-cache keys already carry the kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OpKind {
+    /// y = conv(x, w).
+    ConvForward,
+}
+
+/// One convolution problem: everything that decides which algorithm wins and what it must
+/// compute, and nothing else (no data, no thread count). Hashable and serialisable: it is the
+/// tuning cache's key.
+///
+/// # Examples
+/// ```
+/// use autodnn::{ConvDesc, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, Padding,
+///               TensorDesc, ConvMode};
+/// let x = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 64, 56, 56])?;
+/// let w = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [64, 64, 3, 3])?;
+/// let conv = ConvDesc::new(Padding::symmetric(1, 1), [1, 1], [1, 1], 1, ConvMode::CrossCorrelation)?;
+/// let p = ConvProblem::forward_packed(x, w, conv, Layout::Nchw)?;
+/// assert_eq!(p.y().dims(), [1, 64, 56, 56]);
+/// assert_eq!(p.flops(), 2.0 * 64.0 * 56.0 * 56.0 * 64.0 * 9.0);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvProblem {
+    op: OpKind,
+    x: TensorDesc,
+    w: FilterDesc,
+    y: TensorDesc,
+    conv: ConvDesc,
+}
+
+fn out_size(
+    dim: &str,
+    input: usize,
+    pad_lo: i64,
+    pad_hi: i64,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+) -> Result<usize> {
+    let ek = (kernel as i128 - 1) * dilation as i128 + 1;
+    let padded = input as i128 + pad_lo as i128 + pad_hi as i128;
+    if padded < ek {
+        return Err(Error::bad(
+            format!("y.{dim}"),
+            0,
+            format!(
+                "empty output: the padded input ({input} + {pad_lo} + {pad_hi} = {padded}) is \
+                 smaller than the dilated kernel ({ek})"
+            ),
+        ));
+    }
+    let o = (padded - ek) / stride as i128 + 1;
+    usize::try_from(o).map_err(|_| Error::overflow(format!("y.{dim}"), "output size"))
+}
+
+impl ConvProblem {
+    /// Output dimensions (N, K, OH, OW) of `conv` applied to `x` with `w`, after checking that
+    /// they fit together.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming the field when the element types differ, the channels do not
+    /// match the groups, or the output would be empty.
+    pub fn output_dims(x: &TensorDesc, w: &FilterDesc, conv: &ConvDesc) -> Result<[usize; 4]> {
+        if w.dtype() != x.dtype() {
+            return Err(Error::bad(
+                "w.dtype",
+                w.dtype().name(),
+                format!("must equal x's element type ({})", x.dtype().name()),
+            ));
+        }
+        let g = conv.groups();
+        if x.c() % g != 0 {
+            return Err(Error::bad(
+                "conv.groups",
+                g,
+                format!("does not divide the input channels ({})", x.c()),
+            ));
+        }
+        if w.k() % g != 0 {
+            return Err(Error::bad(
+                "conv.groups",
+                g,
+                format!("does not divide the output channels ({})", w.k()),
+            ));
+        }
+        if w.c() != x.c() / g {
+            return Err(Error::bad(
+                "w.c",
+                w.c(),
+                format!(
+                    "must be the input channels per group: {} / {} groups = {}",
+                    x.c(),
+                    g,
+                    x.c() / g
+                ),
+            ));
+        }
+        let p = conv.padding();
+        let [sh, sw] = conv.stride();
+        let [dh, dw] = conv.dilation();
+        let oh = out_size("h", x.h(), p.top, p.bottom, w.r(), sh, dh)?;
+        let ow = out_size("w", x.w(), p.left, p.right, w.s(), sw, dw)?;
+        Ok([x.n(), w.k(), oh, ow])
+    }
+
+    /// A forward convolution writing into `y`, whose dimensions must be the inferred ones (its
+    /// strides are free).
+    ///
+    /// # Errors
+    /// As [`ConvProblem::output_dims`], and [`Error::BadParam`] naming the `y` field that
+    /// differs from the inferred output, or a `y` element type that differs from `x`'s.
+    pub fn forward(
+        x: TensorDesc,
+        w: FilterDesc,
+        conv: ConvDesc,
+        y: TensorDesc,
+    ) -> Result<ConvProblem> {
+        let dims = ConvProblem::output_dims(&x, &w, &conv)?;
+        if y.dtype() != x.dtype() {
+            return Err(Error::bad(
+                "y.dtype",
+                y.dtype().name(),
+                format!("must equal x's element type ({})", x.dtype().name()),
+            ));
+        }
+        for (i, name) in ["y.n", "y.c", "y.h", "y.w"].into_iter().enumerate() {
+            if y.dims()[i] != dims[i] {
+                return Err(Error::bad(
+                    name,
+                    y.dims()[i],
+                    format!("the convolution's output has {}", dims[i]),
+                ));
+            }
+        }
+        Ok(ConvProblem {
+            op: OpKind::ConvForward,
+            x,
+            w,
+            y,
+            conv,
+        })
+    }
+
+    /// A forward convolution whose output is a packed tensor of `y_layout`.
+    ///
+    /// # Errors
+    /// As [`ConvProblem::output_dims`].
+    pub fn forward_packed(
+        x: TensorDesc,
+        w: FilterDesc,
+        conv: ConvDesc,
+        y_layout: Layout,
+    ) -> Result<ConvProblem> {
+        let dims = ConvProblem::output_dims(&x, &w, &conv)?;
+        let y = TensorDesc::new(x.dtype(), y_layout, dims)?;
+        ConvProblem::forward(x, w, conv, y)
+    }
+
+    /// The same problem with another batch size (packed tensors stay packed).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] for a batch of 0, [`Error::Overflow`] when the tensors get too big.
+    pub fn with_batch(&self, n: usize) -> Result<ConvProblem> {
+        let x = self.x.with_batch(n).map_err(rename("x"))?;
+        let y = self.y.with_batch(n).map_err(rename("y"))?;
+        ConvProblem::forward(x, self.w, self.conv, y)
+    }
+
+    /// The operation.
+    pub fn op(&self) -> OpKind {
+        self.op
+    }
+    /// Input tensor.
+    pub fn x(&self) -> &TensorDesc {
+        &self.x
+    }
+    /// Filter.
+    pub fn w(&self) -> &FilterDesc {
+        &self.w
+    }
+    /// Output tensor.
+    pub fn y(&self) -> &TensorDesc {
+        &self.y
+    }
+    /// Padding, stride, dilation, groups, mode.
+    pub fn conv(&self) -> &ConvDesc {
+        &self.conv
+    }
+    /// Groups.
+    pub fn groups(&self) -> usize {
+        self.conv.groups()
+    }
+    /// Input channels per group.
+    pub fn c_per_group(&self) -> usize {
+        self.w.c()
+    }
+    /// Output channels per group.
+    pub fn k_per_group(&self) -> usize {
+        self.w.k() / self.conv.groups()
+    }
+    /// Multiply-accumulates of the direct definition.
+    pub fn macs(&self) -> f64 {
+        let [n, k, oh, ow] = self.y.dims();
+        [n, k, oh, ow, self.w.c(), self.w.r(), self.w.s()]
+            .iter()
+            .map(|&v| v as f64)
+            .product()
+    }
+    /// Floating-point operations: 2 × the multiply-accumulates of the direct definition,
+    /// whichever algorithm runs.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.macs()
+    }
+    /// Bytes of x, w and y together (what any algorithm must at least read or write once).
+    pub fn bytes(&self) -> f64 {
+        let e = self.x.elements() as f64 + self.w.elements() as f64 + self.y.elements() as f64;
+        e * self.x.dtype().size() as f64
+    }
+}
+
+fn rename(prefix: &'static str) -> impl Fn(Error) -> Error {
+    move |e| match e {
+        Error::BadParam {
+            field,
+            value,
+            reason,
+        } => Error::BadParam {
+            field: field.replacen("tensor", prefix, 1),
+            value,
+            reason,
+        },
+        other => other,
+    }
+}

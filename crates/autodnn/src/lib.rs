@@ -1,0 +1,68 @@
+//! # autodnn
+//!
+//! Convolution (and, next, matrix multiplication) with *measured algorithm selection*, in the
+//! spirit of cuDNN: every operation has several mathematically equivalent algorithms, none wins
+//! everywhere, and autodnn offers them behind one interface of handles, descriptors,
+//! workspace queries and algorithm lists.
+//!
+//! - [`TensorDesc`], [`FilterDesc`] and [`ConvDesc`] describe the data; [`ConvProblem`] ties
+//!   them together, validated, and is the key everything else is keyed on.
+//! - [`Handle`] owns worker threads, the instruction-set cap and the workspace budget, and
+//!   runs algorithms from the [`conv`] registry.
+//! - [`ProblemSpec`] reads and writes oneDNN benchdnn's problem strings; [`models`] holds
+//!   built-in layer lists of real networks.
+//! - [`reference`] is an f64 oracle for tests and checks.
+//!
+//! ```
+//! use autodnn::{Handle, Layout, ProblemSpec};
+//! let spec = ProblemSpec::parse("mb1ic16ih14oc32oh14kh3ph1")?;
+//! let p = spec.to_problem(Layout::Nchw)?;
+//! let handle = Handle::with_threads(2)?;
+//! let x = vec![0.5f32; p.x().span()];
+//! let w = vec![0.25f32; p.w().elements()];
+//! let mut y = vec![0.0f32; p.y().span()];
+//! handle.conv_forward(&p, "direct", &x, &w, &mut y)?;
+//! let r = autodnn::reference::conv_forward(&p, &x, &w)?;
+//! assert!(y.iter().zip(&r).all(|(a, b)| (*a as f64 - b).abs() < 1e-4));
+//! # Ok::<(), autodnn::Error>(())
+//! ```
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod conv;
+pub mod cpu;
+mod desc;
+mod error;
+mod handle;
+pub mod models;
+mod problem_string;
+pub mod reference;
+
+pub use desc::{
+    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, OpKind, Padding,
+    TensorDesc,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use handle::{Backend, Handle};
+pub use half::{bf16, f16};
+pub use problem_string::{parse_problem_list, ProblemSpec};
+
+/// The library's version (`x.y.z`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The default per-user path of the tuning cache: `$AUTODNN_CACHE` if set, else
+/// `$XDG_CACHE_HOME/autodnn/tuning.json`, else `$HOME/.cache/autodnn/tuning.json` (on Windows
+/// `%LOCALAPPDATA%\autodnn\tuning.json`).
+pub fn default_cache_path() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(p) = env("AUTODNN_CACHE") {
+        return PathBuf::from(p);
+    }
+    let base = env("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| env("LOCALAPPDATA").map(PathBuf::from))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("autodnn").join("tuning.json")
+}
