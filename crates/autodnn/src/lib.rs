@@ -34,6 +34,7 @@ pub mod cpu;
 mod desc;
 mod error;
 mod handle;
+mod parallel;
 pub mod models;
 mod problem_string;
 pub mod reference;

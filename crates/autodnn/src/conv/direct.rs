@@ -1,27 +1,561 @@
-//! `direct`: placeholder.
+//! `direct`: the convolution by its definition, blocked for registers and vectorised.
+//!
+//! Computes y\[n, k, oh, ow\] = Σ over c, r, s of
+//! x\[n, g·C + c, oh·sh − pt + r·dh, ow·sw − pl + s·dw\] · w\[k, c, r, s\] (r, s flipped in
+//! convolution mode), for every layout, stride, dilation, padding and group count.
+//!
+//! - **Wins** where nothing needs transforming: small channel counts, odd geometries, strided
+//!   and dilated kernels, and whenever no workspace may be used.
+//! - **Workspace:** none. **Declines:** nothing; it is the last entry of the registry and the
+//!   end of every fallback chain.
+//! - **Deterministic:** every output element is accumulated by one thread in a fixed order
+//!   (channel outer, kernel tap inner), so the bits do not depend on the thread count.
+//!
+//! How: for one image, the output positions (OH·OW, flattened) are cut into tiles of
+//! `PV × lanes` positions and the output channels of each group into blocks of `OCB`. A tile's
+//! inputs for each kernel tap are described once ([`VecLoad`]: up to [`MAX_SEGMENTS`]
+//! contiguous masked runs, or a gather) and reused for every channel and every channel block;
+//! the kernel keeps an `OCB × PV` block of vector accumulators in registers and does one
+//! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
+//! small images (7×7) where vectorising along a row would not.
+
+use rayon::prelude::*;
+
 use super::{ConvAlgorithm, ExecContext};
-use crate::desc::ConvProblem;
+use crate::cpu::Isa;
+use crate::desc::{ConvMode, ConvProblem};
 use crate::error::Result;
+use crate::parallel::SharedOut;
 
 /// The direct convolution.
 pub struct Direct;
+
+/// Most contiguous runs one vector of inputs is assembled from before a gather is used
+/// instead.
+pub(crate) const MAX_SEGMENTS: usize = 4;
+/// `nseg` of a [`VecLoad`] that is a gather.
+const GATHER: u8 = u8::MAX;
+/// Work items per thread to aim for, so that uneven items still balance.
+const ITEMS_PER_THREAD: usize = 4;
+
+/// Register-tile shape of one kernel family: output channels per block, vectors of positions
+/// per tile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectTile {
+    pub ocb: usize,
+    pub pv: usize,
+}
+
+/// AVX-512: 6 channels × 4 vectors of 16 positions = 24 accumulators of 32 registers.
+const TILE_AVX512: DirectTile = DirectTile { ocb: 6, pv: 4 };
+/// Portable and AVX2 (8 lanes): 4 channels × 3 vectors = 12 accumulators of 16 registers.
+const TILE_PORTABLE: DirectTile = DirectTile { ocb: 4, pv: 3 };
+const PV_MAX: usize = 4;
+
+/// How to assemble one vector of `L` inputs of one channel, relative to that channel's base.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct VecLoad<const L: usize> {
+    /// Number of masked contiguous runs (0: all lanes are zero padding), or [`GATHER`].
+    nseg: u8,
+    /// Per run: offset of lane 0's element (lane `l` reads `off + l`); may point outside the
+    /// tensor for lanes the mask excludes.
+    off: [isize; MAX_SEGMENTS],
+    /// Per run: the lanes it fills.
+    mask: [u32; MAX_SEGMENTS],
+    /// For a gather: each lane's offset.
+    idx: [i32; L],
+    /// For a gather: the lanes that are inside the image.
+    gmask: u32,
+}
+
+/// One kernel tap (r, s): where its weight is, and how to load each vector of the tile.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tap<const L: usize> {
+    w_off: usize,
+    loads: [VecLoad<L>; PV_MAX],
+}
+
+/// Everything the tile kernels need, with offsets in elements.
+pub(crate) struct TileArgs<'a, const L: usize> {
+    x: &'a [f32],
+    x_base: usize,
+    x_cstride: usize,
+    w: &'a [f32],
+    w_base: usize,
+    w_kstride: usize,
+    w_cstride: usize,
+    taps: &'a [Tap<L>],
+    cg: usize,
+    ocb: usize,
+    pv: usize,
+}
+
+/// Problem geometry in the frame's terms.
+struct Geometry {
+    n: usize,
+    groups: usize,
+    cg: usize,
+    kg: usize,
+    oh: usize,
+    ow: usize,
+    h: i64,
+    w: i64,
+    r: usize,
+    s: usize,
+    stride: [i64; 2],
+    dil: [i64; 2],
+    pad: [i64; 2],
+    xs: [usize; 4],
+    ys: [usize; 4],
+    ws: [usize; 4],
+    flip: bool,
+}
+
+impl Geometry {
+    fn new(p: &ConvProblem) -> Geometry {
+        let c = p.conv();
+        Geometry {
+            n: p.x().n(),
+            groups: p.groups(),
+            cg: p.c_per_group(),
+            kg: p.k_per_group(),
+            oh: p.y().h(),
+            ow: p.y().w(),
+            h: p.x().h() as i64,
+            w: p.x().w() as i64,
+            r: p.w().r(),
+            s: p.w().s(),
+            stride: [c.stride()[0] as i64, c.stride()[1] as i64],
+            dil: [c.dilation()[0] as i64, c.dilation()[1] as i64],
+            pad: [c.padding().top, c.padding().left],
+            xs: p.x().strides(),
+            ys: p.y().strides(),
+            ws: p.w().strides(),
+            flip: c.mode() == ConvMode::Convolution,
+        }
+    }
+
+    /// Describes the loads of every tap for the tile of positions `p0 .. p0 + pv·L`. Returns
+    /// false when some offset does not fit a gather index (the portable kernel then runs).
+    fn build_taps<const L: usize>(&self, p0: usize, pv: usize, taps: &mut Vec<Tap<L>>) -> bool {
+        let positions = self.oh * self.ow;
+        let mut gather_ok = true;
+        taps.clear();
+        for u in 0..self.r {
+            for v in 0..self.s {
+                let (fu, fv) = if self.flip {
+                    (self.r - 1 - u, self.s - 1 - v)
+                } else {
+                    (u, v)
+                };
+                let mut tap = Tap {
+                    w_off: fu * self.ws[2] + fv * self.ws[3],
+                    loads: [VecLoad {
+                        nseg: 0,
+                        off: [0; MAX_SEGMENTS],
+                        mask: [0; MAX_SEGMENTS],
+                        idx: [0; L],
+                        gmask: 0,
+                    }; PV_MAX],
+                };
+                for (j, load) in tap.loads.iter_mut().enumerate().take(pv) {
+                    let mut offs = [0i64; L];
+                    let mut valid = 0u32;
+                    for (l, off) in offs.iter_mut().enumerate() {
+                        let p = p0 + j * L + l;
+                        if p >= positions {
+                            continue;
+                        }
+                        let ih = (p / self.ow) as i64 * self.stride[0] - self.pad[0]
+                            + u as i64 * self.dil[0];
+                        let iw = (p % self.ow) as i64 * self.stride[1] - self.pad[1]
+                            + v as i64 * self.dil[1];
+                        if ih < 0 || ih >= self.h || iw < 0 || iw >= self.w {
+                            continue;
+                        }
+                        *off = ih * self.xs[2] as i64 + iw * self.xs[3] as i64;
+                        valid |= 1 << l;
+                    }
+                    gather_ok &= describe(&offs, valid, load);
+                }
+                taps.push(tap);
+            }
+        }
+        gather_ok
+    }
+}
+
+/// Fills `load` for lanes `valid` at `offs`: contiguous runs when there are few, else a
+/// gather. Returns false when a gather is needed but an offset does not fit in `i32`.
+fn describe<const L: usize>(offs: &[i64; L], valid: u32, load: &mut VecLoad<L>) -> bool {
+    load.gmask = valid;
+    let mut nseg = 0usize;
+    let mut l = 0;
+    while l < L {
+        if valid >> l & 1 == 0 {
+            l += 1;
+            continue;
+        }
+        // A run: consecutive valid lanes whose offsets step by one.
+        let start = l;
+        while l + 1 < L && valid >> (l + 1) & 1 == 1 && offs[l + 1] == offs[l] + 1 {
+            l += 1;
+        }
+        let run_mask = ((1u64 << (l + 1)) - (1u64 << start)) as u32;
+        let base = offs[start] - start as i64;
+        // Merge with an earlier run on the same diagonal (lanes reading base + lane).
+        if let Some(s) = (0..nseg).find(|&s| load.off[s] as i64 == base) {
+            load.mask[s] |= run_mask;
+        } else if nseg < MAX_SEGMENTS {
+            load.off[nseg] = base as isize;
+            load.mask[nseg] = run_mask;
+            nseg += 1;
+        } else {
+            nseg = usize::MAX;
+            break;
+        }
+        l += 1;
+    }
+    if nseg != usize::MAX {
+        load.nseg = nseg as u8;
+        return true;
+    }
+    load.nseg = GATHER;
+    let mut fits = true;
+    for (l, idx) in load.idx.iter_mut().enumerate() {
+        if valid >> l & 1 == 1 {
+            match i32::try_from(offs[l]) {
+                Ok(i) => *idx = i,
+                Err(_) => fits = false,
+            }
+        }
+    }
+    fits
+}
 
 impl ConvAlgorithm for Direct {
     fn name(&self) -> &'static str {
         "direct"
     }
+
     fn check(&self, _: &ConvProblem) -> std::result::Result<(), String> {
         Ok(())
     }
+
     fn workspace_bytes(&self, _: &ConvProblem) -> usize {
         0
     }
+
     fn deterministic(&self) -> bool {
         true
     }
-    fn run(&self, _ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], w: &[f32], y: &mut [f32], _: &mut [u8]) -> Result<()> {
-        let r = crate::reference::conv_forward(p, x, w)?;
-        for (a, b) in y.iter_mut().zip(r) { *a = b as f32; }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        y: &mut [f32],
+        _workspace: &mut [u8],
+    ) -> Result<()> {
+        let geo = Geometry::new(problem);
+        let out = SharedOut::new(y);
+        match ctx.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => frame::<16>(ctx, &geo, x, w, &out, TILE_AVX512, avx512::tile),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => frame::<8>(ctx, &geo, x, w, &out, TILE_PORTABLE, avx2_tile),
+            _ => frame::<8>(ctx, &geo, x, w, &out, TILE_PORTABLE, |a, o, _| {
+                portable_tile::<8, false>(a, o)
+            }),
+        }
         Ok(())
+    }
+}
+
+/// A tile kernel: computes `ocb × pv·L` outputs into `out` (row `o` at `o·PV_MAX·L`). The
+/// flag says whether the tap table may use gathers (false: some offset does not fit).
+type TileFn<const L: usize> = fn(&TileArgs<'_, L>, &mut [f32], bool);
+
+/// The portable frame: splits the work, builds tap tables, calls the tile kernel and stores.
+fn frame<const L: usize>(
+    ctx: &ExecContext<'_>,
+    geo: &Geometry,
+    x: &[f32],
+    w: &[f32],
+    out: &SharedOut<'_>,
+    tile: DirectTile,
+    kernel: TileFn<L>,
+) {
+    let positions = geo.oh * geo.ow;
+    let tile_positions = tile.pv * L;
+    let tiles = positions.div_ceil(tile_positions);
+    let blocks = geo.kg.div_ceil(tile.ocb);
+    // Jobs within one (image, tile): every (group, channel block). Chunks of them are items.
+    let jobs = geo.groups * blocks;
+    let base_items = geo.n * tiles;
+    let chunks = if ctx.threads <= 1 {
+        1
+    } else {
+        (ITEMS_PER_THREAD * ctx.threads)
+            .div_ceil(base_items)
+            .clamp(1, jobs)
+    };
+    let chunk_len = jobs.div_ceil(chunks);
+    let items = base_items * chunks;
+
+    let run_item = |taps: &mut Vec<Tap<L>>, acc: &mut Vec<f32>, item: usize| {
+        let chunk = item % chunks;
+        let t = (item / chunks) % tiles;
+        let n = item / chunks / tiles;
+        let p0 = t * tile_positions;
+        let np = tile_positions.min(positions - p0);
+        let pv = np.div_ceil(L);
+        let gather_ok = geo.build_taps::<L>(p0, pv, taps);
+        acc.resize(tile.ocb * PV_MAX * L, 0.0);
+        for job in chunk * chunk_len..((chunk + 1) * chunk_len).min(jobs) {
+            let g = job / blocks;
+            let k0 = (job % blocks) * tile.ocb;
+            let ocb = tile.ocb.min(geo.kg - k0);
+            let k_first = g * geo.kg + k0;
+            let args = TileArgs {
+                x,
+                x_base: n * geo.xs[0] + g * geo.cg * geo.xs[1],
+                x_cstride: geo.xs[1],
+                w,
+                w_base: k_first * geo.ws[0],
+                w_kstride: geo.ws[0],
+                w_cstride: geo.ws[1],
+                taps,
+                cg: geo.cg,
+                ocb,
+                pv,
+            };
+            kernel(&args, acc, gather_ok);
+            store(geo, out, acc, n, k_first, ocb, p0, np, L);
+        }
+    };
+
+    if ctx.threads <= 1 || items == 1 {
+        let (mut taps, mut acc) = (Vec::new(), Vec::new());
+        for item in 0..items {
+            run_item(&mut taps, &mut acc, item);
+        }
+    } else {
+        ctx.pool.install(|| {
+            (0..items).into_par_iter().for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(taps, acc), item| run_item(taps, acc, item),
+            )
+        });
+    }
+}
+
+/// Writes a computed block to y.
+#[allow(clippy::too_many_arguments)]
+fn store(
+    geo: &Geometry,
+    out: &SharedOut<'_>,
+    acc: &[f32],
+    n: usize,
+    k_first: usize,
+    ocb: usize,
+    p0: usize,
+    np: usize,
+    lanes: usize,
+) {
+    let row = PV_MAX * lanes;
+    let rows_contiguous = geo.ys[3] == 1 && geo.ys[2] == geo.ow;
+    for o in 0..ocb {
+        let src = &acc[o * row..o * row + np];
+        let base = n * geo.ys[0] + (k_first + o) * geo.ys[1];
+        if rows_contiguous {
+            // SAFETY: this item is the only writer of channel k_first + o at positions
+            // p0 .. p0 + np of image n; distinct coordinates are distinct elements.
+            unsafe { out.write_slice(base + p0, src) };
+        } else {
+            for (i, &v) in src.iter().enumerate() {
+                let p = p0 + i;
+                let off = base + (p / geo.ow) * geo.ys[2] + (p % geo.ow) * geo.ys[3];
+                // SAFETY: as above, one writer per output coordinate.
+                unsafe { out.write(off, v) };
+            }
+        }
+    }
+}
+
+/// The portable kernel: plain Rust over fixed-size lane arrays, which the compiler vectorises
+/// for whatever the target (or an enclosing `target_feature` function) offers. `FUSED` uses
+/// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
+#[inline(always)]
+fn portable_tile<const L: usize, const FUSED: bool>(a: &TileArgs<'_, L>, out: &mut [f32]) {
+    const OCB_MAX: usize = 8;
+    let mut acc = [[[0f32; L]; PV_MAX]; OCB_MAX];
+    let (ocb, pv) = (a.ocb.min(OCB_MAX), a.pv.min(PV_MAX));
+    for c in 0..a.cg {
+        let xc = (a.x_base + c * a.x_cstride) as isize;
+        let wc = a.w_base + c * a.w_cstride;
+        for tap in a.taps {
+            let mut xv = [[0f32; L]; PV_MAX];
+            for (load, xv) in tap.loads.iter().zip(xv.iter_mut()).take(pv) {
+                fill(load, a.x, xc, xv);
+            }
+            for (o, acc) in acc.iter_mut().enumerate().take(ocb) {
+                let wv = a.w[wc + o * a.w_kstride + tap.w_off];
+                for (acc, xv) in acc.iter_mut().zip(&xv).take(pv) {
+                    for l in 0..L {
+                        acc[l] = if FUSED {
+                            wv.mul_add(xv[l], acc[l])
+                        } else {
+                            acc[l] + wv * xv[l]
+                        };
+                    }
+                }
+            }
+        }
+    }
+    for (o, acc) in acc.iter().enumerate().take(ocb) {
+        for (j, acc) in acc.iter().enumerate().take(pv) {
+            let at = o * PV_MAX * L + j * L;
+            out[at..at + L].copy_from_slice(acc);
+        }
+    }
+}
+
+/// Assembles one vector of inputs as [`VecLoad`] describes it.
+#[inline(always)]
+fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; L]) {
+    if load.nseg == GATHER {
+        for (l, v) in xv.iter_mut().enumerate() {
+            if load.gmask >> l & 1 == 1 {
+                *v = x[(xc + load.idx[l] as isize) as usize];
+            }
+        }
+    } else {
+        for s in 0..load.nseg as usize {
+            let base = xc + load.off[s];
+            for (l, v) in xv.iter_mut().enumerate() {
+                if load.mask[s] >> l & 1 == 1 {
+                    *v = x[(base + l as isize) as usize];
+                }
+            }
+        }
+    }
+}
+
+/// The portable kernel compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+fn avx2_tile(a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
+    #[target_feature(enable = "avx2,fma")]
+    fn inner(a: &TileArgs<'_, 8>, out: &mut [f32]) {
+        portable_tile::<8, true>(a, out)
+    }
+    // SAFETY: the AVX2 kernel family is only chosen when the CPU has AVX2 and FMA
+    // (`Isa::is_available`, which the handle's cap never exceeds).
+    unsafe { inner(a, out) }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{portable_tile, TileArgs, VecLoad, GATHER, PV_MAX};
+
+    const L: usize = 16;
+
+    /// The AVX-512 tile: dispatches the runtime block shape to a monomorphised kernel.
+    pub(super) fn tile(a: &TileArgs<'_, L>, out: &mut [f32], gather_ok: bool) {
+        if !gather_ok {
+            return portable_tile::<L, false>(a, out);
+        }
+        assert!(out.len() >= a.ocb * PV_MAX * L && a.ocb <= 6 && (1..=PV_MAX).contains(&a.pv));
+        macro_rules! dispatch {
+            ($($o:literal)*) => {
+                match (a.ocb, a.pv) {
+                    $(
+                        ($o, 1) => run::<$o, 1>(a, out),
+                        ($o, 2) => run::<$o, 2>(a, out),
+                        ($o, 3) => run::<$o, 3>(a, out),
+                        ($o, 4) => run::<$o, 4>(a, out),
+                    )*
+                    _ => unreachable!("block shape checked above"),
+                }
+            };
+        }
+        dispatch!(1 2 3 4 5 6)
+    }
+
+    fn run<const OCB: usize, const PV: usize>(a: &TileArgs<'_, L>, out: &mut [f32]) {
+        // SAFETY: this kernel family is only chosen when the CPU has AVX-512F.
+        unsafe { kernel::<OCB, PV>(a, out) }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F. `a` must describe loads that stay inside `a.x` for
+    /// every lane they enable, and weights inside `a.w` for `ocb` channels and `cg` input
+    /// channels; `out` must hold `OCB · PV_MAX · 16` elements.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn kernel<const OCB: usize, const PV: usize>(a: &TileArgs<'_, L>, out: &mut [f32]) {
+        let last_w = a.w_base
+            + (OCB - 1) * a.w_kstride
+            + (a.cg - 1) * a.w_cstride
+            + a.taps.iter().map(|t| t.w_off).max().unwrap_or(0);
+        assert!(last_w < a.w.len() && out.len() >= OCB * PV_MAX * L);
+        let mut acc = [[_mm512_setzero_ps(); PV]; OCB];
+        let xp = a.x.as_ptr();
+        let wp = a.w.as_ptr();
+        for c in 0..a.cg {
+            let xc = xp.wrapping_add(a.x_base + c * a.x_cstride);
+            let wc = wp.wrapping_add(a.w_base + c * a.w_cstride);
+            for tap in a.taps {
+                let mut xv = [_mm512_setzero_ps(); PV];
+                for (v, load) in xv.iter_mut().zip(&tap.loads) {
+                    // SAFETY: the tap table enables only lanes whose offsets lie inside
+                    // channel c of image n of x (built from in-range coordinates).
+                    *v = unsafe { load_vec(load, xc) };
+                }
+                for (o, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: o < OCB, c < cg and the tap offset keep the read at or below
+                    // last_w, asserted to be inside w.
+                    let wv = _mm512_set1_ps(unsafe { *wc.add(o * a.w_kstride + tap.w_off) });
+                    for (acc, xv) in acc.iter_mut().zip(&xv) {
+                        *acc = _mm512_fmadd_ps(wv, *xv, *acc);
+                    }
+                }
+            }
+        }
+        for (o, acc) in acc.iter().enumerate() {
+            for (j, acc) in acc.iter().enumerate() {
+                // SAFETY: o·PV_MAX·16 + j·16 + 16 <= OCB·PV_MAX·16 <= out.len() (asserted).
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(o * PV_MAX * L + j * L), *acc) };
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F; every lane `load` enables must address an element of the allocation `xc`
+    /// points into. Masked-off lanes are not accessed (AVX-512 masked loads and gathers
+    /// suppress them), so their addresses may lie outside it.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_vec(load: &VecLoad<L>, xc: *const f32) -> __m512 {
+        let zero = _mm512_setzero_ps();
+        if load.nseg == GATHER {
+            // SAFETY: the index vector is 16 readable i32s; enabled lanes are in bounds.
+            unsafe {
+                let idx = _mm512_loadu_si512(load.idx.as_ptr().cast());
+                _mm512_mask_i32gather_ps::<4>(zero, load.gmask as __mmask16, idx, xc)
+            }
+        } else {
+            let mut v = zero;
+            for s in 0..load.nseg as usize {
+                // SAFETY: lane l of run s reads xc + off + l, in bounds for enabled lanes.
+                v = unsafe {
+                    _mm512_mask_loadu_ps(v, load.mask[s] as __mmask16, xc.wrapping_offset(load.off[s]))
+                };
+            }
+            v
+        }
     }
 }

@@ -1,0 +1,54 @@
+//! Sharing one output buffer among worker threads that write disjoint elements.
+
+use std::marker::PhantomData;
+
+/// A mutable output that several threads write at once, each at elements no other thread
+/// touches. Algorithms split their output by (image, channel, position) blocks; the tensor
+/// descriptors guarantee that distinct coordinates never share memory (explicit strides that
+/// alias are refused when the descriptor is made), so disjoint coordinates mean disjoint
+/// elements.
+pub(crate) struct SharedOut<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: SharedOut only hands out writes through `unsafe` methods whose contract requires
+// that concurrent writers use disjoint indices, so sharing the pointer between threads cannot
+// create a data race when that contract is kept.
+unsafe impl Send for SharedOut<'_> {}
+// SAFETY: as for Send.
+unsafe impl Sync for SharedOut<'_> {}
+
+impl<'a> SharedOut<'a> {
+    pub(crate) fn new(y: &'a mut [f32]) -> SharedOut<'a> {
+        SharedOut {
+            ptr: y.as_mut_ptr(),
+            len: y.len(),
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Writes `src` at `start..start + src.len()`.
+    ///
+    /// # Safety
+    /// No other thread reads or writes any of these elements while this `SharedOut` lives.
+    #[inline]
+    pub(crate) unsafe fn write_slice(&self, start: usize, src: &[f32]) {
+        assert!(start <= self.len && src.len() <= self.len - start);
+        // SAFETY: the range is in bounds (asserted) of the slice borrowed for 'a, and the
+        // caller guarantees no other thread accesses it concurrently.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(start), src.len()) }
+    }
+
+    /// Writes one element.
+    ///
+    /// # Safety
+    /// No other thread reads or writes element `i` while this `SharedOut` lives.
+    #[inline]
+    pub(crate) unsafe fn write(&self, i: usize, v: f32) {
+        assert!(i < self.len);
+        // SAFETY: in bounds (asserted); exclusive by the caller's contract.
+        unsafe { self.ptr.add(i).write(v) }
+    }
+}

@@ -1,0 +1,127 @@
+//! Shared test helpers: deterministic integer-valued data, random problems and exact checks.
+#![allow(dead_code)]
+
+use autodnn::{
+    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, Padding,
+    TensorDesc,
+};
+
+/// splitmix64: a small deterministic generator.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in lo..=hi.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
+    }
+    pub fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.next_u64() as usize % xs.len()]
+    }
+}
+
+/// Integer values in [-4, 4] (benchdnn style): every partial sum of the layers tested stays
+/// far below 2^24, so f32 accumulation in any order is exact.
+pub fn int_data(len: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..len).map(|_| r.range(-4, 4) as f32).collect()
+}
+
+/// Checks that every element of y inside the tensor equals the f64 reference rounded to f32
+/// (+0 and -0 compare equal). Returns the number of elements checked.
+pub fn assert_exact(p: &ConvProblem, y: &[f32], reference: &[f64], what: &str) -> usize {
+    let [n, k, oh, ow] = p.y().dims();
+    let mut count = 0;
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let o = p.y().offset(b, c, i, j);
+                    let want = reference[o] as f32;
+                    assert!(
+                        y[o] == want,
+                        "{what}: y[{b},{c},{i},{j}] = {} but the reference is {want} ({p:?})",
+                        y[o]
+                    );
+                    count += 1;
+                }
+            }
+        }
+    }
+    count
+}
+
+fn packed_or_padded(
+    rng: &mut Rng,
+    dims: [usize; 4],
+    layout: Layout,
+) -> TensorDesc {
+    let packed = TensorDesc::new(DataType::F32, layout, dims).unwrap();
+    if rng.range(0, 3) > 0 {
+        return packed;
+    }
+    // Explicit strides with gaps: rows (or pixels) padded by a few elements.
+    let [n, c, h, w] = dims;
+    let gap = rng.range(1, 3) as usize;
+    let strides = match layout {
+        Layout::Nchw => {
+            let sw = 1;
+            let sh = w + gap;
+            let sc = sh * h + gap;
+            [sc * c, sc, sh, sw]
+        }
+        Layout::Nhwc => {
+            let sc = 1;
+            let sw = c + gap;
+            let sh = sw * w + gap;
+            [sh * h, sc, sh, sw]
+        }
+    };
+    let _ = n;
+    TensorDesc::with_strides(DataType::F32, dims, strides).unwrap()
+}
+
+/// A random valid problem covering groups, depthwise, dilation, strides, padding of every
+/// sign, 1xN and Nx1 kernels, both layouts, explicit strides and both modes.
+pub fn random_problem(rng: &mut Rng) -> ConvProblem {
+    loop {
+        let depthwise = rng.range(0, 5) == 0;
+        let groups = if depthwise { rng.range(1, 8) as usize } else { rng.range(1, 3) as usize };
+        let cg = if depthwise { 1 } else { rng.range(1, 6) as usize };
+        let kg = if depthwise { rng.range(1, 2) as usize } else { rng.range(1, 13) as usize };
+        let (r, s) = match rng.range(0, 3) {
+            0 => (1, rng.range(1, 5) as usize),
+            1 => (rng.range(1, 5) as usize, 1),
+            _ => (rng.range(1, 4) as usize, rng.range(1, 4) as usize),
+        };
+        let h = rng.range(1, 20) as usize;
+        let w = rng.range(1, 40) as usize;
+        let stride = [rng.range(1, 3) as usize, rng.range(1, 3) as usize];
+        let dil = [rng.range(1, 3) as usize, rng.range(1, 3) as usize];
+        let pad = Padding {
+            top: rng.range(0, 3),
+            bottom: rng.range(-3, 3),
+            left: rng.range(0, 3),
+            right: rng.range(-3, 3),
+        };
+        let mode = rng.pick(&[ConvMode::CrossCorrelation, ConvMode::Convolution]);
+        let layout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let wl = rng.pick(&[FilterLayout::Kcrs, FilterLayout::Krsc]);
+        let n = rng.range(1, 2) as usize;
+        let x = packed_or_padded(rng, [n, groups * cg, h, w], layout);
+        let wd = FilterDesc::new(DataType::F32, wl, [groups * kg, cg, r, s]).unwrap();
+        let conv = ConvDesc::new(pad, stride, dil, groups, mode).unwrap();
+        let Ok(dims) = ConvProblem::output_dims(&x, &wd, &conv) else {
+            continue;
+        };
+        let ylayout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let y = packed_or_padded(rng, dims, ylayout);
+        return ConvProblem::forward(x, wd, conv, y).unwrap();
+    }
+}
