@@ -55,10 +55,12 @@ const PV_MAX: usize = 4;
 /// How to assemble one vector of `L` inputs of one channel, relative to that channel's base.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct VecLoad<const L: usize> {
-    /// Number of masked contiguous runs (0: all lanes are zero padding), or [`GATHER`].
+    /// Number of masked runs (0: all lanes are zero padding), or [`GATHER`].
     nseg: u8,
-    /// Per run: offset of lane 0's element (lane `l` reads `off + l`); may point outside the
-    /// tensor for lanes the mask excludes.
+    /// Element step between the lanes of a run: 1 (contiguous) or 2 (stride-2 windows).
+    step: u8,
+    /// Per run: offset of lane 0's element (lane `l` reads `off + step·l`); may point outside
+    /// the tensor for lanes the mask excludes.
     off: [isize; MAX_SEGMENTS],
     /// Per run: the lanes it fills.
     mask: [u32; MAX_SEGMENTS],
@@ -152,6 +154,7 @@ impl Geometry {
                     w_off: fu * self.ws[2] + fv * self.ws[3],
                     loads: [VecLoad {
                         nseg: 0,
+                        step: 1,
                         off: [0; MAX_SEGMENTS],
                         mask: [0; MAX_SEGMENTS],
                         idx: [0; L],
@@ -185,40 +188,17 @@ impl Geometry {
     }
 }
 
-/// Fills `load` for lanes `valid` at `offs`: contiguous runs when there are few, else a
-/// gather. Returns false when a gather is needed but an offset does not fit in `i32`.
+/// Fills `load` for lanes `valid` at `offs`: a few runs of step 1 or 2 when they cover the
+/// lanes, else a gather. Returns false when a gather is needed but an offset does not fit in
+/// `i32`.
 fn describe<const L: usize>(offs: &[i64; L], valid: u32, load: &mut VecLoad<L>) -> bool {
     load.gmask = valid;
-    let mut nseg = 0usize;
-    let mut l = 0;
-    while l < L {
-        if valid >> l & 1 == 0 {
-            l += 1;
-            continue;
+    for step in [1u8, 2] {
+        if let Some(nseg) = runs(offs, valid, step as i64, load) {
+            load.nseg = nseg;
+            load.step = step;
+            return true;
         }
-        // A run: consecutive valid lanes whose offsets step by one.
-        let start = l;
-        while l + 1 < L && valid >> (l + 1) & 1 == 1 && offs[l + 1] == offs[l] + 1 {
-            l += 1;
-        }
-        let run_mask = ((1u64 << (l + 1)) - (1u64 << start)) as u32;
-        let base = offs[start] - start as i64;
-        // Merge with an earlier run on the same diagonal (lanes reading base + lane).
-        if let Some(s) = (0..nseg).find(|&s| load.off[s] as i64 == base) {
-            load.mask[s] |= run_mask;
-        } else if nseg < MAX_SEGMENTS {
-            load.off[nseg] = base as isize;
-            load.mask[nseg] = run_mask;
-            nseg += 1;
-        } else {
-            nseg = usize::MAX;
-            break;
-        }
-        l += 1;
-    }
-    if nseg != usize::MAX {
-        load.nseg = nseg as u8;
-        return true;
     }
     load.nseg = GATHER;
     let mut fits = true;
@@ -231,6 +211,25 @@ fn describe<const L: usize>(offs: &[i64; L], valid: u32, load: &mut VecLoad<L>) 
         }
     }
     fits
+}
+
+/// Splits the valid lanes into runs where lane `l` reads `base + step·l`; `None` when more
+/// than [`MAX_SEGMENTS`] runs would be needed.
+fn runs<const L: usize>(offs: &[i64; L], valid: u32, step: i64, load: &mut VecLoad<L>) -> Option<u8> {
+    let mut nseg = 0usize;
+    for l in (0..L).filter(|l| valid >> l & 1 == 1) {
+        let base = offs[l] - step * l as i64;
+        if let Some(s) = (0..nseg).find(|&s| load.off[s] as i64 == base) {
+            load.mask[s] |= 1 << l;
+        } else if nseg < MAX_SEGMENTS {
+            load.off[nseg] = base as isize;
+            load.mask[nseg] = 1 << l;
+            nseg += 1;
+        } else {
+            return None;
+        }
+    }
+    Some(nseg as u8)
 }
 
 impl ConvAlgorithm for Direct {
@@ -433,11 +432,12 @@ fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; 
             }
         }
     } else {
+        let step = load.step as isize;
         for s in 0..load.nseg as usize {
             let base = xc + load.off[s];
             for (l, v) in xv.iter_mut().enumerate() {
                 if load.mask[s] >> l & 1 == 1 {
-                    *v = x[(base + l as isize) as usize];
+                    *v = x[(base + step * l as isize) as usize];
                 }
             }
         }
@@ -533,26 +533,63 @@ mod avx512 {
         }
     }
 
+    /// Spreads the low 8 bits to the even bits of 16 (bit i to bit 2i).
+    #[inline(always)]
+    fn spread_even(m: u32) -> __mmask16 {
+        let mut out = 0u16;
+        for i in 0..8 {
+            out |= ((m >> i & 1) as u16) << (2 * i);
+        }
+        out
+    }
+
     /// # Safety
     /// AVX-512F; every lane `load` enables must address an element of the allocation `xc`
     /// points into. Masked-off lanes are not accessed (AVX-512 masked loads and gathers
     /// suppress them), so their addresses may lie outside it.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
+    /// Called only from AVX-512 kernels, into which it is always inlined.
+    #[inline(always)]
     unsafe fn load_vec(load: &VecLoad<L>, xc: *const f32) -> __m512 {
-        let zero = _mm512_setzero_ps();
+        // SAFETY (all intrinsics below): the caller runs with AVX-512F enabled.
+        let zero = unsafe { _mm512_setzero_ps() };
         if load.nseg == GATHER {
             // SAFETY: the index vector is 16 readable i32s; enabled lanes are in bounds.
             unsafe {
                 let idx = _mm512_loadu_si512(load.idx.as_ptr().cast());
                 _mm512_mask_i32gather_ps::<4>(zero, load.gmask as __mmask16, idx, xc)
             }
-        } else {
+        } else if load.step == 1 {
             let mut v = zero;
             for s in 0..load.nseg as usize {
                 // SAFETY: lane l of run s reads xc + off + l, in bounds for enabled lanes.
                 v = unsafe {
                     _mm512_mask_loadu_ps(v, load.mask[s] as __mmask16, xc.wrapping_offset(load.off[s]))
+                };
+            }
+            v
+        } else {
+            // Step 2: lane l reads element 2l of the 32 from off, i.e. the even elements of
+            // two vectors, picked by one two-source permute.
+            // SAFETY: AVX-512F (the caller's contract).
+            let evens = unsafe {
+                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
+            };
+            let mut v = zero;
+            for s in 0..load.nseg as usize {
+                let m = load.mask[s];
+                let (lo_mask, hi_mask) = (spread_even(m & 0xff), spread_even(m >> 8));
+                let base = xc.wrapping_offset(load.off[s]);
+                // SAFETY: element 2l (lane l enabled) lies in bounds; the masks enable exactly
+                // those elements of the two vectors.
+                let (lo, hi) = unsafe {
+                    (
+                        _mm512_maskz_loadu_ps(lo_mask, base),
+                        _mm512_maskz_loadu_ps(hi_mask, base.wrapping_add(16)),
+                    )
+                };
+                // SAFETY: AVX-512F (the caller's contract).
+                v = unsafe {
+                    _mm512_mask_mov_ps(v, m as __mmask16, _mm512_permutex2var_ps(lo, evens, hi))
                 };
             }
             v
