@@ -81,14 +81,14 @@ impl ConvProblem {
             ));
         }
         let g = conv.groups();
-        if x.c() % g != 0 {
+        if !x.c().is_multiple_of(g) {
             return Err(Error::bad(
                 "conv.groups",
                 g,
                 format!("does not divide the input channels ({})", x.c()),
             ));
         }
-        if w.k() % g != 0 {
+        if !w.k().is_multiple_of(g) {
             return Err(Error::bad(
                 "conv.groups",
                 g,
