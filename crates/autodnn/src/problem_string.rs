@@ -605,6 +605,14 @@ impl ProblemSpec {
         ProblemSpec { mb, ..self.clone() }
     }
 
+    /// The same problem under another name.
+    pub fn with_name(&self, name: &str) -> ProblemSpec {
+        ProblemSpec {
+            name: name.to_string(),
+            ..self.clone()
+        }
+    }
+
     /// The problem with x and y packed in `layout` (filter KCRS for NCHW, KRSC for NHWC),
     /// cross-correlation, f32.
     ///
