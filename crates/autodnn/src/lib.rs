@@ -43,9 +43,9 @@ pub use desc::{
     TensorDesc,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use handle::{Backend, Handle};
 pub use half::{bf16, f16};
-pub use problem_string::{parse_problem_list, ProblemSpec};
+pub use handle::{Backend, Handle};
+pub use problem_string::{parse_problem_list, read_problems, ProblemSpec};
 
 /// The library's version (`x.y.z`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -95,9 +95,16 @@ impl ConvDesc {
         groups: usize,
         mode: ConvMode,
     ) -> Result<ConvDesc> {
-        for (name, v) in [("conv.pad_top", padding.top), ("conv.pad_left", padding.left)] {
+        for (name, v) in [
+            ("conv.pad_top", padding.top),
+            ("conv.pad_left", padding.left),
+        ] {
             if v < 0 {
-                return Err(Error::bad(name, v, "top and left padding must be at least 0"));
+                return Err(Error::bad(
+                    name,
+                    v,
+                    "top and left padding must be at least 0",
+                ));
             }
         }
         for (name, v) in [
@@ -106,7 +113,7 @@ impl ConvDesc {
             ("conv.pad_left", padding.left),
             ("conv.pad_right", padding.right),
         ] {
-            if v.abs() >= MAX_GEOMETRY {
+            if v.unsigned_abs() >= MAX_GEOMETRY as u64 {
                 return Err(Error::bad(name, v, "padding must be below 2^31"));
             }
         }
