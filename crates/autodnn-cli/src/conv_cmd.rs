@@ -278,15 +278,13 @@ fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
     Ok(specs)
 }
 
-/// A PROBLEM argument: a file of problem strings when `arg` names a file, else one string.
+/// A PROBLEM argument: a file of problem strings when `arg` names a file, else one string. A
+/// file that cannot be read is bad input too: the user named it.
 fn read_problems(arg: &str) -> CliResult<Vec<ProblemSpec>> {
-    if Path::new(arg).is_file() {
-        let text = std::fs::read_to_string(arg)
-            .map_err(|e| CliError::bad(format!("{arg}: cannot read: {e}")))?;
-        autodnn::parse_problem_list(&text).map_err(|e| CliError::from(e).context(arg))
-    } else {
-        Ok(vec![ProblemSpec::parse(arg)?])
-    }
+    autodnn::read_problems(arg).map_err(|e| match e {
+        Error::Io { path, message } => CliError::bad(format!("{path}: cannot read: {message}")),
+        e => e.into(),
+    })
 }
 
 /// Largest |y - ref| over the elements of y, relative to max(max |ref|, 1e-30). NaN when y holds
@@ -694,6 +692,24 @@ mod tests {
             select_algorithms("direct,"),
             Err(CliError::Bad(_))
         ));
+    }
+
+    #[test]
+    fn max_rel_err_is_relative_to_the_largest_reference_value() {
+        let p = ProblemSpec::parse("mb1ic1ih3oc1kh1")
+            .unwrap()
+            .to_problem(Layout::Nchw)
+            .unwrap();
+        let reference: Vec<f64> = (1..=9).map(f64::from).collect();
+        let mut y: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+        assert_eq!(max_rel_err(&p, &y, &reference), 0.0);
+        y[4] = 3.0; // off by 2; max |ref| is 9
+        assert_eq!(max_rel_err(&p, &y, &reference), 2.0 / 9.0);
+        y[7] = f32::NAN;
+        assert!(max_rel_err(&p, &y, &reference).is_nan());
+        let zeros = vec![0.0f64; 9];
+        let y = vec![0.0f32; 9];
+        assert_eq!(max_rel_err(&p, &y, &zeros), 0.0);
     }
 
     #[test]

@@ -58,9 +58,14 @@ impl From<autodnn::Error> for CliError {
 }
 
 /// Writing results to stdout failed (a closed pipe, a full disk).
+/// A closed pipe (`autodnn ... | head`) ends the command quietly, with status 1.
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> CliError {
-        CliError::Fail(format!("writing output: {e}"))
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            CliError::Fail(String::new())
+        } else {
+            CliError::Fail(format!("writing output: {e}"))
+        }
     }
 }
 

@@ -81,7 +81,10 @@ fn main() -> ExitCode {
     match std::panic::catch_unwind(|| run(cli)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            let _ = writeln!(std::io::stderr(), "autodnn: {}", e.message());
+            let msg = e.message();
+            if !msg.is_empty() {
+                let _ = writeln!(std::io::stderr(), "autodnn: {msg}");
+            }
             ExitCode::from(e.exit_code() as u8)
         }
         Err(_) => ExitCode::from(1),
