@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use autodnn::conv::ConvAlgorithm;
+use autodnn::conv::{Activation, ConvAlgorithm, Epilogue, EpilogueArgs, Weights};
 use autodnn::{ConvProblem, Error, Handle, Layout, ProblemSpec};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -79,6 +79,38 @@ pub struct ConvArgs {
     /// Where to write the output (.npy, f32) of a run on real data
     #[arg(long, value_name = "Y.npy")]
     pub output: Option<PathBuf>,
+    /// Per-output-channel bias (.npy, f32, shape [K]) added before the activation; real data
+    /// only
+    #[arg(long, value_name = "B.npy")]
+    pub bias: Option<PathBuf>,
+    /// Residual tensor z (.npy, f32, shaped like the output) added as beta·z; real data only.
+    /// Without it, beta·z uses y's prior contents (zeros for a new output) with real data, and
+    /// a generated integer tensor with generated data
+    #[arg(long, value_name = "Z.npy")]
+    pub residual: Option<PathBuf>,
+    /// Activation applied last: none, relu, relu6, clip:LO:HI, sigmoid, tanh, gelu, silu
+    #[arg(long, value_name = "NAME", default_value = "none")]
+    pub act: String,
+    /// Scale of the convolution: y = act(alpha·conv(x, w) + bias + beta·z)
+    #[arg(
+        long,
+        value_name = "A",
+        default_value_t = 1.0,
+        allow_hyphen_values = true
+    )]
+    pub alpha: f32,
+    /// Scale of the residual z
+    #[arg(
+        long,
+        value_name = "B",
+        default_value_t = 0.0,
+        allow_hyphen_values = true
+    )]
+    pub beta: f32,
+    /// Time calls with weights prepared beforehand for each algorithm (the preparation is not
+    /// timed; algorithms with nothing to prepare run plain)
+    #[arg(long)]
+    pub prepared: bool,
 }
 
 /// How one algorithm did on one problem.
@@ -152,12 +184,14 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
     let real = real_data_paths(args)?;
     let algos = select_algorithms(&args.algo)?;
     let layout = Layout::from(args.layout);
+    let epilogue = epilogue_of(args, real.is_some())?;
     let jobs = collect_specs(args)?
         .into_iter()
         .map(|spec| {
             let problem = spec
                 .to_problem(layout)
-                .map_err(|e| CliError::from(e).context(format!("problem {spec}")))?;
+                .map_err(|e| CliError::from(e).context(format!("problem {spec}")))?
+                .with_epilogue(epilogue);
             Ok(Job { spec, problem })
         })
         .collect::<CliResult<Vec<Job>>>()?;
@@ -179,6 +213,39 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
     }
     let handle = make_handle(args.threads)?;
     bench(args, &handle, &jobs, &algos, out)
+}
+
+/// The epilogue the flags ask for. With generated data, beta ≠ 0 adds a generated residual so
+/// that repeated runs compute the same thing.
+fn epilogue_of(args: &ConvArgs, real: bool) -> CliResult<Epilogue> {
+    let act = Activation::parse(&args.act)?;
+    for (flag, v) in [("--alpha", args.alpha), ("--beta", args.beta)] {
+        if !v.is_finite() {
+            return Err(CliError::bad(format!("bad {flag} = {v}: must be finite")));
+        }
+    }
+    if !real {
+        for (flag, given) in [
+            ("--bias", args.bias.is_some()),
+            ("--residual", args.residual.is_some()),
+        ] {
+            if given {
+                return Err(CliError::bad(format!(
+                    "bad arguments: {flag} takes a .npy file and needs --input/--weights/--output"
+                )));
+            }
+        }
+        return Ok(Epilogue {
+            bias: false,
+            residual: args.beta != 0.0,
+            act,
+        });
+    }
+    Ok(Epilogue {
+        bias: args.bias.is_some(),
+        residual: args.residual.is_some(),
+        act,
+    })
 }
 
 fn make_handle(threads: Option<usize>) -> CliResult<Handle> {
@@ -354,23 +421,51 @@ struct ProblemData {
     x: Vec<f32>,
     w: Vec<f32>,
     y: Vec<f32>,
+    /// The generated residual, when the problem has one.
+    z: Option<Vec<f32>>,
+    alpha: f32,
+    beta: f32,
     reference: Option<Vec<f64>>,
 }
 
 impl ProblemData {
-    fn new(p: &ConvProblem) -> CliResult<ProblemData> {
+    fn new(p: &ConvProblem, alpha: f32, beta: f32) -> CliResult<ProblemData> {
+        let z = if p.epilogue().residual {
+            Some(data::small_ints(p.y().span(), data::Z_SEED, "z")?)
+        } else {
+            None
+        };
         Ok(ProblemData {
             x: data::small_ints(p.x().span(), data::X_SEED, "x")?,
             w: data::small_ints(p.w().elements(), data::W_SEED, "w")?,
             y: data::filled(p.y().span(), f32::NAN, "y")?,
+            z,
+            alpha,
+            beta,
             reference: None,
         })
+    }
+
+    fn epilogue<'a>(z: &'a Option<Vec<f32>>, alpha: f32, beta: f32) -> EpilogueArgs<'a> {
+        let mut e = EpilogueArgs::new(alpha, beta);
+        if let Some(z) = z {
+            e = e.with_residual(z);
+        }
+        e
     }
 
     /// max_rel_err of the current y against the reference, computed on first use.
     fn max_rel_err(&mut self, p: &ConvProblem) -> CliResult<f64> {
         if self.reference.is_none() {
-            self.reference = Some(autodnn::reference::conv_forward(p, &self.x, &self.w)?);
+            self.reference = Some(autodnn::reference::conv_forward_fused(
+                p,
+                &self.x,
+                &self.w,
+                self.alpha as f64,
+                self.beta as f64,
+                None,
+                self.z.as_deref(),
+            )?);
         }
         let reference = self.reference.as_deref().unwrap_or(&[]);
         Ok(max_rel_err(p, &self.y, reference))
@@ -382,13 +477,22 @@ fn bench_one(
     p: &ConvProblem,
     a: &'static dyn ConvAlgorithm,
     d: &mut ProblemData,
-    reps: usize,
-    check: bool,
+    args: &ConvArgs,
 ) -> CliResult<AlgoResult> {
+    let (reps, check) = (args.reps, args.check);
     let name = a.name();
     if let Err(reason) = a.check(p) {
         return Ok(declined(name, reason));
     }
+    // Weights prepared once, before (and outside) the timed runs.
+    let prepared = if args.prepared {
+        match handle.prepare_weights(p, name, &d.w) {
+            Ok(pw) => Some(pw),
+            Err(e) => return Ok(failed(name, format!("preparing weights: {e}"), 0)),
+        }
+    } else {
+        None
+    };
     let ws = a.workspace_bytes(p);
     // The workspace is allocated once, outside the timed region, as cuDNN users do.
     let mut workspace = Vec::new();
@@ -405,7 +509,13 @@ fn bench_one(
     let mut times = Vec::with_capacity(reps);
     for i in 0..=reps {
         let t = Instant::now();
-        let r = handle.conv_forward_with_workspace(p, name, &d.x, &d.w, &mut d.y, &mut workspace);
+        let weights = match &prepared {
+            Some(pw) => Weights::Prepared(pw),
+            None => Weights::Plain(&d.w),
+        };
+        let epi = ProblemData::epilogue(&d.z, d.alpha, d.beta);
+        let r =
+            handle.conv_forward_ex(p, name, &d.x, weights, &mut d.y, &epi, Some(&mut workspace));
         let ms = t.elapsed().as_secs_f64() * 1e3;
         match r {
             Ok(()) if i > 0 => times.push(ms),
@@ -532,10 +642,10 @@ fn bench(
     let (mut runs, mut failures) = (0usize, Vec::new());
     for job in jobs {
         let p = &job.problem;
-        let mut d = ProblemData::new(p)?;
+        let mut d = ProblemData::new(p, args.alpha, args.beta)?;
         let mut results = Vec::with_capacity(algos.len());
         for &a in algos {
-            let r = bench_one(handle, p, a, &mut d, args.reps, args.check)?;
+            let r = bench_one(handle, p, a, &mut d, args)?;
             runs += 1;
             if r.status == Status::Failed {
                 failures.push(format!("{} on {}", r.algo, job.spec));
@@ -644,15 +754,58 @@ fn run_real_data(
             job.spec
         )));
     }
+    let bias = match &args.bias {
+        Some(path) => Some(npy::read_f32(
+            path,
+            &[p.w().k()],
+            "K: one value per output channel",
+        )?),
+        None => None,
+    };
+    let z = match &args.residual {
+        Some(path) => Some(npy::read_f32(path, &ys, xdesc)?),
+        None => None,
+    };
     let mut y = data::filled(p.y().span(), 0.0, "y")?;
+    let mut epi = EpilogueArgs::new(args.alpha, args.beta);
+    if let Some(b) = &bias {
+        epi = epi.with_bias(b);
+    }
+    if let Some(z) = &z {
+        epi = epi.with_residual(z);
+    }
+    let context = |e: Error| CliError::from(e).context(format!("{} on {}", algo.name(), job.spec));
+    let prepared = if args.prepared {
+        Some(
+            handle
+                .prepare_weights(p, algo.name(), &w)
+                .map_err(context)?,
+        )
+    } else {
+        None
+    };
+    let weights = match &prepared {
+        Some(pw) => Weights::Prepared(pw),
+        None => Weights::Plain(&w),
+    };
+    // y's prior contents (zeros) are what beta·z adds when no residual is given.
+    let prior = y.clone();
     let t = Instant::now();
     handle
-        .conv_forward(p, algo.name(), &x, &w, &mut y)
-        .map_err(|e| CliError::from(e).context(format!("{} on {}", algo.name(), job.spec)))?;
+        .conv_forward_ex(p, algo.name(), &x, weights, &mut y, &epi, None)
+        .map_err(context)?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     npy::write_f32(paths[2], &ys, &y[..p.y().elements()])?;
     let max_rel_err = if args.check {
-        let reference = autodnn::reference::conv_forward(p, &x, &w)?;
+        let reference = autodnn::reference::conv_forward_fused(
+            p,
+            &x,
+            &w,
+            args.alpha as f64,
+            args.beta as f64,
+            bias.as_deref(),
+            Some(z.as_deref().unwrap_or(&prior)),
+        )?;
         Some(max_rel_err(p, &y, &reference))
     } else {
         None

@@ -8,6 +8,8 @@ use crate::error::{CliError, CliResult};
 pub const X_SEED: u64 = 0x5eed_0001;
 /// Seed of the filter's data.
 pub const W_SEED: u64 = 0x5eed_0002;
+/// Seed of generated residual tensors.
+pub const Z_SEED: u64 = 0x5eed_0003;
 
 /// SplitMix64 (Steele, Lea and Flood): tiny, fast, and good enough for test data.
 #[derive(Debug, Clone)]

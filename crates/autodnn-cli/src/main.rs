@@ -34,7 +34,7 @@ enum Command {
     },
     /// Run convolution problems with each algorithm: time them and, with --check, compare
     /// against the f64 reference; or run once on .npy data
-    Conv(conv_cmd::ConvArgs),
+    Conv(Box<conv_cmd::ConvArgs>),
 }
 
 /// Worker threads when `--threads` is not given: every core.

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::conv::{self, ConvAlgorithm, ExecContext};
+use crate::conv::{
+    self, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, PreparedWeights, Weights,
+};
 use crate::cpu::Isa;
 use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
@@ -140,7 +142,8 @@ impl Handle {
     /// [`Error::BufferTooSmall`] for a buffer shorter than its descriptor's span,
     /// [`Error::Unsupported`] for element types without kernels, [`Error::UnknownAlgorithm`],
     /// [`Error::Declined`] when the algorithm does not accept the problem,
-    /// [`Error::OutOfMemory`] when its workspace exceeds the budget or cannot be allocated.
+    /// [`Error::OutOfMemory`] when its workspace exceeds the budget or cannot be allocated,
+    /// [`Error::BadParam`] when the problem has an epilogue (use [`Handle::conv_forward_ex`]).
     pub fn conv_forward(
         &self,
         problem: &ConvProblem,
@@ -149,12 +152,8 @@ impl Handle {
         w: &[f32],
         y: &mut [f32],
     ) -> Result<()> {
-        let a = conv::find(algo)?;
-        check_call(problem, x.len(), w.len(), y.len())?;
-        accept(a, problem)?;
-        let bytes = a.workspace_bytes(problem);
-        let mut ws = self.allocate_workspace(bytes, a.name())?;
-        a.run(&self.exec_context(), problem, x, w, y, &mut ws)
+        let epi = EpilogueArgs::default();
+        self.conv_forward_ex(problem, algo, x, Weights::Plain(w), y, &epi, None)
     }
 
     /// y = conv(x, w) with the named algorithm and a workspace owned by the caller, as cuDNN's
@@ -172,18 +171,101 @@ impl Handle {
         y: &mut [f32],
         workspace: &mut [u8],
     ) -> Result<()> {
+        let epi = EpilogueArgs::default();
+        self.conv_forward_ex(
+            problem,
+            algo,
+            x,
+            Weights::Plain(w),
+            y,
+            &epi,
+            Some(workspace),
+        )
+    }
+
+    /// The general call, as cuDNN's `ConvolutionBiasActivationForward`:
+    /// y = act(alpha · conv(x, w) + bias + beta · z), with the activation, and whether there
+    /// is a bias and a residual z, from the problem's [`Epilogue`](crate::conv::Epilogue);
+    /// the filter plain or prepared beforehand ([`Handle::prepare_weights`]); the workspace
+    /// the caller's (`Some`) or the handle's (`None`, within its budget).
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward_with_workspace`]; [`Error::BadParam`] when the epilogue's
+    /// values do not match the problem's epilogue, or prepared weights were made for another
+    /// problem or algorithm.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_forward_ex(
+        &self,
+        problem: &ConvProblem,
+        algo: &str,
+        x: &[f32],
+        w: Weights<'_>,
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<()> {
         let a = conv::find(algo)?;
-        check_call(problem, x.len(), w.len(), y.len())?;
+        let w_len = match w {
+            Weights::Plain(w) => w.len(),
+            Weights::Prepared(_) => problem.w().elements(),
+        };
+        check_call(problem, x.len(), w_len, y.len())?;
+        let epi = epilogue.checked(problem.epilogue(), problem.w().k(), problem.y().span())?;
+        let weights = match w {
+            Weights::Plain(w) => AlgoWeights::Plain(w),
+            Weights::Prepared(pw) => pw.for_call(problem, a.name())?,
+        };
         accept(a, problem)?;
         let needed = a.workspace_bytes(problem);
-        if workspace.len() < needed {
-            return Err(Error::WorkspaceTooSmall {
-                algo: a.name().into(),
-                needed,
-                got: workspace.len(),
-            });
+        let ctx = self.exec_context();
+        match workspace {
+            Some(ws) => {
+                if ws.len() < needed {
+                    return Err(Error::WorkspaceTooSmall {
+                        algo: a.name().into(),
+                        needed,
+                        got: ws.len(),
+                    });
+                }
+                a.run(&ctx, problem, x, weights, y, ws, &epi)
+            }
+            None => {
+                let mut ws = self.allocate_workspace(needed, a.name())?;
+                a.run(&ctx, problem, x, weights, y, &mut ws, &epi)
+            }
         }
-        a.run(&self.exec_context(), problem, x, w, y, workspace)
+    }
+
+    /// Transforms the filter once for `algo` on `problem` (see
+    /// [`ConvAlgorithm::prepare`](crate::conv::ConvAlgorithm::prepare)); algorithms with
+    /// nothing to prepare keep a copy of the plain filter. Pass the result as
+    /// [`Weights::Prepared`] to [`Handle::conv_forward_ex`].
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward`] for the filter; allocation failures.
+    pub fn prepare_weights(
+        &self,
+        problem: &ConvProblem,
+        algo: &str,
+        w: &[f32],
+    ) -> Result<PreparedWeights> {
+        let a = conv::find(algo)?;
+        check_call(problem, problem.x().span(), w.len(), problem.y().span())?;
+        accept(a, problem)?;
+        let ctx = self.exec_context();
+        Ok(match a.prepare(&ctx, problem, w)? {
+            Some(data) => PreparedWeights::new(a.name(), problem, data, true),
+            None => {
+                let mut data = Vec::new();
+                let n = problem.w().elements();
+                data.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
+                    bytes: n.saturating_mul(4),
+                    what: format!("a copy of the filter: {e}"),
+                })?;
+                data.extend_from_slice(&w[..n]);
+                PreparedWeights::new(a.name(), problem, data, false)
+            }
+        })
     }
 
     fn allocate_workspace(&self, bytes: usize, what: &str) -> Result<Vec<u8>> {

@@ -41,6 +41,17 @@ impl<'a> SharedOut<'a> {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(start), src.len()) }
     }
 
+    /// Reads one element.
+    ///
+    /// # Safety
+    /// No other thread writes element `i` while this `SharedOut` lives.
+    #[inline]
+    pub(crate) unsafe fn read(&self, i: usize) -> f32 {
+        assert!(i < self.len);
+        // SAFETY: in bounds (asserted); no concurrent writer by the caller's contract.
+        unsafe { self.ptr.add(i).read() }
+    }
+
     /// Writes one element.
     ///
     /// # Safety

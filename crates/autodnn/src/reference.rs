@@ -72,6 +72,59 @@ pub fn conv_forward(problem: &ConvProblem, x: &[f32], w: &[f32]) -> Result<Vec<f
     Ok(y)
 }
 
+/// y = act(alpha · conv(x, w) + bias + beta · z) in f64, with the activation from the
+/// problem's epilogue; `z` is the residual tensor or y's prior contents (laid out like y; not
+/// read when beta = 0), `bias` one value per output channel.
+///
+/// # Errors
+/// As [`conv_forward`]; [`Error::BufferTooSmall`] for a short bias or z.
+pub fn conv_forward_fused(
+    problem: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    alpha: f64,
+    beta: f64,
+    bias: Option<&[f32]>,
+    z: Option<&[f32]>,
+) -> Result<Vec<f64>> {
+    let mut y = conv_forward(problem, x, w)?;
+    let yd = problem.y();
+    let [n, k, oh, ow] = yd.dims();
+    if bias.is_some_and(|b| b.len() < k) {
+        return Err(Error::BufferTooSmall {
+            field: "bias".into(),
+            needed: k,
+            got: bias.map_or(0, |b| b.len()),
+        });
+    }
+    if beta != 0.0 && z.is_none_or(|z| z.len() < yd.span()) {
+        return Err(Error::BufferTooSmall {
+            field: "z".into(),
+            needed: yd.span(),
+            got: z.map_or(0, |z| z.len()),
+        });
+    }
+    let act = problem.epilogue().act;
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let o = yd.offset(b, c, i, j);
+                    let mut v = alpha * y[o];
+                    if let Some(bias) = bias {
+                        v += bias[c] as f64;
+                    }
+                    if beta != 0.0 {
+                        v += beta * z.map_or(0.0, |z| z[o] as f64);
+                    }
+                    y[o] = act.apply_f64(v);
+                }
+            }
+        }
+    }
+    Ok(y)
+}
+
 /// C = alpha · op(A) · op(B) + beta · C in f64, with op(A) m×k and op(B) k×n; every matrix is
 /// given by a row stride and a column stride (in elements), so row-major, column-major and
 /// transposes are all strides. With beta = 0, C is not read.

@@ -21,10 +21,10 @@
 
 use rayon::prelude::*;
 
-use super::{ConvAlgorithm, ExecContext};
+use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::parallel::SharedOut;
 
 /// The direct convolution.
@@ -259,18 +259,25 @@ impl ConvAlgorithm for Direct {
         ctx: &ExecContext<'_>,
         problem: &ConvProblem,
         x: &[f32],
-        w: &[f32],
+        w: AlgoWeights<'_>,
         y: &mut [f32],
         _workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
+        let AlgoWeights::Plain(w) = w else {
+            return Err(Error::Declined {
+                algo: self.name().into(),
+                reason: "has no prepared form of the filter".into(),
+            });
+        };
         let geo = Geometry::new(problem);
         let out = SharedOut::new(y);
         match ctx.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => frame::<16>(ctx, &geo, x, w, &out, TILE_AVX512, avx512::tile),
+            Isa::Avx512 => frame::<16>(ctx, &geo, x, w, &out, epi, TILE_AVX512, avx512::tile),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => frame::<8>(ctx, &geo, x, w, &out, TILE_PORTABLE, avx2_tile),
-            _ => frame::<8>(ctx, &geo, x, w, &out, TILE_PORTABLE, |a, o, _| {
+            Isa::Avx2 => frame::<8>(ctx, &geo, x, w, &out, epi, TILE_PORTABLE, avx2_tile),
+            _ => frame::<8>(ctx, &geo, x, w, &out, epi, TILE_PORTABLE, |a, o, _| {
                 portable_tile::<8, false>(a, o)
             }),
         }
@@ -283,12 +290,14 @@ impl ConvAlgorithm for Direct {
 type TileFn<const L: usize> = fn(&TileArgs<'_, L>, &mut [f32], bool);
 
 /// The portable frame: splits the work, builds tap tables, calls the tile kernel and stores.
+#[allow(clippy::too_many_arguments)]
 fn frame<const L: usize>(
     ctx: &ExecContext<'_>,
     geo: &Geometry,
     x: &[f32],
     w: &[f32],
     out: &SharedOut<'_>,
+    epi: &EpilogueArgs<'_>,
     tile: DirectTile,
     kernel: TileFn<L>,
 ) {
@@ -337,7 +346,7 @@ fn frame<const L: usize>(
                 pv,
             };
             kernel(&args, acc, gather_ok);
-            store(geo, out, acc, n, k_first, ocb, p0, np, L);
+            store(geo, out, epi, acc, n, k_first, ocb, p0, np, L);
         }
     };
 
@@ -356,12 +365,13 @@ fn frame<const L: usize>(
     }
 }
 
-/// Writes a computed block to y.
+/// Writes a computed block to y, through the epilogue.
 #[allow(clippy::too_many_arguments)]
 fn store(
     geo: &Geometry,
     out: &SharedOut<'_>,
-    acc: &[f32],
+    epi: &EpilogueArgs<'_>,
+    acc: &mut [f32],
     n: usize,
     k_first: usize,
     ocb: usize,
@@ -371,19 +381,23 @@ fn store(
 ) {
     let row = PV_MAX * lanes;
     let rows_contiguous = geo.ys[3] == 1 && geo.ys[2] == geo.ow;
+    let plain = epi.is_identity();
     for o in 0..ocb {
-        let src = &acc[o * row..o * row + np];
-        let base = n * geo.ys[0] + (k_first + o) * geo.ys[1];
-        if rows_contiguous {
-            // SAFETY: this item is the only writer of channel k_first + o at positions
-            // p0 .. p0 + np of image n; distinct coordinates are distinct elements.
+        let k = k_first + o;
+        let src = &mut acc[o * row..o * row + np];
+        let base = n * geo.ys[0] + k * geo.ys[1];
+        if rows_contiguous && plain {
+            // SAFETY: this item is the only writer of channel k at positions p0 .. p0 + np
+            // of image n; distinct coordinates are distinct elements.
             unsafe { out.write_slice(base + p0, src) };
         } else {
-            for (i, &v) in src.iter().enumerate() {
+            for (i, v) in src.iter_mut().enumerate() {
                 let p = p0 + i;
                 let off = base + (p / geo.ow) * geo.ys[2] + (p % geo.ow) * geo.ys[3];
-                // SAFETY: as above, one writer per output coordinate.
-                unsafe { out.write(off, v) };
+                // SAFETY: as above, this item alone reads and writes this output element.
+                let value = epi.value(*v, k, off, || unsafe { out.read(off) });
+                // SAFETY: as above.
+                unsafe { out.write(off, value) };
             }
         }
     }

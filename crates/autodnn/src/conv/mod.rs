@@ -8,8 +8,12 @@
 //! and never names an algorithm.
 
 mod direct;
+mod epilogue;
+mod prepared;
 mod registry;
 
+pub use epilogue::{Activation, Epilogue, EpilogueArgs};
+pub use prepared::{PreparedWeights, Weights};
 pub use registry::{algorithms, find, names};
 
 use crate::cpu::Isa;
@@ -55,19 +59,48 @@ pub trait ConvAlgorithm: Send + Sync {
     /// True when the output's bits do not depend on the thread count or scheduling.
     fn deterministic(&self) -> bool;
 
-    /// Computes y = conv(x, w). The caller has checked the problem with
-    /// [`ConvAlgorithm::check`], the buffer lengths against the descriptors and the element
-    /// type, and hands a workspace of at least [`ConvAlgorithm::workspace_bytes`] bytes.
+    /// Transforms the filter once into the form this algorithm consumes (Winograd or FFT
+    /// domain, the GEMM engine's packed panels, ...), for reuse on many calls; `None` when the
+    /// algorithm has nothing to prepare and runs on the plain filter.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let _ = (ctx, problem, w);
+        Ok(None)
+    }
+
+    /// Computes y = act(alpha · conv(x, w) + bias + beta · z). The caller has checked the
+    /// problem with [`ConvAlgorithm::check`], the buffer lengths against the descriptors, the
+    /// element type and the epilogue's values, and hands a workspace of at least
+    /// [`ConvAlgorithm::workspace_bytes`] bytes. `w` is [`AlgoWeights::Prepared`] only with
+    /// data this algorithm's [`ConvAlgorithm::prepare`] made for this problem.
     ///
     /// # Errors
     /// Any failure of the algorithm (the fallback chain may then try the next one).
+    #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         ctx: &ExecContext<'_>,
         problem: &ConvProblem,
         x: &[f32],
-        w: &[f32],
+        w: AlgoWeights<'_>,
         y: &mut [f32],
         workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
     ) -> Result<()>;
+}
+
+/// The filter as an algorithm receives it.
+#[derive(Debug, Clone, Copy)]
+pub enum AlgoWeights<'a> {
+    /// The filter as the problem's descriptor lays it out.
+    Plain(&'a [f32]),
+    /// What this algorithm's [`ConvAlgorithm::prepare`] returned for this problem.
+    Prepared(&'a [f32]),
 }

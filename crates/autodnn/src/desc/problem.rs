@@ -3,6 +3,7 @@ use serde::{Deserialize, Serialize};
 use super::conv::ConvDesc;
 use super::filter::FilterDesc;
 use super::tensor::{Layout, TensorDesc};
+use crate::conv::Epilogue;
 use crate::error::{Error, Result};
 
 /// Which operation a problem describes. Only the forward convolution exists today; backward
@@ -38,6 +39,7 @@ pub struct ConvProblem {
     w: FilterDesc,
     y: TensorDesc,
     conv: ConvDesc,
+    epilogue: Epilogue,
 }
 
 fn out_size(
@@ -150,6 +152,7 @@ impl ConvProblem {
             w,
             y,
             conv,
+            epilogue: Epilogue::default(),
         })
     }
 
@@ -175,7 +178,18 @@ impl ConvProblem {
     pub fn with_batch(&self, n: usize) -> Result<ConvProblem> {
         let x = self.x.with_batch(n).map_err(rename("x"))?;
         let y = self.y.with_batch(n).map_err(rename("y"))?;
-        ConvProblem::forward(x, self.w, self.conv, y)
+        Ok(ConvProblem::forward(x, self.w, self.conv, y)?.with_epilogue(self.epilogue))
+    }
+
+    /// The same problem followed by `epilogue` (bias, residual, activation).
+    pub fn with_epilogue(mut self, epilogue: Epilogue) -> ConvProblem {
+        self.epilogue = epilogue;
+        self
+    }
+
+    /// What follows the convolution.
+    pub fn epilogue(&self) -> &Epilogue {
+        &self.epilogue
     }
 
     /// The operation.

@@ -1,0 +1,334 @@
+//! Scaling and fused epilogues, as in cuDNN's `ConvolutionBiasActivationForward` and oneDNN's
+//! post-ops:
+//!
+//! y = act(alpha · conv(x, w) + bias + beta · z)
+//!
+//! where bias is one value per output channel, z is a residual tensor laid out like y (or y's
+//! own prior contents when no residual is given), and act is an [`Activation`]. With beta = 0, z
+//! (and y's prior contents) are never read.
+//!
+//! The *kind* of epilogue ([`Epilogue`]: bias or not, residual or not, which activation) is
+//! part of the [`ConvProblem`](crate::ConvProblem) and so of the tuning cache's key; the values
+//! (alpha, beta, the bias and residual buffers) come with each call in [`EpilogueArgs`].
+//! Algorithms apply it while an output tile is hot where they can ([`EpilogueArgs::apply`]
+//! on a run of outputs of one channel), and as a pass over y otherwise.
+
+use std::hash::{Hash, Hasher};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// An elementwise activation applied last.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// Identity.
+    #[default]
+    None,
+    /// max(v, 0).
+    Relu,
+    /// min(max(v, lo), hi); relu6 is `Clip { lo: 0, hi: 6 }`.
+    Clip {
+        /// Lower bound.
+        lo: f32,
+        /// Upper bound.
+        hi: f32,
+    },
+    /// 1 / (1 + e^-v).
+    Sigmoid,
+    /// tanh(v).
+    Tanh,
+    /// v · Φ(v), with Φ the standard normal distribution function (the erf form).
+    Gelu,
+    /// v · sigmoid(v) (also called swish).
+    Silu,
+}
+
+impl PartialEq for Activation {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Activation {}
+impl Hash for Activation {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state)
+    }
+}
+
+impl Activation {
+    /// Names accepted by [`Activation::parse`].
+    pub const NAMES: [&'static str; 8] = [
+        "none", "relu", "relu6", "clip", "sigmoid", "tanh", "gelu", "silu",
+    ];
+
+    fn key(&self) -> (u8, u32, u32) {
+        match *self {
+            Activation::None => (0, 0, 0),
+            Activation::Relu => (1, 0, 0),
+            Activation::Clip { lo, hi } => (2, lo.to_bits(), hi.to_bits()),
+            Activation::Sigmoid => (3, 0, 0),
+            Activation::Tanh => (4, 0, 0),
+            Activation::Gelu => (5, 0, 0),
+            Activation::Silu => (6, 0, 0),
+        }
+    }
+
+    /// Parses `none`, `relu`, `relu6` (= clip to [0, 6]), `clip` (= relu6) or `clip:LO:HI`,
+    /// `sigmoid`, `tanh`, `gelu`, `silu`.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `act`.
+    pub fn parse(s: &str) -> Result<Activation> {
+        let bad = || {
+            Error::bad(
+                "act",
+                s,
+                "expected none, relu, relu6, clip, clip:LO:HI, sigmoid, tanh, gelu or silu",
+            )
+        };
+        let t = s.trim().to_ascii_lowercase();
+        Ok(match t.as_str() {
+            "none" | "identity" => Activation::None,
+            "relu" => Activation::Relu,
+            "relu6" | "clip" => Activation::Clip { lo: 0.0, hi: 6.0 },
+            "sigmoid" => Activation::Sigmoid,
+            "tanh" => Activation::Tanh,
+            "gelu" => Activation::Gelu,
+            "silu" | "swish" => Activation::Silu,
+            _ => {
+                let rest = t.strip_prefix("clip:").ok_or_else(bad)?;
+                let (lo, hi) = rest.split_once(':').ok_or_else(bad)?;
+                let lo: f32 = lo.parse().map_err(|_| bad())?;
+                let hi: f32 = hi.parse().map_err(|_| bad())?;
+                Activation::clip(lo, hi)?
+            }
+        })
+    }
+
+    /// A clip to [lo, hi].
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `act` unless lo <= hi and both are finite.
+    pub fn clip(lo: f32, hi: f32) -> Result<Activation> {
+        if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Err(Error::bad(
+                "act",
+                format!("clip:{lo}:{hi}"),
+                "bounds must be finite with lo <= hi",
+            ));
+        }
+        Ok(Activation::Clip { lo, hi })
+    }
+
+    /// The activation in f32.
+    #[inline]
+    pub fn apply(self, v: f32) -> f32 {
+        match self {
+            Activation::None => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Clip { lo, hi } => v.max(lo).min(hi),
+            Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+            Activation::Tanh => v.tanh(),
+            Activation::Gelu => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
+            Activation::Silu => v / (1.0 + (-v).exp()),
+        }
+    }
+
+    /// The activation in f64 (for the reference).
+    pub fn apply_f64(self, v: f64) -> f64 {
+        match self {
+            Activation::None => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Clip { lo, hi } => v.max(lo as f64).min(hi as f64),
+            Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+            Activation::Tanh => v.tanh(),
+            Activation::Gelu => 0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)),
+            Activation::Silu => v / (1.0 + (-v).exp()),
+        }
+    }
+
+    /// Short name (`relu`, `clip:0:6`, ...).
+    pub fn name(self) -> String {
+        match self {
+            Activation::None => "none".into(),
+            Activation::Relu => "relu".into(),
+            Activation::Clip { lo, hi } => format!("clip:{lo}:{hi}"),
+            Activation::Sigmoid => "sigmoid".into(),
+            Activation::Tanh => "tanh".into(),
+            Activation::Gelu => "gelu".into(),
+            Activation::Silu => "silu".into(),
+        }
+    }
+}
+
+/// What follows the convolution: part of the problem (and of the tuning cache's key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Epilogue {
+    /// A bias per output channel is added.
+    pub bias: bool,
+    /// z is a separate residual tensor (laid out like y); otherwise z is y's prior contents.
+    pub residual: bool,
+    /// The activation applied last.
+    pub act: Activation,
+}
+
+impl Epilogue {
+    /// True when nothing follows the convolution (bias, residual and activation all absent).
+    /// Scaling by alpha and beta may still apply.
+    pub fn is_none(&self) -> bool {
+        *self == Epilogue::default()
+    }
+}
+
+/// The values of one call's epilogue.
+#[derive(Debug, Clone, Copy)]
+pub struct EpilogueArgs<'a> {
+    /// Scale of the convolution.
+    pub alpha: f32,
+    /// Scale of z (0: z and y's prior contents are not read).
+    pub beta: f32,
+    /// One value per output channel, when the problem's epilogue has a bias.
+    pub bias: Option<&'a [f32]>,
+    /// A tensor laid out like y, when the problem's epilogue has a residual.
+    pub residual: Option<&'a [f32]>,
+    /// The activation, taken from the problem when the call is checked.
+    pub(crate) act: Activation,
+}
+
+impl Default for EpilogueArgs<'_> {
+    /// alpha = 1, beta = 0, nothing else: y = conv(x, w).
+    fn default() -> Self {
+        EpilogueArgs {
+            alpha: 1.0,
+            beta: 0.0,
+            bias: None,
+            residual: None,
+            act: Activation::None,
+        }
+    }
+}
+
+impl<'a> EpilogueArgs<'a> {
+    /// alpha and beta, no bias, no residual.
+    pub fn new(alpha: f32, beta: f32) -> EpilogueArgs<'a> {
+        EpilogueArgs {
+            alpha,
+            beta,
+            ..EpilogueArgs::default()
+        }
+    }
+
+    /// The same with a bias (one value per output channel).
+    pub fn with_bias(mut self, bias: &'a [f32]) -> EpilogueArgs<'a> {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// The same with a residual tensor (laid out like y).
+    pub fn with_residual(mut self, z: &'a [f32]) -> EpilogueArgs<'a> {
+        self.residual = Some(z);
+        self
+    }
+
+    /// Checks the values against the problem's epilogue and y's size, and takes the
+    /// activation from the problem.
+    pub(crate) fn checked(mut self, epi: &Epilogue, k: usize, y_span: usize) -> Result<Self> {
+        self.check(epi, k, y_span)?;
+        self.act = epi.act;
+        Ok(self)
+    }
+
+    /// Checks the values against the problem's epilogue and y's size.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `bias` or `residual` when one is given but the problem has
+    /// none, or missing when it has one, or a non-finite alpha or beta;
+    /// [`Error::BufferTooSmall`] when bias is shorter than K or the residual than y's span.
+    pub(crate) fn check(&self, epi: &Epilogue, k: usize, y_span: usize) -> Result<()> {
+        if !self.alpha.is_finite() {
+            return Err(Error::bad("alpha", self.alpha, "must be finite"));
+        }
+        if !self.beta.is_finite() {
+            return Err(Error::bad("beta", self.beta, "must be finite"));
+        }
+        match (epi.bias, self.bias) {
+            (true, None) => return Err(Error::bad("bias", "none", "the problem has a bias")),
+            (false, Some(_)) => {
+                return Err(Error::bad("bias", "given", "the problem has no bias"));
+            }
+            (true, Some(b)) if b.len() < k => {
+                return Err(Error::BufferTooSmall {
+                    field: "bias".into(),
+                    needed: k,
+                    got: b.len(),
+                });
+            }
+            _ => {}
+        }
+        match (epi.residual, self.residual) {
+            (true, None) => {
+                return Err(Error::bad("residual", "none", "the problem has a residual"));
+            }
+            (false, Some(_)) => {
+                return Err(Error::bad(
+                    "residual",
+                    "given",
+                    "the problem has no residual",
+                ));
+            }
+            (true, Some(z)) if z.len() < y_span => {
+                return Err(Error::BufferTooSmall {
+                    field: "residual".into(),
+                    needed: y_span,
+                    got: z.len(),
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// True when the output is the plain convolution (alpha 1, beta 0, no bias, identity).
+    pub fn is_identity(&self) -> bool {
+        self.alpha == 1.0
+            && self.beta == 0.0
+            && self.bias.is_none()
+            && matches!(self.act, Activation::None)
+    }
+
+    /// The final value of one output element of channel `k` at offset `off` of y, whose
+    /// convolution result is `acc` and whose prior contents are `prior` (read only when
+    /// beta ≠ 0 and there is no residual).
+    #[inline]
+    pub fn value(&self, acc: f32, k: usize, off: usize, prior: impl FnOnce() -> f32) -> f32 {
+        let mut v = self.alpha * acc;
+        if let Some(b) = self.bias {
+            v += b[k];
+        }
+        if self.beta != 0.0 {
+            let z = match self.residual {
+                Some(z) => z[off],
+                None => prior(),
+            };
+            v += self.beta * z;
+        }
+        self.act.apply(v)
+    }
+
+    /// Applies the epilogue to a contiguous run of outputs of channel `k` whose first element
+    /// sits at offset `off` of y: `out[i]` holds the convolution result and receives the
+    /// final value; `prior` is y's prior contents of the same run (needed only when beta ≠ 0
+    /// and there is no residual).
+    #[inline]
+    pub fn apply(&self, out: &mut [f32], k: usize, off: usize, prior: Option<&[f32]>) {
+        if self.is_identity() {
+            return;
+        }
+        for (i, v) in out.iter_mut().enumerate() {
+            let p = || prior.map_or(0.0, |p| p[i]);
+            *v = self.value(*v, k, off + i, p);
+        }
+    }
+}

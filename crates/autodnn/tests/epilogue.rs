@@ -1,0 +1,316 @@
+//! Fused epilogues (y = act(alpha · conv + bias + beta · z)) and prepared weights, on every
+//! algorithm that accepts the problem, against the f64 reference.
+
+mod common;
+
+use autodnn::conv::{self, Activation, Epilogue, EpilogueArgs, Weights};
+use autodnn::{reference, ConvProblem, Error, Handle};
+use common::{assert_exact, int_data, random_problem, Rng};
+
+struct Case {
+    p: ConvProblem,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    z: Option<Vec<f32>>,
+    prior: Vec<f32>,
+    alpha: f32,
+    beta: f32,
+}
+
+fn case(rng: &mut Rng, seed: u64, act: Activation, real: bool) -> Case {
+    let epi = Epilogue {
+        bias: rng.range(0, 1) == 1,
+        residual: rng.range(0, 1) == 1,
+        act,
+    };
+    let p = random_problem(rng).with_epilogue(epi);
+    let data = |len: usize, s: u64| -> Vec<f32> {
+        if real {
+            let mut r = Rng(s);
+            (0..len)
+                .map(|_| r.range(-1000, 1000) as f32 / 1000.0)
+                .collect()
+        } else {
+            int_data(len, s)
+        }
+    };
+    let alphas = [0.0, 1.0, 2.0];
+    Case {
+        x: data(p.x().span(), seed),
+        w: data(p.w().elements(), seed + 1),
+        bias: epi.bias.then(|| data(p.w().k(), seed + 2)),
+        z: epi.residual.then(|| data(p.y().span(), seed + 3)),
+        prior: data(p.y().span(), seed + 4),
+        alpha: rng.pick(&alphas),
+        beta: rng.pick(&alphas),
+        p,
+    }
+}
+
+fn args(c: &Case) -> EpilogueArgs<'_> {
+    let mut a = EpilogueArgs::new(c.alpha, c.beta);
+    if let Some(b) = &c.bias {
+        a = a.with_bias(b);
+    }
+    if let Some(z) = &c.z {
+        a = a.with_residual(z);
+    }
+    a
+}
+
+fn expected(c: &Case) -> Vec<f64> {
+    let z = c.z.as_deref().unwrap_or(&c.prior);
+    reference::conv_forward_fused(
+        &c.p,
+        &c.x,
+        &c.w,
+        c.alpha as f64,
+        c.beta as f64,
+        c.bias.as_deref(),
+        Some(z),
+    )
+    .unwrap()
+}
+
+/// Runs every accepting algorithm, plain and with prepared weights; y starts as the prior
+/// contents (or NaN when beta = 0 and nothing may be read).
+fn run_all(h: &Handle, c: &Case, mut check: impl FnMut(&str, &[f32])) {
+    for a in conv::algorithms() {
+        if a.check(&c.p).is_err() {
+            continue;
+        }
+        // y's prior contents are read only when beta != 0 and there is no residual: otherwise
+        // start from NaN, which any read would propagate.
+        let start = if c.beta == 0.0 || c.z.is_some() {
+            vec![f32::NAN; c.p.y().span()]
+        } else {
+            c.prior.clone()
+        };
+        let mut y = start.clone();
+        h.conv_forward_ex(
+            &c.p,
+            a.name(),
+            &c.x,
+            Weights::Plain(&c.w),
+            &mut y,
+            &args(c),
+            None,
+        )
+        .unwrap();
+        check(a.name(), &y);
+        let prepared = h.prepare_weights(&c.p, a.name(), &c.w).unwrap();
+        assert_eq!(prepared.algo(), a.name());
+        let mut y = start;
+        h.conv_forward_ex(
+            &c.p,
+            a.name(),
+            &c.x,
+            Weights::Prepared(&prepared),
+            &mut y,
+            &args(c),
+            None,
+        )
+        .unwrap();
+        check(&format!("{} prepared", a.name()), &y);
+    }
+}
+
+#[test]
+fn integer_epilogues_are_exact() {
+    // relu, clip and residuals keep integers exact.
+    let h = Handle::with_threads(2).unwrap();
+    let mut rng = Rng(11);
+    for i in 0..150 {
+        let act = rng.pick(&[
+            Activation::None,
+            Activation::Relu,
+            Activation::Clip { lo: -3.0, hi: 5.0 },
+        ]);
+        let c = case(&mut rng, i, act, false);
+        let r = expected(&c);
+        run_all(&h, &c, |name, y| {
+            assert_exact(
+                &c.p,
+                y,
+                &r,
+                &format!("case {i} {name} {:?}", c.p.epilogue()),
+            );
+        });
+    }
+}
+
+#[test]
+fn transcendental_activations_within_tolerance() {
+    let h = Handle::with_threads(1).unwrap();
+    let mut rng = Rng(12);
+    let acts = [
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Gelu,
+        Activation::Silu,
+    ];
+    for i in 0..80 {
+        let act = acts[i as usize % acts.len()];
+        let c = case(&mut rng, 100 + i, act, true);
+        let r = expected(&c);
+        let terms = (c.p.c_per_group() * c.p.w().r() * c.p.w().s()) as f64;
+        // The convolution's rounding (scaled by alpha, and the activation's slope <= 1.1) plus
+        // the activation's own few ulps.
+        let tol = 4.0 * terms * f32::EPSILON as f64 + 1e-6;
+        run_all(&h, &c, |name, y| {
+            let [n, k, oh, ow] = c.p.y().dims();
+            for b in 0..n {
+                for ch in 0..k {
+                    for a in 0..oh {
+                        for bb in 0..ow {
+                            let o = c.p.y().offset(b, ch, a, bb);
+                            let err = (y[o] as f64 - r[o]).abs();
+                            assert!(
+                                err <= tol * (1.0 + r[o].abs()),
+                                "case {i} {name} {act:?}: {} vs {}",
+                                y[o],
+                                r[o]
+                            );
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn epilogue_values_must_match_the_problem() {
+    let h = Handle::with_threads(1).unwrap();
+    let mut rng = Rng(3);
+    let p = random_problem(&mut rng);
+    let (x, w) = (int_data(p.x().span(), 1), int_data(p.w().elements(), 2));
+    let mut y = vec![0.0; p.y().span()];
+    let bias = vec![1.0; p.w().k()];
+    let z = vec![1.0; p.y().span()];
+    let field = |e: Error| match e {
+        Error::BadParam { field, .. } | Error::BufferTooSmall { field, .. } => field,
+        other => panic!("unexpected {other:?}"),
+    };
+    // Bias given, problem has none; residual given, problem has none.
+    let e = h
+        .conv_forward_ex(
+            &p,
+            "direct",
+            &x,
+            Weights::Plain(&w),
+            &mut y,
+            &EpilogueArgs::new(1.0, 0.0).with_bias(&bias),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "bias");
+    let e = h
+        .conv_forward_ex(
+            &p,
+            "direct",
+            &x,
+            Weights::Plain(&w),
+            &mut y,
+            &EpilogueArgs::new(1.0, 1.0).with_residual(&z),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "residual");
+    // Problem wants them, none given; or too short.
+    let pb = p.with_epilogue(Epilogue {
+        bias: true,
+        residual: true,
+        act: Activation::Relu,
+    });
+    let e = h.conv_forward(&pb, "direct", &x, &w, &mut y).unwrap_err();
+    assert_eq!(field(e), "bias");
+    let short = vec![0.0; p.w().k() - 1];
+    let e = h
+        .conv_forward_ex(
+            &pb,
+            "direct",
+            &x,
+            Weights::Plain(&w),
+            &mut y,
+            &EpilogueArgs::new(1.0, 1.0)
+                .with_bias(&short)
+                .with_residual(&z),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "bias");
+    let e = h
+        .conv_forward_ex(
+            &pb,
+            "direct",
+            &x,
+            Weights::Plain(&w),
+            &mut y,
+            &EpilogueArgs::new(1.0, 1.0).with_bias(&bias),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "residual");
+    let e = h
+        .conv_forward_ex(
+            &p,
+            "direct",
+            &x,
+            Weights::Plain(&w),
+            &mut y,
+            &EpilogueArgs::new(f32::NAN, 0.0),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "alpha");
+    // Prepared weights are bound to their problem and algorithm.
+    let prepared = h.prepare_weights(&p, "direct", &w).unwrap();
+    assert_eq!(prepared.bytes(), p.w().elements() * 4);
+    let other = loop {
+        let q = random_problem(&mut rng);
+        if q != p {
+            break q;
+        }
+    };
+    let mut y2 = vec![0.0; other.y().span().max(p.y().span())];
+    let x2 = vec![0.0; other.x().span()];
+    let e = h
+        .conv_forward_ex(
+            &other,
+            "direct",
+            &x2,
+            Weights::Prepared(&prepared),
+            &mut y2,
+            &EpilogueArgs::default(),
+            None,
+        )
+        .unwrap_err();
+    assert_eq!(field(e), "prepared.problem");
+}
+
+#[test]
+fn activation_names_parse() {
+    assert_eq!(
+        Activation::parse("relu6").unwrap(),
+        Activation::Clip { lo: 0.0, hi: 6.0 }
+    );
+    assert_eq!(
+        Activation::parse("clip:-1:2.5").unwrap(),
+        Activation::Clip { lo: -1.0, hi: 2.5 }
+    );
+    for name in Activation::NAMES {
+        let a = Activation::parse(name).unwrap();
+        assert_eq!(Activation::parse(&a.name()).unwrap(), a, "{name}");
+    }
+    for bad in ["", "relu7", "clip:2:1", "clip:a:b", "clip:nan:1"] {
+        assert!(
+            matches!(Activation::parse(bad), Err(Error::BadParam { ref field, .. }) if field == "act"),
+            "{bad}"
+        );
+    }
+    assert_eq!(Activation::Gelu.apply(0.0), 0.0);
+    assert!((Activation::Gelu.apply(1.0) - 0.841_344_7).abs() < 1e-6);
+    assert!((Activation::Silu.apply(1.0) - 0.731_058_6).abs() < 1e-6);
+}
