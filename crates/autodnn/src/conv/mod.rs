@@ -59,6 +59,12 @@ pub trait ConvAlgorithm: Send + Sync {
     /// True when the output's bits do not depend on the thread count or scheduling.
     fn deterministic(&self) -> bool;
 
+    /// How close to the exact result this algorithm's output is; [`Accuracy::Exact`] unless
+    /// it computes in a transformed domain.
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Exact
+    }
+
     /// Transforms the filter once into the form this algorithm consumes (Winograd or FFT
     /// domain, the GEMM engine's packed panels, ...), for reuse on many calls; `None` when the
     /// algorithm has nothing to prepare and runs on the plain filter.
@@ -94,6 +100,34 @@ pub trait ConvAlgorithm: Send + Sync {
         workspace: &mut [u8],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<()>;
+}
+
+/// An algorithm's documented error bound, tested on every problem it accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Accuracy {
+    /// Sums products in f32 like the definition: on integer data whose partial sums stay
+    /// below 2^24, every output equals the exact result.
+    Exact,
+    /// Computes in a transformed domain (Winograd, FFT). On real data,
+    /// max|y − ref| ≤ `c` · ε_f32 · C·R·S · max|x| · max|w| (C input channels per group);
+    /// on integer data in [−4, 4], max|y − ref| ≤ `int_rel` · max|ref|.
+    Normwise {
+        /// The constant of the normwise bound, measured across channel counts.
+        c: f64,
+        /// The relative bound on integer data.
+        int_rel: f64,
+    },
+}
+
+impl Accuracy {
+    /// The largest max|y − ref| / max|ref| allowed on integer data in [−4, 4] (0 for exact
+    /// algorithms).
+    pub fn integer_tolerance(&self) -> f64 {
+        match self {
+            Accuracy::Exact => 0.0,
+            Accuracy::Normwise { int_rel, .. } => *int_rel,
+        }
+    }
 }
 
 /// The filter as an algorithm receives it.
