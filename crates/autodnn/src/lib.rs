@@ -38,6 +38,7 @@ pub mod models;
 mod parallel;
 mod problem_string;
 pub mod reference;
+pub mod select;
 
 pub use desc::{
     ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, OpKind, Padding,
