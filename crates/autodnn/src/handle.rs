@@ -578,8 +578,8 @@ impl Handle {
     /// convolution and epilogue, computed by the first algorithm of the chain that succeeds.
     ///
     /// # Errors
-    /// Bad input at once ([`crate::ErrorKind::BadInput`]); otherwise the last algorithm's
-    /// error when every algorithm of the chain failed.
+    /// Bad input at once ([`crate::ErrorKind::BadInput`]); [`Error::AllFailed`] when every
+    /// algorithm of the chain failed.
     pub fn conv_forward_plan(
         &self,
         plan: &ConvPlan,

@@ -725,7 +725,14 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
             &EpilogueArgs::default(),
         )
         .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { .. }));
+    match e {
+        Error::AllFailed { tried, last } => {
+            assert_eq!(tried.len(), 1);
+            assert!(tried[0].starts_with("broken: "), "{tried:?}");
+            assert!(matches!(*last, Error::Unsupported { .. }));
+        }
+        e => panic!("{e}"),
+    }
 }
 
 #[test]

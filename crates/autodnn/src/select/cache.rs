@@ -247,6 +247,24 @@ impl TuningCache {
         Ok(cache)
     }
 
+    /// Reads a cache file strictly, leaving it where it is: for files to merge or inspect.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read, is not a cache file of this format version, or
+    /// holds an invalid problem.
+    pub fn read(path: &Path) -> Result<TuningCache> {
+        let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+        let file = parse_file(&bytes).map_err(|m| io_error(path, m))?;
+        let mut cache = TuningCache::new();
+        for FileEntry { key, value } in file.entries {
+            if !problem_is_valid(&key.problem) {
+                return Err(io_error(path, "an entry holds an invalid problem"));
+            }
+            cache.entries.insert(key, value);
+        }
+        Ok(cache)
+    }
+
     /// Reads the file at `path` (under the caller's lock) and adds its entries for the keys
     /// this cache has not changed.
     fn read_merge(&mut self, path: &Path) -> Result<()> {

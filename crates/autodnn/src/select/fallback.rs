@@ -15,7 +15,8 @@ use crate::desc::ConvProblem;
 use crate::error::{Error, ErrorKind, Result};
 use crate::Handle;
 
-/// Runs `plan` on the data with the fallback chain.
+/// Runs `plan` on the data with the fallback chain. When every algorithm fails, the error is
+/// [`Error::AllFailed`], listing each failure.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     h: &Handle,
@@ -124,8 +125,17 @@ pub(crate) fn execute(
             }
         }
     }
-    Err(last_error.unwrap_or_else(|| Error::Declined {
-        algo: "every algorithm".into(),
-        reason: "the plan holds no algorithm that can run".into(),
-    }))
+    Err(match last_error {
+        Some(last) => Error::AllFailed {
+            tried: events
+                .iter()
+                .map(|e| format!("{}: {}", e.algo, e.error))
+                .collect(),
+            last: Box::new(last),
+        },
+        None => Error::Declined {
+            algo: "every algorithm".into(),
+            reason: "the plan holds no algorithm that can run".into(),
+        },
+    })
 }

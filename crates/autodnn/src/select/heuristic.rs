@@ -387,8 +387,8 @@ pub fn calibrate(
                 })
                 .collect(),
             samples: 0,
-            median_rel_err: f64::NAN,
-            max_rel_err: f64::NAN,
+            median_rel_err: 0.0,
+            max_rel_err: 0.0,
         };
         fit.algorithms.insert(ANY_ALGORITHM.into(), any);
     }
