@@ -20,6 +20,9 @@ pub struct CalibrateArgs {
     /// Worker threads [default: all cores]
     #[arg(long, value_name = "T")]
     pub threads: Option<usize>,
+    /// Also list every measurement with the fitted model's prediction
+    #[arg(long)]
+    pub samples: bool,
     /// JSON Lines: one object per algorithm, then a total
     #[arg(long)]
     pub json: bool,
@@ -109,6 +112,19 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
                 f.max_rel_err * 100.0,
                 coef.join(", ")
             )?;
+        }
+    }
+    if args.samples {
+        for s in &cal.samples {
+            if args.json {
+                writeln!(out, "{}", conv_cmd::to_json(s)?)?;
+            } else {
+                writeln!(
+                    out,
+                    "  {:<14} {:>10.4} ms measured {:>10.4} ms predicted  {}",
+                    s.algo, s.ms, s.predicted_ms, s.problem
+                )?;
+            }
         }
     }
     let problems = heuristic::calibration_problems().len();

@@ -113,7 +113,7 @@ pub trait ConvAlgorithm: Send + Sync {
 }
 
 /// Length of [`ConvAlgorithm::cost_features`].
-pub const COST_FEATURES: usize = 5;
+pub const COST_FEATURES: usize = 7;
 
 /// The default cost features of a problem whose algorithm uses `workspace_bytes`:
 ///
@@ -122,19 +122,27 @@ pub const COST_FEATURES: usize = 5;
 /// 2. MB of x, w and y (what any algorithm reads or writes at least once),
 /// 3. MB of workspace,
 /// 4. GFLOP × 16 / (16 + C·R·S per group): the FLOPs of short reductions (depthwise, few
-///    channels), which no algorithm runs at its peak rate.
+///    channels), which no algorithm runs at its peak rate,
+/// 5. GFLOP of strided windows (stride above 1 with a kernel above 1×1), whose inputs are not
+///    contiguous,
+/// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images).
 pub fn default_cost_features(
     problem: &ConvProblem,
     workspace_bytes: usize,
 ) -> [f64; COST_FEATURES] {
     let gflop = problem.flops() / 1e9;
-    let reduction = (problem.c_per_group() * problem.w().r() * problem.w().s()) as f64;
+    let w = problem.w();
+    let reduction = (problem.c_per_group() * w.r() * w.s()) as f64;
+    let strided = problem.conv().stride() != [1, 1] && w.r() * w.s() > 1;
+    let [n, k, _, _] = problem.y().dims();
     [
         1.0,
         gflop,
         problem.bytes() / 1e6,
         workspace_bytes as f64 / 1e6,
         gflop * 16.0 / (16.0 + reduction),
+        if strided { gflop } else { 0.0 },
+        (n * k) as f64 / 1e3,
     ]
 }
 

@@ -28,7 +28,7 @@ pub const COST_MODEL_FORMAT: &str = "autodnn-cost-model";
 pub const COST_MODEL_VERSION: u32 = 1;
 /// Timed runs per problem and algorithm when calibrating (after one warm-up); the median is
 /// fitted.
-pub const CALIBRATION_RUNS: usize = 5;
+pub const CALIBRATION_RUNS: usize = 7;
 /// The name of the entry used for algorithms without coefficients of their own.
 pub const ANY_ALGORITHM: &str = "*";
 
@@ -206,7 +206,8 @@ impl CostModel {
 
 /// Prediction without any fit: 10 GFLOP/s per thread, 5 GB/s.
 fn fallback_predict(f: &[f64; COST_FEATURES], threads: usize) -> f64 {
-    0.01 + (f[1] * 100.0 + f[2] * 0.2 + f[3] * 0.2 + f[4] * 100.0) / threads.max(1) as f64
+    let per_thread = f[1] * 100.0 + f[2] * 0.2 + f[3] * 0.2 + f[4] * 100.0 + f[5] * 100.0;
+    0.01 + (per_thread + f[6] * 0.1) / threads.max(1) as f64
 }
 
 /// What a prediction or a tuning-cache key depends on besides the problem.
@@ -235,13 +236,14 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 34] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 44] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
         (320, 160, 9, 1, 1, 1, 0),
         (40, 80, 23, 1, 2, 1, 0),
         (520, 260, 9, 1, 1, 1, 0),
+        (200, 400, 19, 1, 1, 1, 0),
         (8, 24, 47, 3, 1, 1, 0),
         (24, 40, 33, 3, 1, 1, 0),
         (48, 96, 23, 3, 1, 1, 0),
@@ -250,26 +252,35 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (40, 72, 33, 3, 2, 1, 0),
         (96, 96, 17, 3, 2, 1, 0),
         (3, 24, 95, 3, 2, 1, 0),
+        (160, 192, 19, 3, 2, 1, 0),
         (64, 64, 47, 3, 1, 1, 0),
         (128, 128, 33, 3, 1, 1, 0),
         (256, 256, 17, 3, 1, 1, 0),
+        (24, 32, 95, 3, 1, 1, 0),
         (16, 24, 33, 5, 1, 1, 0),
         (48, 64, 17, 5, 1, 1, 0),
         (96, 128, 9, 5, 1, 1, 0),
         (24, 48, 47, 5, 2, 1, 0),
+        (64, 96, 19, 5, 2, 1, 0),
         (3, 40, 95, 7, 2, 1, 0),
         (16, 32, 23, 7, 1, 1, 0),
         (64, 64, 9, 7, 1, 1, 0),
+        (3, 48, 150, 7, 2, 1, 0),
         (40, 40, 47, 3, 1, 40, 0),
         (72, 72, 33, 3, 2, 72, 0),
         (200, 200, 17, 3, 1, 200, 0),
         (520, 520, 9, 3, 1, 520, 0),
         (96, 96, 23, 5, 1, 96, 0),
         (240, 240, 9, 5, 2, 240, 0),
+        (48, 48, 95, 3, 1, 48, 0),
+        (144, 144, 47, 3, 2, 144, 0),
+        (800, 800, 5, 3, 1, 800, 0),
         (64, 64, 23, 3, 1, 4, 0),
         (128, 256, 17, 3, 1, 8, 0),
         (48, 48, 23, 3, 1, 1, 1),
         (2048, 40, 3, 1, 1, 1, 0),
+        (1000, 24, 1, 1, 1, 1, 0),
+        (24, 1000, 1, 1, 1, 1, 0),
     ];
     SET.iter()
         .enumerate()
