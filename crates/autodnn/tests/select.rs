@@ -1092,6 +1092,91 @@ fn a_new_algorithm_makes_a_cached_entry_stale() {
 }
 
 #[test]
+fn a_failure_while_tuning_is_not_remembered() {
+    let mut h = handle();
+    let a = Fake::new("usually_fast", 1024, 0.0);
+    let b = Fake::new("always_there", 0, 3.0);
+    h.set_cost_model(model_for(
+        &h,
+        &[("usually_fast", 1.0), ("always_there", 2.0)],
+    ));
+    let p = problem(SMALL);
+    let d = data(&p, 21);
+    h.set_fail_alloc(FailAlloc::Algorithms(vec!["usually_fast".into()]));
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("always_there", Source::Benchmark));
+    let cached = h.tuning_cache();
+    let rec = &cached.entries()[0].1.records;
+    assert_eq!(rec.last().unwrap().status, PerfStatus::Failed);
+    assert!(rec
+        .last()
+        .unwrap()
+        .note
+        .as_ref()
+        .unwrap()
+        .contains("injected"));
+    // Memory is back: the failed measurement does not stand, the ranking is measured again.
+    h.set_fail_alloc(FailAlloc::Never);
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("usually_fast", Source::Benchmark));
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("usually_fast", Source::Cache));
+}
+
+#[test]
+fn the_registry_through_the_public_calls() {
+    let mut h = handle();
+    let mut rng = Rng(0xfeed);
+    for policy in Policy::ALL {
+        h.set_policy(policy);
+        for case in 0..8 {
+            let p = random_problem(&mut rng);
+            let d = data(&p, 200 + case);
+            let accepting: BTreeSet<&str> = conv::algorithms()
+                .iter()
+                .filter(|a| a.check(&p).is_ok())
+                .map(|a| a.name())
+                .collect();
+            let found = h
+                .find_conv_algorithms(&p, &d.x, &d.w, &EpilogueArgs::default())
+                .unwrap();
+            let names: BTreeSet<&str> = found.iter().map(|r| r.algo.as_str()).collect();
+            assert_eq!(names, accepting);
+            assert_eq!(found[0].status, PerfStatus::Ok);
+            let (r, y) = run_auto(&h, conv::algorithms(), &p, &d);
+            assert!(accepting.contains(r.algo));
+            assert_right(&p, &y, &d, conv::find(r.algo).unwrap().accuracy(), "public");
+            // Weights prepared for the registry's last algorithm (plain: it has nothing to
+            // prepare) select as usual; transformed ones pin their algorithm.
+            let pw = h.prepare_weights(&p, base().name(), &d.w).unwrap();
+            let mut y = vec![f32::NAN; p.y().span()];
+            let r = h
+                .conv_forward_auto(
+                    &p,
+                    &d.x,
+                    Weights::Prepared(&pw),
+                    &mut y,
+                    &EpilogueArgs::default(),
+                )
+                .unwrap();
+            let source = if pw.is_transformed() {
+                Source::Prepared
+            } else {
+                r.source
+            };
+            assert_eq!(r.source, source);
+            assert_right(
+                &p,
+                &y,
+                &d,
+                conv::find(r.algo).unwrap().accuracy(),
+                "prepared",
+            );
+        }
+    }
+}
+
+#[test]
 fn dispatch_log_and_describe() {
     let p = problem(SMALL);
     let s = autodnn::select::describe(&p);

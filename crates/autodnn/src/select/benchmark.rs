@@ -266,7 +266,9 @@ pub(crate) fn race(
     for (a, warm, mut times) in alive {
         if times.is_empty() {
             // The winner after the warm-up alone: a round for a time worth caching.
-            times = timer.time(a, RACE_ROUND_RUNS).unwrap_or_else(|_| vec![warm]);
+            times = timer
+                .time(a, RACE_ROUND_RUNS)
+                .unwrap_or_else(|_| vec![warm]);
         }
         out.push(record(a, p, PerfStatus::Ok, Some(median(&mut times))));
     }

@@ -343,10 +343,14 @@ fn chain_from_records(entry: &CacheEntry, heuristic: &[&'static str]) -> Vec<&'s
     chain
 }
 
-/// True when a cached entry covers every eligible algorithm (a new or newly eligible one means
-/// the ranking must be measured again).
+/// True when a cached entry covers every eligible algorithm: a new or newly eligible one, or
+/// one whose measurement failed (memory may have been short, or a fault injected, at the
+/// time), means the ranking must be measured again.
 pub(crate) fn entry_covers(entry: &CacheEntry, eligible: &[&'static str]) -> bool {
-    eligible
-        .iter()
-        .all(|a| entry.records.iter().any(|r| r.algo == *a))
+    eligible.iter().all(|a| {
+        entry
+            .records
+            .iter()
+            .any(|r| r.algo == *a && r.status != PerfStatus::Failed)
+    })
 }
