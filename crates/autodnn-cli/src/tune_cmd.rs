@@ -313,7 +313,7 @@ fn tune_layer(
     };
     line.source = Some(plan.source.name());
     // The warm-up run, with the fallback chain: its events are the layer's fallbacks.
-    let report = match handle.conv_forward_plan(&plan, &x, Weights::Plain(&w), &mut y, &epi) {
+    let report = match handle.conv_forward_plan(&plan, &x, Weights::Plain(&w), &mut y, &epi, None) {
         Ok(r) => r,
         Err(e) => {
             line.error = Some(e.to_string());
@@ -345,7 +345,9 @@ fn tune_layer(
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let t = std::time::Instant::now();
-        if let Err(e) = handle.conv_forward_plan(&pinned, &x, Weights::Plain(&w), &mut y, &epi) {
+        if let Err(e) =
+            handle.conv_forward_plan(&pinned, &x, Weights::Plain(&w), &mut y, &epi, None)
+        {
             line.error = Some(e.to_string());
             fail(e)?;
             return Ok((line, Some(plan)));

@@ -576,6 +576,8 @@ impl Handle {
 
     /// Runs a plan with the fallback chain (see [`crate::select`]): y = the problem's
     /// convolution and epilogue, computed by the first algorithm of the chain that succeeds.
+    /// The workspace is the caller's (`Some`: algorithms needing more are stepped past, each
+    /// with a fallback event) or the handle's (`None`, within its budget).
     ///
     /// # Errors
     /// Bad input at once ([`crate::ErrorKind::BadInput`]); [`Error::AllFailed`] when every
@@ -587,12 +589,14 @@ impl Handle {
         w: Weights<'_>,
         y: &mut [f32],
         epilogue: &EpilogueArgs<'_>,
+        workspace: Option<&mut [u8]>,
     ) -> Result<RunReport> {
-        self.conv_forward_plan_with(conv::algorithms(), plan, x, w, y, epilogue)
+        self.conv_forward_plan_with(conv::algorithms(), plan, x, w, y, epilogue, workspace)
     }
 
     #[doc(hidden)]
     /// [`Handle::conv_forward_plan`] over a caller's list (tests of the machinery).
+    #[allow(clippy::too_many_arguments)]
     pub fn conv_forward_plan_with(
         &self,
         algos: &[&dyn ConvAlgorithm],
@@ -601,8 +605,19 @@ impl Handle {
         w: Weights<'_>,
         y: &mut [f32],
         epilogue: &EpilogueArgs<'_>,
+        workspace: Option<&mut [u8]>,
     ) -> Result<RunReport> {
-        select::execute(self, algos, plan, plan.problem(), x, w, y, epilogue)
+        select::execute(
+            self,
+            algos,
+            plan,
+            plan.problem(),
+            x,
+            w,
+            y,
+            epilogue,
+            workspace,
+        )
     }
 
     /// y = act(alpha · conv(x, w) + bias + beta · z) with an algorithm chosen by the handle's
@@ -666,7 +681,9 @@ impl Handle {
                             timed: 0,
                             declined: Vec::new(),
                         };
-                        return select::execute(self, algos, &plan, problem, x, w, y, epilogue);
+                        return select::execute(
+                            self, algos, &plan, problem, x, w, y, epilogue, None,
+                        );
                     }
                 }
             }
@@ -681,6 +698,7 @@ impl Handle {
             Weights::Plain(plain),
             y,
             epilogue,
+            None,
         )?;
         report.selection_ms = plan.selection_ms;
         Ok(report)

@@ -647,6 +647,62 @@ fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
 }
 
 #[test]
+fn a_caller_workspace_too_small_steps_down_the_chain() {
+    let big = Fake::new("ws_big", 1 << 16, 0.0);
+    let small = Fake::new("ws_small", 256, 0.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&big, &small, base()];
+    let mut h = handle();
+    h.set_policy(Policy::Heuristic);
+    h.set_cost_model(model_for(
+        &h,
+        &[("ws_big", 1.0), ("ws_small", 2.0), ("*", 3.0)],
+    ));
+    let p = problem(SMALL);
+    let d = data(&p, 22);
+    let epi = EpilogueArgs::default();
+    let plan = h.plan_conv_with(&algos, &p, &d.x, &d.w, &epi).unwrap();
+    assert_eq!(plan.chain(), ["ws_big", "ws_small", base().name()]);
+    for (len, want, events) in [
+        (1 << 16, "ws_big", 0),
+        (300, "ws_small", 1),
+        // After the first refusal, what cannot fit the slice is not even tried.
+        (255, base().name(), 1),
+        (0, base().name(), 1),
+    ] {
+        let mut ws = vec![0u8; len];
+        let mut y = vec![f32::NAN; p.y().span()];
+        let r = h
+            .conv_forward_plan_with(
+                &algos,
+                &plan,
+                &d.x,
+                Weights::Plain(&d.w),
+                &mut y,
+                &epi,
+                Some(&mut ws),
+            )
+            .unwrap();
+        assert_eq!((r.algo, r.events.len()), (want, events), "{len} bytes");
+        assert!(r
+            .events
+            .iter()
+            .all(|e| matches!(e.error, Error::WorkspaceTooSmall { .. })));
+        assert_right(&p, &y, &d, Accuracy::Exact, "caller workspace");
+        assert_eq!(
+            h.cached_workspace_bytes(),
+            0,
+            "the handle's workspace is not used"
+        );
+    }
+    assert_eq!(big.max_ws(), 1 << 16);
+    assert_eq!(
+        small.max_ws(),
+        256,
+        "exactly what it needs, not the whole slice"
+    );
+}
+
+#[test]
 fn algorithm_failures_fall_back_and_bad_input_does_not() {
     let broken = Fake {
         fail: Some(|| Error::Unsupported {

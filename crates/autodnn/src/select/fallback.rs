@@ -15,8 +15,10 @@ use crate::desc::ConvProblem;
 use crate::error::{Error, ErrorKind, Result};
 use crate::Handle;
 
-/// Runs `plan` on the data with the fallback chain. When every algorithm fails, the error is
-/// [`Error::AllFailed`], listing each failure.
+/// Runs `plan` on the data with the fallback chain, in the caller's workspace when one is
+/// given (algorithms needing more are stepped past with a too-small-workspace event) or in the
+/// handle's. When every algorithm fails, the error is [`Error::AllFailed`], listing each
+/// failure.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     h: &Handle,
@@ -27,6 +29,7 @@ pub(crate) fn execute(
     w: Weights<'_>,
     y: &mut [f32],
     epilogue: &EpilogueArgs<'_>,
+    mut caller_ws: Option<&mut [u8]>,
 ) -> Result<RunReport> {
     if plan.problem != *p {
         return Err(Error::bad(
@@ -76,8 +79,18 @@ pub(crate) fn execute(
                 Weights::Plain(w) => AlgoWeights::Plain(w),
                 Weights::Prepared(pw) => pw.for_call(p, a.name())?,
             };
-            let mut ws = h.reserve_workspace(need, a.name())?;
-            a.run(&ctx, p, x, weights, y, ws.slice(), &epi)
+            match caller_ws.as_deref_mut() {
+                Some(ws) if ws.len() < need => Err(Error::WorkspaceTooSmall {
+                    algo: a.name().into(),
+                    needed: need,
+                    got: ws.len(),
+                }),
+                Some(ws) => a.run(&ctx, p, x, weights, y, &mut ws[..need], &epi),
+                None => {
+                    let mut ws = h.reserve_workspace(need, a.name())?;
+                    a.run(&ctx, p, x, weights, y, ws.slice(), &epi)
+                }
+            }
         })();
         match result {
             Ok(()) => {
@@ -94,12 +107,18 @@ pub(crate) fn execute(
             Err(e) => {
                 // Memory is short: later attempts must need less. (A refused zero-byte
                 // reservation, an injected fault, says nothing about the memory left.)
-                let memory = matches!(
-                    e,
-                    Error::OutOfMemory { .. } | Error::WorkspaceTooSmall { .. }
-                );
-                if memory && need > 0 {
-                    ceiling = Some(ceiling.map_or(need, |c| c.min(need)));
+                let short = match (&e, caller_ws.as_deref()) {
+                    // The caller's workspace holds what it holds: anything up to its size fits.
+                    (Error::WorkspaceTooSmall { .. }, Some(ws)) => Some(ws.len() + 1),
+                    (Error::OutOfMemory { .. } | Error::WorkspaceTooSmall { .. }, _)
+                        if need > 0 =>
+                    {
+                        Some(need)
+                    }
+                    _ => None,
+                };
+                if let Some(n) = short {
+                    ceiling = Some(ceiling.map_or(n, |c| c.min(n)));
                 }
                 h.release_workspace();
                 if let Some(s) = &snapshot {
