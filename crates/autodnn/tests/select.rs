@@ -137,7 +137,7 @@ fn model_for(h: &Handle, entries: &[(&str, f64)]) -> CostModel {
             (
                 n.to_string(),
                 AlgoFit {
-                    coef: vec![*ms, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                    coef: vec![*ms, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
                     samples: 1,
                     median_rel_err: 0.0,
                     max_rel_err: 0.0,

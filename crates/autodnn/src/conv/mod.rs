@@ -113,7 +113,7 @@ pub trait ConvAlgorithm: Send + Sync {
 }
 
 /// Length of [`ConvAlgorithm::cost_features`].
-pub const COST_FEATURES: usize = 7;
+pub const COST_FEATURES: usize = 8;
 
 /// The default cost features of a problem whose algorithm uses `workspace_bytes`:
 ///
@@ -125,7 +125,9 @@ pub const COST_FEATURES: usize = 7;
 ///    channels), which no algorithm runs at its peak rate,
 /// 5. GFLOP of strided windows (stride above 1 with a kernel above 1×1), whose inputs are not
 ///    contiguous,
-/// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images).
+/// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images),
+/// 7. GFLOP × 8 / (8 + K per group): the FLOPs of narrow outputs (depthwise, few output
+///    channels per group), which leave output-channel blocking idle.
 pub fn default_cost_features(
     problem: &ConvProblem,
     workspace_bytes: usize,
@@ -143,6 +145,7 @@ pub fn default_cost_features(
         gflop * 16.0 / (16.0 + reduction),
         if strided { gflop } else { 0.0 },
         (n * k) as f64 / 1e3,
+        gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
     ]
 }
 

@@ -206,7 +206,8 @@ impl CostModel {
 
 /// Prediction without any fit: 10 GFLOP/s per thread, 5 GB/s.
 fn fallback_predict(f: &[f64; COST_FEATURES], threads: usize) -> f64 {
-    let per_thread = f[1] * 100.0 + f[2] * 0.2 + f[3] * 0.2 + f[4] * 100.0 + f[5] * 100.0;
+    let per_thread =
+        f[1] * 100.0 + f[2] * 0.2 + f[3] * 0.2 + f[4] * 100.0 + f[5] * 100.0 + f[7] * 100.0;
     0.01 + (per_thread + f[6] * 0.1) / threads.max(1) as f64
 }
 
@@ -236,7 +237,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 44] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 49] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -275,6 +276,11 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (48, 48, 95, 3, 1, 48, 0),
         (144, 144, 47, 3, 2, 144, 0),
         (800, 800, 5, 3, 1, 800, 0),
+        (640, 640, 13, 3, 1, 640, 0),
+        (960, 960, 7, 3, 1, 960, 0),
+        (384, 384, 15, 3, 2, 384, 0),
+        (32, 32, 111, 3, 1, 32, 0),
+        (320, 320, 21, 3, 1, 320, 0),
         (64, 64, 23, 3, 1, 4, 0),
         (128, 256, 17, 3, 1, 8, 0),
         (48, 48, 23, 3, 1, 1, 1),
