@@ -124,9 +124,9 @@ impl Error {
             | Error::Parse { .. }
             | Error::UnknownAlgorithm { .. } => ErrorKind::BadInput,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
-            Error::Declined { .. } | Error::WorkspaceTooSmall { .. } | Error::OutOfMemory { .. } => {
-                ErrorKind::Runtime
-            }
+            Error::Declined { .. }
+            | Error::WorkspaceTooSmall { .. }
+            | Error::OutOfMemory { .. } => ErrorKind::Runtime,
             Error::Io { .. } => ErrorKind::Io,
         }
     }

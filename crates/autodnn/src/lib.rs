@@ -33,9 +33,10 @@ pub mod conv;
 pub mod cpu;
 mod desc;
 mod error;
+pub mod gemm;
 mod handle;
-mod parallel;
 pub mod models;
+mod parallel;
 mod problem_string;
 pub mod reference;
 
@@ -44,8 +45,8 @@ pub use desc::{
     TensorDesc,
 };
 pub use error::{Error, ErrorKind, Result};
-pub use handle::{Backend, Handle};
 pub use half::{bf16, f16};
+pub use handle::{Backend, Handle};
 pub use problem_string::{parse_problem_list, ProblemSpec};
 
 /// The library's version (`x.y.z`).

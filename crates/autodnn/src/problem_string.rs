@@ -54,7 +54,10 @@ impl ProblemSpec {
     /// # Errors
     /// [`Error::Parse`] saying what is wrong.
     pub fn parse(s: &str) -> Result<ProblemSpec> {
-        Err(Error::Parse { input: s.into(), reason: "not implemented".into() })
+        Err(Error::Parse {
+            input: s.into(),
+            reason: "not implemented".into(),
+        })
     }
     /// How many times the layer occurs in its network (the name's `*N` suffix; 1 without).
     pub fn count(&self) -> usize {
@@ -79,7 +82,9 @@ impl ProblemSpec {
     /// The descriptors' errors.
     pub fn to_problem(&self, layout: Layout) -> Result<ConvProblem> {
         let _ = layout;
-        Err(Error::Unsupported { what: "stub".into() })
+        Err(Error::Unsupported {
+            what: "stub".into(),
+        })
     }
     /// The benchdnn description of a problem (mode and layouts are not part of the format).
     pub fn from_problem(p: &ConvProblem, name: &str) -> ProblemSpec {

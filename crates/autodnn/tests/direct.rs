@@ -39,10 +39,21 @@ fn direct_is_exact_and_thread_count_invariant_on_random_problems() {
         let mut by_isa: Vec<(Isa, Vec<f32>)> = Vec::new();
         for (isa, threads, h) in &handles {
             let y = run(h, &p, &x, &w);
-            assert_exact(&p, &y, &r, &format!("case {case} {isa:?} {threads} threads"));
+            assert_exact(
+                &p,
+                &y,
+                &r,
+                &format!("case {case} {isa:?} {threads} threads"),
+            );
             if let Some((_, y1)) = by_isa.iter().find(|(i, _)| i == isa) {
-                let same = y1.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-                assert!(same, "case {case} {isa:?}: bits differ between thread counts");
+                let same = y1
+                    .iter()
+                    .zip(&y)
+                    .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                assert!(
+                    same,
+                    "case {case} {isa:?}: bits differ between thread counts"
+                );
             } else {
                 by_isa.push((*isa, y));
             }
@@ -57,8 +68,12 @@ fn direct_matches_reference_on_real_data_within_rounding() {
     let mut rng = Rng(77);
     for case in 0..60 {
         let p = random_problem(&mut rng);
-        let x: Vec<f32> = (0..p.x().span()).map(|_| rng.range(-1000, 1000) as f32 / 1000.0).collect();
-        let w: Vec<f32> = (0..p.w().elements()).map(|_| rng.range(-1000, 1000) as f32 / 1000.0).collect();
+        let x: Vec<f32> = (0..p.x().span())
+            .map(|_| rng.range(-1000, 1000) as f32 / 1000.0)
+            .collect();
+        let w: Vec<f32> = (0..p.w().elements())
+            .map(|_| rng.range(-1000, 1000) as f32 / 1000.0)
+            .collect();
         let r = reference::conv_forward(&p, &x, &w).unwrap();
         let terms = (p.c_per_group() * p.w().r() * p.w().s()) as f64;
         let bound = 2.0 * terms * f32::EPSILON as f64;
@@ -70,7 +85,12 @@ fn direct_matches_reference_on_real_data_within_rounding() {
                     for i in 0..oh {
                         for j in 0..ow {
                             let o = p.y().offset(b, c, i, j);
-                            assert!((y[o] as f64 - r[o]).abs() <= bound, "case {case}: {} vs {}", y[o], r[o]);
+                            assert!(
+                                (y[o] as f64 - r[o]).abs() <= bound,
+                                "case {case}: {} vs {}",
+                                y[o],
+                                r[o]
+                            );
                         }
                     }
                 }

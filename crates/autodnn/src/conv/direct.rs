@@ -215,7 +215,12 @@ fn describe<const L: usize>(offs: &[i64; L], valid: u32, load: &mut VecLoad<L>) 
 
 /// Splits the valid lanes into runs where lane `l` reads `base + step·l`; `None` when more
 /// than [`MAX_SEGMENTS`] runs would be needed.
-fn runs<const L: usize>(offs: &[i64; L], valid: u32, step: i64, load: &mut VecLoad<L>) -> Option<u8> {
+fn runs<const L: usize>(
+    offs: &[i64; L],
+    valid: u32,
+    step: i64,
+    load: &mut VecLoad<L>,
+) -> Option<u8> {
     let mut nseg = 0usize;
     for l in (0..L).filter(|l| valid >> l & 1 == 1) {
         let base = offs[l] - step * l as i64;
@@ -563,7 +568,11 @@ mod avx512 {
             for s in 0..load.nseg as usize {
                 // SAFETY: lane l of run s reads xc + off + l, in bounds for enabled lanes.
                 v = unsafe {
-                    _mm512_mask_loadu_ps(v, load.mask[s] as __mmask16, xc.wrapping_offset(load.off[s]))
+                    _mm512_mask_loadu_ps(
+                        v,
+                        load.mask[s] as __mmask16,
+                        xc.wrapping_offset(load.off[s]),
+                    )
                 };
             }
             v

@@ -95,9 +95,16 @@ impl ConvDesc {
         groups: usize,
         mode: ConvMode,
     ) -> Result<ConvDesc> {
-        for (name, v) in [("conv.pad_top", padding.top), ("conv.pad_left", padding.left)] {
+        for (name, v) in [
+            ("conv.pad_top", padding.top),
+            ("conv.pad_left", padding.left),
+        ] {
             if v < 0 {
-                return Err(Error::bad(name, v, "top and left padding must be at least 0"));
+                return Err(Error::bad(
+                    name,
+                    v,
+                    "top and left padding must be at least 0",
+                ));
             }
         }
         for (name, v) in [

@@ -57,11 +57,7 @@ pub fn assert_exact(p: &ConvProblem, y: &[f32], reference: &[f64], what: &str) -
     count
 }
 
-fn packed_or_padded(
-    rng: &mut Rng,
-    dims: [usize; 4],
-    layout: Layout,
-) -> TensorDesc {
+fn packed_or_padded(rng: &mut Rng, dims: [usize; 4], layout: Layout) -> TensorDesc {
     let packed = TensorDesc::new(DataType::F32, layout, dims).unwrap();
     if rng.range(0, 3) > 0 {
         return packed;
@@ -92,9 +88,21 @@ fn packed_or_padded(
 pub fn random_problem(rng: &mut Rng) -> ConvProblem {
     loop {
         let depthwise = rng.range(0, 5) == 0;
-        let groups = if depthwise { rng.range(1, 8) as usize } else { rng.range(1, 3) as usize };
-        let cg = if depthwise { 1 } else { rng.range(1, 6) as usize };
-        let kg = if depthwise { rng.range(1, 2) as usize } else { rng.range(1, 13) as usize };
+        let groups = if depthwise {
+            rng.range(1, 8) as usize
+        } else {
+            rng.range(1, 3) as usize
+        };
+        let cg = if depthwise {
+            1
+        } else {
+            rng.range(1, 6) as usize
+        };
+        let kg = if depthwise {
+            rng.range(1, 2) as usize
+        } else {
+            rng.range(1, 13) as usize
+        };
         let (r, s) = match rng.range(0, 3) {
             0 => (1, rng.range(1, 5) as usize),
             1 => (rng.range(1, 5) as usize, 1),

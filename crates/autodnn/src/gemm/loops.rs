@@ -1,0 +1,439 @@
+//! The five loops around the micro-kernel (BLIS), and how they are shared among threads.
+//!
+//! In the engine's frame C is `m × n`, A (vector side) `m × k`, B (broadcast side) `k × n`:
+//!
+//! ```text
+//! for jc in 0..n step NC            5th loop: a panel of B columns
+//!   for pc in 0..k step KC          4th loop: depth; pack B[pc.., jc..] (KC × NC, shared)
+//!     for ic in 0..m step MC        3rd loop: pack A[ic.., pc..] (MC × KC)
+//!       for jr in 0..NC step NR     2nd loop: one B micro-panel stays in L1 ...
+//!         for ir in 0..MC step MR   1st loop: ... while A micro-panels stream past it
+//!           micro-kernel(MR × NR tile), then the epilogue on the last depth block
+//! ```
+//!
+//! **Threads.** With `t` threads, the packed B panel is packed by all of them together and
+//! then shared. The rows of micro-panels (3rd and 1st loops) are split into `t` contiguous
+//! ranges, each thread packing its own A blocks, when that divides as evenly as splitting
+//! the columns; otherwise A blocks are packed together and the B micro-panels (2nd loop) are
+//! split. Either way every C element is computed by one thread with the same depth blocks in
+//! the same order, so results do not depend on the thread count. Problems under
+//! [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
+//!
+//! **Small problems.** When A is unit-stride along rows, fits one `KC` block and has at most
+//! `direct_max_m` rows, its full micro-panels are read in place (only a ragged last panel is
+//! copied): packing would cost more than it saves.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::thread::LocalKey;
+
+use rayon::prelude::*;
+
+use super::blocking::THRESHOLDS;
+use super::epilogue::{FrameEpilogue, TileView};
+use super::kernels::{KernelSet, Tile};
+use super::pack::{PackA, PackB};
+
+/// The output of the engine: a mutable matrix with validated strides, shared by the threads
+/// of one call, each writing its own tiles.
+pub(crate) struct OutMatrix<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the frame hands each tile of an OutMatrix to exactly one thread (the thread
+// splits below are disjoint ranges of tiles), so sharing the pointer cannot race.
+unsafe impl Send for OutMatrix<'_> {}
+// SAFETY: as for Send.
+unsafe impl Sync for OutMatrix<'_> {}
+
+impl<'a> OutMatrix<'a> {
+    /// A `rows × cols` view of `c` with element (i, j) at `i·rs + j·cs`; `None` when an
+    /// element lies outside `c` or two elements share an offset.
+    pub(crate) fn new(
+        c: &'a mut [f32],
+        rows: usize,
+        cols: usize,
+        rs: usize,
+        cs: usize,
+    ) -> Option<OutMatrix<'a>> {
+        let span = super::desc::span(rows, cols, rs, cs)?;
+        (span <= c.len() && super::desc::non_overlapping(rows, cols, rs, cs)).then_some(OutMatrix {
+            ptr: c.as_mut_ptr(),
+            rows,
+            cols,
+            rs,
+            cs,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// The transposed view of the same memory.
+    pub(crate) fn t(self) -> OutMatrix<'a> {
+        OutMatrix {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// The tile of `m × n` elements at (i0, j0), checked to lie inside the matrix.
+    ///
+    /// # Safety
+    /// While the returned view (or a kernel writing through its pointer) is in use, no other
+    /// view of an overlapping tile is used by any thread.
+    unsafe fn tile(&self, i0: usize, j0: usize, m: usize, n: usize) -> TileView<'_> {
+        assert!(i0 + m <= self.rows && j0 + n <= self.cols);
+        TileView {
+            // The offset is inside the buffer (validated span) for any non-empty tile.
+            ptr: self.ptr.wrapping_add(i0 * self.rs + j0 * self.cs),
+            m,
+            n,
+            rs: self.rs,
+            cs: self.cs,
+            _tile: PhantomData,
+        }
+    }
+}
+
+/// One product in the engine's frame: `C = epilogue(alpha·A·B + beta·C)`.
+pub(crate) struct Gemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub beta: f32,
+    pub a: &'a dyn PackA,
+    pub b: &'a dyn PackB,
+    pub epilogue: FrameEpilogue<'a>,
+}
+
+/// Runs one product with up to `threads` threads of `pool`.
+pub(crate) fn run(
+    ks: &KernelSet,
+    pool: &rayon::ThreadPool,
+    threads: usize,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+) {
+    assert!(c.rows == g.m && c.cols == g.n);
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    if g.k == 0 || g.alpha == 0.0 {
+        return scale(ks, g, c);
+    }
+    let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    let (mr, nr) = (ks.blocking.mr, ks.blocking.nr);
+    let most = g.m.div_ceil(mr).max(g.n.div_ceil(nr));
+    let nt = if fmas < THRESHOLDS.parallel_min_fmas {
+        1
+    } else {
+        threads.min(most).max(1)
+    };
+    if nt == 1 {
+        frame(ks, g, c, 1)
+    } else {
+        pool.install(|| frame(ks, g, c, nt))
+    }
+}
+
+/// C = beta·C (zeros for beta = 0, C unread), then the epilogue: the whole result when k = 0
+/// or alpha = 0.
+fn scale(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>) {
+    // SAFETY: the whole matrix as one tile, used by this thread only.
+    let mut t = unsafe { c.tile(0, 0, g.m, g.n) };
+    for j in 0..g.n {
+        for i in 0..g.m {
+            // SAFETY: (i, j) is inside the validated matrix, accessed by this thread only.
+            let x = unsafe { &mut *t.ptr.add(i * t.rs + j * t.cs) };
+            *x = if g.beta == 0.0 { 0.0 } else { g.beta * *x };
+        }
+    }
+    if !g.epilogue.is_identity() {
+        (ks.epilogue)(&g.epilogue, &mut t, 0, 0);
+    }
+}
+
+/// One depth block of one column panel, as the inner loops see it.
+struct Step<'s> {
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    beta: f32,
+    last: bool,
+    b: &'s [f32],
+}
+
+/// The A block handed to the macro-kernel.
+enum ABlock<'s> {
+    /// Packed micro-panels, `mr × kc` each.
+    Packed(&'s [f32]),
+    /// Full micro-panels read in place from A (element (i, p) at `i + p·lda`), and the
+    /// ragged last panel packed in `tail`.
+    InPlace {
+        data: &'s [f32],
+        lda: usize,
+        tail: &'s [f32],
+    },
+}
+
+thread_local! {
+    static BUF_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static BUF_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` elements of this thread's cached buffer, aligned to 64 bytes (a fresh
+/// allocation when the cache is in use, e.g. by a call this thread interleaves with).
+fn with_buf<R>(
+    cell: &'static LocalKey<RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+        if v.len() < len + 16 {
+            v.resize(len + 16, 0.0);
+        }
+        let off = v.as_ptr().align_offset(64).min(16);
+        &mut v[off..off + len]
+    }
+    cell.with(|c| match c.try_borrow_mut() {
+        Ok(mut v) => f(aligned(&mut v, len)),
+        Err(_) => f(aligned(&mut Vec::new(), len)),
+    })
+}
+
+/// Splits `0..len` into `parts` near-equal contiguous ranges; this is range `t`.
+fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
+    len * t / parts..len * (t + 1) / parts
+}
+
+/// How evenly `units` split over `nt` threads (1 = perfectly).
+fn balance(units: usize, nt: usize) -> f64 {
+    units as f64 / (units.div_ceil(nt) * nt) as f64
+}
+
+fn frame(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    let in_place = if g.m <= THRESHOLDS.direct_max_m && g.k <= bl.kc {
+        g.a.in_place()
+    } else {
+        None
+    };
+    let kc_max = bl.kc.min(g.k);
+    let nc_max = bl.nc.min(g.n.div_ceil(nr) * nr);
+    let mpan = g.m.div_ceil(mr);
+    with_buf(&BUF_B, kc_max * nc_max, |bbuf| {
+        for jc in (0..g.n).step_by(bl.nc) {
+            let nc = bl.nc.min(g.n - jc);
+            let npan = nc.div_ceil(nr);
+            for pc in (0..g.k).step_by(bl.kc) {
+                let kc = bl.kc.min(g.k - pc);
+                let bp = &mut bbuf[..npan * nr * kc];
+                pack_b(g.b, pc, kc, jc, nc, nr, bp, nt);
+                let step = Step {
+                    pc,
+                    kc,
+                    jc,
+                    nc,
+                    beta: if pc == 0 { g.beta } else { 1.0 },
+                    last: pc + kc == g.k,
+                    b: bp,
+                };
+                if nt == 1 {
+                    rows(ks, g, c, &step, 0..mpan, in_place);
+                } else if balance(mpan, nt) >= balance(npan, nt) {
+                    (0..nt)
+                        .into_par_iter()
+                        .for_each(|t| rows(ks, g, c, &step, part(mpan, nt, t), in_place));
+                } else {
+                    columns(ks, g, c, &step, nt, in_place);
+                }
+            }
+        }
+    })
+}
+
+/// Packs the B panel, split among `nt` threads when there are several.
+#[allow(clippy::too_many_arguments)]
+fn pack_b(
+    b: &dyn PackB,
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    nr: usize,
+    dst: &mut [f32],
+    nt: usize,
+) {
+    let npan = nc.div_ceil(nr);
+    if nt == 1 || npan < 2 {
+        return b.pack_b(pc, kc, jc, nc, nr, dst);
+    }
+    let per = npan.div_ceil(nt);
+    dst.par_chunks_mut(per * nr * kc)
+        .enumerate()
+        .for_each(|(q, d)| {
+            let j0 = q * per * nr;
+            b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
+        });
+}
+
+/// The 3rd loop over the micro-panel rows `panels` (one thread's share): packs each A
+/// block (or reads it in place) and runs the macro-kernel over every B micro-panel.
+fn rows(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    s: &Step<'_>,
+    panels: Range<usize>,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let (mr, mc_pan) = (bl.mr, bl.mc / bl.mr);
+    let npan = s.nc.div_ceil(bl.nr);
+    let blocks = panels.clone().step_by(mc_pan.max(1));
+    with_buf(&BUF_A, mc_pan.max(1) * mr * s.kc, |abuf| {
+        for q0 in blocks {
+            let q1 = (q0 + mc_pan).min(panels.end);
+            let i0 = q0 * mr;
+            let mc = (q1 * mr).min(g.m) - i0;
+            let block = a_block(g, s, i0, mc, mr, in_place, abuf);
+            macro_kernel(ks, g, c, s, i0, mc, &block, 0..npan);
+        }
+    })
+}
+
+/// The 3rd loop with the B micro-panels split among `nt` threads: each A block is packed by
+/// all threads together, then each runs the macro-kernel on its share of B micro-panels.
+fn columns(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    s: &Step<'_>,
+    nt: usize,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let mr = bl.mr;
+    let npan = s.nc.div_ceil(bl.nr);
+    with_buf(&BUF_A, bl.mc * s.kc, |abuf| {
+        for i0 in (0..g.m).step_by(bl.mc) {
+            let mc = bl.mc.min(g.m - i0);
+            let block = match in_place {
+                Some(_) => a_block(g, s, i0, mc, mr, in_place, abuf),
+                None => {
+                    let dst = &mut abuf[..mc.div_ceil(mr) * mr * s.kc];
+                    let per = mc.div_ceil(mr).div_ceil(nt);
+                    dst.par_chunks_mut(per * mr * s.kc)
+                        .enumerate()
+                        .for_each(|(q, d)| {
+                            let r0 = q * per * mr;
+                            g.a.pack_a(i0 + r0, (per * mr).min(mc - r0), s.pc, s.kc, mr, d)
+                        });
+                    ABlock::Packed(dst)
+                }
+            };
+            (0..nt)
+                .into_par_iter()
+                .for_each(|t| macro_kernel(ks, g, c, s, i0, mc, &block, part(npan, nt, t)));
+        }
+    })
+}
+
+/// Packs rows `i0 .. i0 + mc` of A at this depth block into `buf`, or describes them in
+/// place (packing only a ragged last micro-panel).
+fn a_block<'s>(
+    g: &Gemm<'_>,
+    s: &Step<'_>,
+    i0: usize,
+    mc: usize,
+    mr: usize,
+    in_place: Option<(&'s [f32], usize)>,
+    buf: &'s mut [f32],
+) -> ABlock<'s> {
+    match in_place {
+        Some((data, lda)) => {
+            let full = mc / mr;
+            let rest = mc - full * mr;
+            let tail = &mut buf[..if rest > 0 { mr * s.kc } else { 0 }];
+            if rest > 0 {
+                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
+            }
+            ABlock::InPlace { data, lda, tail }
+        }
+        None => {
+            let dst = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
+            g.a.pack_a(i0, mc, s.pc, s.kc, mr, dst);
+            ABlock::Packed(dst)
+        }
+    }
+}
+
+/// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
+/// block) tile, the micro-kernel, then the epilogue after the last depth block.
+#[allow(clippy::too_many_arguments)]
+fn macro_kernel(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    s: &Step<'_>,
+    i0: usize,
+    mc: usize,
+    block: &ABlock<'_>,
+    jpanels: Range<usize>,
+) {
+    let (mr, nr, kc) = (ks.blocking.mr, ks.blocking.nr, s.kc);
+    let apan = mc.div_ceil(mr);
+    let epilogue = s.last && !g.epilogue.is_identity();
+    for jp in jpanels {
+        let bpanel = &s.b[jp * nr * kc..(jp + 1) * nr * kc];
+        let j = s.jc + jp * nr;
+        let n = nr.min(s.jc + s.nc - j);
+        for q in 0..apan {
+            let i = i0 + q * mr;
+            let m = mr.min(i0 + mc - i);
+            let (a, lda): (&[f32], usize) = match *block {
+                ABlock::Packed(p) => (&p[q * mr * kc..(q + 1) * mr * kc], mr),
+                ABlock::InPlace { tail, .. } if m < mr => (tail, mr),
+                ABlock::InPlace { data, lda, .. } => {
+                    let start = i + s.pc * lda;
+                    (&data[start..start + (kc - 1) * lda + mr], lda)
+                }
+            };
+            // SAFETY: this thread owns tile (i, j) of this call: thread splits are disjoint
+            // ranges of row panels or of column panels.
+            let mut view = unsafe { c.tile(i, j, m, n) };
+            let tile = Tile {
+                k: kc,
+                a: a.as_ptr(),
+                lda,
+                b: bpanel.as_ptr(),
+                c: view.ptr,
+                rs_c: c.rs,
+                cs_c: c.cs,
+                m,
+                n,
+                alpha: g.alpha,
+                beta: s.beta,
+            };
+            // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the CPU
+            // has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr (both
+            // slices, bounds-checked above); the C tile is inside the validated output
+            // (checked by `tile`) and this thread's alone.
+            unsafe { (ks.ukr)(&tile) };
+            if epilogue {
+                (ks.epilogue)(&g.epilogue, &mut view, i, j);
+            }
+        }
+    }
+}
