@@ -47,7 +47,7 @@ pub use desc::{
 pub use error::{Error, ErrorKind, Result};
 pub use half::{bf16, f16};
 pub use handle::{Backend, Handle};
-pub use problem_string::{parse_problem_list, ProblemSpec};
+pub use problem_string::{parse_problem_list, read_problems, ProblemSpec};
 
 /// The library's version (`x.y.z`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,18 +1,66 @@
 //! Built-in layer lists of real networks (from oneDNN's benchdnn inputs).
-//! STUB: to be implemented.
+//!
+//! Each model is one of benchdnn's `shapes_*` lists (in `data/shapes/`, embedded in the
+//! library): the distinct convolution layers of the network at the list's own minibatch, each
+//! name ending in `*N` when the layer occurs N times ([`ProblemSpec::count`]).
+//!
+//! ```
+//! let layers = autodnn::models::layers("resnet50")?;
+//! assert_eq!(layers.len(), 20);
+//! assert_eq!(layers.iter().map(|l| l.count()).sum::<usize>(), 53);
+//! let batch1: Vec<_> = layers.iter().map(|l| l.with_mb(1)).collect();
+//! assert!(batch1.iter().all(|l| l.mb == 1));
+//! # Ok::<(), autodnn::Error>(())
+//! ```
 
 use crate::error::{Error, Result};
-use crate::problem_string::ProblemSpec;
+use crate::problem_string::{parse_problem_list, ProblemSpec};
 
-/// Names of the built-in models.
+/// (name, list text) of each built-in model.
+const MODELS: [(&str, &str); 7] = [
+    ("resnet50", include_str!("../data/shapes/shapes_resnet_50")),
+    ("mobilenet", include_str!("../data/shapes/shapes_mobilenet")),
+    (
+        "mobilenet_dw",
+        include_str!("../data/shapes/shapes_mobilenet_dw"),
+    ),
+    (
+        "googlenet_v1",
+        include_str!("../data/shapes/shapes_googlenet_v1"),
+    ),
+    ("vgg11", include_str!("../data/shapes/shapes_vgg_11")),
+    ("alexnet", include_str!("../data/shapes/shapes_alexnet")),
+    ("yolov2", include_str!("../data/shapes/shapes_yolov2")),
+];
+
+const NAMES: [&str; 7] = [
+    MODELS[0].0,
+    MODELS[1].0,
+    MODELS[2].0,
+    MODELS[3].0,
+    MODELS[4].0,
+    MODELS[5].0,
+    MODELS[6].0,
+];
+
+/// Names of the built-in models: `resnet50`, `mobilenet`, `mobilenet_dw`, `googlenet_v1`,
+/// `vgg11`, `alexnet`, `yolov2`.
 pub fn names() -> &'static [&'static str] {
-    &[]
+    &NAMES
 }
 
-/// The layers of a built-in model at its list's own batch size.
+/// The layers of a built-in model at its list's own batch size (override it with
+/// [`ProblemSpec::with_mb`]).
 ///
 /// # Errors
-/// [`Error::BadParam`] naming `model` for an unknown name.
+/// [`Error::BadParam`] naming `model` for an unknown name, its reason listing the known ones.
 pub fn layers(name: &str) -> Result<Vec<ProblemSpec>> {
-    Err(Error::bad("model", name, "unknown"))
+    let (_, text) = MODELS.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        Error::bad(
+            "model",
+            name,
+            format!("unknown model (known: {})", NAMES.join(", ")),
+        )
+    })?;
+    parse_problem_list(text)
 }

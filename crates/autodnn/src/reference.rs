@@ -25,37 +25,46 @@ pub fn conv_forward(problem: &ConvProblem, x: &[f32], w: &[f32]) -> Result<Vec<f
     let [_, cg, r, s] = wd.dims();
     let kg = problem.k_per_group();
     let pad = cd.padding();
-    let [sh, sw] = cd.stride();
-    let [dh, dw] = cd.dilation();
+    let [sh, sw] = cd.stride().map(|v| v as i64);
+    let [dh, dw] = cd.dilation().map(|v| v as i64);
     let (h, wi) = (xd.h() as i64, xd.w() as i64);
+    // One output plane at a time, accumulated tap by tap: the same sum as the definition, in
+    // an order that keeps the inner loop simple.
+    let mut plane = vec![0.0f64; oh * ow];
     for b in 0..n {
         for ko in 0..k {
             let g = ko / kg;
-            for i in 0..oh {
-                for j in 0..ow {
-                    let mut acc = 0.0f64;
-                    for c in 0..cg {
-                        for u in 0..r {
-                            let ih = (i * sh) as i64 - pad.top + (u * dh) as i64;
+            plane.fill(0.0);
+            for c in 0..cg {
+                for u in 0..r {
+                    for v in 0..s {
+                        let (fu, fv) = match cd.mode() {
+                            ConvMode::CrossCorrelation => (u, v),
+                            ConvMode::Convolution => (r - 1 - u, s - 1 - v),
+                        };
+                        let wv = w[wd.offset(ko, c, fu, fv)] as f64;
+                        // Output columns whose input column j·sw - left + v·dw is inside.
+                        let shift = v as i64 * dw - pad.left;
+                        let j_lo = ((-shift).max(0) + sw - 1) / sw;
+                        let j_hi = ((wi - shift + sw - 1) / sw).clamp(0, ow as i64);
+                        for i in 0..oh {
+                            let ih = i as i64 * sh - pad.top + u as i64 * dh;
                             if ih < 0 || ih >= h {
                                 continue;
                             }
-                            for v in 0..s {
-                                let iw = (j * sw) as i64 - pad.left + (v * dw) as i64;
-                                if iw < 0 || iw >= wi {
-                                    continue;
-                                }
-                                let (fu, fv) = match cd.mode() {
-                                    ConvMode::CrossCorrelation => (u, v),
-                                    ConvMode::Convolution => (r - 1 - u, s - 1 - v),
-                                };
-                                let xv = x[xd.offset(b, g * cg + c, ih as usize, iw as usize)];
-                                let wv = w[wd.offset(ko, c, fu, fv)];
-                                acc += xv as f64 * wv as f64;
+                            let row = &mut plane[i * ow..(i + 1) * ow];
+                            for j in j_lo..j_hi {
+                                let iw = (j * sw + shift) as usize;
+                                let xv = x[xd.offset(b, g * cg + c, ih as usize, iw)];
+                                row[j as usize] += xv as f64 * wv;
                             }
                         }
                     }
-                    y[yd.offset(b, ko, i, j)] = acc;
+                }
+            }
+            for i in 0..oh {
+                for j in 0..ow {
+                    y[yd.offset(b, ko, i, j)] = plane[i * ow + j];
                 }
             }
         }

@@ -406,7 +406,7 @@ fn results_do_not_depend_on_thread_count() {
                 );
             }
             // And the batched paths compute each product the same way.
-            let mut cb = vec![c0.clone(), c0.clone()];
+            let mut cb = [c0.clone(), c0.clone()];
             let mut refs: Vec<&mut [f32]> = cb.iter_mut().map(|c| &mut c[..]).collect();
             hs[1]
                 .gemm_batched(&d, case.alpha, &[&a, &a], &[&b, &b], case.beta, &mut refs)
@@ -674,9 +674,9 @@ fn epilogue_bias_residual_activation() {
                     )
                     .unwrap();
                     for i in 0..m {
-                        for j in 0..n {
+                        for (j, &bj) in cb.iter().enumerate() {
                             let x = i * cs[0] + j * cs[1];
-                            assert_eq!(c[x], (c0[x] + cb[j]).max(0.0));
+                            assert_eq!(c[x], (c0[x] + bj).max(0.0));
                         }
                     }
                 }
@@ -802,7 +802,7 @@ fn errors_name_the_field() {
         )
         .unwrap_err();
     assert_eq!(field_of(&e), "batch");
-    let mut c2 = vec![0.0f32; 19];
+    let mut c2 = [0.0f32; 19];
     let e = h
         .gemm_batched(
             &d,
@@ -883,7 +883,7 @@ fn isa_cap_names_the_kernel() {
         let name = autodnn::gemm::kernel_name(isa);
         assert!(name.starts_with(isa.name()), "{name} for {isa:?}");
         let bl = autodnn::gemm::blocking_for(isa);
-        assert!(bl.mc % bl.mr == 0 && bl.nc % bl.nr == 0 && bl.kc > 0);
+        assert!(bl.mc.is_multiple_of(bl.mr) && bl.nc.is_multiple_of(bl.nr) && bl.kc > 0);
     }
     let (isa, gflops) = autodnn::gemm::fma_peak(Isa::Scalar, 1, 1000);
     assert_eq!(isa, Isa::Scalar);

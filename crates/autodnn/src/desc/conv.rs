@@ -113,7 +113,7 @@ impl ConvDesc {
             ("conv.pad_left", padding.left),
             ("conv.pad_right", padding.right),
         ] {
-            if v.abs() >= MAX_GEOMETRY {
+            if v.unsigned_abs() >= MAX_GEOMETRY as u64 {
                 return Err(Error::bad(name, v, "padding must be below 2^31"));
             }
         }

@@ -81,14 +81,14 @@ impl ConvProblem {
             ));
         }
         let g = conv.groups();
-        if x.c() % g != 0 {
+        if !x.c().is_multiple_of(g) {
             return Err(Error::bad(
                 "conv.groups",
                 g,
                 format!("does not divide the input channels ({})", x.c()),
             ));
         }
-        if w.k() % g != 0 {
+        if !w.k().is_multiple_of(g) {
             return Err(Error::bad(
                 "conv.groups",
                 g,
@@ -164,7 +164,7 @@ impl ConvProblem {
         y_layout: Layout,
     ) -> Result<ConvProblem> {
         let dims = ConvProblem::output_dims(&x, &w, &conv)?;
-        let y = TensorDesc::new(x.dtype(), y_layout, dims)?;
+        let y = TensorDesc::new(x.dtype(), y_layout, dims).map_err(rename("y"))?;
         ConvProblem::forward(x, w, conv, y)
     }
 
@@ -240,6 +240,10 @@ fn rename(prefix: &'static str) -> impl Fn(Error) -> Error {
             field: field.replacen("tensor", prefix, 1),
             value,
             reason,
+        },
+        Error::Overflow { field, detail } => Error::Overflow {
+            field: field.replacen("tensor", prefix, 1),
+            detail,
         },
         other => other,
     }

@@ -1,0 +1,68 @@
+//! `autodnn info`: what this build and this machine offer.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::error::CliResult;
+
+/// What `info` reports.
+#[derive(Debug, Serialize)]
+pub struct Info {
+    /// Library version.
+    pub version: &'static str,
+    /// Default worker threads.
+    pub threads: usize,
+    /// Processor features autodnn cares about.
+    pub cpu_features: Vec<&'static str>,
+    /// The instruction set kernels will use.
+    pub isa: &'static str,
+    /// The tuning cache's path.
+    pub cache_path: String,
+    /// Registered forward-convolution algorithms, in preference order.
+    pub algorithms: Vec<&'static str>,
+}
+
+/// Gathers the report.
+///
+/// # Errors
+/// Bad input when `AUTODNN_ISA` holds an unknown name.
+pub fn gather() -> CliResult<Info> {
+    Ok(Info {
+        version: autodnn::VERSION,
+        threads: crate::default_threads(),
+        cpu_features: autodnn::cpu::features(),
+        isa: autodnn::cpu::Isa::from_env()?.name(),
+        cache_path: autodnn::default_cache_path().display().to_string(),
+        algorithms: autodnn::conv::names(),
+    })
+}
+
+/// Runs `autodnn info`.
+///
+/// # Errors
+/// As [`gather`], and failures writing to `out`.
+pub fn run(json: bool, out: &mut impl Write) -> CliResult {
+    let info = gather()?;
+    if json {
+        let line = serde_json::to_string(&info)
+            .map_err(|e| crate::error::CliError::fail(format!("encoding JSON: {e}")))?;
+        writeln!(out, "{line}")?;
+    } else {
+        let none = |v: &[&str]| {
+            if v.is_empty() {
+                "(none)".to_string()
+            } else {
+                v.join(" ")
+            }
+        };
+        writeln!(out, "autodnn {}", info.version)?;
+        writeln!(out, "threads:      {}", info.threads)?;
+        writeln!(out, "cpu features: {}", none(&info.cpu_features))?;
+        writeln!(out, "isa:          {}", info.isa)?;
+        writeln!(out, "cache path:   {}", info.cache_path)?;
+        writeln!(out, "algorithms:   {}", none(&info.algorithms))?;
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,826 @@
+//! End-to-end tests of the `autodnn` command: run the built binary, check stdout, stderr and
+//! the exit status.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_autodnn");
+
+/// Runs the command; whatever happens, stderr must not hold a panic.
+fn autodnn(args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("AUTODNN_ISA")
+        .output()
+        .expect("run autodnn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "autodnn {args:?} panicked: {stderr}"
+    );
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
+}
+
+/// Runs a command expected to succeed, returning its stdout.
+fn ok(args: &[&str]) -> String {
+    let o = autodnn(args);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "autodnn {args:?}: stderr {}",
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Runs a command expected to be refused as bad input: exit 2, nothing on stdout, one line on
+/// stderr, which is returned.
+fn bad(args: &[&str]) -> String {
+    let o = autodnn(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "autodnn {args:?}: stderr {err}");
+    assert!(o.stdout.is_empty(), "autodnn {args:?} wrote {}", stdout(&o));
+    assert_eq!(err.lines().count(), 1, "autodnn {args:?}: stderr {err:?}");
+    assert!(err.starts_with("autodnn: "), "{err}");
+    err
+}
+
+/// Runs a command expected to be refused by the argument parser: exit 2, no stdout.
+fn usage_error(args: &[&str]) -> String {
+    let o = autodnn(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "autodnn {args:?}: stderr {err}");
+    assert!(o.stdout.is_empty());
+    err
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+fn sorted(k: &[&str]) -> Vec<String> {
+    let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
+}
+
+/// A fresh, empty directory under the system's temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "autodnn-cli-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+// ---------------------------------------------------------------------------------------------
+// info
+
+#[test]
+fn info_json_has_every_key() {
+    let out = ok(&["info", "--json"]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let v: Value = serde_json::from_str(&out).expect("info --json is JSON");
+    assert_eq!(
+        keys(&v),
+        sorted(&[
+            "version",
+            "threads",
+            "cpu_features",
+            "isa",
+            "cache_path",
+            "algorithms"
+        ])
+    );
+    assert_eq!(v["version"], autodnn::VERSION);
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    let threads = v["threads"].as_u64().expect("threads is a number");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(threads, cores as u64);
+    let features: Vec<&str> = v["cpu_features"]
+        .as_array()
+        .expect("cpu_features is an array")
+        .iter()
+        .map(|f| f.as_str().expect("feature names are strings"))
+        .collect();
+    assert_eq!(features, autodnn::cpu::features());
+    assert_eq!(v["isa"], autodnn::cpu::Isa::best_available().name());
+    assert!(!v["cache_path"].as_str().expect("cache_path").is_empty());
+    let algos: Vec<&str> = v["algorithms"]
+        .as_array()
+        .expect("algorithms is an array")
+        .iter()
+        .map(|a| a.as_str().expect("names are strings"))
+        .collect();
+    assert_eq!(algos, autodnn::conv::names());
+    assert!(algos.contains(&"direct"));
+}
+
+#[test]
+fn info_respects_the_isa_cap_and_refuses_a_bad_one() {
+    let o = Command::new(BIN)
+        .args(["info", "--json"])
+        .env("AUTODNN_ISA", "scalar")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["isa"], "scalar");
+
+    let o = Command::new(BIN)
+        .args(["info"])
+        .env("AUTODNN_ISA", "sse9")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("AUTODNN_ISA") && err.contains("sse9"), "{err}");
+}
+
+#[test]
+fn info_text_names_version_and_algorithms() {
+    let out = ok(&["info"]);
+    assert!(out.contains(autodnn::VERSION), "{out}");
+    for a in autodnn::conv::names() {
+        assert!(out.contains(a), "{out}");
+    }
+}
+
+#[test]
+fn version_flag() {
+    let out = ok(&["--version"]);
+    assert!(out.contains(autodnn::VERSION), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// conv on generated data
+
+const TINY: &str = r#"mb2ic4ih6oc8kh3ph1n"tiny*3""#;
+const TINY_CANONICAL: &str = r#"mb2g1ic4ih6iw6oc8oh6ow6kh3kw3sh1sw1ph1pw1dh0dw0n"tiny*3""#;
+const TINY_FLOPS: f64 = 2.0 * 2.0 * 8.0 * 6.0 * 6.0 * 4.0 * 9.0;
+
+const RESULT_KEYS: [&str; 7] = [
+    "algo",
+    "status",
+    "reason",
+    "ms",
+    "gflops",
+    "workspace_bytes",
+    "max_rel_err",
+];
+
+fn check_result_schema(r: &Value) {
+    assert_eq!(keys(r), sorted(&RESULT_KEYS), "{r}");
+    match r["status"].as_str().expect("status is a string") {
+        "ok" => {
+            assert!(r["reason"].is_null(), "{r}");
+            assert!(r["ms"].as_f64().expect("ms") >= 0.0, "{r}");
+            assert!(r["gflops"].is_number() || r["ms"] == 0.0, "{r}");
+            assert!(r["workspace_bytes"].is_u64(), "{r}");
+        }
+        "declined" => {
+            assert!(r["reason"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+            for k in ["ms", "gflops", "max_rel_err", "workspace_bytes"] {
+                assert!(r[k].is_null(), "{k} in {r}");
+            }
+        }
+        "failed" => {
+            assert!(r["reason"].as_str().is_some_and(|s| !s.is_empty()), "{r}");
+            for k in ["ms", "gflops", "max_rel_err"] {
+                assert!(r[k].is_null(), "{k} in {r}");
+            }
+        }
+        other => panic!("unknown status {other} in {r}"),
+    }
+}
+
+#[test]
+fn conv_json_schema_with_check() {
+    let out = ok(&[
+        "conv",
+        TINY,
+        "--json",
+        "--check",
+        "--reps",
+        "3",
+        "--threads",
+        "1",
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2, "{out}");
+    let p = &lines[0];
+    assert_eq!(keys(p), sorted(&["problem", "count", "flops", "results"]));
+    assert_eq!(p["problem"], TINY_CANONICAL);
+    assert_eq!(p["count"], 3);
+    assert_eq!(p["flops"].as_f64(), Some(TINY_FLOPS));
+    let results = p["results"].as_array().expect("results is an array");
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["algo"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, autodnn::conv::names(), "registry order");
+    for r in results {
+        check_result_schema(r);
+    }
+    let direct = results.iter().find(|r| r["algo"] == "direct").unwrap();
+    assert_eq!(direct["status"], "ok");
+    assert_eq!(direct["max_rel_err"].as_f64(), Some(0.0), "{direct}");
+    assert_eq!(direct["workspace_bytes"], 0);
+    let ms = direct["ms"].as_f64().unwrap();
+    let gf = direct["gflops"].as_f64().unwrap();
+    assert!((gf - TINY_FLOPS / (ms / 1e3) / 1e9).abs() <= 1e-9 * gf.max(1.0));
+
+    let t = &lines[1];
+    assert_eq!(keys(t), sorted(&["total", "ms_weighted", "gflops"]));
+    assert_eq!(t["total"], true);
+    let best = results
+        .iter()
+        .filter_map(|r| r["ms"].as_f64())
+        .fold(f64::INFINITY, f64::min);
+    let tm = t["ms_weighted"].as_f64().unwrap();
+    assert!((tm - 3.0 * best).abs() <= 1e-9 * tm, "{t} vs best {best}");
+    let tg = t["gflops"].as_f64().unwrap();
+    let expect = 3.0 * TINY_FLOPS / (tm / 1e3) / 1e9;
+    assert!((tg - expect).abs() <= 1e-9 * expect, "{t}");
+}
+
+#[test]
+fn conv_json_without_check_has_null_error_and_named_algo() {
+    let out = ok(&["conv", TINY, "--json", "--algo", "direct", "--reps", "1"]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2);
+    let results = lines[0]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["algo"], "direct");
+    assert_eq!(results[0]["status"], "ok");
+    assert!(results[0]["max_rel_err"].is_null());
+    assert_eq!(lines[1]["total"], true);
+}
+
+#[test]
+fn conv_file_of_problems_keeps_input_order_and_mb_overrides() {
+    let dir = TempDir::new("list");
+    let list = dir.path("problems.txt");
+    std::fs::write(
+        &list,
+        "# two layers\nmb4ic2ih5oc3kh3 # first\n\nmb3ic3ih4oc2kh1n\"second*2\"\n",
+    )
+    .unwrap();
+    let out = ok(&[
+        "conv",
+        s(&list),
+        "mb1ic1ih3oc1kh3ph1",
+        "--json",
+        "--algo",
+        "direct",
+        "--reps",
+        "1",
+        "--mb",
+        "1",
+        "--layout",
+        "nhwc",
+        "--check",
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 4, "{out}");
+    let problems: Vec<&str> = lines[..3]
+        .iter()
+        .map(|l| l["problem"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "mb1g1ic2ih5iw5oc3oh3ow3kh3kw3sh1sw1ph0pw0dh0dw0",
+            "mb1g1ic3ih4iw4oc2oh4ow4kh1kw1sh1sw1ph0pw0dh0dw0n\"second*2\"",
+            "mb1g1ic1ih3iw3oc1oh3ow3kh3kw3sh1sw1ph1pw1dh0dw0",
+        ]
+    );
+    let counts: Vec<u64> = lines[..3]
+        .iter()
+        .map(|l| l["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 2, 1]);
+    for l in &lines[..3] {
+        assert_eq!(l["results"][0]["max_rel_err"].as_f64(), Some(0.0), "{l}");
+    }
+    assert_eq!(lines[3]["total"], true);
+}
+
+#[test]
+fn conv_human_table_and_total() {
+    let out = ok(&["conv", TINY, "--reps", "2", "--check"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].contains("problem") && lines[0].contains("GFLOP/s"),
+        "{out}"
+    );
+    assert!(lines[0].contains("max_rel_err"), "{out}");
+    let direct = lines
+        .iter()
+        .find(|l| l.contains("direct"))
+        .unwrap_or_else(|| panic!("no direct row in {out}"));
+    assert!(direct.starts_with("tiny*3"), "{direct}");
+    assert!(direct.contains(" ok "), "{direct}");
+    assert!(lines.last().unwrap().starts_with("total:"), "{out}");
+    assert_eq!(lines.len(), 2 + autodnn::conv::names().len(), "{out}");
+}
+
+#[test]
+fn conv_bad_arguments_exit_2_with_one_line() {
+    let err = bad(&["conv", TINY, "--algo", "nosuch"]);
+    assert!(err.contains("nosuch") && err.contains("direct"), "{err}");
+
+    let err = bad(&["conv", "mb1ic4ih8oc8kh3foo7"]);
+    assert!(err.contains("mb1ic4ih8oc8kh3foo7"), "{err}");
+
+    let err = bad(&["conv", "mb1ic0ih8oc8kh3"]);
+    assert!(
+        err.contains("mb1ic0ih8oc8kh3") || err.contains("ic"),
+        "{err}"
+    );
+
+    let err = bad(&["conv", TINY, "--mb", "0"]);
+    assert!(err.contains("--mb") && err.contains('0'), "{err}");
+
+    let err = bad(&["conv", TINY, "--reps", "0"]);
+    assert!(err.contains("--reps"), "{err}");
+
+    let err = bad(&["conv", TINY, "--threads", "0"]);
+    assert!(err.contains("threads"), "{err}");
+
+    let err = bad(&["conv", TINY, "--model", "resnet50"]);
+    assert!(err.contains("--model"), "{err}");
+
+    let err = bad(&["conv"]);
+    assert!(err.contains("PROBLEM") && err.contains("--model"), "{err}");
+
+    let err = bad(&["conv", TINY, "--input", "x.npy"]);
+    assert!(
+        err.contains("--weights") && err.contains("--output"),
+        "{err}"
+    );
+
+    usage_error(&["conv", TINY, "--layout", "nchw16c"]);
+    usage_error(&["conv", TINY, "--reps", "many"]);
+    usage_error(&["frobnicate"]);
+}
+
+#[test]
+fn conv_unknown_model_lists_known_ones() {
+    let err = bad(&["conv", "--model", "nosuch"]);
+    assert!(err.contains("nosuch"), "{err}");
+    let known = autodnn::models::names();
+    assert!(!known.is_empty(), "the library has no built-in models");
+    for m in known {
+        assert!(err.contains(m), "{m} missing from {err}");
+    }
+}
+
+#[test]
+fn conv_model_is_read() {
+    // Cheap: the model's layers are looked up and then refused for real data, which takes
+    // exactly one problem; nothing runs.
+    let n = autodnn::models::layers("resnet50").unwrap().len();
+    let err = bad(&[
+        "conv",
+        "--model",
+        "resnet50",
+        "--algo",
+        "direct",
+        "--input",
+        "x.npy",
+        "--weights",
+        "w.npy",
+        "--output",
+        "y.npy",
+    ]);
+    assert!(err.contains(&format!("got {n}")), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// conv on .npy data
+
+/// The bytes of a version 1.0 .npy file.
+fn npy_bytes(descr: &str, fortran: bool, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let fortran = if fortran { "True" } else { "False" };
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(data);
+    out
+}
+
+fn write_f32_npy(path: &Path, shape: &[usize], data: &[f32]) {
+    assert_eq!(shape.iter().product::<usize>(), data.len());
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, npy_bytes("<f4", false, shape, &bytes)).unwrap();
+}
+
+fn read_f32_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(npy.order(), npyz::Order::C);
+    assert_eq!(npy.dtype().descr(), "'<f4'");
+    let shape = npy.shape().to_vec();
+    (shape, npy.into_vec::<f32>().unwrap())
+}
+
+/// Integer test data in -3..=3 from a small linear congruential generator.
+fn ints(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % 7) as f32 - 3.0
+        })
+        .collect()
+}
+
+/// A convolution geometry for the .npy tests.
+#[derive(Clone, Copy)]
+struct Geom {
+    n: usize,
+    g: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: usize,
+    r: usize,
+    s: usize,
+    stride: [usize; 2],
+    pad: [usize; 2],
+}
+
+impl Geom {
+    fn problem(&self) -> String {
+        format!(
+            "mb{}g{}ic{}ih{}iw{}oc{}kh{}kw{}sh{}sw{}ph{}pw{}",
+            self.n,
+            self.g,
+            self.c,
+            self.h,
+            self.w,
+            self.k,
+            self.r,
+            self.s,
+            self.stride[0],
+            self.stride[1],
+            self.pad[0],
+            self.pad[1]
+        )
+    }
+    fn out(&self) -> [usize; 2] {
+        [
+            (self.h + 2 * self.pad[0] - self.r) / self.stride[0] + 1,
+            (self.w + 2 * self.pad[1] - self.s) / self.stride[1] + 1,
+        ]
+    }
+    fn shapes(&self, nhwc: bool) -> [Vec<usize>; 3] {
+        let (cg, [oh, ow]) = (self.c / self.g, self.out());
+        if nhwc {
+            [
+                vec![self.n, self.h, self.w, self.c],
+                vec![self.k, self.r, self.s, cg],
+                vec![self.n, oh, ow, self.k],
+            ]
+        } else {
+            [
+                vec![self.n, self.c, self.h, self.w],
+                vec![self.k, cg, self.r, self.s],
+                vec![self.n, self.k, oh, ow],
+            ]
+        }
+    }
+    /// The convolution by its definition, in f64, laid out as `nhwc` says.
+    fn naive(&self, nhwc: bool, x: &[f32], wt: &[f32]) -> Vec<f64> {
+        let (cg, kg, [oh, ow]) = (self.c / self.g, self.k / self.g, self.out());
+        let (c, h, w, k, r, s) = (self.c, self.h, self.w, self.k, self.r, self.s);
+        let xi = |b: usize, ch: usize, i: usize, j: usize| {
+            if nhwc {
+                ((b * h + i) * w + j) * c + ch
+            } else {
+                ((b * c + ch) * h + i) * w + j
+            }
+        };
+        let wi = |ko: usize, ch: usize, u: usize, v: usize| {
+            if nhwc {
+                ((ko * r + u) * s + v) * cg + ch
+            } else {
+                ((ko * cg + ch) * r + u) * s + v
+            }
+        };
+        let yi = |b: usize, ko: usize, i: usize, j: usize| {
+            if nhwc {
+                ((b * oh + i) * ow + j) * k + ko
+            } else {
+                ((b * k + ko) * oh + i) * ow + j
+            }
+        };
+        let mut y = vec![0.0; self.n * k * oh * ow];
+        for b in 0..self.n {
+            for ko in 0..k {
+                let grp = ko / kg;
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let mut acc = 0.0f64;
+                        for ch in 0..cg {
+                            for u in 0..r {
+                                for v in 0..s {
+                                    let ii =
+                                        (i * self.stride[0] + u) as isize - self.pad[0] as isize;
+                                    let jj =
+                                        (j * self.stride[1] + v) as isize - self.pad[1] as isize;
+                                    if ii < 0 || jj < 0 || ii >= h as isize || jj >= w as isize {
+                                        continue;
+                                    }
+                                    let xv = x[xi(b, grp * cg + ch, ii as usize, jj as usize)];
+                                    acc += xv as f64 * wt[wi(ko, ch, u, v)] as f64;
+                                }
+                            }
+                        }
+                        y[yi(b, ko, i, j)] = acc;
+                    }
+                }
+            }
+        }
+        y
+    }
+}
+
+const GEOM: Geom = Geom {
+    n: 2,
+    g: 1,
+    c: 3,
+    h: 7,
+    w: 6,
+    k: 4,
+    r: 3,
+    s: 2,
+    stride: [2, 1],
+    pad: [1, 0],
+};
+
+const GROUPED: Geom = Geom {
+    n: 1,
+    g: 2,
+    c: 4,
+    h: 5,
+    w: 5,
+    k: 6,
+    r: 3,
+    s: 3,
+    stride: [1, 1],
+    pad: [1, 1],
+};
+
+fn npy_round_trip(geom: Geom, layout: &str) {
+    let nhwc = layout == "nhwc";
+    let dir = TempDir::new(layout);
+    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let [xs, ws, ys] = geom.shapes(nhwc);
+    let x = ints(xs.iter().product(), 1);
+    let w = ints(ws.iter().product(), 2);
+    write_f32_npy(&xp, &xs, &x);
+    write_f32_npy(&wp, &ws, &w);
+    let problem = geom.problem();
+    let out = ok(&[
+        "conv",
+        &problem,
+        "--algo",
+        "direct",
+        "--layout",
+        layout,
+        "--input",
+        s(&xp),
+        "--weights",
+        s(&wp),
+        "--output",
+        s(&yp),
+        "--check",
+    ]);
+    assert!(out.contains("max_rel_err"), "{out}");
+    let (shape, y) = read_f32_npy(&yp);
+    let want: Vec<u64> = ys.iter().map(|&d| d as u64).collect();
+    assert_eq!(shape, want);
+    let expect = geom.naive(nhwc, &x, &w);
+    assert_eq!(y.len(), expect.len());
+    for (i, (a, b)) in y.iter().zip(&expect).enumerate() {
+        assert_eq!(*a as f64, *b, "y[{i}] of {problem} ({layout})");
+    }
+    // The expected output is not trivial.
+    assert!(expect.iter().any(|v| *v != 0.0));
+}
+
+#[test]
+fn npy_nchw_matches_naive_convolution() {
+    npy_round_trip(GEOM, "nchw");
+}
+
+#[test]
+fn npy_nhwc_matches_naive_convolution() {
+    npy_round_trip(GEOM, "nhwc");
+}
+
+#[test]
+fn npy_grouped_both_layouts() {
+    npy_round_trip(GROUPED, "nchw");
+    npy_round_trip(GROUPED, "nhwc");
+}
+
+#[test]
+fn npy_json_report() {
+    let dir = TempDir::new("json");
+    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let [xs, ws, ys] = GEOM.shapes(false);
+    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 3));
+    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 4));
+    let out = ok(&[
+        "conv",
+        &GEOM.problem(),
+        "--algo",
+        "direct",
+        "--json",
+        "--check",
+        "--input",
+        s(&xp),
+        "--weights",
+        s(&wp),
+        "--output",
+        s(&yp),
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 1, "{out}");
+    assert_eq!(lines[0]["algo"], "direct");
+    assert_eq!(lines[0]["max_rel_err"].as_f64(), Some(0.0));
+    let shape: Vec<usize> = lines[0]["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(shape, ys);
+}
+
+#[test]
+fn npy_bad_files_exit_2_naming_the_file() {
+    let dir = TempDir::new("badnpy");
+    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let [xs, ws, _] = GEOM.shapes(false);
+    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 5));
+    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 6));
+    let problem = GEOM.problem();
+    let run = |x: &Path, w: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "conv",
+            &problem,
+            "--algo",
+            "direct",
+            "--input",
+            s(x),
+            "--weights",
+            s(w),
+            "--output",
+            s(&yp),
+        ];
+        args.extend_from_slice(extra);
+        bad(&args)
+    };
+
+    // Shapes of the other layout.
+    let err = run(&xp, &wp, &["--layout", "nhwc"]);
+    assert!(
+        err.contains("x.npy") && err.contains("expected shape"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[2, 7, 6, 3]") && err.contains("[2, 3, 7, 6]"),
+        "{err}"
+    );
+
+    // A wrong filter shape.
+    let w2 = dir.path("w2.npy");
+    write_f32_npy(&w2, &[4, 3, 3, 3], &ints(108, 7));
+    let err = run(&xp, &w2, &[]);
+    assert!(
+        err.contains("w2.npy") && err.contains("[4, 3, 3, 2]"),
+        "{err}"
+    );
+
+    // float64.
+    let x64 = dir.path("x64.npy");
+    let n: usize = xs.iter().product();
+    std::fs::write(&x64, npy_bytes("<f8", false, &xs, &vec![0u8; 8 * n])).unwrap();
+    let err = run(&x64, &wp, &[]);
+    assert!(err.contains("x64.npy") && err.contains("f8"), "{err}");
+
+    // Fortran order.
+    let xf = dir.path("xf.npy");
+    std::fs::write(&xf, npy_bytes("<f4", true, &xs, &vec![0u8; 4 * n])).unwrap();
+    let err = run(&xf, &wp, &[]);
+    assert!(err.contains("xf.npy") && err.contains("Fortran"), "{err}");
+
+    // Truncated data.
+    let xt = dir.path("xt.npy");
+    std::fs::write(&xt, npy_bytes("<f4", false, &xs, &vec![0u8; 4 * n - 4])).unwrap();
+    let err = run(&xt, &wp, &[]);
+    assert!(err.contains("xt.npy"), "{err}");
+
+    // Not a .npy file, and a missing one.
+    let junk = dir.path("junk.npy");
+    std::fs::write(&junk, b"hello").unwrap();
+    let err = run(&junk, &wp, &[]);
+    assert!(err.contains("junk.npy"), "{err}");
+    let err = run(&dir.path("missing.npy"), &wp, &[]);
+    assert!(err.contains("missing.npy"), "{err}");
+
+    assert!(!yp.exists(), "no output is written for bad input");
+}
+
+#[test]
+fn npy_needs_one_problem_and_one_algorithm() {
+    let dir = TempDir::new("npyargs");
+    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let files = ["--input", s(&xp), "--weights", s(&wp), "--output", s(&yp)];
+    let problem = GEOM.problem();
+
+    let mut args = vec!["conv", problem.as_str(), "--algo", "all"];
+    args.extend_from_slice(&files);
+    let err = bad(&args);
+    assert!(err.contains("--algo"), "{err}");
+
+    let mut args = vec!["conv", problem.as_str()];
+    args.extend_from_slice(&files);
+    let err = bad(&args);
+    assert!(err.contains("--algo"), "{err}");
+
+    let mut args = vec![
+        "conv",
+        problem.as_str(),
+        problem.as_str(),
+        "--algo",
+        "direct",
+    ];
+    args.extend_from_slice(&files);
+    let err = bad(&args);
+    assert!(err.contains("one problem"), "{err}");
+}
