@@ -3,8 +3,10 @@
 //! BLIS's analytical model picks each block size from one level of the memory hierarchy:
 //!
 //! - `MR × NR`, the register tile, from the vector registers (see each kernel);
-//! - `KC` so that one packed micro-panel of B (`KC × NR`) plus a few columns of A stay in the
-//!   L1 data cache while the `ir` loop streams A micro-panels past it;
+//! - `KC` so that one packed micro-panel of B (`KC × NR`) fills most of the L1 data cache
+//!   (7/8: the rest holds the A lines streaming past it and the C tile), capped at
+//!   [`KC_MAX`]; a large `KC` also means fewer passes over C (each depth block reads and
+//!   writes C once);
 //! - `MC` so that the packed block of A (`MC × KC`) stays in the L2 cache while the `jr` loop
 //!   sweeps the B panel;
 //! - `NC` so that the packed panel of B (`KC × NC`) stays in this core's share of the L3.
@@ -34,6 +36,10 @@ pub const ASSUMED_CACHES: CacheGeometry = CacheGeometry {
     l3: 4 << 20,
 };
 
+/// Deepest depth block: beyond it the C passes saved no longer matter and the B
+/// micro-panel of narrow tiles would outgrow L1's share.
+pub const KC_MAX: usize = 512;
+
 /// Environment variable overriding `mc,kc,nc` of every kernel family.
 pub const BLOCKING_ENV: &str = "AUTODNN_GEMM_BLOCKING";
 
@@ -54,11 +60,12 @@ pub struct Blocking {
 
 impl Blocking {
     /// Derives `mc`, `kc`, `nc` for an `mr × nr` register tile from a cache geometry: a
-    /// B micro-panel fills about half of L1 (the other half holds the streaming A panels and
-    /// the C tile), the A block about half of L2, the B panel about half the L3 share.
+    /// B micro-panel fills 7/8 of L1 (at most [`KC_MAX`] deep), the A block about half of
+    /// L2, the B panel about half the L3 share.
     pub const fn for_tile(mr: usize, nr: usize, caches: CacheGeometry) -> Blocking {
         let f = std::mem::size_of::<f32>();
-        let kc = round_down(caches.l1 / 2 / (nr * f), 16);
+        let kc = round_down(caches.l1 / 8 * 7 / (nr * f), 16);
+        let kc = if kc > KC_MAX { KC_MAX } else { kc };
         let mc = round_down(caches.l2 / 2 / (kc * f), mr);
         let nc = round_down(caches.l3 / 2 / (kc * f), nr);
         Blocking { mr, nr, mc, kc, nc }
@@ -123,3 +130,18 @@ pub const THRESHOLDS: Thresholds = Thresholds {
     direct_max_m: 512,
     batch_split_max_fmas: 256 * 256 * 256,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_follow_the_caches() {
+        // AVX-512 32 × 14 on 32 KiB / 1 MiB: a 28 KiB B micro-panel, a 512 KiB A block.
+        let b = Blocking::for_tile(32, 14, ASSUMED_CACHES);
+        assert_eq!((b.kc, b.mc), (512, 256));
+        assert!(b.nc.is_multiple_of(14) && b.nc * b.kc * 4 <= ASSUMED_CACHES.l3 / 2);
+        let b = Blocking::for_tile(16, 6, ASSUMED_CACHES);
+        assert_eq!((b.kc, b.mc), (KC_MAX, 256));
+    }
+}

@@ -216,6 +216,13 @@ fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
     len * t / parts..len * (t + 1) / parts
 }
 
+/// The block size that splits `len` into as few blocks of at most `max` as possible, of
+/// near-equal sizes rounded up to a multiple of `unit` (never above `max` rounded up).
+fn even_block(len: usize, max: usize, unit: usize) -> usize {
+    let blocks = len.div_ceil(max).max(1);
+    len.div_ceil(blocks).div_ceil(unit).max(1) * unit
+}
+
 /// How evenly `units` split over `nt` threads (1 = perfectly).
 fn balance(units: usize, nt: usize) -> f64 {
     units as f64 / (units.div_ceil(nt) * nt) as f64
@@ -229,15 +236,16 @@ fn frame(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
     } else {
         None
     };
-    let kc_max = bl.kc.min(g.k);
-    let nc_max = bl.nc.min(g.n.div_ceil(nr) * nr);
+    // Even blocks: n = 1024 with NC = 1022 is two panels of 518 and 506, not 1022 and 2.
+    let nc_blk = even_block(g.n, bl.nc, nr);
+    let kc_blk = even_block(g.k, bl.kc, 1);
     let mpan = g.m.div_ceil(mr);
-    with_buf(&BUF_B, kc_max * nc_max, |bbuf| {
-        for jc in (0..g.n).step_by(bl.nc) {
-            let nc = bl.nc.min(g.n - jc);
+    with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
+        for jc in (0..g.n).step_by(nc_blk) {
+            let nc = nc_blk.min(g.n - jc);
             let npan = nc.div_ceil(nr);
-            for pc in (0..g.k).step_by(bl.kc) {
-                let kc = bl.kc.min(g.k - pc);
+            for pc in (0..g.k).step_by(kc_blk) {
+                let kc = kc_blk.min(g.k - pc);
                 let bp = &mut bbuf[..npan * nr * kc];
                 pack_b(g.b, pc, kc, jc, nc, nr, bp, nt);
                 let step = Step {
@@ -299,10 +307,11 @@ fn rows(
     in_place: Option<(&[f32], usize)>,
 ) {
     let bl = ks.blocking;
-    let (mr, mc_pan) = (bl.mr, bl.mc / bl.mr);
+    let mr = bl.mr;
+    let mc_pan = even_block(panels.len(), bl.mc / mr, 1);
     let npan = s.nc.div_ceil(bl.nr);
-    let blocks = panels.clone().step_by(mc_pan.max(1));
-    with_buf(&BUF_A, mc_pan.max(1) * mr * s.kc, |abuf| {
+    let blocks = panels.clone().step_by(mc_pan);
+    with_buf(&BUF_A, mc_pan * mr * s.kc, |abuf| {
         for q0 in blocks {
             let q1 = (q0 + mc_pan).min(panels.end);
             let i0 = q0 * mr;
@@ -326,9 +335,10 @@ fn columns(
     let bl = ks.blocking;
     let mr = bl.mr;
     let npan = s.nc.div_ceil(bl.nr);
-    with_buf(&BUF_A, bl.mc * s.kc, |abuf| {
-        for i0 in (0..g.m).step_by(bl.mc) {
-            let mc = bl.mc.min(g.m - i0);
+    let mc_blk = even_block(g.m, bl.mc, mr);
+    with_buf(&BUF_A, mc_blk * s.kc, |abuf| {
+        for i0 in (0..g.m).step_by(mc_blk) {
+            let mc = mc_blk.min(g.m - i0);
             let block = match in_place {
                 Some(_) => a_block(g, s, i0, mc, mr, in_place, abuf),
                 None => {

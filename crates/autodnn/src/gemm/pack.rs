@@ -17,6 +17,24 @@
 
 use super::GemmInput;
 
+/// Asks for the cache line holding `x` ahead of its use (a hint: never faults). Source rows
+/// of a block are often a page or more apart, where hardware prefetchers stop.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const T).cast(),
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Source columns (or rows) fetched ahead while packing.
+const PREFETCH_AHEAD: usize = 2;
+
 /// Packs blocks of the vector-side operand A (`m × k` in the engine's frame).
 pub trait PackA: Sync {
     /// Writes rows `i0 .. i0 + mc` and depth `p0 .. p0 + kc` into `dst` as `ceil(mc / mr)`
@@ -87,59 +105,167 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
         self.cols
     }
 
-    /// Packs rows `r0 .. r0 + nr_valid` (zero-padding to `w`) of columns `c0 .. c0 + len`
-    /// into `dst` with element `(r, c)` at `(c − c0)·w + (r − r0)`: a micro-panel whose
-    /// vector runs along this matrix's rows.
+    /// Packs rows `r0 .. r0 + rows` and columns `c0 .. c0 + len` as `ceil(rows / w)`
+    /// micro-panels of `len × w` (see [`StridedMatrix::pack_panel`]).
+    fn pack_block(&self, r0: usize, rows: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+        if self.rs == 1 && rows >= w {
+            if let Some(d) = T::as_f32(self.data) {
+                // Rows of the panels are contiguous in the source: read each source column
+                // once, sequentially, scattering it over all panels. (Panel by panel, each
+                // depth step would touch a new source line, often a new page, which the
+                // hardware prefetchers do not follow.)
+                macro_rules! fixed {
+                    ($($w:literal)*) => {
+                        match w {
+                            $($w => return Self::pack_block_f32::<$w>(d, self.cs, r0, rows, c0, len, dst),)*
+                            _ => {}
+                        }
+                    };
+                }
+                fixed!(4 6 8 14 16 32);
+            }
+        }
+        for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
+            let p0 = r0 + q * w;
+            let rv = w.min(r0 + rows - p0);
+            self.pack_panel(p0, rv, c0, len, w, panel);
+        }
+    }
+
+    /// `pack_block` for f32 data whose rows are contiguous (`rs == 1`), width `W`.
+    fn pack_block_f32<const W: usize>(
+        d: &[f32],
+        cs: usize,
+        r0: usize,
+        rows: usize,
+        c0: usize,
+        len: usize,
+        dst: &mut [f32],
+    ) {
+        let full = rows / W;
+        let rest = rows - full * W;
+        let panel = W * len;
+        for c in 0..len {
+            let start = r0 + (c0 + c) * cs;
+            let src = &d[start..start + rows];
+            if c + PREFETCH_AHEAD < len {
+                let ahead = start + PREFETCH_AHEAD * cs;
+                for x in d[ahead..ahead + rows].iter().step_by(16) {
+                    prefetch(x);
+                }
+            }
+            for (q, chunk) in src.chunks_exact(W).enumerate() {
+                let chunk: &[f32; W] = chunk.try_into().unwrap();
+                let out: &mut [f32; W] = (&mut dst[q * panel + c * W..q * panel + (c + 1) * W])
+                    .try_into()
+                    .unwrap();
+                *out = *chunk;
+            }
+            if rest > 0 {
+                let out = &mut dst[full * panel + c * W..full * panel + (c + 1) * W];
+                out[..rest].copy_from_slice(&src[full * W..]);
+                out[rest..].fill(0.0);
+            }
+        }
+    }
+
+    /// Packs rows `r0 .. r0 + rv` (zero-padding to `w`) of columns `c0 .. c0 + len` into
+    /// `dst` with element `(r, c)` at `(c − c0)·w + (r − r0)`: a micro-panel whose vector
+    /// runs along this matrix's rows. Full panels of the kernels' widths take loops with a
+    /// compile-time width (no per-row library calls, unrolled transposes).
     fn pack_panel(&self, r0: usize, rv: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
-        debug_assert!(rv <= w && dst.len() == len * w);
-        debug_assert!(r0 + rv <= self.rows && c0 + len <= self.cols);
+        macro_rules! fixed {
+            ($($w:literal)*) => {
+                match w {
+                    $($w if rv == $w => return self.pack_fixed::<$w>(r0, c0, len, dst),)*
+                    _ => {}
+                }
+            };
+        }
+        fixed!(4 6 8 14 16 32);
+        self.pack_any(r0, rv, c0, len, w, dst)
+    }
+
+    /// `pack_panel` for a full panel of compile-time width `W`.
+    fn pack_fixed<const W: usize>(&self, r0: usize, c0: usize, len: usize, dst: &mut [f32]) {
+        debug_assert!(dst.len() == len * W && r0 + W <= self.rows && c0 + len <= self.cols);
         let d = self.data;
-        if rv == 0 || len == 0 {
-            dst.fill(0.0);
+        if len == 0 {
             return;
         }
         if self.rs == 1 {
-            // Each column of the panel is a contiguous run of the source.
-            for (c, out) in dst.chunks_exact_mut(w).enumerate() {
+            if let Some(d) = T::as_f32(d) {
+                return Self::pack_block_f32::<W>(d, self.cs, r0, W, c0, len, dst);
+            }
+            for (c, out) in dst.chunks_exact_mut(W).enumerate() {
                 let start = r0 + (c0 + c) * self.cs;
-                let src = &d[start..start + rv];
-                for (o, s) in out[..rv].iter_mut().zip(src) {
+                let src: &[T; W] = d[start..start + W].try_into().unwrap();
+                let out: &mut [f32; W] = out.try_into().unwrap();
+                for (o, s) in out.iter_mut().zip(src) {
                     *o = s.to_f32();
                 }
-                out[rv..].fill(0.0);
             }
         } else if self.cs == 1 {
-            // Each row of the panel is a contiguous run of the source: a transpose, done in
-            // strips of rows so that reads stay sequential.
-            if rv < w {
-                dst.fill(0.0);
-            }
-            for r in 0..rv {
+            // A transpose: W source rows read side by side, in strips of S columns (one
+            // 64-byte line of f32) so that each source line is used whole at once (rows a
+            // power of two apart share L1 sets) and the writes fill whole panel rows.
+            const S: usize = 16;
+            let rows: [&[T]; W] = std::array::from_fn(|r| {
                 let start = (r0 + r) * self.rs + c0;
-                let src = &d[start..start + len];
-                for (c, s) in src.iter().enumerate() {
-                    dst[c * w + r] = s.to_f32();
+                &d[start..start + len]
+            });
+            let mut c = 0;
+            while c + S <= len {
+                if c + 2 * S <= len {
+                    for row in &rows {
+                        prefetch(&row[c + S]);
+                    }
+                }
+                let mut strip = [[0f32; W]; S];
+                for (r, row) in rows.iter().enumerate() {
+                    let src: &[T; S] = row[c..c + S].try_into().unwrap();
+                    for (q, s) in src.iter().enumerate() {
+                        strip[q][r] = s.to_f32();
+                    }
+                }
+                dst[c * W..(c + S) * W].copy_from_slice(strip.as_flattened());
+                c += S;
+            }
+            for c in c..len {
+                let out: &mut [f32; W] = (&mut dst[c * W..(c + 1) * W]).try_into().unwrap();
+                for (o, row) in out.iter_mut().zip(&rows) {
+                    *o = row[c].to_f32();
                 }
             }
         } else {
-            for (c, out) in dst.chunks_exact_mut(w).enumerate() {
-                let base = (c0 + c) * self.cs;
-                for (r, o) in out[..rv].iter_mut().enumerate() {
-                    *o = d[base + (r0 + r) * self.rs].to_f32();
+            for (c, out) in dst.chunks_exact_mut(W).enumerate() {
+                let base = (c0 + c) * self.cs + r0 * self.rs;
+                let out: &mut [f32; W] = out.try_into().unwrap();
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = d[base + r * self.rs].to_f32();
                 }
-                out[rv..].fill(0.0);
             }
+        }
+    }
+
+    /// `pack_panel` for any width and a possibly ragged panel.
+    fn pack_any(&self, r0: usize, rv: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+        debug_assert!(rv <= w && dst.len() == len * w);
+        debug_assert!(r0 + rv <= self.rows && c0 + len <= self.cols);
+        let d = self.data;
+        for (c, out) in dst.chunks_exact_mut(w).enumerate() {
+            let base = (c0 + c) * self.cs + r0 * self.rs;
+            for (r, o) in out[..rv].iter_mut().enumerate() {
+                *o = d[base + r * self.rs].to_f32();
+            }
+            out[rv..].fill(0.0);
         }
     }
 }
 
 impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
     fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
-        for (q, panel) in dst.chunks_exact_mut(mr * kc).enumerate() {
-            let r0 = i0 + q * mr;
-            let rv = mr.min((i0 + mc).saturating_sub(r0));
-            self.pack_panel(r0, rv, p0, kc, mr, panel);
-        }
+        self.pack_block(i0, mc, p0, kc, mr, dst);
     }
 
     fn in_place(&self) -> Option<(&[f32], usize)> {
@@ -153,11 +279,6 @@ impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
 impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
         // B's micro-panel is A's format for the transpose.
-        let t = self.t();
-        for (q, panel) in dst.chunks_exact_mut(nr * kc).enumerate() {
-            let r0 = j0 + q * nr;
-            let rv = nr.min((j0 + nc).saturating_sub(r0));
-            t.pack_panel(r0, rv, p0, kc, nr, panel);
-        }
+        self.t().pack_block(j0, nc, p0, kc, nr, dst);
     }
 }
