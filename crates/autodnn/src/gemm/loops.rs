@@ -11,13 +11,14 @@
 //!           micro-kernel(MR × NR tile), then the epilogue on the last depth block
 //! ```
 //!
-//! **Threads.** With `t` threads, the packed B panel is packed by all of them together and
-//! then shared. The rows of micro-panels (3rd and 1st loops) are split into `t` contiguous
-//! ranges, each thread packing its own A blocks, when that divides as evenly as splitting
-//! the columns; otherwise A blocks are packed together and the B micro-panels (2nd loop) are
-//! split. Either way every C element is computed by one thread with the same depth blocks in
-//! the same order, so results do not depend on the thread count. Problems under
-//! [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
+//! **Threads.** With `t` threads, C is cut into `t` blocks of whole micro-panel rows or
+//! columns, whichever divides more evenly (rows on ties), and each thread runs all five loops
+//! on its block with its own packing buffers: one fork per call, no barriers, no shared
+//! buffers. The cost is that each thread packs the operand the split does not divide (all of
+//! B for a row split); that is a few percent at most, less than the synchronisation that
+//! sharing it takes on small problems. Every C element is computed by one thread with the
+//! same depth blocks in the same order, so results do not depend on the thread count.
+//! Problems under [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
 //!
 //! **Small problems.** When A is unit-stride along rows, fits one `KC` block and has at most
 //! `direct_max_m` rows, its full micro-panels are read in place (only a ragged last panel is
@@ -138,11 +139,7 @@ pub(crate) fn run(
     } else {
         threads.min(most).max(1)
     };
-    if nt == 1 {
-        frame(ks, g, c, 1)
-    } else {
-        pool.install(|| frame(ks, g, c, nt))
-    }
+    frame(ks, pool, g, c, nt)
 }
 
 /// C = beta·C (zeros for beta = 0, C unread), then the epilogue: the whole result when k = 0
@@ -228,135 +225,79 @@ fn balance(units: usize, nt: usize) -> f64 {
     units as f64 / (units.div_ceil(nt) * nt) as f64
 }
 
-fn frame(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
+/// Splits C among `nt` threads, one block of rows or of columns each, and runs the serial
+/// loops on each block.
+fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
+    // Whether A is read in place depends on the problem only, never on the thread count.
     let in_place = if g.m <= THRESHOLDS.direct_max_m && g.k <= bl.kc {
         g.a.in_place()
     } else {
         None
     };
+    let (mpan, npan) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
+    if nt == 1 {
+        return serial(ks, g, c, 0..mpan, 0..npan, in_place);
+    }
+    let split_rows = balance(mpan, nt) >= balance(npan, nt);
+    let block = |t: usize| {
+        if split_rows {
+            serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place)
+        } else {
+            serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place)
+        }
+    };
+    pool.install(|| (0..nt).into_par_iter().for_each(block));
+}
+
+/// The five loops on one block of C: row panels `rp` (of MR rows) × column panels `cp` (of
+/// NR columns), packing into this thread's buffers.
+fn serial(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    rp: Range<usize>,
+    cp: Range<usize>,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
+    let (j_lo, j_hi) = (cp.start * nr, (cp.end * nr).min(g.n));
+    if i_lo >= i_hi || j_lo >= j_hi {
+        return;
+    }
     // Even blocks: n = 1024 with NC = 1022 is two panels of 518 and 506, not 1022 and 2.
-    let nc_blk = even_block(g.n, bl.nc, nr);
+    let nc_blk = even_block(j_hi - j_lo, bl.nc, nr);
     let kc_blk = even_block(g.k, bl.kc, 1);
-    let mpan = g.m.div_ceil(mr);
+    let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
     with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
-        for jc in (0..g.n).step_by(nc_blk) {
-            let nc = nc_blk.min(g.n - jc);
-            let npan = nc.div_ceil(nr);
-            for pc in (0..g.k).step_by(kc_blk) {
-                let kc = kc_blk.min(g.k - pc);
-                let bp = &mut bbuf[..npan * nr * kc];
-                pack_b(g.b, pc, kc, jc, nc, nr, bp, nt);
-                let step = Step {
-                    pc,
-                    kc,
-                    jc,
-                    nc,
-                    beta: if pc == 0 { g.beta } else { 1.0 },
-                    last: pc + kc == g.k,
-                    b: bp,
-                };
-                if nt == 1 {
-                    rows(ks, g, c, &step, 0..mpan, in_place);
-                } else if balance(mpan, nt) >= balance(npan, nt) {
-                    (0..nt)
-                        .into_par_iter()
-                        .for_each(|t| rows(ks, g, c, &step, part(mpan, nt, t), in_place));
-                } else {
-                    columns(ks, g, c, &step, nt, in_place);
+        with_buf(&BUF_A, kc_blk * mc_blk, |abuf| {
+            for jc in (j_lo..j_hi).step_by(nc_blk) {
+                let nc = nc_blk.min(j_hi - jc);
+                let npan = nc.div_ceil(nr);
+                for pc in (0..g.k).step_by(kc_blk) {
+                    let kc = kc_blk.min(g.k - pc);
+                    let bp = &mut bbuf[..npan * nr * kc];
+                    g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                    let step = Step {
+                        pc,
+                        kc,
+                        jc,
+                        nc,
+                        beta: if pc == 0 { g.beta } else { 1.0 },
+                        last: pc + kc == g.k,
+                        b: bp,
+                    };
+                    for ic in (i_lo..i_hi).step_by(mc_blk) {
+                        let mc = mc_blk.min(i_hi - ic);
+                        let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
+                        macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                    }
                 }
             }
-        }
-    })
-}
-
-/// Packs the B panel, split among `nt` threads when there are several.
-#[allow(clippy::too_many_arguments)]
-fn pack_b(
-    b: &dyn PackB,
-    pc: usize,
-    kc: usize,
-    jc: usize,
-    nc: usize,
-    nr: usize,
-    dst: &mut [f32],
-    nt: usize,
-) {
-    let npan = nc.div_ceil(nr);
-    if nt == 1 || npan < 2 {
-        return b.pack_b(pc, kc, jc, nc, nr, dst);
-    }
-    let per = npan.div_ceil(nt);
-    dst.par_chunks_mut(per * nr * kc)
-        .enumerate()
-        .for_each(|(q, d)| {
-            let j0 = q * per * nr;
-            b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
-        });
-}
-
-/// The 3rd loop over the micro-panel rows `panels` (one thread's share): packs each A
-/// block (or reads it in place) and runs the macro-kernel over every B micro-panel.
-fn rows(
-    ks: &KernelSet,
-    g: &Gemm<'_>,
-    c: &OutMatrix<'_>,
-    s: &Step<'_>,
-    panels: Range<usize>,
-    in_place: Option<(&[f32], usize)>,
-) {
-    let bl = ks.blocking;
-    let mr = bl.mr;
-    let mc_pan = even_block(panels.len(), bl.mc / mr, 1);
-    let npan = s.nc.div_ceil(bl.nr);
-    let blocks = panels.clone().step_by(mc_pan);
-    with_buf(&BUF_A, mc_pan * mr * s.kc, |abuf| {
-        for q0 in blocks {
-            let q1 = (q0 + mc_pan).min(panels.end);
-            let i0 = q0 * mr;
-            let mc = (q1 * mr).min(g.m) - i0;
-            let block = a_block(g, s, i0, mc, mr, in_place, abuf);
-            macro_kernel(ks, g, c, s, i0, mc, &block, 0..npan);
-        }
-    })
-}
-
-/// The 3rd loop with the B micro-panels split among `nt` threads: each A block is packed by
-/// all threads together, then each runs the macro-kernel on its share of B micro-panels.
-fn columns(
-    ks: &KernelSet,
-    g: &Gemm<'_>,
-    c: &OutMatrix<'_>,
-    s: &Step<'_>,
-    nt: usize,
-    in_place: Option<(&[f32], usize)>,
-) {
-    let bl = ks.blocking;
-    let mr = bl.mr;
-    let npan = s.nc.div_ceil(bl.nr);
-    let mc_blk = even_block(g.m, bl.mc, mr);
-    with_buf(&BUF_A, mc_blk * s.kc, |abuf| {
-        for i0 in (0..g.m).step_by(mc_blk) {
-            let mc = mc_blk.min(g.m - i0);
-            let block = match in_place {
-                Some(_) => a_block(g, s, i0, mc, mr, in_place, abuf),
-                None => {
-                    let dst = &mut abuf[..mc.div_ceil(mr) * mr * s.kc];
-                    let per = mc.div_ceil(mr).div_ceil(nt);
-                    dst.par_chunks_mut(per * mr * s.kc)
-                        .enumerate()
-                        .for_each(|(q, d)| {
-                            let r0 = q * per * mr;
-                            g.a.pack_a(i0 + r0, (per * mr).min(mc - r0), s.pc, s.kc, mr, d)
-                        });
-                    ABlock::Packed(dst)
-                }
-            };
-            (0..nt)
-                .into_par_iter()
-                .for_each(|t| macro_kernel(ks, g, c, s, i0, mc, &block, part(npan, nt, t)));
-        }
+        })
     })
 }
 

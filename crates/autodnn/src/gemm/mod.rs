@@ -146,8 +146,13 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let am = StridedMatrix::new(a, m, k, ars, acs).expect(invalid);
-    let bm = StridedMatrix::new(b, k, n, brs, bcs).expect(invalid);
+    let ks = kernels::kernel_set(ctx.isa);
+    let am = StridedMatrix::new(a, m, k, ars, acs)
+        .expect(invalid)
+        .with_transposer(ks.transposer);
+    let bm = StridedMatrix::new(b, k, n, brs, bcs)
+        .expect(invalid)
+        .with_transposer(ks.transposer);
     let out = OutMatrix::new(c, m, n, crs, ccs).expect(invalid);
     // The kernels' vectors run down the engine's rows: transpose when C's columns are the
     // unit-stride direction (C row-major).
@@ -159,7 +164,6 @@ fn run_validated<T: GemmInput>(
         (true, true) => n > m,
         (false, false) => ccs < crs,
     };
-    let ks = kernels::kernel_set(ctx.isa);
     if transpose {
         let (at, bt) = (bm.t(), am.t());
         let g = Gemm {

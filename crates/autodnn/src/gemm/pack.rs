@@ -15,6 +15,7 @@
 //! - B panel of depth `p0 .. p0 + kc`, columns `j0 .. j0 + nc`: `ceil(nc / nr)` micro-panels,
 //!   each `kc × nr` with element `(p, j)` at `p·nr + j`; columns past `nc` are zero.
 
+use super::kernels::Transposer;
 use super::GemmInput;
 
 /// Asks for the cache line holding `x` ahead of its use (a hint: never faults). Source rows
@@ -69,6 +70,7 @@ pub struct StridedMatrix<'a, T> {
     cols: usize,
     rs: usize,
     cs: usize,
+    transposer: Option<&'static Transposer>,
 }
 
 impl<'a, T: GemmInput> StridedMatrix<'a, T> {
@@ -82,7 +84,14 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
             cols,
             rs,
             cs,
+            transposer: None,
         })
+    }
+
+    /// Uses a kernel family's vectorised transpose where packing transposes.
+    pub(crate) fn with_transposer(mut self, t: Option<&'static Transposer>) -> Self {
+        self.transposer = t;
+        self
     }
 
     /// The transpose (a view: strides swapped).
@@ -215,6 +224,24 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                 &d[start..start + len]
             });
             let mut c = 0;
+            if let (Some(tr), Some(d32)) = (self.transposer, T::as_f32(d)) {
+                if W <= tr.max_w {
+                    let base = r0 * self.rs + c0;
+                    let last = base + (W - 1) * self.rs;
+                    while c + tr.strip <= len {
+                        // Bounds: every row's strip lies in d (last row checked by slicing);
+                        // the destination is a checked slice.
+                        let _ = &d32[last + c..last + c + tr.strip];
+                        let out = &mut dst[c * W..(c + tr.strip) * W];
+                        // SAFETY: the family's ISA is this CPU's (kernel_set caps it);
+                        // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
+                        // inside d (the last row is checked above and rows are evenly spaced
+                        // from the first); `out` holds W·strip floats.
+                        unsafe { (tr.run)(d32[base + c..].as_ptr(), self.rs, W, out.as_mut_ptr()) };
+                        c += tr.strip;
+                    }
+                }
+            }
             while c + S <= len {
                 if c + 2 * S <= len {
                     for row in &rows {

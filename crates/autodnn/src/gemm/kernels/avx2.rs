@@ -3,7 +3,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, Tile};
+use super::{update_general, KernelSet, Tile, Transposer};
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
 
@@ -18,6 +18,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel::<MV, NR>,
         epilogue,
+        transposer: Some(&TRANSPOSER),
     }
 }
 
@@ -116,5 +117,56 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 8 * MVN, t) }
+    }
+}
+
+static TRANSPOSER: Transposer = Transposer {
+    strip: 8,
+    max_w: 8,
+    run: transpose,
+};
+
+/// Transposes `w ≤ 8` rows of 8 floats into 8 rows of `w` floats (unpacks, then lane
+/// permutes).
+///
+/// # Safety
+/// The contract of [`Transposer::run`] with strip = max_w = 8.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
+    debug_assert!(w <= 8);
+    let mut r = [_mm256_setzero_ps(); 8];
+    // A constant trip count (not `take(w)`) keeps `r` in registers.
+    for (i, x) in r.iter_mut().enumerate() {
+        if i < w {
+            // SAFETY: row i < w has 8 readable floats at src + i·ld (contract).
+            *x = unsafe { _mm256_loadu_ps(src.add(i * ld)) };
+        }
+    }
+    let mut t = [_mm256_setzero_ps(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let pd = _mm256_castps_pd;
+    let ps = _mm256_castpd_ps;
+    // u[4g + c]: column c (+ 4 in the high lane) of rows 4g .. 4g + 4.
+    let mut u = [_mm256_setzero_ps(); 8];
+    for g in 0..2 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        u[4 * g] = ps(_mm256_unpacklo_pd(pd(a), pd(c)));
+        u[4 * g + 1] = ps(_mm256_unpackhi_pd(pd(a), pd(c)));
+        u[4 * g + 2] = ps(_mm256_unpacklo_pd(pd(b), pd(d)));
+        u[4 * g + 3] = ps(_mm256_unpackhi_pd(pd(b), pd(d)));
+    }
+    // SAFETY: AVX2 (this function's target features).
+    let mask = unsafe { lane_mask(w, 0) };
+    for c in 0..4 {
+        let lo = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
+        let hi = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
+        for (q, x) in [(c, lo), (c + 4, hi)] {
+            // SAFETY: output row q < 8 is w writable floats at dst + q·w (contract); the
+            // mask enables exactly those lanes.
+            unsafe { _mm256_maskstore_ps(dst.add(q * w), mask, x) };
+        }
     }
 }

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, Tile};
+use super::{update_general, KernelSet, Tile, Transposer};
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
 
@@ -20,6 +20,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel::<MV, NR>,
         epilogue,
+        transposer: Some(&TRANSPOSER),
     }
 }
 
@@ -111,5 +112,63 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }
+    }
+}
+
+static TRANSPOSER: Transposer = Transposer {
+    strip: 16,
+    max_w: 16,
+    run: transpose,
+};
+
+/// Transposes `w ≤ 16` rows of 16 floats into 16 rows of `w` floats: two unpack stages
+/// within 128-bit lanes, then two stages of lane shuffles.
+///
+/// # Safety
+/// The contract of [`Transposer::run`] with strip = max_w = 16.
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
+    debug_assert!(w <= 16);
+    let mut r = [_mm512_setzero_ps(); 16];
+    // A constant trip count (not `take(w)`) keeps `r` in registers.
+    for (i, x) in r.iter_mut().enumerate() {
+        if i < w {
+            // SAFETY: row i < w has 16 readable floats at src + i·ld (contract).
+            *x = unsafe { _mm512_loadu_ps(src.add(i * ld)) };
+        }
+    }
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + c]: column c (+ 4 per lane) of rows 4g .. 4g + 4, one row group per lane.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        let pd = _mm512_castps_pd;
+        let ps = _mm512_castpd_ps;
+        u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+        u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+        u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+        u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+    }
+    let mask = ((1u32 << w) - 1) as __mmask16;
+    for c in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+        let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+        let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+        let out = [
+            (c, _mm512_shuffle_f32x4::<0x88>(v0, w0)),
+            (c + 8, _mm512_shuffle_f32x4::<0xDD>(v0, w0)),
+            (c + 4, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
+            (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
+        ];
+        for (q, x) in out {
+            // SAFETY: output row q < 16 is w writable floats at dst + q·w (contract); the
+            // mask enables exactly those lanes.
+            unsafe { _mm512_mask_storeu_ps(dst.add(q * w), mask, x) };
+        }
     }
 }

@@ -62,6 +62,23 @@ pub(crate) type UKernel = unsafe fn(&Tile);
 /// Applies an epilogue to a tile (i0, j0: the tile's first element in the output).
 pub(crate) type EpilogueFn = fn(&FrameEpilogue<'_>, &mut TileView<'_>, usize, usize);
 
+/// A vectorised transpose used by packing: `w ≤ max_w` source rows of `strip` contiguous
+/// floats each (row r at `src + r·ld`) become `strip` rows of `w` floats (row q at
+/// `dst + q·w`).
+#[derive(Debug)]
+pub(crate) struct Transposer {
+    /// Columns per call.
+    pub strip: usize,
+    /// Most rows per call.
+    pub max_w: usize,
+    /// The transpose.
+    ///
+    /// # Safety
+    /// The CPU supports the family's instruction set; `w ≤ max_w`; `src` is readable at
+    /// `r·ld + q` for r < w, q < strip; `dst` is writable for `w · strip` floats.
+    pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32),
+}
+
 /// A kernel family: the micro-kernel, its block sizes, the epilogue for the same ISA.
 #[derive(Debug)]
 pub(crate) struct KernelSet {
@@ -73,6 +90,8 @@ pub(crate) struct KernelSet {
     pub ukr: UKernel,
     /// The epilogue, compiled for `isa`.
     pub epilogue: EpilogueFn,
+    /// A vectorised transpose for packing, where the family has one.
+    pub transposer: Option<&'static Transposer>,
 }
 
 fn build(isa: Isa) -> KernelSet {

@@ -16,6 +16,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel,
         epilogue,
+        transposer: None,
     }
 }
 
