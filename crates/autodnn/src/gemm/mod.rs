@@ -199,7 +199,8 @@ fn run_validated<T: GemmInput>(
 ///
 /// # Errors
 /// [`Error::BadParam`] naming `c` when its strides overlap or reach past the buffer.
-#[allow(clippy::too_many_arguments, dead_code)]
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(test), allow(dead_code))] // the hook for implicit-GEMM convolution
 pub(crate) fn gemm_engine(
     ctx: &ExecContext<'_>,
     m: usize,
@@ -485,5 +486,100 @@ impl Handle {
             .collect();
         run_batch(&self.exec_context(), desc, alpha, beta, items);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// im2col on the fly for a 1-D convolution: A(i, p) = x[i + p] (position i, tap p),
+    /// packed straight from the signal, nothing materialised.
+    struct Im2Col<'a> {
+        x: &'a [f32],
+        positions: usize,
+    }
+
+    impl PackA for Im2Col<'_> {
+        fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+            for (q, panel) in dst.chunks_exact_mut(mr * kc).enumerate() {
+                for p in 0..kc {
+                    for i in 0..mr {
+                        let pos = i0 + q * mr + i;
+                        panel[p * mr + i] = if pos < (i0 + mc).min(self.positions) {
+                            self.x[pos + p0 + p]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn implicit_gemm_convolution_with_fused_bias_relu() {
+        // y[k][pos] = relu(bias[k] + Σ_tap w[k][tap] · x[pos + tap]): m = positions (the
+        // vector side, contiguous in y), n = output channels, k = taps.
+        let (positions, channels, taps) = (301usize, 37usize, 19usize);
+        let x: Vec<f32> = (0..positions + taps)
+            .map(|v| (v % 7) as f32 - 3.0)
+            .collect();
+        let w: Vec<f32> = (0..channels * taps).map(|v| (v % 5) as f32 - 2.0).collect();
+        let bias: Vec<f32> = (0..channels).map(|v| v as f32 - 18.0).collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for threads in [1, 2] {
+                let mut h = Handle::with_threads(threads).unwrap();
+                h.set_isa_cap(isa);
+                let ctx = h.exec_context();
+                let a = Im2Col { x: &x, positions };
+                // B(tap, k) = w[k][tap]: a strided view of the filter.
+                let b = StridedMatrix::new(&w[..], taps, channels, 1, taps).unwrap();
+                let mut y = vec![f32::NAN; channels * positions];
+                let epi = Epilogue::new()
+                    .with_bias_per_col(&bias)
+                    .with_activation(Activation::Relu);
+                gemm_engine(
+                    &ctx,
+                    positions,
+                    channels,
+                    taps,
+                    1.0,
+                    &a,
+                    &b,
+                    0.0,
+                    &mut y,
+                    [1, positions],
+                    &epi,
+                )
+                .unwrap();
+                for k in 0..channels {
+                    for pos in 0..positions {
+                        let want: f32 =
+                            (0..taps).map(|t| w[k * taps + t] * x[pos + t]).sum::<f32>() + bias[k];
+                        assert_eq!(
+                            y[k * positions + pos],
+                            want.max(0.0),
+                            "{isa:?} x{threads} k {k} pos {pos}"
+                        );
+                    }
+                }
+                // The engine checks C's view.
+                let e = gemm_engine(
+                    &ctx,
+                    positions,
+                    channels,
+                    taps,
+                    1.0,
+                    &a,
+                    &b,
+                    0.0,
+                    &mut y,
+                    [1, 1],
+                    &epi,
+                );
+                assert!(matches!(e, Err(Error::BadParam { .. })));
+            }
+        }
     }
 }

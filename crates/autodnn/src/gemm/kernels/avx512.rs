@@ -34,6 +34,10 @@ fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
     unsafe { inner(e, t, i0, j0) }
 }
 
+/// Depth steps before the end of the product at which the C tile is prefetched (each step
+/// is about 28 cycles: 16 steps cover a trip to L3).
+const C_PREFETCH_STEPS: usize = 16;
+
 /// The lanes of vector `v` of an `m`-row column that are valid.
 #[inline(always)]
 fn lane_mask(m: usize, v: usize) -> __mmask16 {
@@ -49,36 +53,66 @@ fn lane_mask(m: usize, v: usize) -> __mmask16 {
 unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
     let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
     let (mut a, mut b) = (t.a, t.b);
+    macro_rules! steps {
+        ($count:expr) => {
+            for _ in 0..$count {
+                let mut av = [_mm512_setzero_ps(); MVN];
+                for (v, x) in av.iter_mut().enumerate() {
+                    // SAFETY: rows v·16 .. v·16 + 16 < MR of this depth step are readable
+                    // (contract).
+                    *x = unsafe { _mm512_loadu_ps(a.add(16 * v)) };
+                }
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: column j < NR of this depth step of the packed B panel is
+                    // readable.
+                    let bj = _mm512_set1_ps(unsafe { *b.add(j) });
+                    for (c, x) in acc.iter_mut().zip(&av) {
+                        *c = _mm512_fmadd_ps(*x, bj, *c);
+                    }
+                }
+                // The last step moves past the panels; wrapping arithmetic keeps that defined.
+                a = a.wrapping_add(t.lda);
+                b = b.wrapping_add(NRN);
+            }
+        };
+    }
+    // Fetch the C tile for writing a few depth steps before the end: fetched earlier, it
+    // would be evicted by the A panel streaming through L1 meanwhile.
+    let tail = t.k.min(C_PREFETCH_STEPS);
+    steps!(t.k - tail);
     if t.rs_c == 1 {
-        // Bring the C tile towards L1 while the product is computed.
         for j in 0..t.n {
             let col = t.c.wrapping_add(j * t.cs_c);
             for v in 0..MVN {
-                // A prefetch is a hint: it never faults, whatever the address.
-                _mm_prefetch::<_MM_HINT_T0>(col.wrapping_add(16 * v).cast());
+                // A prefetch is a hint: it never faults, whatever the address. PREFETCHW
+                // (a plain prefetch where absent): the tile is about to be written.
+                _mm_prefetch::<_MM_HINT_ET0>(col.wrapping_add(16 * v).cast());
             }
         }
     }
-    for _ in 0..t.k {
-        let mut av = [_mm512_setzero_ps(); MVN];
-        for (v, x) in av.iter_mut().enumerate() {
-            // SAFETY: rows v·16 .. v·16 + 16 < MR of this depth step are readable (contract).
-            *x = unsafe { _mm512_loadu_ps(a.add(16 * v)) };
-        }
-        for (j, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: column j < NR of this depth step of the packed B panel is readable.
-            let bj = _mm512_set1_ps(unsafe { *b.add(j) });
-            for (c, x) in acc.iter_mut().zip(&av) {
-                *c = _mm512_fmadd_ps(*x, bj, *c);
-            }
-        }
-        // The last step moves past the panels; wrapping arithmetic keeps that defined.
-        a = a.wrapping_add(t.lda);
-        b = b.wrapping_add(NRN);
-    }
+    steps!(tail);
     if t.rs_c == 1 {
         let alpha = _mm512_set1_ps(t.alpha);
         let beta = _mm512_set1_ps(t.beta);
+        if t.m == 16 * MVN && t.n == NRN {
+            // A full tile: plain loads and stores.
+            for (j, acc) in acc.iter().enumerate() {
+                let col = t.c.wrapping_add(j * t.cs_c);
+                for (v, x) in acc.iter().enumerate() {
+                    let p = col.wrapping_add(v * 16);
+                    let mut y = _mm512_mul_ps(*x, alpha);
+                    // SAFETY: rows v·16 .. v·16 + 16 ≤ m of column j < n are inside the tile
+                    // (contract, rs_c = 1).
+                    unsafe {
+                        if t.beta != 0.0 {
+                            y = _mm512_fmadd_ps(_mm512_loadu_ps(p), beta, y);
+                        }
+                        _mm512_storeu_ps(p, y);
+                    }
+                }
+            }
+            return;
+        }
         for (j, acc) in acc.iter().enumerate() {
             if j >= t.n {
                 break;
