@@ -12,7 +12,7 @@
 //! Semantics, as in BLAS: with beta = 0, C is written without being read (NaN in C is
 //! ignored); with alpha = 0 (or k = 0), A and B are not read and C becomes beta·C. m, n or
 //! k may be 0. Every size, stride and buffer length is checked first; a bad one is a typed
-//! [`Error`](crate::Error) naming the field, never a panic or an out-of-bounds access.
+//! [`crate::Error`] naming the field, never a panic or an out-of-bounds access.
 //!
 //! # Design
 //! BLIS's: portable loops with packing and cache blocking (`loops.rs`: the five loops and the
