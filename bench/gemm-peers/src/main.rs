@@ -56,6 +56,32 @@ fn data(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Waits (up to a minute) until the machine was at least 90% idle for half a second, so that
+/// other processes' load does not land in the measurement; returns whether it was. Reads
+/// Linux's /proc/stat; elsewhere it returns at once.
+fn wait_for_idle() -> bool {
+    fn idle_total() -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        Some((cpu.get(3).copied()? + cpu.get(4).copied().unwrap_or(0), cpu.iter().sum()))
+    }
+    for _ in 0..120 {
+        let Some((i0, t0)) = idle_total() else { return true };
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let Some((i1, t1)) = idle_total() else { return true };
+        if t1 > t0 && (i1 - i0) * 10 >= (t1 - t0) * 9 {
+            return true;
+        }
+    }
+    false
+}
+
 fn time(f: &mut dyn FnMut()) -> f64 {
     let t = Instant::now();
     f();
@@ -174,7 +200,10 @@ fn main() {
         autodnn::VERSION,
         autodnn::gemm::kernel_name(isa)
     );
-    println!("GFLOP/s, median of {REPS}; peak: best of {PEAK_TRIES} FMA-chain runs\n");
+    println!(
+        "GFLOP/s, median of {REPS}; peak: best of {PEAK_TRIES} FMA-chain runs; each entry \
+         waits for an idle machine\n"
+    );
     println!(
         "| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | max rel diff |"
     );
@@ -184,17 +213,21 @@ fn main() {
             .num_threads(threads)
             .build()
             .expect("pool");
+        wait_for_idle();
         let peak = (0..PEAK_TRIES)
             .map(|_| autodnn::gemm::fma_peak(isa, threads, 20_000_000).1)
             .fold(0.0, f64::max);
         for &n in &sizes {
+            let idle = wait_for_idle();
             let ([ours, gemm_crate, blas], diff) = compare(n, threads, &pool);
             println!(
-                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {diff:.1e} |",
-                100.0 * ours / peak
+                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {diff:.1e} |{}",
+                100.0 * ours / peak,
+                if idle { "" } else { " (machine busy)" }
             );
         }
     }
+    let idle = wait_for_idle();
     let (b, p, pt) = batched(2);
     println!(
         "\n1000 × 64³: strided-batched on 2 threads {b:.1} GFLOP/s; 1000 plain calls \
@@ -202,4 +235,7 @@ fn main() {
         if pt == 1 { "" } else { "s" },
         b / p
     );
+    if !idle {
+        println!("(machine busy during the batched measurement)");
+    }
 }
