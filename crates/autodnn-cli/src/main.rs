@@ -1,4 +1,5 @@
-//! The `autodnn` command: inspect the machine, run and check convolution problems.
+//! The `autodnn` command: inspect the machine, run and check convolution problems, time GEMM
+//! and measure the FMA peak.
 //!
 //! stdout carries results only; diagnostics go to stderr, one line each. Exit status: 0 on
 //! success, 2 for bad input, 1 for any other failure.
@@ -6,8 +7,10 @@
 mod conv_cmd;
 mod data;
 mod error;
+mod gemm_cmd;
 mod info;
 mod npy;
+mod peak;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -35,6 +38,10 @@ enum Command {
     /// Run convolution problems with each algorithm: time them and, with --check, compare
     /// against the f64 reference; or run once on .npy data
     Conv(Box<conv_cmd::ConvArgs>),
+    /// Time one GEMM call (or one strided-batched call) and report GFLOP/s
+    Gemm(gemm_cmd::GemmArgs),
+    /// Measure the f32 FMA peak of this machine (GFLOP/s)
+    Peak(peak::PeakArgs),
 }
 
 /// Worker threads when `--threads` is not given: every core.
@@ -48,6 +55,8 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Info { json } => info::run(json, &mut out),
         Command::Conv(args) => conv_cmd::run(&args, &mut out),
+        Command::Gemm(args) => gemm_cmd::run(&args, &mut out),
+        Command::Peak(args) => peak::run(&args, &mut out),
     }
 }
 
