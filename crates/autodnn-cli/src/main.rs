@@ -1,4 +1,5 @@
-//! The `autodnn` command: inspect the machine, run and check convolution problems.
+//! The `autodnn` command: inspect the machine, run and check convolution problems, time GEMM
+//! and measure the FMA peak.
 //!
 //! stdout carries results only; diagnostics go to stderr, one line each. Exit status: 0 on
 //! success, 2 for bad input, 1 for any other failure.
@@ -8,8 +9,10 @@ mod calibrate_cmd;
 mod conv_cmd;
 mod data;
 mod error;
+mod gemm_cmd;
 mod info;
 mod npy;
+mod peak;
 mod tune_cmd;
 
 use std::io::Write;
@@ -45,6 +48,10 @@ enum Command {
     Cache(cache_cmd::CacheArgs),
     /// Measure the calibration problems and fit the heuristic's cost model
     Calibrate(calibrate_cmd::CalibrateArgs),
+    /// Time one GEMM call (or one strided-batched call) and report GFLOP/s
+    Gemm(gemm_cmd::GemmArgs),
+    /// Measure the f32 FMA peak of this machine (GFLOP/s)
+    Peak(peak::PeakArgs),
 }
 
 /// Worker threads when `--threads` is not given: every core.
@@ -61,6 +68,8 @@ fn run(cli: Cli) -> CliResult {
         Command::Tune(args) => tune_cmd::run(&args, &mut out),
         Command::Cache(args) => cache_cmd::run(&args, &mut out),
         Command::Calibrate(args) => calibrate_cmd::run(&args, &mut out),
+        Command::Gemm(args) => gemm_cmd::run(&args, &mut out),
+        Command::Peak(args) => peak::run(&args, &mut out),
     }
 }
 

@@ -931,3 +931,61 @@ fn epilogue_flags_are_checked() {
     let lines = json_lines(&out);
     assert_eq!(lines[0]["results"][0]["max_rel_err"], 0.0, "{out}");
 }
+
+#[test]
+fn gemm_json_reports_the_call() {
+    for extra in [
+        &[][..],
+        &["--transa", "--transb"],
+        &["--batch", "3", "--isa", "scalar"],
+    ] {
+        let mut args = vec!["gemm", "--m", "7", "--n", "5", "--k", "3", "--threads", "2"];
+        args.extend_from_slice(&["--reps", "3", "--json"]);
+        args.extend_from_slice(extra);
+        let out = ok(&args);
+        let lines = json_lines(&out);
+        assert_eq!(lines.len(), 1, "{out}");
+        let v = &lines[0];
+        assert_eq!(
+            keys(v),
+            sorted(&["m", "n", "k", "batch", "threads", "isa", "ms", "gflops"])
+        );
+        assert_eq!(
+            (v["m"].as_u64(), v["n"].as_u64(), v["k"].as_u64()),
+            (Some(7), Some(5), Some(3))
+        );
+        assert_eq!(v["threads"].as_u64(), Some(2));
+        assert!(v["ms"].as_f64().unwrap() >= 0.0 && v["gflops"].as_f64().unwrap() >= 0.0);
+        if extra.contains(&"--batch") {
+            assert_eq!(v["batch"].as_u64(), Some(3));
+            assert_eq!(v["isa"].as_str(), Some("scalar"));
+        }
+    }
+    let text = ok(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--reps", "1"]);
+    assert!(text.contains("GFLOP/s"), "{text}");
+}
+
+#[test]
+fn gemm_and_peak_refuse_bad_input() {
+    let e = bad(&["gemm", "--m", "2", "--n", "2", "--k", "2", "--reps", "0"]);
+    assert!(e.contains("--reps"), "{e}");
+    let e = bad(&["gemm", "--m", "2", "--n", "2", "--k", "2", "--batch", "0"]);
+    assert!(e.contains("--batch"), "{e}");
+    let e = bad(&["gemm", "--m", "2", "--n", "2", "--k", "2", "--isa", "sse9"]);
+    assert!(e.contains("--isa"), "{e}");
+    let e = bad(&["gemm", "--m", "2", "--n", "2", "--k", "2", "--threads", "0"]);
+    assert!(e.contains("threads"), "{e}");
+    usage_error(&["gemm", "--m", "2", "--n", "2"]);
+    let e = bad(&["peak", "--threads", "0"]);
+    assert!(e.contains("--threads"), "{e}");
+}
+
+#[test]
+fn peak_json_reports_gflops() {
+    let out = ok(&["peak", "--threads", "1", "--isa", "avx2", "--json"]);
+    let v = &json_lines(&out)[0];
+    assert_eq!(keys(v), sorted(&["isa", "threads", "gflops"]));
+    assert_eq!(v["threads"].as_u64(), Some(1));
+    assert!(matches!(v["isa"].as_str(), Some("scalar" | "avx2")), "{v}");
+    assert!(v["gflops"].as_f64().unwrap() > 0.0);
+}

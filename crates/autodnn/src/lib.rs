@@ -29,10 +29,12 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod activation;
 pub mod conv;
 pub mod cpu;
 mod desc;
 mod error;
+pub mod gemm;
 mod handle;
 pub mod models;
 mod parallel;
@@ -40,6 +42,7 @@ mod problem_string;
 pub mod reference;
 pub mod select;
 
+pub use activation::Activation;
 pub use desc::{
     ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, OpKind, Padding,
     TensorDesc,

@@ -1,0 +1,241 @@
+//! autodnn vs the `gemm` crate vs OpenBLAS, f32, row-major C = A·B, plus the FMA peak
+//! measured in the same run. See README.md.
+
+use std::os::raw::{c_float, c_int};
+use std::time::Instant;
+
+use autodnn::cpu::Isa;
+use autodnn::gemm::GemmDesc;
+use autodnn::Handle;
+
+#[link(name = "openblas")]
+extern "C" {
+    fn cblas_sgemm(
+        order: c_int,
+        transa: c_int,
+        transb: c_int,
+        m: c_int,
+        n: c_int,
+        k: c_int,
+        alpha: c_float,
+        a: *const c_float,
+        lda: c_int,
+        b: *const c_float,
+        ldb: c_int,
+        beta: c_float,
+        c: *mut c_float,
+        ldc: c_int,
+    );
+    fn openblas_set_num_threads(n: c_int);
+}
+const ROW_MAJOR: c_int = 101;
+const NO_TRANS: c_int = 111;
+
+/// Timed calls per entry (after one warm-up call each).
+const REPS: usize = 9;
+/// Peak measurements per thread count; the best is kept.
+const PEAK_TRIES: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Waits (up to a minute) until the machine was at least 90% idle for half a second, so that
+/// other processes' load does not land in the measurement; returns whether it was. Reads
+/// Linux's /proc/stat; elsewhere it returns at once.
+fn wait_for_idle() -> bool {
+    fn idle_total() -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let cpu: Vec<u64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        Some((cpu.get(3).copied()? + cpu.get(4).copied().unwrap_or(0), cpu.iter().sum()))
+    }
+    for _ in 0..120 {
+        let Some((i0, t0)) = idle_total() else { return true };
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let Some((i1, t1)) = idle_total() else { return true };
+        if t1 > t0 && (i1 - i0) * 10 >= (t1 - t0) * 9 {
+            return true;
+        }
+    }
+    false
+}
+
+fn time(f: &mut dyn FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+/// One size on `threads` threads: GFLOP/s of autodnn, gemm, OpenBLAS (medians), with the
+/// largest relative difference between the three results as a sanity check.
+fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32) {
+    let handle = Handle::with_threads(threads).expect("handle");
+    let (a, b) = (data(n * n, 1), data(n * n, 2));
+    let mut c = [vec![0f32; n * n], vec![0f32; n * n], vec![0f32; n * n]];
+    let desc = GemmDesc::new(n, n, n);
+    let [c0, c1, c2] = &mut c;
+    let mut runs: [Box<dyn FnMut() + '_>; 3] = [
+        Box::new(|| handle.gemm(&desc, 1.0, &a, &b, 0.0, c0).expect("autodnn gemm")),
+        Box::new(|| {
+            let par = if threads > 1 {
+                gemm::Parallelism::Rayon(threads)
+            } else {
+                gemm::Parallelism::None
+            };
+            pool.install(|| {
+                // SAFETY: every pointer covers an n × n row-major matrix (column stride 1,
+                // row stride n) that lives for the whole call.
+                unsafe {
+                    gemm::gemm(
+                        n, n, n,
+                        c1.as_mut_ptr(), 1, n as isize, false,
+                        a.as_ptr(), 1, n as isize,
+                        b.as_ptr(), 1, n as isize,
+                        0.0f32, 1.0f32, false, false, false, par,
+                    )
+                }
+            })
+        }),
+        Box::new(|| {
+            let n = n as c_int;
+            // SAFETY: row-major n × n matrices with leading dimension n, all live.
+            unsafe {
+                openblas_set_num_threads(threads as c_int);
+                cblas_sgemm(
+                    ROW_MAJOR, NO_TRANS, NO_TRANS, n, n, n, 1.0,
+                    a.as_ptr(), n, b.as_ptr(), n, 0.0, c2.as_mut_ptr(), n,
+                );
+            }
+        }),
+    ];
+    for r in runs.iter_mut() {
+        r();
+    }
+    let mut times = [vec![], vec![], vec![]];
+    for _ in 0..REPS {
+        for (t, r) in times.iter_mut().zip(runs.iter_mut()) {
+            t.push(time(r.as_mut()));
+        }
+    }
+    drop(runs);
+    let flops = 2.0 * (n as f64).powi(3);
+    let g = times.map(|t| flops / median(t) / 1e9);
+    let scale = c[2].iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
+    let diff = c[0]
+        .iter()
+        .zip(&c[1])
+        .zip(&c[2])
+        .map(|((x, y), z)| (x - y).abs().max((x - z).abs()))
+        .fold(0f32, f32::max);
+    (g, diff / scale)
+}
+
+/// 1000 strided-batched 64³ products on 2 threads vs 1000 plain calls with the faster of
+/// 1 and 2 threads: (batched GFLOP/s, plain GFLOP/s, plain's thread count).
+fn batched(threads: usize) -> (f64, f64, usize) {
+    const B: usize = 1000;
+    const S: usize = 64;
+    let desc = GemmDesc::new(S, S, S);
+    let (a, b) = (data(S * S * B, 3), data(S * S * B, 4));
+    let mut c = vec![0f32; S * S * B];
+    let flops = 2.0 * (S * S * S * B) as f64;
+    let h = Handle::with_threads(threads).expect("handle");
+    let mut run_batched = || {
+        h.gemm_strided_batched(&desc, 1.0, &a, S * S, &b, S * S, 0.0, &mut c, S * S, B)
+            .expect("batched")
+    };
+    run_batched();
+    let tb = median((0..REPS).map(|_| time(&mut run_batched)).collect());
+    let mut best = (0.0, 0);
+    for t in 1..=threads {
+        let h = Handle::with_threads(t).expect("handle");
+        let mut plain = || {
+            for i in 0..B {
+                let o = i * S * S;
+                h.gemm(&desc, 1.0, &a[o..], &b[o..], 0.0, &mut c[o..o + S * S])
+                    .expect("plain");
+            }
+        };
+        plain();
+        let tp = median((0..REPS).map(|_| time(&mut plain)).collect());
+        let g = flops / tp / 1e9;
+        if g > best.0 {
+            best = (g, t);
+        }
+    }
+    (flops / tb / 1e9, best.0, best.1)
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() { vec![256, 512, 1024, 2048] } else { sizes };
+    let isa = Isa::best_available();
+    println!(
+        "autodnn {} ({}), gemm 0.19 (x86-v4), OpenBLAS (cblas_sgemm); f32 row-major C = A·B",
+        autodnn::VERSION,
+        autodnn::gemm::kernel_name(isa)
+    );
+    println!(
+        "GFLOP/s, median of {REPS}; peak: best of {PEAK_TRIES} FMA-chain runs; each entry \
+         waits for an idle machine\n"
+    );
+    println!(
+        "| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | max rel diff |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for threads in [1usize, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        wait_for_idle();
+        let peak = (0..PEAK_TRIES)
+            .map(|_| autodnn::gemm::fma_peak(isa, threads, 20_000_000).1)
+            .fold(0.0, f64::max);
+        for &n in &sizes {
+            let idle = wait_for_idle();
+            let ([ours, gemm_crate, blas], diff) = compare(n, threads, &pool);
+            println!(
+                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {diff:.1e} |{}",
+                100.0 * ours / peak,
+                if idle { "" } else { " (machine busy)" }
+            );
+        }
+    }
+    let idle = wait_for_idle();
+    let (b, p, pt) = batched(2);
+    println!(
+        "\n1000 × 64³: strided-batched on 2 threads {b:.1} GFLOP/s; 1000 plain calls \
+         (best: {pt} thread{}) {p:.1} GFLOP/s; ratio {:.2}",
+        if pt == 1 { "" } else { "s" },
+        b / p
+    );
+    if !idle {
+        println!("(machine busy during the batched measurement)");
+    }
+}

@@ -1,0 +1,77 @@
+//! `autodnn peak`: the machine's f32 multiply-add peak, so GEMM and convolution results can be
+//! read as a fraction of the limit.
+
+use std::io::Write;
+
+use autodnn::cpu::Isa;
+use clap::Args;
+use serde::Serialize;
+
+use crate::error::{CliError, CliResult};
+
+/// Rounds of FMA chains per thread in one measurement (about 0.1 s on a current core).
+const ITERS: u64 = 20_000_000;
+/// Measurements; the best is reported (other load only ever lowers a peak).
+const TRIES: usize = 5;
+
+/// Arguments of `autodnn peak`.
+#[derive(Debug, Args)]
+pub struct PeakArgs {
+    /// Threads running at once [default: all cores]
+    #[arg(long, value_name = "T")]
+    pub threads: Option<usize>,
+    /// Cap the instruction set: scalar, avx2 or avx512 [default: AUTODNN_ISA, else the widest]
+    #[arg(long, value_name = "NAME")]
+    pub isa: Option<String>,
+    /// One JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `autodnn peak` reports.
+#[derive(Debug, Serialize)]
+pub struct PeakReport {
+    isa: &'static str,
+    threads: usize,
+    gflops: f64,
+}
+
+/// Runs `autodnn peak`.
+///
+/// # Errors
+/// Bad input for 0 threads or an unknown ISA name; failures writing to `out`.
+pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
+    let threads = args.threads.unwrap_or_else(crate::default_threads);
+    if threads == 0 {
+        return Err(CliError::bad("bad --threads = 0: must be at least 1"));
+    }
+    let cap = match &args.isa {
+        Some(name) => Isa::parse("--isa", name)?.min(Isa::from_env()?),
+        None => Isa::from_env()?,
+    };
+    let mut best = (cap, 0.0f64);
+    for _ in 0..TRIES {
+        let (isa, g) = autodnn::gemm::fma_peak(cap, threads, ITERS);
+        if g > best.1 {
+            best = (isa, g);
+        }
+    }
+    let report = PeakReport {
+        isa: best.0.name(),
+        threads,
+        gflops: best.1,
+    };
+    if args.json {
+        let line = serde_json::to_string(&report)
+            .map_err(|e| CliError::fail(format!("encoding JSON: {e}")))?;
+        writeln!(out, "{line}")?;
+    } else {
+        writeln!(
+            out,
+            "f32 FMA peak: {:.1} GFLOP/s ({} threads, {}, best of {TRIES})",
+            report.gflops, report.threads, report.isa
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Block sizes and thresholds: the numbers that shape the five loops, as data.
+//!
+//! BLIS's analytical model picks each block size from one level of the memory hierarchy:
+//!
+//! - `MR × NR`, the register tile, from the vector registers (see each kernel);
+//! - `KC` so that one packed micro-panel of B (`KC × NR`) fills most of the L1 data cache
+//!   (7/8: the rest holds the A lines streaming past it and the C tile), capped at
+//!   [`KC_MAX`]; a large `KC` also means fewer passes over C (each depth block reads and
+//!   writes C once);
+//! - `MC` so that the packed block of A (`MC × KC`) stays in the L2 cache while the `jr` loop
+//!   sweeps the B panel;
+//! - `NC` so that the packed panel of B (`KC × NC`) stays in this core's share of the L3.
+//!
+//! The cache geometry assumed is the smallest of today's AVX-512 server cores (AMD Zen 4:
+//! 32 KiB L1d, 1 MiB L2, a few MiB of L3 per core); Intel Sapphire Rapids (48 KiB, 2 MiB) has
+//! more of each, so the same sizes stay resident there. `AUTODNN_GEMM_BLOCKING=mc,kc,nc`
+//! overrides the three outer sizes (for tuning; read once per process).
+
+use std::sync::OnceLock;
+
+/// Cache sizes (bytes) the block sizes are derived from.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheGeometry {
+    /// L1 data cache per core.
+    pub l1: usize,
+    /// L2 cache per core.
+    pub l2: usize,
+    /// L3 share per core.
+    pub l3: usize,
+}
+
+/// The geometry the built-in block sizes are chosen for.
+pub const ASSUMED_CACHES: CacheGeometry = CacheGeometry {
+    l1: 32 << 10,
+    l2: 1 << 20,
+    l3: 4 << 20,
+};
+
+/// Deepest depth block: beyond it the C passes saved no longer matter and the B
+/// micro-panel of narrow tiles would outgrow L1's share.
+pub const KC_MAX: usize = 512;
+
+/// Environment variable overriding `mc,kc,nc` of every kernel family.
+pub const BLOCKING_ENV: &str = "AUTODNN_GEMM_BLOCKING";
+
+/// The block sizes of one kernel family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocking {
+    /// Rows of the register tile (the vector direction: contiguous in packed A and in C).
+    pub mr: usize,
+    /// Columns of the register tile (broadcast from packed B).
+    pub nr: usize,
+    /// Rows of A packed at once (a multiple of `mr`).
+    pub mc: usize,
+    /// Depth packed at once.
+    pub kc: usize,
+    /// Columns of B packed at once (a multiple of `nr`).
+    pub nc: usize,
+}
+
+impl Blocking {
+    /// Derives `mc`, `kc`, `nc` for an `mr × nr` register tile from a cache geometry: a
+    /// B micro-panel fills 7/8 of L1 (at most [`KC_MAX`] deep), the A block about half of
+    /// L2, the B panel about half the L3 share.
+    pub const fn for_tile(mr: usize, nr: usize, caches: CacheGeometry) -> Blocking {
+        let f = std::mem::size_of::<f32>();
+        let kc = round_down(caches.l1 / 8 * 7 / (nr * f), 16);
+        let kc = if kc > KC_MAX { KC_MAX } else { kc };
+        let mc = round_down(caches.l2 / 2 / (kc * f), mr);
+        let nc = round_down(caches.l3 / 2 / (kc * f), nr);
+        Blocking { mr, nr, mc, kc, nc }
+    }
+
+    /// This blocking with `mc`, `kc`, `nc` replaced by `AUTODNN_GEMM_BLOCKING` when it is
+    /// set to three positive integers (rounded to multiples of `mr` and `nr`); unchanged
+    /// otherwise.
+    pub fn with_env_override(self) -> Blocking {
+        match env_override() {
+            Some([mc, kc, nc]) => Blocking {
+                mc: mc.div_ceil(self.mr) * self.mr,
+                kc,
+                nc: nc.div_ceil(self.nr) * self.nr,
+                ..self
+            },
+            None => self,
+        }
+    }
+}
+
+const fn round_down(x: usize, to: usize) -> usize {
+    let r = x / to * to;
+    if r == 0 {
+        to
+    } else {
+        r
+    }
+}
+
+fn env_override() -> Option<[usize; 3]> {
+    static PARSED: OnceLock<Option<[usize; 3]>> = OnceLock::new();
+    *PARSED.get_or_init(|| {
+        let v = std::env::var(BLOCKING_ENV).ok()?;
+        let parts: Vec<usize> = v
+            .split(',')
+            .map(|s| s.trim().parse().ok().filter(|&x: &usize| x > 0))
+            .collect::<Option<_>>()?;
+        <[usize; 3]>::try_from(parts).ok()
+    })
+}
+
+/// Thresholds that pick a path by problem size (all counted in multiply-adds, m·n·k, or in
+/// elements).
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    /// Below this many multiply-adds a call runs on one thread: handing work to another
+    /// thread costs more than it saves.
+    pub parallel_min_fmas: usize,
+    /// A (the vector side) is read in place instead of packed when it is unit-stride along
+    /// the vector direction and at most this many rows (and `k` fits one `KC` block): then
+    /// every element is used by few micro-tiles and packing costs more than it saves.
+    pub direct_max_m: usize,
+    /// Batches of products each below this many multiply-adds run one product per thread,
+    /// across the batch; larger products use all threads each, one after the other.
+    pub batch_split_max_fmas: usize,
+}
+
+/// The thresholds in force (the same for every kernel family).
+pub const THRESHOLDS: Thresholds = Thresholds {
+    parallel_min_fmas: 96 * 96 * 96,
+    direct_max_m: 512,
+    batch_split_max_fmas: 256 * 256 * 256,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes_follow_the_caches() {
+        // AVX-512 32 × 14 on 32 KiB / 1 MiB: a 28 KiB B micro-panel, a 512 KiB A block.
+        let b = Blocking::for_tile(32, 14, ASSUMED_CACHES);
+        assert_eq!((b.kc, b.mc), (512, 256));
+        assert!(b.nc.is_multiple_of(14) && b.nc * b.kc * 4 <= ASSUMED_CACHES.l3 / 2);
+        let b = Blocking::for_tile(16, 6, ASSUMED_CACHES);
+        assert_eq!((b.kc, b.mc), (KC_MAX, 256));
+    }
+}

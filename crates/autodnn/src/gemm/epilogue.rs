@@ -1,0 +1,248 @@
+//! Epilogues: work applied to each output tile right after its last micro-kernel call, while
+//! the tile is still in L1, so that GEMM (or convolution) + bias + residual + activation
+//! costs one pass over the output instead of one per operation.
+//!
+//! The order is fixed: `C = act(alpha·op(A)·op(B) + beta·C + bias + residual)`, which is
+//! what a convolution layer with a folded batch norm, a skip connection and a ReLU computes.
+
+use crate::error::{Error, Result};
+
+pub use crate::activation::Activation;
+
+/// A bias vector added to every row or every column of C.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bias<'a> {
+    /// `bias[i]` added to row i (length at least m): a per-output-channel bias when C's rows
+    /// are channels.
+    PerRow(&'a [f32]),
+    /// `bias[j]` added to column j (length at least n).
+    PerCol(&'a [f32]),
+}
+
+/// A matrix added to the result (a skip connection), m × n with its own strides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Residual<'a> {
+    /// The values.
+    pub data: &'a [f32],
+    /// Row stride in elements.
+    pub row_stride: usize,
+    /// Column stride in elements.
+    pub col_stride: usize,
+}
+
+/// What to apply to the output after the product: bias, residual, activation.
+///
+/// # Examples
+/// ```
+/// use autodnn::gemm::{Activation, Epilogue, GemmDesc};
+/// let handle = autodnn::Handle::with_threads(1)?;
+/// let d = GemmDesc::new(2, 2, 1);
+/// let (a, b) = ([1.0f32, -1.0], [1.0f32, 2.0]);
+/// let bias = [0.5f32, 0.5];
+/// let epi = Epilogue::new().with_bias_per_row(&bias).with_activation(Activation::Relu);
+/// let mut c = [0.0f32; 4];
+/// handle.gemm_with_epilogue(&d, 1.0, &a, &b, 0.0, &mut c, &epi)?;
+/// assert_eq!(c, [1.5, 2.5, 0.0, 0.0]);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Epilogue<'a> {
+    /// Bias added before the residual and the activation.
+    pub bias: Option<Bias<'a>>,
+    /// Matrix added after the bias.
+    pub residual: Option<Residual<'a>>,
+    /// Applied last.
+    pub activation: Activation,
+}
+
+impl<'a> Epilogue<'a> {
+    /// No bias, no residual, identity activation.
+    pub fn new() -> Epilogue<'a> {
+        Epilogue::default()
+    }
+    /// Adds `bias[i]` to row i.
+    pub fn with_bias_per_row(mut self, bias: &'a [f32]) -> Self {
+        self.bias = Some(Bias::PerRow(bias));
+        self
+    }
+    /// Adds `bias[j]` to column j.
+    pub fn with_bias_per_col(mut self, bias: &'a [f32]) -> Self {
+        self.bias = Some(Bias::PerCol(bias));
+        self
+    }
+    /// Adds the m × n matrix `data` (element (i, j) at `i·row_stride + j·col_stride`).
+    pub fn with_residual(mut self, data: &'a [f32], row_stride: usize, col_stride: usize) -> Self {
+        self.residual = Some(Residual {
+            data,
+            row_stride,
+            col_stride,
+        });
+        self
+    }
+    /// Sets the activation.
+    pub fn with_activation(mut self, act: Activation) -> Self {
+        self.activation = act;
+        self
+    }
+    /// True when applying it changes nothing.
+    pub fn is_identity(&self) -> bool {
+        self.bias.is_none() && self.residual.is_none() && self.activation == Activation::None
+    }
+
+    /// Checks lengths against an m × n output and turns it into the engine's form.
+    pub(crate) fn for_output(&self, m: usize, n: usize) -> Result<FrameEpilogue<'a>> {
+        let mut f = FrameEpilogue {
+            row_bias: None,
+            col_bias: None,
+            residual: None,
+            act: self.activation,
+        };
+        match self.bias {
+            Some(Bias::PerRow(b)) => {
+                need("epilogue.bias", m, b.len())?;
+                f.row_bias = Some(&b[..m]);
+            }
+            Some(Bias::PerCol(b)) => {
+                need("epilogue.bias", n, b.len())?;
+                f.col_bias = Some(&b[..n]);
+            }
+            None => {}
+        }
+        if let Some(r) = self.residual {
+            let needed = super::desc::span(m, n, r.row_stride, r.col_stride).ok_or_else(|| {
+                Error::overflow("epilogue.residual", "residual span exceeds usize")
+            })?;
+            need("epilogue.residual", needed, r.data.len())?;
+            f.residual = Some((r.data, r.row_stride, r.col_stride));
+        }
+        Ok(f)
+    }
+}
+
+fn need(field: &str, needed: usize, got: usize) -> Result<()> {
+    if got < needed {
+        return Err(Error::BufferTooSmall {
+            field: field.into(),
+            needed,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// An epilogue in the engine's frame (rows and columns as the loops see them), with every
+/// slice checked to cover the output.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FrameEpilogue<'a> {
+    /// One value per engine row.
+    pub row_bias: Option<&'a [f32]>,
+    /// One value per engine column.
+    pub col_bias: Option<&'a [f32]>,
+    /// Data, row stride, column stride (engine frame).
+    pub residual: Option<(&'a [f32], usize, usize)>,
+    /// Applied last.
+    pub act: Activation,
+}
+
+impl FrameEpilogue<'_> {
+    /// The same epilogue for the transposed output.
+    pub fn transposed(self) -> Self {
+        FrameEpilogue {
+            row_bias: self.col_bias,
+            col_bias: self.row_bias,
+            residual: self.residual.map(|(d, rs, cs)| (d, cs, rs)),
+            act: self.act,
+        }
+    }
+
+    pub fn is_identity(&self) -> bool {
+        self.row_bias.is_none()
+            && self.col_bias.is_none()
+            && self.residual.is_none()
+            && self.act == Activation::None
+    }
+
+    /// Applies the epilogue to the `m × n` tile whose element (i, j) is output element
+    /// (i0 + i, j0 + j); `col(j)` returns column j of the tile as a mutable strided view.
+    /// Compiled inside each kernel family's `target_feature` wrapper, so the column loops
+    /// vectorise for that family.
+    #[inline(always)]
+    pub fn apply_tile(&self, tile: &mut TileView<'_>, i0: usize, j0: usize) {
+        let (m, n) = (tile.m, tile.n);
+        let act = self.act;
+        for j in 0..n {
+            let cb = self.col_bias.map_or(0.0, |b| b[j0 + j]);
+            let rb = self.row_bias.map(|b| &b[i0..i0 + m]);
+            let res = self
+                .residual
+                .map(|(d, rs, cs)| (d, (i0 * rs + (j0 + j) * cs), rs));
+            if tile.rs == 1 {
+                let col = tile.col_mut(j);
+                match (rb, res) {
+                    (Some(rb), Some((d, base, 1))) => {
+                        for ((c, b), r) in col.iter_mut().zip(rb).zip(&d[base..base + m]) {
+                            *c = act.apply(*c + *b + cb + *r);
+                        }
+                    }
+                    (None, Some((d, base, 1))) => {
+                        for (c, r) in col.iter_mut().zip(&d[base..base + m]) {
+                            *c = act.apply(*c + cb + *r);
+                        }
+                    }
+                    (Some(rb), None) => {
+                        for (c, b) in col.iter_mut().zip(rb) {
+                            *c = act.apply(*c + *b + cb);
+                        }
+                    }
+                    (None, None) => {
+                        for c in col.iter_mut() {
+                            *c = act.apply(*c + cb);
+                        }
+                    }
+                    (rb, Some((d, base, rs))) => {
+                        for (i, c) in col.iter_mut().enumerate() {
+                            let b = rb.map_or(0.0, |rb| rb[i]);
+                            *c = act.apply(*c + b + cb + d[base + i * rs]);
+                        }
+                    }
+                }
+            } else {
+                for i in 0..m {
+                    let b = rb.map_or(0.0, |rb| rb[i]);
+                    let r = res.map_or(0.0, |(d, base, rs)| d[base + i * rs]);
+                    let c = tile.get_mut(i, j);
+                    *c = act.apply(*c + b + cb + r);
+                }
+            }
+        }
+    }
+}
+
+/// A mutable view of one output tile, handed out by the frame to one thread at a time.
+pub(crate) struct TileView<'t> {
+    pub(crate) ptr: *mut f32,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+    pub(crate) _tile: std::marker::PhantomData<&'t mut f32>,
+}
+
+impl TileView<'_> {
+    /// Column j (requires rs == 1).
+    #[inline(always)]
+    fn col_mut(&mut self, j: usize) -> &mut [f32] {
+        assert!(j < self.n && self.rs == 1);
+        // SAFETY: a TileView is only made (in loops.rs) for a tile of a validated output
+        // whose elements (i, j), i < m, j < n, lie inside the output buffer and belong to
+        // this thread alone; with rs == 1 column j is the m contiguous elements at j·cs.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(j * self.cs), self.m) }
+    }
+
+    #[inline(always)]
+    fn get_mut(&mut self, i: usize, j: usize) -> &mut f32 {
+        assert!(i < self.m && j < self.n);
+        // SAFETY: as for col_mut: (i, j) is inside the tile, which is in bounds and exclusive.
+        unsafe { &mut *self.ptr.add(i * self.rs + j * self.cs) }
+    }
+}

@@ -1,0 +1,208 @@
+//! The AVX-512 kernel family: a 32 × 14 register tile. Per depth step, two 16-lane vectors
+//! of A are loaded and each of 14 values of B is broadcast into 2 fused multiply-adds:
+//! 28 accumulators + 2 A vectors + 1 broadcast = 31 of the 32 zmm registers, and 16 loads
+//! per 28 FMAs, well inside the load ports' budget.
+
+use std::arch::x86_64::*;
+
+use super::{update_general, KernelSet, Tile, Transposer};
+use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
+use crate::gemm::epilogue::{FrameEpilogue, TileView};
+
+/// Vectors of 16 lanes per column of the tile.
+const MV: usize = 2;
+const MR: usize = 16 * MV;
+const NR: usize = 14;
+
+pub(crate) fn kernel_set() -> KernelSet {
+    KernelSet {
+        name: "avx512-32x14",
+        blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
+        ukr: kernel::<MV, NR>,
+        epilogue,
+        transposer: Some(&TRANSPOSER),
+    }
+}
+
+fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
+    #[target_feature(enable = "avx512f")]
+    fn inner(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
+        e.apply_tile(t, i0, j0)
+    }
+    // SAFETY: this family is only chosen when the CPU has AVX-512F (kernel_set never
+    // exceeds Isa::best_available).
+    unsafe { inner(e, t, i0, j0) }
+}
+
+/// Depth steps before the end of the product at which the C tile is prefetched (each step
+/// is about 28 cycles: 16 steps cover a trip to L3).
+const C_PREFETCH_STEPS: usize = 16;
+
+/// The lanes of vector `v` of an `m`-row column that are valid.
+#[inline(always)]
+fn lane_mask(m: usize, v: usize) -> __mmask16 {
+    let valid = m.saturating_sub(v * 16).min(16);
+    ((1u32 << valid) - 1) as __mmask16
+}
+
+/// The AVX-512 micro-kernel, `16·MVN × NRN`.
+///
+/// # Safety
+/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = NRN.
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
+    let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
+    let (mut a, mut b) = (t.a, t.b);
+    macro_rules! steps {
+        ($count:expr) => {
+            for _ in 0..$count {
+                let mut av = [_mm512_setzero_ps(); MVN];
+                for (v, x) in av.iter_mut().enumerate() {
+                    // SAFETY: rows v·16 .. v·16 + 16 < MR of this depth step are readable
+                    // (contract).
+                    *x = unsafe { _mm512_loadu_ps(a.add(16 * v)) };
+                }
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: column j < NR of this depth step of the packed B panel is
+                    // readable.
+                    let bj = _mm512_set1_ps(unsafe { *b.add(j) });
+                    for (c, x) in acc.iter_mut().zip(&av) {
+                        *c = _mm512_fmadd_ps(*x, bj, *c);
+                    }
+                }
+                // The last step moves past the panels; wrapping arithmetic keeps that defined.
+                a = a.wrapping_add(t.lda);
+                b = b.wrapping_add(NRN);
+            }
+        };
+    }
+    // Fetch the C tile for writing a few depth steps before the end: fetched earlier, it
+    // would be evicted by the A panel streaming through L1 meanwhile.
+    let tail = t.k.min(C_PREFETCH_STEPS);
+    steps!(t.k - tail);
+    if t.rs_c == 1 {
+        for j in 0..t.n {
+            let col = t.c.wrapping_add(j * t.cs_c);
+            for v in 0..MVN {
+                // A prefetch is a hint: it never faults, whatever the address. PREFETCHW
+                // (a plain prefetch where absent): the tile is about to be written.
+                _mm_prefetch::<_MM_HINT_ET0>(col.wrapping_add(16 * v).cast());
+            }
+        }
+    }
+    steps!(tail);
+    if t.rs_c == 1 {
+        let alpha = _mm512_set1_ps(t.alpha);
+        let beta = _mm512_set1_ps(t.beta);
+        if t.m == 16 * MVN && t.n == NRN {
+            // A full tile: plain loads and stores.
+            for (j, acc) in acc.iter().enumerate() {
+                let col = t.c.wrapping_add(j * t.cs_c);
+                for (v, x) in acc.iter().enumerate() {
+                    let p = col.wrapping_add(v * 16);
+                    let mut y = _mm512_mul_ps(*x, alpha);
+                    // SAFETY: rows v·16 .. v·16 + 16 ≤ m of column j < n are inside the tile
+                    // (contract, rs_c = 1).
+                    unsafe {
+                        if t.beta != 0.0 {
+                            y = _mm512_fmadd_ps(_mm512_loadu_ps(p), beta, y);
+                        }
+                        _mm512_storeu_ps(p, y);
+                    }
+                }
+            }
+            return;
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            if j >= t.n {
+                break;
+            }
+            let col = t.c.wrapping_add(j * t.cs_c);
+            for (v, x) in acc.iter().enumerate() {
+                let mask = lane_mask(t.m, v);
+                if mask == 0 {
+                    break;
+                }
+                let p = col.wrapping_add(v * 16);
+                let mut y = _mm512_mul_ps(*x, alpha);
+                // SAFETY: masked loads and stores touch only the enabled lanes: rows below
+                // m of column j, inside the tile (contract, rs_c = 1); disabled lanes are
+                // not accessed and cannot fault.
+                unsafe {
+                    if t.beta != 0.0 {
+                        y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), beta, y);
+                    }
+                    _mm512_mask_storeu_ps(p, mask, y);
+                }
+            }
+        }
+    } else {
+        let mut flat = [[[0f32; 16]; MVN]; NRN];
+        for (f, acc) in flat.iter_mut().zip(&acc) {
+            for (f, x) in f.iter_mut().zip(acc) {
+                // SAFETY: f is 16 writable floats.
+                unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };
+            }
+        }
+        // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
+        unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }
+    }
+}
+
+static TRANSPOSER: Transposer = Transposer {
+    strip: 16,
+    max_w: 16,
+    run: transpose,
+};
+
+/// Transposes `w ≤ 16` rows of 16 floats into 16 rows of `w` floats: two unpack stages
+/// within 128-bit lanes, then two stages of lane shuffles.
+///
+/// # Safety
+/// The contract of [`Transposer::run`] with strip = max_w = 16.
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
+    debug_assert!(w <= 16);
+    let mut r = [_mm512_setzero_ps(); 16];
+    // A constant trip count (not `take(w)`) keeps `r` in registers.
+    for (i, x) in r.iter_mut().enumerate() {
+        if i < w {
+            // SAFETY: row i < w has 16 readable floats at src + i·ld (contract).
+            *x = unsafe { _mm512_loadu_ps(src.add(i * ld)) };
+        }
+    }
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + c]: column c (+ 4 per lane) of rows 4g .. 4g + 4, one row group per lane.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        let pd = _mm512_castps_pd;
+        let ps = _mm512_castpd_ps;
+        u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+        u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+        u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+        u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+    }
+    let mask = ((1u32 << w) - 1) as __mmask16;
+    for c in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+        let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+        let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+        let out = [
+            (c, _mm512_shuffle_f32x4::<0x88>(v0, w0)),
+            (c + 8, _mm512_shuffle_f32x4::<0xDD>(v0, w0)),
+            (c + 4, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
+            (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
+        ];
+        for (q, x) in out {
+            // SAFETY: output row q < 16 is w writable floats at dst + q·w (contract); the
+            // mask enables exactly those lanes.
+            unsafe { _mm512_mask_storeu_ps(dst.add(q * w), mask, x) };
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Micro-kernels: the only per-ISA code of the engine.
+//!
+//! Every kernel has one signature, [`UKernel`]: it multiplies an `MR × k` micro-panel of A
+//! (vector side) by a packed `k × NR` micro-panel of B (broadcast side) in registers and
+//! updates an `m × n` tile of C (`m ≤ MR`, `n ≤ NR`, the edges handled by the kernel itself)
+//! as `C = alpha·acc + beta·C`, never reading C when beta is 0. The portable frame
+//! ([`super::loops`]) does everything else.
+//!
+//! A kernel family ([`KernelSet`]) is the micro-kernel, its block sizes and the epilogue
+//! compiled for the same instruction set. [`kernel_set`] returns the family for an ISA cap:
+//! the widest this build has at or below the cap, ending at the portable one.
+
+pub(crate) mod scalar;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+
+use std::sync::OnceLock;
+
+use super::blocking::Blocking;
+use super::epilogue::{FrameEpilogue, TileView};
+use crate::cpu::Isa;
+
+/// The arguments of one micro-kernel call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tile {
+    /// Depth.
+    pub k: usize,
+    /// A micro-panel: element (i, p) at `a + p·lda + i`, i < MR.
+    pub a: *const f32,
+    /// Depth stride of the A micro-panel (MR when packed).
+    pub lda: usize,
+    /// Packed B micro-panel: element (p, j) at `b + p·NR + j`.
+    pub b: *const f32,
+    /// C tile: element (i, j) at `c + i·rs_c + j·cs_c`, i < m, j < n.
+    pub c: *mut f32,
+    /// Row stride of C.
+    pub rs_c: usize,
+    /// Column stride of C.
+    pub cs_c: usize,
+    /// Valid rows (≤ MR).
+    pub m: usize,
+    /// Valid columns (≤ NR).
+    pub n: usize,
+    /// Scale of the product.
+    pub alpha: f32,
+    /// Scale of C (0: C is not read).
+    pub beta: f32,
+}
+
+/// A micro-kernel.
+///
+/// # Safety
+/// The CPU supports the kernel's instruction set; `k ≥ 1`; `a` is readable at every
+/// `p·lda + i` for p < k, i < MR; `b` is readable for `k·NR` elements; `c` is writable (and,
+/// when beta ≠ 0, readable) at `i·rs_c + j·cs_c` for i < m ≤ MR, j < n ≤ NR, and no other
+/// thread accesses those elements during the call.
+pub(crate) type UKernel = unsafe fn(&Tile);
+
+/// Applies an epilogue to a tile (i0, j0: the tile's first element in the output).
+pub(crate) type EpilogueFn = fn(&FrameEpilogue<'_>, &mut TileView<'_>, usize, usize);
+
+/// A vectorised transpose used by packing: `w ≤ max_w` source rows of `strip` contiguous
+/// floats each (row r at `src + r·ld`) become `strip` rows of `w` floats (row q at
+/// `dst + q·w`).
+#[derive(Debug)]
+pub(crate) struct Transposer {
+    /// Columns per call.
+    pub strip: usize,
+    /// Most rows per call.
+    pub max_w: usize,
+    /// The transpose.
+    ///
+    /// # Safety
+    /// The CPU supports the family's instruction set; `w ≤ max_w`; `src` is readable at
+    /// `r·ld + q` for r < w, q < strip; `dst` is writable for `w · strip` floats.
+    pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32),
+}
+
+/// A kernel family: the micro-kernel, its block sizes, the epilogue for the same ISA.
+#[derive(Debug)]
+pub(crate) struct KernelSet {
+    /// A name for logs and benchmarks, e.g. `avx512-32x14`.
+    pub name: &'static str,
+    /// Register tile and cache blocks.
+    pub blocking: Blocking,
+    /// The micro-kernel.
+    pub ukr: UKernel,
+    /// The epilogue, compiled for `isa`.
+    pub epilogue: EpilogueFn,
+    /// A vectorised transpose for packing, where the family has one.
+    pub transposer: Option<&'static Transposer>,
+}
+
+fn build(isa: Isa) -> KernelSet {
+    let set = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => avx512::kernel_set(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::kernel_set(),
+        _ => scalar::kernel_set(),
+    };
+    KernelSet {
+        blocking: set.blocking.with_env_override(),
+        ..set
+    }
+}
+
+/// The kernel family for an ISA cap (the handle's cap never exceeds what the CPU has).
+pub(crate) fn kernel_set(isa: Isa) -> &'static KernelSet {
+    static SETS: OnceLock<[KernelSet; 3]> = OnceLock::new();
+    let sets = SETS.get_or_init(|| Isa::ALL.map(build));
+    let isa = isa.min(Isa::best_available());
+    &sets[Isa::ALL.iter().position(|&i| i == isa).unwrap_or(0)]
+}
+
+/// Updates C from an accumulator tile stored column-major with leading dimension `mr`
+/// (element (i, j) at `j·mr + i`), for any strides: `C = alpha·acc + beta·C`. `FUSED` uses
+/// one fused multiply-add for the beta term (only where FMA instructions exist).
+///
+/// # Safety
+/// As for [`UKernel`] regarding `t.c`, `t.m`, `t.n`; `acc` holds `mr · t.n` elements.
+#[inline(always)]
+pub(crate) unsafe fn update_general<const FUSED: bool>(acc: &[f32], mr: usize, t: &Tile) {
+    for j in 0..t.n {
+        let col = &acc[j * mr..j * mr + t.m];
+        for (i, &v) in col.iter().enumerate() {
+            let ab = t.alpha * v;
+            // SAFETY: (i, j) with i < m, j < n is an element of the tile (the caller's
+            // contract).
+            let c = unsafe { &mut *t.c.add(i * t.rs_c + j * t.cs_c) };
+            *c = if t.beta == 0.0 {
+                ab
+            } else if FUSED {
+                t.beta.mul_add(*c, ab)
+            } else {
+                t.beta * *c + ab
+            };
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! The five loops around the micro-kernel (BLIS), and how they are shared among threads.
+//!
+//! In the engine's frame C is `m × n`, A (vector side) `m × k`, B (broadcast side) `k × n`:
+//!
+//! ```text
+//! for jc in 0..n step NC            5th loop: a panel of B columns
+//!   for pc in 0..k step KC          4th loop: depth; pack B[pc.., jc..] (KC × NC, shared)
+//!     for ic in 0..m step MC        3rd loop: pack A[ic.., pc..] (MC × KC)
+//!       for jr in 0..NC step NR     2nd loop: one B micro-panel stays in L1 ...
+//!         for ir in 0..MC step MR   1st loop: ... while A micro-panels stream past it
+//!           micro-kernel(MR × NR tile), then the epilogue on the last depth block
+//! ```
+//!
+//! **Threads.** With `t` threads, C is cut into `t` blocks of whole micro-panel rows or
+//! columns, whichever divides more evenly (rows on ties), and each thread runs all five loops
+//! on its block with its own packing buffers: one fork per call, no barriers, no shared
+//! buffers. The cost is that each thread packs the operand the split does not divide (all of
+//! B for a row split); that is a few percent at most, less than the synchronisation that
+//! sharing it takes on small problems. Every C element is computed by one thread with the
+//! same depth blocks in the same order, so results do not depend on the thread count.
+//! Problems under [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
+//!
+//! **Small problems.** When A is unit-stride along rows, fits one `KC` block and has at most
+//! `direct_max_m` rows, its full micro-panels are read in place (only a ragged last panel is
+//! copied): packing would cost more than it saves.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::thread::LocalKey;
+
+use rayon::prelude::*;
+
+use super::blocking::THRESHOLDS;
+use super::epilogue::{FrameEpilogue, TileView};
+use super::kernels::{KernelSet, Tile};
+use super::pack::{PackA, PackB};
+
+/// The output of the engine: a mutable matrix with validated strides, shared by the threads
+/// of one call, each writing its own tiles.
+pub(crate) struct OutMatrix<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the frame hands each tile of an OutMatrix to exactly one thread (the thread
+// splits below are disjoint ranges of tiles), so sharing the pointer cannot race.
+unsafe impl Send for OutMatrix<'_> {}
+// SAFETY: as for Send.
+unsafe impl Sync for OutMatrix<'_> {}
+
+impl<'a> OutMatrix<'a> {
+    /// A `rows × cols` view of `c` with element (i, j) at `i·rs + j·cs`; `None` when an
+    /// element lies outside `c` or two elements share an offset.
+    pub(crate) fn new(
+        c: &'a mut [f32],
+        rows: usize,
+        cols: usize,
+        rs: usize,
+        cs: usize,
+    ) -> Option<OutMatrix<'a>> {
+        let span = super::desc::span(rows, cols, rs, cs)?;
+        (span <= c.len() && super::desc::non_overlapping(rows, cols, rs, cs)).then_some(OutMatrix {
+            ptr: c.as_mut_ptr(),
+            rows,
+            cols,
+            rs,
+            cs,
+            _borrow: PhantomData,
+        })
+    }
+
+    /// The transposed view of the same memory.
+    pub(crate) fn t(self) -> OutMatrix<'a> {
+        OutMatrix {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// The tile of `m × n` elements at (i0, j0), checked to lie inside the matrix.
+    ///
+    /// # Safety
+    /// While the returned view (or a kernel writing through its pointer) is in use, no other
+    /// view of an overlapping tile is used by any thread.
+    unsafe fn tile(&self, i0: usize, j0: usize, m: usize, n: usize) -> TileView<'_> {
+        assert!(i0 + m <= self.rows && j0 + n <= self.cols);
+        TileView {
+            // The offset is inside the buffer (validated span) for any non-empty tile.
+            ptr: self.ptr.wrapping_add(i0 * self.rs + j0 * self.cs),
+            m,
+            n,
+            rs: self.rs,
+            cs: self.cs,
+            _tile: PhantomData,
+        }
+    }
+}
+
+/// One product in the engine's frame: `C = epilogue(alpha·A·B + beta·C)`.
+pub(crate) struct Gemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub beta: f32,
+    pub a: &'a dyn PackA,
+    pub b: &'a dyn PackB,
+    pub epilogue: FrameEpilogue<'a>,
+}
+
+/// Runs one product with up to `threads` threads of `pool`.
+pub(crate) fn run(
+    ks: &KernelSet,
+    pool: &rayon::ThreadPool,
+    threads: usize,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+) {
+    assert!(c.rows == g.m && c.cols == g.n);
+    if g.m == 0 || g.n == 0 {
+        return;
+    }
+    if g.k == 0 || g.alpha == 0.0 {
+        return scale(ks, g, c);
+    }
+    let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    let (mr, nr) = (ks.blocking.mr, ks.blocking.nr);
+    let most = g.m.div_ceil(mr).max(g.n.div_ceil(nr));
+    let nt = if fmas < THRESHOLDS.parallel_min_fmas {
+        1
+    } else {
+        threads.min(most).max(1)
+    };
+    frame(ks, pool, g, c, nt)
+}
+
+/// C = beta·C (zeros for beta = 0, C unread), then the epilogue: the whole result when k = 0
+/// or alpha = 0.
+fn scale(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>) {
+    // SAFETY: the whole matrix as one tile, used by this thread only.
+    let mut t = unsafe { c.tile(0, 0, g.m, g.n) };
+    for j in 0..g.n {
+        for i in 0..g.m {
+            // SAFETY: (i, j) is inside the validated matrix, accessed by this thread only.
+            let x = unsafe { &mut *t.ptr.add(i * t.rs + j * t.cs) };
+            *x = if g.beta == 0.0 { 0.0 } else { g.beta * *x };
+        }
+    }
+    if !g.epilogue.is_identity() {
+        (ks.epilogue)(&g.epilogue, &mut t, 0, 0);
+    }
+}
+
+/// One depth block of one column panel, as the inner loops see it.
+struct Step<'s> {
+    pc: usize,
+    kc: usize,
+    jc: usize,
+    nc: usize,
+    beta: f32,
+    last: bool,
+    b: &'s [f32],
+}
+
+/// The A block handed to the macro-kernel.
+enum ABlock<'s> {
+    /// Packed micro-panels, `mr × kc` each.
+    Packed(&'s [f32]),
+    /// Full micro-panels read in place from A (element (i, p) at `i + p·lda`), and the
+    /// ragged last panel packed in `tail`.
+    InPlace {
+        data: &'s [f32],
+        lda: usize,
+        tail: &'s [f32],
+    },
+}
+
+thread_local! {
+    static BUF_A: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static BUF_B: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` elements of this thread's cached buffer, aligned to 64 bytes (a fresh
+/// allocation when the cache is in use, e.g. by a call this thread interleaves with).
+fn with_buf<R>(
+    cell: &'static LocalKey<RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+        if v.len() < len + 16 {
+            v.resize(len + 16, 0.0);
+        }
+        let off = v.as_ptr().align_offset(64).min(16);
+        &mut v[off..off + len]
+    }
+    cell.with(|c| match c.try_borrow_mut() {
+        Ok(mut v) => f(aligned(&mut v, len)),
+        Err(_) => f(aligned(&mut Vec::new(), len)),
+    })
+}
+
+/// Splits `0..len` into `parts` near-equal contiguous ranges; this is range `t`.
+fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
+    len * t / parts..len * (t + 1) / parts
+}
+
+/// The block size that splits `len` into as few blocks of at most `max` as possible, of
+/// near-equal sizes rounded up to a multiple of `unit` (never above `max` rounded up).
+fn even_block(len: usize, max: usize, unit: usize) -> usize {
+    let blocks = len.div_ceil(max).max(1);
+    len.div_ceil(blocks).div_ceil(unit).max(1) * unit
+}
+
+/// How evenly `units` split over `nt` threads (1 = perfectly).
+fn balance(units: usize, nt: usize) -> f64 {
+    units as f64 / (units.div_ceil(nt) * nt) as f64
+}
+
+/// Splits C among `nt` threads, one block of rows or of columns each, and runs the serial
+/// loops on each block.
+fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    // Whether A is read in place depends on the problem only, never on the thread count.
+    let in_place = if g.m <= THRESHOLDS.direct_max_m && g.k <= bl.kc {
+        g.a.in_place()
+    } else {
+        None
+    };
+    let (mpan, npan) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
+    if nt == 1 {
+        return serial(ks, g, c, 0..mpan, 0..npan, in_place);
+    }
+    let split_rows = balance(mpan, nt) >= balance(npan, nt);
+    let block = |t: usize| {
+        if split_rows {
+            serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place)
+        } else {
+            serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place)
+        }
+    };
+    pool.install(|| (0..nt).into_par_iter().for_each(block));
+}
+
+/// The five loops on one block of C: row panels `rp` (of MR rows) × column panels `cp` (of
+/// NR columns), packing into this thread's buffers.
+fn serial(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    rp: Range<usize>,
+    cp: Range<usize>,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
+    let (j_lo, j_hi) = (cp.start * nr, (cp.end * nr).min(g.n));
+    if i_lo >= i_hi || j_lo >= j_hi {
+        return;
+    }
+    // Even blocks: n = 1024 with NC = 1022 is two panels of 518 and 506, not 1022 and 2.
+    let nc_blk = even_block(j_hi - j_lo, bl.nc, nr);
+    let kc_blk = even_block(g.k, bl.kc, 1);
+    let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
+    with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
+        with_buf(&BUF_A, kc_blk * mc_blk, |abuf| {
+            for jc in (j_lo..j_hi).step_by(nc_blk) {
+                let nc = nc_blk.min(j_hi - jc);
+                let npan = nc.div_ceil(nr);
+                for pc in (0..g.k).step_by(kc_blk) {
+                    let kc = kc_blk.min(g.k - pc);
+                    let bp = &mut bbuf[..npan * nr * kc];
+                    g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                    let step = Step {
+                        pc,
+                        kc,
+                        jc,
+                        nc,
+                        beta: if pc == 0 { g.beta } else { 1.0 },
+                        last: pc + kc == g.k,
+                        b: bp,
+                    };
+                    for ic in (i_lo..i_hi).step_by(mc_blk) {
+                        let mc = mc_blk.min(i_hi - ic);
+                        let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
+                        macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                    }
+                }
+            }
+        })
+    })
+}
+
+/// Packs rows `i0 .. i0 + mc` of A at this depth block into `buf`, or describes them in
+/// place (packing only a ragged last micro-panel).
+fn a_block<'s>(
+    g: &Gemm<'_>,
+    s: &Step<'_>,
+    i0: usize,
+    mc: usize,
+    mr: usize,
+    in_place: Option<(&'s [f32], usize)>,
+    buf: &'s mut [f32],
+) -> ABlock<'s> {
+    match in_place {
+        Some((data, lda)) => {
+            let full = mc / mr;
+            let rest = mc - full * mr;
+            let tail = &mut buf[..if rest > 0 { mr * s.kc } else { 0 }];
+            if rest > 0 {
+                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
+            }
+            ABlock::InPlace { data, lda, tail }
+        }
+        None => {
+            let dst = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
+            g.a.pack_a(i0, mc, s.pc, s.kc, mr, dst);
+            ABlock::Packed(dst)
+        }
+    }
+}
+
+/// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
+/// block) tile, the micro-kernel, then the epilogue after the last depth block.
+#[allow(clippy::too_many_arguments)]
+fn macro_kernel(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    s: &Step<'_>,
+    i0: usize,
+    mc: usize,
+    block: &ABlock<'_>,
+    jpanels: Range<usize>,
+) {
+    let (mr, nr, kc) = (ks.blocking.mr, ks.blocking.nr, s.kc);
+    let apan = mc.div_ceil(mr);
+    let epilogue = s.last && !g.epilogue.is_identity();
+    for jp in jpanels {
+        let bpanel = &s.b[jp * nr * kc..(jp + 1) * nr * kc];
+        let j = s.jc + jp * nr;
+        let n = nr.min(s.jc + s.nc - j);
+        for q in 0..apan {
+            let i = i0 + q * mr;
+            let m = mr.min(i0 + mc - i);
+            let (a, lda): (&[f32], usize) = match *block {
+                ABlock::Packed(p) => (&p[q * mr * kc..(q + 1) * mr * kc], mr),
+                ABlock::InPlace { tail, .. } if m < mr => (tail, mr),
+                ABlock::InPlace { data, lda, .. } => {
+                    let start = i + s.pc * lda;
+                    (&data[start..start + (kc - 1) * lda + mr], lda)
+                }
+            };
+            // SAFETY: this thread owns tile (i, j) of this call: thread splits are disjoint
+            // ranges of row panels or of column panels.
+            let mut view = unsafe { c.tile(i, j, m, n) };
+            let tile = Tile {
+                k: kc,
+                a: a.as_ptr(),
+                lda,
+                b: bpanel.as_ptr(),
+                c: view.ptr,
+                rs_c: c.rs,
+                cs_c: c.cs,
+                m,
+                n,
+                alpha: g.alpha,
+                beta: s.beta,
+            };
+            // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the CPU
+            // has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr (both
+            // slices, bounds-checked above); the C tile is inside the validated output
+            // (checked by `tile`) and this thread's alone.
+            unsafe { (ks.ukr)(&tile) };
+            if epilogue {
+                (ks.epilogue)(&g.epilogue, &mut view, i, j);
+            }
+        }
+    }
+}

@@ -1,0 +1,585 @@
+//! Matrix multiplication with cuBLAS semantics: `C = alpha·op(A)·op(B) + beta·C`.
+//!
+//! - [`GemmDesc`] describes one problem: the sizes m, n, k, the transposes and each operand's
+//!   row and column strides (row-major, column-major, leading dimensions and views are all
+//!   strides).
+//! - [`Handle::gemm`](crate::Handle::gemm), [`Handle::gemm_batched`](crate::Handle::gemm_batched)
+//!   and [`Handle::gemm_strided_batched`](crate::Handle::gemm_strided_batched) run it on the
+//!   handle's threads with the handle's instruction-set cap;
+//!   [`Handle::gemm_with_epilogue`](crate::Handle::gemm_with_epilogue) fuses a bias, a
+//!   residual and an activation ([`Epilogue`]) into the same pass over C.
+//!
+//! Semantics, as in BLAS: with beta = 0, C is written without being read (NaN in C is
+//! ignored); with alpha = 0 (or k = 0), A and B are not read and C becomes beta·C. m, n or
+//! k may be 0. Every size, stride and buffer length is checked first; a bad one is a typed
+//! [`crate::Error`] naming the field, never a panic or an out-of-bounds access.
+//!
+//! # Design
+//! BLIS's: portable loops with packing and cache blocking (`loops.rs`: the five loops and the
+//! thread split), packing behind traits ([`PackA`], [`PackB`]: implicit-GEMM convolution
+//! packs panels straight from an image), block sizes as data ([`blocking`]) and one small
+//! micro-kernel per instruction set (`kernels/`: AVX-512 32×14, AVX2 + FMA 16×6, portable
+//! 8×4), chosen at run time from the handle's ISA cap. Row-major C is computed as the
+//! transposed product (Cᵀ = op(B)ᵀ·op(A)ᵀ) so that the kernels' vectors always run along
+//! C's contiguous dimension. The input element type is generic ([`GemmInput`]: packing
+//! converts to f32, the kernels accumulate in f32), so bf16 and f16 inputs need only new
+//! implementations of that trait; f32 is the one implemented today.
+//!
+//! # Examples
+//! ```
+//! use autodnn::{gemm::GemmDesc, Handle};
+//! let handle = Handle::with_threads(2)?;
+//! // C (2×3) = A (2×4) · B (4×3), all row-major.
+//! let a: Vec<f32> = (0..8).map(|x| x as f32).collect();
+//! let b: Vec<f32> = (0..12).map(|x| x as f32).collect();
+//! let mut c = vec![0.0f32; 6];
+//! handle.gemm(&GemmDesc::new(2, 3, 4), 1.0, &a, &b, 0.0, &mut c)?;
+//! assert_eq!(c, [42.0, 48.0, 54.0, 114.0, 136.0, 158.0]);
+//! # Ok::<(), autodnn::Error>(())
+//! ```
+
+pub mod blocking;
+mod desc;
+mod epilogue;
+mod kernels;
+mod loops;
+mod pack;
+mod peak;
+
+pub use desc::{GemmDesc, MatrixOrder, Transpose};
+pub use epilogue::{Activation, Bias, Epilogue, Residual};
+pub use pack::{PackA, PackB, StridedMatrix};
+pub use peak::fma_peak;
+
+use rayon::prelude::*;
+
+use crate::conv::ExecContext;
+use crate::cpu::Isa;
+use crate::desc::DataType;
+use crate::error::{Error, Result};
+use crate::handle::Handle;
+use epilogue::FrameEpilogue;
+use loops::{Gemm, OutMatrix};
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+}
+
+/// An element type GEMM accepts for A and B. Packing converts it to f32 and every kernel
+/// accumulates in f32, so a new input type (bf16, f16) is one implementation of this trait.
+/// Sealed: implemented inside autodnn only (today for `f32`).
+pub trait GemmInput: Copy + Send + Sync + 'static + sealed::Sealed {
+    /// The descriptor type of this element.
+    const DTYPE: DataType;
+    /// The value as f32.
+    fn to_f32(self) -> f32;
+    /// The slice as f32 when this type is f32 (lets the engine read it in place).
+    fn as_f32(s: &[Self]) -> Option<&[f32]>;
+}
+
+impl GemmInput for f32 {
+    const DTYPE: DataType = DataType::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn as_f32(s: &[f32]) -> Option<&[f32]> {
+        Some(s)
+    }
+}
+
+/// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
+pub fn kernel_name(isa: Isa) -> &'static str {
+    kernels::kernel_set(isa).name
+}
+
+/// The block sizes GEMM uses under an ISA cap.
+pub fn blocking_for(isa: Isa) -> blocking::Blocking {
+    kernels::kernel_set(isa).blocking
+}
+
+/// Runs one checked product with the context's threads and ISA.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_in_context<T: GemmInput>(
+    ctx: &ExecContext<'_>,
+    desc: &GemmDesc,
+    alpha: f32,
+    a: &[T],
+    b: &[T],
+    beta: f32,
+    c: &mut [f32],
+    epilogue: &Epilogue<'_>,
+) -> Result<()> {
+    desc.validate()?;
+    desc.check_buffers(a.len(), b.len(), c.len())?;
+    let fe = epilogue.for_output(desc.m(), desc.n())?;
+    run_validated(ctx, desc, alpha, a, b, beta, c, fe);
+    Ok(())
+}
+
+/// Runs a product whose descriptor and buffers have been checked.
+#[allow(clippy::too_many_arguments)]
+fn run_validated<T: GemmInput>(
+    ctx: &ExecContext<'_>,
+    desc: &GemmDesc,
+    alpha: f32,
+    a: &[T],
+    b: &[T],
+    beta: f32,
+    c: &mut [f32],
+    fe: FrameEpilogue<'_>,
+) {
+    let (m, n, k) = (desc.m(), desc.n(), desc.k());
+    // op(A) (m × k) and op(B) (k × n) as strided views.
+    let [ars, acs] = desc.a_strides();
+    let [brs, bcs] = desc.b_strides();
+    let (ars, acs) = if desc.transa() == Transpose::Yes {
+        (acs, ars)
+    } else {
+        (ars, acs)
+    };
+    let (brs, bcs) = if desc.transb() == Transpose::Yes {
+        (bcs, brs)
+    } else {
+        (brs, bcs)
+    };
+    let [crs, ccs] = desc.c_strides();
+    let invalid = "checked by GemmDesc::validate and check_buffers";
+    let ks = kernels::kernel_set(ctx.isa);
+    let am = StridedMatrix::new(a, m, k, ars, acs)
+        .expect(invalid)
+        .with_transposer(ks.transposer);
+    let bm = StridedMatrix::new(b, k, n, brs, bcs)
+        .expect(invalid)
+        .with_transposer(ks.transposer);
+    let out = OutMatrix::new(c, m, n, crs, ccs).expect(invalid);
+    // The kernels' vectors run down the engine's rows: transpose when C's columns are the
+    // unit-stride direction (C row-major).
+    let rows_unit = crs == 1 || m == 1;
+    let cols_unit = ccs == 1 || n == 1;
+    let transpose = match (rows_unit, cols_unit) {
+        (true, false) => false,
+        (false, true) => true,
+        (true, true) => n > m,
+        (false, false) => ccs < crs,
+    };
+    if transpose {
+        let (at, bt) = (bm.t(), am.t());
+        let g = Gemm {
+            m: n,
+            n: m,
+            k,
+            alpha,
+            beta,
+            a: &at,
+            b: &bt,
+            epilogue: fe.transposed(),
+        };
+        loops::run(ks, ctx.pool, ctx.threads, &g, &out.t());
+    } else {
+        let g = Gemm {
+            m,
+            n,
+            k,
+            alpha,
+            beta,
+            a: &am,
+            b: &bm,
+            epilogue: fe,
+        };
+        loops::run(ks, ctx.pool, ctx.threads, &g, &out);
+    }
+}
+
+/// Runs a product given in the engine's frame (C is m × n with its vector direction along
+/// rows, A packs as [`PackA`], B as [`PackB`]): the entry point for convolution algorithms
+/// that pack their operands themselves (implicit GEMM). `c` must be `m × n` with strides
+/// that do not overlap (see [`GemmDesc::validate`]).
+///
+/// # Errors
+/// [`Error::BadParam`] naming `c` when its strides overlap or reach past the buffer.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(test), allow(dead_code))] // the hook for implicit-GEMM convolution
+pub(crate) fn gemm_engine(
+    ctx: &ExecContext<'_>,
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &dyn PackA,
+    b: &dyn PackB,
+    beta: f32,
+    c: &mut [f32],
+    c_strides: [usize; 2],
+    epilogue: &Epilogue<'_>,
+) -> Result<()> {
+    let fe = epilogue.for_output(m, n)?;
+    let len = c.len();
+    let out = OutMatrix::new(c, m, n, c_strides[0], c_strides[1]).ok_or_else(|| {
+        Error::bad(
+            "c",
+            format!("{m}x{n} with strides {c_strides:?} in {len} elements"),
+            "overlapping or out of bounds",
+        )
+    })?;
+    let g = Gemm {
+        m,
+        n,
+        k,
+        alpha,
+        beta,
+        a,
+        b,
+        epilogue: fe,
+    };
+    loops::run(
+        kernels::kernel_set(ctx.isa),
+        ctx.pool,
+        ctx.threads,
+        &g,
+        &out,
+    );
+    Ok(())
+}
+
+/// Runs checked products (a, b, c) of one descriptor: across the batch, one product per
+/// thread at a time, when they are small; one after the other on all threads otherwise.
+fn run_batch<T: GemmInput>(
+    ctx: &ExecContext<'_>,
+    desc: &GemmDesc,
+    alpha: f32,
+    beta: f32,
+    items: Vec<(&[T], &[T], &mut [f32])>,
+) {
+    let fmas = desc.m().saturating_mul(desc.n()).saturating_mul(desc.k());
+    let fe = FrameEpilogue::default();
+    if ctx.threads > 1 && items.len() > 1 && fmas <= blocking::THRESHOLDS.batch_split_max_fmas {
+        let one = ExecContext { threads: 1, ..*ctx };
+        let chunk = items.len().div_ceil(ctx.threads * 4).max(1);
+        ctx.pool.install(|| {
+            items
+                .into_par_iter()
+                .with_min_len(chunk)
+                .for_each(|(a, b, c)| {
+                    run_validated(&one, desc, alpha, a, b, beta, c, fe);
+                })
+        });
+    } else {
+        for (a, b, c) in items {
+            run_validated(ctx, desc, alpha, a, b, beta, c, fe);
+        }
+    }
+}
+
+/// Elements a strided batch needs: `(batch − 1)·stride + span` (0 when empty).
+fn batch_span(field: &str, batch: usize, stride: usize, span: usize) -> Result<usize> {
+    if batch == 0 || span == 0 {
+        return Ok(0);
+    }
+    (batch - 1)
+        .checked_mul(stride)
+        .and_then(|x| x.checked_add(span))
+        .ok_or_else(|| {
+            Error::overflow(
+                field,
+                format!("{batch} matrices of {span} elements {stride} apart"),
+            )
+        })
+}
+
+/// `x[off..]`, or nothing when the matrix there is empty (its offset may then lie anywhere).
+fn tail<T>(x: &[T], off: usize, span: usize) -> &[T] {
+    if span == 0 {
+        &[]
+    } else {
+        &x[off..]
+    }
+}
+
+impl Handle {
+    /// C = alpha·op(A)·op(B) + beta·C on the handle's threads.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `c.strides` when C's strides make elements overlap;
+    /// [`Error::Overflow`] when a span does not fit in `usize`; [`Error::BufferTooSmall`]
+    /// naming `a`, `b` or `c` when a buffer is shorter than its strides reach.
+    ///
+    /// # Examples
+    /// ```
+    /// use autodnn::{gemm::GemmDesc, Handle};
+    /// let handle = Handle::with_threads(1)?;
+    /// // Column-major with padded leading dimensions: C (2×2, ldc 3) = Aᵀ·B.
+    /// let d = GemmDesc::new(2, 2, 2)
+    ///     .with_transa(true)
+    ///     .with_a_strides(1, 3) // A stored 2×2 column-major, lda 3
+    ///     .with_b_strides(1, 2)
+    ///     .with_c_strides(1, 3);
+    /// let a = [1.0, 2.0, 0.0, 3.0, 4.0];
+    /// let b = [1.0, 1.0, 1.0, 0.0];
+    /// let mut c = [f32::NAN; 5]; // beta = 0: C is not read
+    /// handle.gemm(&d, 1.0, &a, &b, 0.0, &mut c)?;
+    /// assert_eq!([c[0], c[1], c[3], c[4]], [3.0, 7.0, 1.0, 3.0]);
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    pub fn gemm<T: GemmInput>(
+        &self,
+        desc: &GemmDesc,
+        alpha: f32,
+        a: &[T],
+        b: &[T],
+        beta: f32,
+        c: &mut [f32],
+    ) -> Result<()> {
+        self.gemm_with_epilogue(desc, alpha, a, b, beta, c, &Epilogue::new())
+    }
+
+    /// C = act(alpha·op(A)·op(B) + beta·C + bias + residual), the epilogue applied to each
+    /// output tile while it is in cache.
+    ///
+    /// # Errors
+    /// As [`Handle::gemm`], and [`Error::BufferTooSmall`] naming `epilogue.bias` or
+    /// `epilogue.residual` when they do not cover the output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_with_epilogue<T: GemmInput>(
+        &self,
+        desc: &GemmDesc,
+        alpha: f32,
+        a: &[T],
+        b: &[T],
+        beta: f32,
+        c: &mut [f32],
+        epilogue: &Epilogue<'_>,
+    ) -> Result<()> {
+        gemm_in_context(&self.exec_context(), desc, alpha, a, b, beta, c, epilogue)
+    }
+
+    /// One descriptor, many (A, B, C) triples: `c[i] = alpha·op(a[i])·op(b[i]) + beta·c[i]`.
+    /// Small products run one per thread across the batch; large ones one after the other,
+    /// each on all threads.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `batch` when the three lists differ in length; otherwise
+    /// as [`Handle::gemm`] with the field naming the item (`a[3]`).
+    ///
+    /// # Examples
+    /// ```
+    /// use autodnn::{gemm::GemmDesc, Handle};
+    /// let handle = Handle::with_threads(2)?;
+    /// let (a0, a1, b) = ([1.0f32, 2.0], [3.0f32, 4.0], [1.0f32, 1.0]);
+    /// let (mut c0, mut c1) = ([0.0f32], [0.0f32]);
+    /// handle.gemm_batched(&GemmDesc::new(1, 1, 2), 1.0, &[&a0[..], &a1], &[&b[..], &b],
+    ///                     0.0, &mut [&mut c0[..], &mut c1])?;
+    /// assert_eq!((c0[0], c1[0]), (3.0, 7.0));
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_batched<T: GemmInput>(
+        &self,
+        desc: &GemmDesc,
+        alpha: f32,
+        a: &[&[T]],
+        b: &[&[T]],
+        beta: f32,
+        c: &mut [&mut [f32]],
+    ) -> Result<()> {
+        if a.len() != b.len() || a.len() != c.len() {
+            return Err(Error::bad(
+                "batch",
+                format!("{} A, {} B, {} C", a.len(), b.len(), c.len()),
+                "the lists of A, B and C matrices must have the same length",
+            ));
+        }
+        desc.validate()?;
+        let spans = [desc.a_span()?, desc.b_span()?, desc.c_span()?];
+        for (i, (x, (y, z))) in a.iter().zip(b.iter().zip(c.iter())).enumerate() {
+            for (name, needed, got) in [
+                ("a", spans[0], x.len()),
+                ("b", spans[1], y.len()),
+                ("c", spans[2], z.len()),
+            ] {
+                if got < needed {
+                    return Err(Error::BufferTooSmall {
+                        field: format!("{name}[{i}]"),
+                        needed,
+                        got,
+                    });
+                }
+            }
+        }
+        let items = a
+            .iter()
+            .zip(b)
+            .zip(c.iter_mut())
+            .map(|((&a, &b), c)| (a, b, &mut **c))
+            .collect();
+        run_batch(&self.exec_context(), desc, alpha, beta, items);
+        Ok(())
+    }
+
+    /// `batch` products of one descriptor at fixed distances: product i uses
+    /// `a[i·stride_a ..]`, `b[i·stride_b ..]` and `c[i·stride_c ..]`. Strides of A and B are
+    /// free (0 shares one matrix among all products); the outputs must not overlap, so with
+    /// more than one product `stride_c` is at least C's span.
+    ///
+    /// # Errors
+    /// As [`Handle::gemm`] with the buffer lengths checked for the whole batch, and
+    /// [`Error::BadParam`] naming `stride_c` when outputs would overlap.
+    ///
+    /// # Examples
+    /// ```
+    /// use autodnn::{gemm::GemmDesc, Handle};
+    /// let handle = Handle::with_threads(2)?;
+    /// // Three 2×2 products, B shared (stride 0).
+    /// let a: Vec<f32> = (0..12).map(|x| x as f32).collect();
+    /// let b = [1.0f32, 0.0, 0.0, 1.0];
+    /// let mut c = vec![0.0f32; 12];
+    /// handle.gemm_strided_batched(&GemmDesc::new(2, 2, 2), 1.0, &a, 4, &b, 0, 0.0, &mut c, 4, 3)?;
+    /// assert_eq!(c, a);
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_strided_batched<T: GemmInput>(
+        &self,
+        desc: &GemmDesc,
+        alpha: f32,
+        a: &[T],
+        stride_a: usize,
+        b: &[T],
+        stride_b: usize,
+        beta: f32,
+        c: &mut [f32],
+        stride_c: usize,
+        batch: usize,
+    ) -> Result<()> {
+        desc.validate()?;
+        let (sa, sb, sc) = (desc.a_span()?, desc.b_span()?, desc.c_span()?);
+        if batch > 1 && sc > 0 && stride_c < sc {
+            return Err(Error::bad(
+                "stride_c",
+                stride_c,
+                format!("outputs of {sc} elements would overlap: must be at least {sc}"),
+            ));
+        }
+        for (field, stride, span, got) in [
+            ("a", stride_a, sa, a.len()),
+            ("b", stride_b, sb, b.len()),
+            ("c", stride_c, sc, c.len()),
+        ] {
+            let needed = batch_span(field, batch, stride, span)?;
+            if got < needed {
+                return Err(Error::BufferTooSmall {
+                    field: field.into(),
+                    needed,
+                    got,
+                });
+            }
+        }
+        if batch == 0 || sc == 0 {
+            return Ok(());
+        }
+        let items: Vec<_> = c
+            .chunks_mut(stride_c.max(sc))
+            .take(batch)
+            .enumerate()
+            .map(|(i, c)| (tail(a, i * stride_a, sa), tail(b, i * stride_b, sb), c))
+            .collect();
+        run_batch(&self.exec_context(), desc, alpha, beta, items);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// im2col on the fly for a 1-D convolution: A(i, p) = x[i + p] (position i, tap p),
+    /// packed straight from the signal, nothing materialised.
+    struct Im2Col<'a> {
+        x: &'a [f32],
+        positions: usize,
+    }
+
+    impl PackA for Im2Col<'_> {
+        fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+            for (q, panel) in dst.chunks_exact_mut(mr * kc).enumerate() {
+                for p in 0..kc {
+                    for i in 0..mr {
+                        let pos = i0 + q * mr + i;
+                        panel[p * mr + i] = if pos < (i0 + mc).min(self.positions) {
+                            self.x[pos + p0 + p]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn implicit_gemm_convolution_with_fused_bias_relu() {
+        // y[k][pos] = relu(bias[k] + Σ_tap w[k][tap] · x[pos + tap]): m = positions (the
+        // vector side, contiguous in y), n = output channels, k = taps.
+        let (positions, channels, taps) = (301usize, 37usize, 19usize);
+        let x: Vec<f32> = (0..positions + taps)
+            .map(|v| (v % 7) as f32 - 3.0)
+            .collect();
+        let w: Vec<f32> = (0..channels * taps).map(|v| (v % 5) as f32 - 2.0).collect();
+        let bias: Vec<f32> = (0..channels).map(|v| v as f32 - 18.0).collect();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for threads in [1, 2] {
+                let mut h = Handle::with_threads(threads).unwrap();
+                h.set_isa_cap(isa);
+                let ctx = h.exec_context();
+                let a = Im2Col { x: &x, positions };
+                // B(tap, k) = w[k][tap]: a strided view of the filter.
+                let b = StridedMatrix::new(&w[..], taps, channels, 1, taps).unwrap();
+                let mut y = vec![f32::NAN; channels * positions];
+                let epi = Epilogue::new()
+                    .with_bias_per_col(&bias)
+                    .with_activation(Activation::Relu);
+                gemm_engine(
+                    &ctx,
+                    positions,
+                    channels,
+                    taps,
+                    1.0,
+                    &a,
+                    &b,
+                    0.0,
+                    &mut y,
+                    [1, positions],
+                    &epi,
+                )
+                .unwrap();
+                for k in 0..channels {
+                    for pos in 0..positions {
+                        let want: f32 =
+                            (0..taps).map(|t| w[k * taps + t] * x[pos + t]).sum::<f32>() + bias[k];
+                        assert_eq!(
+                            y[k * positions + pos],
+                            want.max(0.0),
+                            "{isa:?} x{threads} k {k} pos {pos}"
+                        );
+                    }
+                }
+                // The engine checks C's view.
+                let e = gemm_engine(
+                    &ctx,
+                    positions,
+                    channels,
+                    taps,
+                    1.0,
+                    &a,
+                    &b,
+                    0.0,
+                    &mut y,
+                    [1, 1],
+                    &epi,
+                );
+                assert!(matches!(e, Err(Error::BadParam { .. })));
+            }
+        }
+    }
+}

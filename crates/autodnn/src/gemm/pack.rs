@@ -1,0 +1,311 @@
+//! Packing: copying blocks of the operands into the micro-kernel's panel format.
+//!
+//! The engine works in its own frame (see [`super::loops`]): C is `m × n`, A is `m × k` (the
+//! *vector side*: `MR` consecutive rows are one vector load per depth step) and B is `k × n`
+//! (the *broadcast side*: `NR` values per depth step are broadcast). Packing is pluggable:
+//! anything that can produce panels implements [`PackA`] or [`PackB`]. A strided matrix
+//! ([`StridedMatrix`]) is the plain implementation; implicit-GEMM convolution implements the
+//! same traits to pack panels straight from an input image (im2col on the fly), so nothing
+//! is materialised.
+//!
+//! Formats (f32, whatever the input element type):
+//! - A block of rows `i0 .. i0 + mc`, depth `p0 .. p0 + kc`: `ceil(mc / mr)` micro-panels one
+//!   after the other, each `kc × mr` with element `(i, p)` at `p·mr + i`; rows past `mc` are
+//!   zero.
+//! - B panel of depth `p0 .. p0 + kc`, columns `j0 .. j0 + nc`: `ceil(nc / nr)` micro-panels,
+//!   each `kc × nr` with element `(p, j)` at `p·nr + j`; columns past `nc` are zero.
+
+use super::kernels::Transposer;
+use super::GemmInput;
+
+/// Asks for the cache line holding `x` ahead of its use (a hint: never faults). Source rows
+/// of a block are often a page or more apart, where hardware prefetchers stop.
+#[inline(always)]
+fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (x as *const T).cast(),
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Source columns (or rows) fetched ahead while packing.
+const PREFETCH_AHEAD: usize = 2;
+
+/// Packs blocks of the vector-side operand A (`m × k` in the engine's frame).
+pub trait PackA: Sync {
+    /// Writes rows `i0 .. i0 + mc` and depth `p0 .. p0 + kc` into `dst` as `ceil(mc / mr)`
+    /// micro-panels of `kc × mr` (element `(i, p)` of a panel at `p·mr + i`), zero-filling
+    /// rows past `mc`. `dst` holds exactly `ceil(mc / mr)·mr·kc` elements. The engine only
+    /// asks for ranges inside the problem.
+    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]);
+
+    /// When A is f32 and unit-stride along rows, the whole operand and its depth stride:
+    /// element `(i, p)` is at `i + p·lda`. The engine may then read full micro-panels in place
+    /// instead of packing them. The default is `None` (always pack).
+    fn in_place(&self) -> Option<(&[f32], usize)> {
+        None
+    }
+}
+
+/// Packs panels of the broadcast-side operand B (`k × n` in the engine's frame).
+pub trait PackB: Sync {
+    /// Writes depth `p0 .. p0 + kc` and columns `j0 .. j0 + nc` into `dst` as
+    /// `ceil(nc / nr)` micro-panels of `kc × nr` (element `(p, j)` of a panel at `p·nr + j`),
+    /// zero-filling columns past `nc`. `dst` holds exactly `ceil(nc / nr)·nr·kc` elements.
+    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]);
+}
+
+/// A matrix given by a slice, its shape and a stride per dimension, in elements. The
+/// constructor checks that every element lies inside the slice, so packing never reads out
+/// of bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct StridedMatrix<'a, T> {
+    data: &'a [T],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+    transposer: Option<&'static Transposer>,
+}
+
+impl<'a, T: GemmInput> StridedMatrix<'a, T> {
+    /// A `rows × cols` matrix with element `(r, c)` at `data[r·rs + c·cs]`; `None` when an
+    /// element would lie outside `data` (or the offset overflows).
+    pub fn new(data: &'a [T], rows: usize, cols: usize, rs: usize, cs: usize) -> Option<Self> {
+        let span = super::desc::span(rows, cols, rs, cs)?;
+        (span <= data.len()).then_some(StridedMatrix {
+            data,
+            rows,
+            cols,
+            rs,
+            cs,
+            transposer: None,
+        })
+    }
+
+    /// Uses a kernel family's vectorised transpose where packing transposes.
+    pub(crate) fn with_transposer(mut self, t: Option<&'static Transposer>) -> Self {
+        self.transposer = t;
+        self
+    }
+
+    /// The transpose (a view: strides swapped).
+    pub fn t(self) -> Self {
+        StridedMatrix {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Packs rows `r0 .. r0 + rows` and columns `c0 .. c0 + len` as `ceil(rows / w)`
+    /// micro-panels of `len × w` (see [`StridedMatrix::pack_panel`]).
+    fn pack_block(&self, r0: usize, rows: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+        if self.rs == 1 && rows >= w {
+            if let Some(d) = T::as_f32(self.data) {
+                // Rows of the panels are contiguous in the source: read each source column
+                // once, sequentially, scattering it over all panels. (Panel by panel, each
+                // depth step would touch a new source line, often a new page, which the
+                // hardware prefetchers do not follow.)
+                macro_rules! fixed {
+                    ($($w:literal)*) => {
+                        match w {
+                            $($w => return Self::pack_block_f32::<$w>(d, self.cs, r0, rows, c0, len, dst),)*
+                            _ => {}
+                        }
+                    };
+                }
+                fixed!(4 6 8 14 16 32);
+            }
+        }
+        for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
+            let p0 = r0 + q * w;
+            let rv = w.min(r0 + rows - p0);
+            self.pack_panel(p0, rv, c0, len, w, panel);
+        }
+    }
+
+    /// `pack_block` for f32 data whose rows are contiguous (`rs == 1`), width `W`.
+    fn pack_block_f32<const W: usize>(
+        d: &[f32],
+        cs: usize,
+        r0: usize,
+        rows: usize,
+        c0: usize,
+        len: usize,
+        dst: &mut [f32],
+    ) {
+        let full = rows / W;
+        let rest = rows - full * W;
+        let panel = W * len;
+        for c in 0..len {
+            let start = r0 + (c0 + c) * cs;
+            let src = &d[start..start + rows];
+            if c + PREFETCH_AHEAD < len {
+                let ahead = start + PREFETCH_AHEAD * cs;
+                for x in d[ahead..ahead + rows].iter().step_by(16) {
+                    prefetch(x);
+                }
+            }
+            for (q, chunk) in src.chunks_exact(W).enumerate() {
+                let chunk: &[f32; W] = chunk.try_into().unwrap();
+                let out: &mut [f32; W] = (&mut dst[q * panel + c * W..q * panel + (c + 1) * W])
+                    .try_into()
+                    .unwrap();
+                *out = *chunk;
+            }
+            if rest > 0 {
+                let out = &mut dst[full * panel + c * W..full * panel + (c + 1) * W];
+                out[..rest].copy_from_slice(&src[full * W..]);
+                out[rest..].fill(0.0);
+            }
+        }
+    }
+
+    /// Packs rows `r0 .. r0 + rv` (zero-padding to `w`) of columns `c0 .. c0 + len` into
+    /// `dst` with element `(r, c)` at `(c − c0)·w + (r − r0)`: a micro-panel whose vector
+    /// runs along this matrix's rows. Full panels of the kernels' widths take loops with a
+    /// compile-time width (no per-row library calls, unrolled transposes).
+    fn pack_panel(&self, r0: usize, rv: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+        macro_rules! fixed {
+            ($($w:literal)*) => {
+                match w {
+                    $($w if rv == $w => return self.pack_fixed::<$w>(r0, c0, len, dst),)*
+                    _ => {}
+                }
+            };
+        }
+        fixed!(4 6 8 14 16 32);
+        self.pack_any(r0, rv, c0, len, w, dst)
+    }
+
+    /// `pack_panel` for a full panel of compile-time width `W`.
+    fn pack_fixed<const W: usize>(&self, r0: usize, c0: usize, len: usize, dst: &mut [f32]) {
+        debug_assert!(dst.len() == len * W && r0 + W <= self.rows && c0 + len <= self.cols);
+        let d = self.data;
+        if len == 0 {
+            return;
+        }
+        if self.rs == 1 {
+            if let Some(d) = T::as_f32(d) {
+                return Self::pack_block_f32::<W>(d, self.cs, r0, W, c0, len, dst);
+            }
+            for (c, out) in dst.chunks_exact_mut(W).enumerate() {
+                let start = r0 + (c0 + c) * self.cs;
+                let src: &[T; W] = d[start..start + W].try_into().unwrap();
+                let out: &mut [f32; W] = out.try_into().unwrap();
+                for (o, s) in out.iter_mut().zip(src) {
+                    *o = s.to_f32();
+                }
+            }
+        } else if self.cs == 1 {
+            // A transpose: W source rows read side by side, in strips of S columns (one
+            // 64-byte line of f32) so that each source line is used whole at once (rows a
+            // power of two apart share L1 sets) and the writes fill whole panel rows.
+            const S: usize = 16;
+            let rows: [&[T]; W] = std::array::from_fn(|r| {
+                let start = (r0 + r) * self.rs + c0;
+                &d[start..start + len]
+            });
+            let mut c = 0;
+            if let (Some(tr), Some(d32)) = (self.transposer, T::as_f32(d)) {
+                if W <= tr.max_w {
+                    let base = r0 * self.rs + c0;
+                    let last = base + (W - 1) * self.rs;
+                    while c + tr.strip <= len {
+                        // Bounds: every row's strip lies in d (last row checked by slicing);
+                        // the destination is a checked slice.
+                        let _ = &d32[last + c..last + c + tr.strip];
+                        let out = &mut dst[c * W..(c + tr.strip) * W];
+                        // SAFETY: the family's ISA is this CPU's (kernel_set caps it);
+                        // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
+                        // inside d (the last row is checked above and rows are evenly spaced
+                        // from the first); `out` holds W·strip floats.
+                        unsafe { (tr.run)(d32[base + c..].as_ptr(), self.rs, W, out.as_mut_ptr()) };
+                        c += tr.strip;
+                    }
+                }
+            }
+            while c + S <= len {
+                if c + 2 * S <= len {
+                    for row in &rows {
+                        prefetch(&row[c + S]);
+                    }
+                }
+                let mut strip = [[0f32; W]; S];
+                for (r, row) in rows.iter().enumerate() {
+                    let src: &[T; S] = row[c..c + S].try_into().unwrap();
+                    for (q, s) in src.iter().enumerate() {
+                        strip[q][r] = s.to_f32();
+                    }
+                }
+                dst[c * W..(c + S) * W].copy_from_slice(strip.as_flattened());
+                c += S;
+            }
+            for c in c..len {
+                let out: &mut [f32; W] = (&mut dst[c * W..(c + 1) * W]).try_into().unwrap();
+                for (o, row) in out.iter_mut().zip(&rows) {
+                    *o = row[c].to_f32();
+                }
+            }
+        } else {
+            for (c, out) in dst.chunks_exact_mut(W).enumerate() {
+                let base = (c0 + c) * self.cs + r0 * self.rs;
+                let out: &mut [f32; W] = out.try_into().unwrap();
+                for (r, o) in out.iter_mut().enumerate() {
+                    *o = d[base + r * self.rs].to_f32();
+                }
+            }
+        }
+    }
+
+    /// `pack_panel` for any width and a possibly ragged panel.
+    fn pack_any(&self, r0: usize, rv: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+        debug_assert!(rv <= w && dst.len() == len * w);
+        debug_assert!(r0 + rv <= self.rows && c0 + len <= self.cols);
+        let d = self.data;
+        for (c, out) in dst.chunks_exact_mut(w).enumerate() {
+            let base = (c0 + c) * self.cs + r0 * self.rs;
+            for (r, o) in out[..rv].iter_mut().enumerate() {
+                *o = d[base + r * self.rs].to_f32();
+            }
+            out[rv..].fill(0.0);
+        }
+    }
+}
+
+impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
+    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+        self.pack_block(i0, mc, p0, kc, mr, dst);
+    }
+
+    fn in_place(&self) -> Option<(&[f32], usize)> {
+        if self.rs != 1 {
+            return None;
+        }
+        T::as_f32(self.data).map(|d| (d, self.cs))
+    }
+}
+
+impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
+    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+        // B's micro-panel is A's format for the transpose.
+        self.t().pack_block(j0, nc, p0, kc, nr, dst);
+    }
+}

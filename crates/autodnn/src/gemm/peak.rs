@@ -1,0 +1,105 @@
+//! The machine's f32 multiply-add peak, measured: the limit GEMM results are read against.
+//!
+//! Each thread runs independent chains of fused multiply-adds (`x = x·m + c`) in the widest
+//! vector registers the ISA cap allows: 16 chains of 16 lanes with AVX-512, 12 of 8 lanes
+//! with AVX2 + FMA, 8 of 8 lanes portably. More chains than FMA latency × FMA ports
+//! (4 × 2 on current x86 cores) keeps every port busy, so the time is throughput-bound.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use crate::cpu::Isa;
+
+/// Measures the f32 FMA peak in GFLOP/s (2 flops per multiply-add and lane) of `threads`
+/// threads running at once, each doing `iters` rounds of its chains, with the widest kernel
+/// at or below `isa` that this CPU runs. Returns (the ISA used, GFLOP/s over the wall time
+/// of the slowest thread).
+///
+/// # Examples
+/// ```
+/// let (isa, gflops) = autodnn::gemm::fma_peak(autodnn::cpu::Isa::Avx512, 1, 10_000);
+/// assert!(gflops > 0.0 && isa <= autodnn::cpu::Isa::best_available());
+/// ```
+pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
+    let isa = isa.min(Isa::best_available());
+    let threads = threads.max(1);
+    let start = Instant::now();
+    let flops: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| s.spawn(move || chains(isa, black_box(iters))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    let secs = start.elapsed().as_secs_f64();
+    (isa, flops as f64 / secs / 1e9)
+}
+
+/// Runs one thread's chains; returns the flops done.
+fn chains(isa: Isa, iters: u64) -> u64 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `fma_peak` caps isa by what this CPU has.
+        Isa::Avx512 => unsafe { x86::avx512(iters) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Isa::Avx2 => unsafe { x86::avx2(iters) },
+        _ => portable(iters),
+    }
+}
+
+fn portable(iters: u64) -> u64 {
+    const CHAINS: usize = 8;
+    const LANES: usize = 8;
+    let m = black_box(0.999_999_f32);
+    let c = black_box(1e-7_f32);
+    let mut x = [[1.0f32; LANES]; CHAINS];
+    for _ in 0..iters {
+        for ch in x.iter_mut() {
+            for v in ch.iter_mut() {
+                *v = *v * m + c;
+            }
+        }
+    }
+    black_box(x);
+    iters * (CHAINS * LANES * 2) as u64
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+    use std::hint::black_box;
+
+    /// # Safety
+    /// The CPU supports AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn avx512(iters: u64) -> u64 {
+        const CHAINS: usize = 16;
+        let m = _mm512_set1_ps(black_box(0.999_999));
+        let c = _mm512_set1_ps(black_box(1e-7));
+        let mut x = [_mm512_set1_ps(1.0); CHAINS];
+        for _ in 0..iters {
+            for v in x.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, m, c);
+            }
+        }
+        black_box(x);
+        iters * (CHAINS * 16 * 2) as u64
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn avx2(iters: u64) -> u64 {
+        const CHAINS: usize = 12;
+        let m = _mm256_set1_ps(black_box(0.999_999));
+        let c = _mm256_set1_ps(black_box(1e-7));
+        let mut x = [_mm256_set1_ps(1.0); CHAINS];
+        for _ in 0..iters {
+            for v in x.iter_mut() {
+                *v = _mm256_fmadd_ps(*v, m, c);
+            }
+        }
+        black_box(x);
+        iters * (CHAINS * 8 * 2) as u64
+    }
+}
