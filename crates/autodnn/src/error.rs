@@ -91,7 +91,7 @@ pub enum Error {
         what: String,
     },
     /// Every algorithm of a fallback chain failed (see [`crate::select`]).
-    #[error("every algorithm tried failed ({}); the last: {last}", tried.join(", "))]
+    #[error("every algorithm tried failed: {}", tried.join("; "))]
     AllFailed {
         /// The algorithms tried, in order, each with why it failed.
         tried: Vec<String>,
