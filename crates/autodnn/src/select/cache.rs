@@ -240,6 +240,10 @@ impl TuningCache {
     /// # Errors
     /// [`Error::Io`] when the file exists but cannot be read, or the lock cannot be taken.
     pub fn load(path: &Path) -> Result<TuningCache> {
+        if !path.exists() {
+            // Nothing to read: no lock file, no directory is made.
+            return Ok(TuningCache::new());
+        }
         let _lock = FileLock::acquire(path)?;
         let mut cache = TuningCache::new();
         cache.read_merge(path)?;
