@@ -241,6 +241,10 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
         return serial(ks, g, c, 0..mpan, 0..npan, in_place);
     }
     let split_rows = balance(mpan, nt) >= balance(npan, nt);
+    let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    if split_rows && fmas >= THRESHOLDS.shared_b_min_fmas {
+        return pool.install(|| shared_b(ks, g, c, nt, in_place));
+    }
     let block = |t: usize| {
         if split_rows {
             serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place)
@@ -298,6 +302,65 @@ fn serial(
                 }
             }
         })
+    })
+}
+
+/// The five loops with the threads splitting the rows of C and sharing each B panel, which
+/// they pack together (each a contiguous share of its micro-panels): two forks per depth
+/// block, worth it on large problems, where packing B once instead of once per thread
+/// saves more than the forks cost. Runs inside the pool.
+fn shared_b(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    nt: usize,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    let mpan = g.m.div_ceil(mr);
+    let nc_blk = even_block(g.n, bl.nc, nr);
+    let kc_blk = even_block(g.k, bl.kc, 1);
+    with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
+        for jc in (0..g.n).step_by(nc_blk) {
+            let nc = nc_blk.min(g.n - jc);
+            let npan = nc.div_ceil(nr);
+            for pc in (0..g.k).step_by(kc_blk) {
+                let kc = kc_blk.min(g.k - pc);
+                let bp = &mut bbuf[..npan * nr * kc];
+                let per = npan.div_ceil(nt);
+                bp.par_chunks_mut(per * nr * kc)
+                    .enumerate()
+                    .for_each(|(q, d)| {
+                        let j0 = q * per * nr;
+                        g.b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
+                    });
+                let step = Step {
+                    pc,
+                    kc,
+                    jc,
+                    nc,
+                    beta: if pc == 0 { g.beta } else { 1.0 },
+                    last: pc + kc == g.k,
+                    b: bp,
+                };
+                (0..nt).into_par_iter().for_each(|t| {
+                    let rp = part(mpan, nt, t);
+                    let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
+                    if i_lo >= i_hi {
+                        return;
+                    }
+                    let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
+                    with_buf(&BUF_A, kc * mc_blk, |abuf| {
+                        for ic in (i_lo..i_hi).step_by(mc_blk) {
+                            let mc = mc_blk.min(i_hi - ic);
+                            let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
+                            macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                        }
+                    })
+                });
+            }
+        }
     })
 }
 
