@@ -266,10 +266,11 @@ impl<'a> ClWeights<'a> {
     }
 }
 
-/// Runs `f` on every unit `0..units`, split into contiguous ranges over the worker threads.
-fn for_units(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize) + Sync) {
+/// Runs `f` on contiguous ranges covering the units `0..units`, split over the worker threads
+/// (one range when there is one thread).
+fn for_ranges(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize, usize) + Sync) {
     if ctx.threads <= 1 || units <= 1 {
-        (0..units).for_each(f);
+        f(0, units);
         return;
     }
     let per = units.div_ceil((ctx.threads * ITEMS_PER_THREAD).min(units));
@@ -277,7 +278,7 @@ fn for_units(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize) + Sync) {
     ctx.pool.install(|| {
         (0..items)
             .into_par_iter()
-            .for_each(|i| (i * per..((i + 1) * per).min(units)).for_each(&f))
+            .for_each(|i| f(i * per, ((i + 1) * per).min(units)))
     });
 }
 
@@ -346,60 +347,79 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
     cols
 }
 
-/// One pass of an NCHW-like kernel: up to `rows` output rows of one channel, every column.
+/// A run of an NCHW-like kernel: units `u0..u1` of one image, unit u = k·blocks + b being row
+/// block b (output rows b·rows .. b·rows + rows, every column) of output channel k.
 struct PlaneJob<'a> {
-    /// Input plane (n, k / M).
+    /// Image n of x.
     x: *const f32,
-    /// x's row stride.
+    /// x's channel and row strides.
+    xc: isize,
     xrow: isize,
+    /// Channel multiplier: output channel k reads input channel k / mult.
+    mult: usize,
     /// Input rows.
     h: isize,
-    /// Input row of the first output row's first tap (may be outside the image).
-    ih0: isize,
+    pt: isize,
     sh: isize,
     sw: isize,
     dh: isize,
     r: usize,
     s: usize,
-    /// Output row `oh0` of plane (n, k).
+    /// Image n of y, and of z: the residual, or y itself (its prior contents).
     y: *mut f32,
-    /// The same element of z: the residual, or y itself (its prior contents).
     z: *const f32,
-    /// y's (and z's) row stride.
+    /// y's (and z's) channel and row strides.
+    yc: isize,
     yrow: isize,
-    /// Output rows to write (at most the kernel's rows).
-    nrows: usize,
+    /// Output rows.
+    oh: usize,
+    /// Row blocks per channel.
+    blocks: usize,
+    u0: usize,
+    u1: usize,
     cols: &'a [ColLoad],
-    /// The channel's R·S weights.
+    /// Every channel's R·S weights, channel after channel.
     w: *const f32,
     flip: bool,
-    bias: f32,
+    /// One value per output channel, or null.
+    bias: *const f32,
     epi: &'a EpilogueArgs<'a>,
 }
 
 impl PlaneJob<'_> {
-    /// Weight of tap `t` (row-major over r, s), flipped in convolution mode.
+    /// Weight of tap `t` (row-major over r, s) of channel `k`, flipped in convolution mode.
     ///
     /// # Safety
-    /// `t < r·s`; `w` points at r·s readable weights.
+    /// `t < r·s`, k < K.
     #[inline(always)]
-    unsafe fn tap(&self, t: usize) -> f32 {
-        let i = if self.flip {
-            self.r * self.s - 1 - t
+    unsafe fn tap(&self, k: usize, t: usize) -> f32 {
+        let taps = self.r * self.s;
+        let i = if self.flip { taps - 1 - t } else { t };
+        // SAFETY: k·taps + i < K·taps, the filter's length (the caller's contract).
+        unsafe { *self.w.add(k * taps + i) }
+    }
+
+    /// Channel k's bias (0 without one).
+    ///
+    /// # Safety
+    /// k < K.
+    #[inline(always)]
+    unsafe fn bias(&self, k: usize) -> f32 {
+        if self.bias.is_null() {
+            0.0
         } else {
-            t
-        };
-        // SAFETY: i < r·s (the caller's contract).
-        unsafe { *self.w.add(i) }
+            // SAFETY: the bias holds K values (the caller's contract).
+            unsafe { *self.bias.add(k) }
+        }
     }
 }
 
 /// An NCHW-like kernel.
 ///
 /// # Safety
-/// The CPU has the kernel set's features; the job's pointers address planes of the tensors
-/// whose every element at in-image coordinates is in bounds, and the caller is the only
-/// thread accessing the output rows it names.
+/// The CPU has the kernel set's features; the job's pointers address images of the tensors
+/// whose every element at in-tensor coordinates is in bounds, and the caller is the only
+/// thread accessing the output rows its units name.
 type PlaneFn = unsafe fn(&PlaneJob<'_>);
 
 fn planar(
@@ -428,80 +448,108 @@ fn planar(
     };
     let cols = plane_cols(g, set.lanes, step);
     let blocks = g.oh.div_ceil(rows);
-    let taps = g.taps();
-    for_units(ctx, g.n * g.k * blocks, |u| {
-        let b = u % blocks;
-        let k = (u / blocks) % g.k;
-        let n = u / blocks / g.k;
-        let oh0 = b * rows;
-        let y_at = n * g.ys[0] + k * g.ys[1] + oh0 * g.ys[2];
-        let y = out.as_mut_ptr().wrapping_add(y_at);
-        let job = PlaneJob {
-            x: x.as_ptr().wrapping_add(n * g.xs[0] + k / g.mult * g.xs[1]),
-            xrow: g.xs[2] as isize,
-            h: g.h,
-            ih0: (oh0 * g.sh) as isize - g.pt,
-            sh: g.sh as isize,
-            sw: g.sw as isize,
-            dh: g.dh as isize,
-            r: g.r,
-            s: g.s,
-            y,
-            z: epi
-                .residual
-                .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(y_at)),
-            yrow: g.ys[2] as isize,
-            nrows: rows.min(g.oh - oh0),
-            cols: &cols,
-            w: w[k * taps..].as_ptr(),
-            flip: g.flip,
-            bias: epi.bias.map_or(0.0, |b| b[k]),
-            epi,
-        };
-        // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU has.
-        // The planes are those of image n and channels k / M (x) and k (y, z), inside the
-        // buffers (checked in `run`); the column table only enables lanes inside a row and
-        // the kernels only read rows inside the image and write rows oh0 .. oh0 + nrows of
-        // output columns, which this unit alone covers.
-        unsafe { kernel(&job) };
+    let per_image = g.k * blocks;
+    for_ranges(ctx, g.n * per_image, |start, end| {
+        let mut u = start;
+        while u < end {
+            let n = u / per_image;
+            let u1 = end.min((n + 1) * per_image);
+            let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
+            let job = PlaneJob {
+                x: x.as_ptr().wrapping_add(n * g.xs[0]),
+                xc: g.xs[1] as isize,
+                xrow: g.xs[2] as isize,
+                mult: g.mult,
+                h: g.h,
+                pt: g.pt,
+                sh: g.sh as isize,
+                sw: g.sw as isize,
+                dh: g.dh as isize,
+                r: g.r,
+                s: g.s,
+                y,
+                z: epi
+                    .residual
+                    .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0])),
+                yc: g.ys[1] as isize,
+                yrow: g.ys[2] as isize,
+                oh: g.oh,
+                blocks,
+                u0: u - n * per_image,
+                u1: u1 - n * per_image,
+                cols: &cols,
+                w: w.as_ptr(),
+                flip: g.flip,
+                bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+                epi,
+            };
+            // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU
+            // has. The images are image n of x, y and z, inside the buffers (checked in
+            // `run`), as are the filter and the bias; the column table only enables lanes
+            // inside a row, the kernels only read rows inside the image and write the rows of
+            // units start .. end, which this range alone covers.
+            unsafe { kernel(&job) };
+            u = u1;
+        }
     });
 }
 
 // ---------------------------------------------------------------------------------------------
 // NHWC-like frame
 
-/// One pass of an NHWC-like kernel: one output row of one block of channels.
+/// A run of an NHWC-like kernel: output rows `oh0..oh1` of the channel blocks `b0..b1` (of
+/// one vector each). The kernels walk pixels outer and blocks inner, so that consecutive
+/// loads read consecutive cache lines: a block's pixels alone lie C elements apart, which
+/// for many channels maps them all to a few cache sets.
 struct ClJob<'a> {
-    /// Image n at the block's first input channel.
+    /// Image n of x.
     x: *const f32,
     xrow: isize,
     xcol: isize,
     h: isize,
     w: isize,
-    /// Input row of the first tap.
-    ih0: isize,
+    pt: isize,
     pl: isize,
+    sh: isize,
     sw: isize,
     dh: isize,
     dw: isize,
     r: usize,
     s: usize,
     ow: usize,
-    /// Output row (n, oh) at the block's first channel.
+    oh0: usize,
+    oh1: usize,
+    /// Output channels.
+    k: usize,
+    /// Channel multiplier: output channel k reads input channel k / mult.
+    mult: usize,
+    b0: usize,
+    b1: usize,
+    /// Image n of y and of z (the residual, or y itself).
     y: *mut f32,
-    /// The same element of z: the residual, or y itself.
     z: *const f32,
+    yrow: isize,
     ycol: isize,
-    /// The block's channels (lanes).
-    m: u32,
-    /// Tap t's weights for the block's channels at `wt + t·wstride`.
+    /// Tap t's weights of block b0 + i at `wt + i·wblock + t·wstride`.
     wt: *const f32,
+    wblock: usize,
     wstride: usize,
-    /// The block's bias, or null.
+    /// One value per output channel, or null.
     bias: *const f32,
-    /// With a channel multiplier M > 1: lane l reads input channel `idx[l]` of the block.
-    idx: Option<&'a [isize; 16]>,
+    /// With a channel multiplier M > 1, per block of the run: lane l reads input channel
+    /// `idx[l]` counted from the block's first output channel's input channel.
+    idx: &'a [[isize; 16]],
     epi: &'a EpilogueArgs<'a>,
+}
+
+impl ClJob<'_> {
+    /// Channel block b's first channel and lanes.
+    #[inline(always)]
+    fn block(&self, b: usize, lanes: usize) -> (usize, u32) {
+        let k0 = b * lanes;
+        let nl = lanes.min(self.k - k0);
+        (k0, if nl >= 32 { u32::MAX } else { (1 << nl) - 1 })
+    }
 }
 
 /// An NHWC-like kernel; its safety contract is that of [`PlaneFn`].
@@ -530,12 +578,13 @@ fn channels_last(
     };
     let blocks = g.k.div_ceil(lanes);
     let chunks = blocks.div_ceil(CL_CHUNK_BLOCKS);
-    let parts = if ctx.threads <= 1 {
-        1
-    } else {
+    // Row parts: enough items for the threads.
+    let parts = if ctx.threads > 1 {
         (ctx.threads * ITEMS_PER_THREAD)
             .div_ceil(g.n * chunks)
-            .clamp(1, g.oh)
+            .min(g.oh)
+    } else {
+        1
     };
     let rows_per = g.oh.div_ceil(parts);
     let parts = g.oh.div_ceil(rows_per);
@@ -548,19 +597,23 @@ fn channels_last(
             chunk * CL_CHUNK_BLOCKS,
             ((chunk + 1) * CL_CHUNK_BLOCKS).min(blocks),
         );
-        if let ClWeights::Plain(w) = weights {
-            // Reorder this chunk's weights tap-major per block: [block][tap][lane].
-            scratch.clear();
-            scratch.resize((b1 - b0) * taps * lanes, 0.0);
-            for (bi, b) in (b0..b1).enumerate() {
-                for lane in 0..lanes.min(g.k - b * lanes) {
-                    let src = &w[(b * lanes + lane) * taps..][..taps];
-                    for t in 0..taps {
-                        scratch[(bi * taps + t) * lanes + lane] = src[g.tap_index(t)];
+        let (wt, wblock, wstride) = match weights {
+            ClWeights::Plain(w) => {
+                // Reorder this chunk's weights tap-major per block: [block][tap][lane].
+                scratch.clear();
+                scratch.resize((b1 - b0) * taps * lanes, 0.0);
+                for (bi, b) in (b0..b1).enumerate() {
+                    for lane in 0..lanes.min(g.k - b * lanes) {
+                        let src = &w[(b * lanes + lane) * taps..][..taps];
+                        for t in 0..taps {
+                            scratch[(bi * taps + t) * lanes + lane] = src[g.tap_index(t)];
+                        }
                     }
                 }
+                (scratch.as_ptr(), taps * lanes, lanes)
             }
-        }
+            ClWeights::Prepared(p) => (p[b0 * lanes..].as_ptr(), lanes, g.k),
+        };
         let idx: Vec<[isize; 16]> = if g.mult > 1 {
             (b0..b1)
                 .map(|b| {
@@ -571,51 +624,47 @@ fn channels_last(
         } else {
             Vec::new()
         };
-        for oh in part * rows_per..((part + 1) * rows_per).min(g.oh) {
-            for (bi, b) in (b0..b1).enumerate() {
-                let k0 = b * lanes;
-                let nl = lanes.min(g.k - k0);
-                let y_at = n * g.ys[0] + oh * g.ys[2] + k0;
-                let y = out.as_mut_ptr().wrapping_add(y_at);
-                let (wt, wstride) = match weights {
-                    ClWeights::Plain(_) => (scratch[bi * taps * lanes..].as_ptr(), lanes),
-                    ClWeights::Prepared(p) => (p[k0..].as_ptr(), g.k),
-                };
-                let job = ClJob {
-                    x: x.as_ptr().wrapping_add(n * g.xs[0] + k0 / g.mult),
-                    xrow: g.xs[2] as isize,
-                    xcol: g.xs[3] as isize,
-                    h: g.h,
-                    w: g.w,
-                    ih0: (oh * g.sh) as isize - g.pt,
-                    pl: g.pl,
-                    sw: g.sw as isize,
-                    dh: g.dh as isize,
-                    dw: g.dw as isize,
-                    r: g.r,
-                    s: g.s,
-                    ow: g.ow,
-                    y,
-                    z: epi
-                        .residual
-                        .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(y_at)),
-                    ycol: g.ys[3] as isize,
-                    m: if nl >= 32 { u32::MAX } else { (1 << nl) - 1 },
-                    wt,
-                    wstride,
-                    bias: epi.bias.map_or(ptr::null(), |b| b[k0..].as_ptr()),
-                    idx: idx.get(bi),
-                    epi,
-                };
-                // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the
-                // CPU has. The lanes enabled by `m` are channels k0 .. k0 + nl < K of image n
-                // (input channels idx or k0 + l < C), the weights hold `taps` rows of them
-                // (scratch: zero-filled to whole blocks; prepared: [taps][K]); the kernel
-                // reads only in-image pixels and writes row oh of these channels, which this
-                // item alone covers.
-                unsafe { kernel(&job) };
-            }
-        }
+        let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
+        let job = ClJob {
+            x: x.as_ptr().wrapping_add(n * g.xs[0]),
+            xrow: g.xs[2] as isize,
+            xcol: g.xs[3] as isize,
+            h: g.h,
+            w: g.w,
+            pt: g.pt,
+            pl: g.pl,
+            sh: g.sh as isize,
+            sw: g.sw as isize,
+            dh: g.dh as isize,
+            dw: g.dw as isize,
+            r: g.r,
+            s: g.s,
+            ow: g.ow,
+            oh0: part * rows_per,
+            oh1: ((part + 1) * rows_per).min(g.oh),
+            k: g.k,
+            mult: g.mult,
+            b0,
+            b1,
+            y,
+            z: epi
+                .residual
+                .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0])),
+            yrow: g.ys[2] as isize,
+            ycol: g.ys[3] as isize,
+            wt,
+            wblock,
+            wstride,
+            bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+            idx: &idx,
+            epi,
+        };
+        // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU has.
+        // Each block's lanes are channels below K of image n (input channels below C), the
+        // weights hold `taps` rows of them (scratch: zero-filled to whole blocks; prepared:
+        // [taps][K]); the kernel reads only in-image pixels and writes rows oh0 .. oh1 of the
+        // chunk's channels, which this item alone covers.
+        unsafe { kernel(&job) };
     };
 
     let items = g.n * chunks * parts;
@@ -721,11 +770,33 @@ unsafe fn store_out<S: Simd>(
     }
 }
 
+/// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
+/// of at most `max` (5 or 24): unrolls loops whose accumulators must stay in registers, which
+/// the compiler would otherwise keep as loops over arrays in memory.
+macro_rules! unroll {
+    (5: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 5, $i, $n, $body, 0 1 2 3 4)
+    };
+    (24: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 24, $i, $n, $body,
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23)
+    };
+    (@ $max:literal, $i:ident, $n:expr, $body:block, $($k:literal)*) => {{
+        const { assert!($n <= $max) };
+        $(
+            if $k < $n {
+                let $i: usize = $k;
+                $body
+            }
+        )*
+    }};
+}
+
 /// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2), ROWS
-/// output rows per pass (no row dilation).
+/// output rows per block (no row dilation).
 ///
 /// # Safety
-/// That of [`PlaneFn`], and `a.r == R`, `a.s == C`.
+/// That of [`PlaneFn`], and `a.r == R`, `a.s == C`, the units' blocks of ROWS rows.
 #[inline(always)]
 unsafe fn plane_fast<
     S: Simd,
@@ -740,100 +811,130 @@ unsafe fn plane_fast<
     const {
         assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
     }
-    debug_assert!(a.r == R && a.s == C && a.nrows <= ROWS);
+    debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
-    // Input rows that some written output row needs.
-    let needed = (a.nrows - 1) * SH + R;
     // SAFETY: the caller's contract: the CPU has S's features; rows are read only inside the
-    // image, columns only where the table enables them; outputs go to the job's rows.
+    // image, columns only where the table enables them; outputs go to the units' rows.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
-        let bias = S::splat(a.bias);
-        let mut wv = [S::zero(); MAX_FAST_TAPS];
-        for (t, v) in wv.iter_mut().enumerate().take(R * C) {
-            *v = S::splat(a.tap(t));
-        }
-        let mut rowp = [ptr::null::<f32>(); MAX_FAST_IN_ROWS];
-        for (d, p) in rowp.iter_mut().enumerate().take(in_rows.min(needed)) {
-            let ih = a.ih0 + d as isize;
-            if (0..a.h).contains(&ih) {
-                *p = a.x.wrapping_offset(ih * a.xrow);
+        let mut u = a.u0;
+        while u < a.u1 {
+            let k = u / a.blocks;
+            let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            u += b1 - b0;
+            let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
+            let yk = a.y.wrapping_offset(k as isize * a.yc);
+            let zk = a.z.wrapping_offset(k as isize * a.yc);
+            let bias = S::splat(a.bias(k));
+            let mut wv = [S::zero(); MAX_FAST_TAPS];
+            for (t, v) in wv.iter_mut().enumerate().take(R * C) {
+                *v = S::splat(a.tap(k, t));
             }
-        }
-        for col in a.cols.chunks_exact(C + 1) {
-            let mut acc = [S::zero(); ROWS];
-            for (d, &row) in rowp.iter().enumerate().take(in_rows) {
-                if row.is_null() {
-                    continue;
-                }
-                for s in 0..C {
-                    let ld = col[1 + s];
-                    let p = row.wrapping_offset(ld.off);
-                    let xv = if STEP == 1 {
-                        S::load(p, ld.m0)
-                    } else {
-                        S::load_step2(p, ld.m0, ld.m1)
-                    };
-                    for (i, acc) in acc.iter_mut().enumerate() {
-                        if d >= i * SH && d - i * SH < R {
-                            *acc = S::fma(wv[(d - i * SH) * C + s], xv, *acc);
-                        }
+            for b in b0..b1 {
+                let oh0 = b * ROWS;
+                let nrows = ROWS.min(a.oh - oh0);
+                let ih0 = (oh0 * SH) as isize - a.pt;
+                // Rows outside the image (or needed by no written output) read nothing: their
+                // loads have an empty mask. Masks rather than branches keep the accumulators
+                // in registers; a bit set rather than arrays avoids stores the loads wait for.
+                let mut valid = 0u32;
+                for d in 0..in_rows.min((nrows - 1) * SH + R) {
+                    if (0..a.h).contains(&(ih0 + d as isize)) {
+                        valid |= 1 << d;
                     }
                 }
-            }
-            let out = col[0];
-            for (i, acc) in acc.iter().enumerate().take(a.nrows) {
-                let off = i as isize * a.yrow + out.off;
-                let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                store_out(&epi, *acc, bias, y, z, out.m0);
+                let row0 = oh0 as isize * a.yrow;
+                for col in a.cols.chunks_exact(C + 1) {
+                    let mut acc = [S::zero(); ROWS];
+                    unroll!(24: d < (ROWS - 1) * SH + R, {
+                        let rm = (valid >> d & 1).wrapping_neg();
+                        let row = xk.wrapping_offset((ih0 + d as isize) * a.xrow);
+                        for s in 0..C {
+                            let ld = col[1 + s];
+                            let p = row.wrapping_offset(ld.off);
+                            let xv = if STEP == 1 {
+                                S::load(p, ld.m0 & rm)
+                            } else {
+                                S::load_step2(p, ld.m0 & rm, ld.m1 & rm)
+                            };
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                if d >= i * SH && d - i * SH < R {
+                                    *acc = S::fma(wv[(d - i * SH) * C + s], xv, *acc);
+                                }
+                            }
+                        }
+                    });
+                    let out = col[0];
+                    unroll!(24: i < ROWS, {
+                        if i < nrows {
+                            let off = row0 + i as isize * a.yrow + out.off;
+                            let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                            store_out(&epi, acc[i], bias, y, z, out.m0);
+                        }
+                    });
+                }
             }
         }
     }
 }
 
 /// The generic NCHW-like kernel: any taps, strides and dilations; GENERIC_ROWS output rows
-/// per pass; lane step 1, 2 or any (STEP = 0).
+/// per block; lane step 1, 2 or any (STEP = 0).
 ///
 /// # Safety
-/// That of [`PlaneFn`].
+/// That of [`PlaneFn`], and the units' blocks of GENERIC_ROWS rows.
 #[inline(always)]
 unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
+    debug_assert!(a.blocks == a.oh.div_ceil(GENERIC_ROWS));
     // SAFETY: as in `plane_fast`.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
-        let bias = S::splat(a.bias);
-        for col in a.cols.chunks_exact(a.s + 1) {
-            let mut acc = [S::zero(); GENERIC_ROWS];
-            for r in 0..a.r {
-                let mut rowp = [ptr::null::<f32>(); GENERIC_ROWS];
-                for (i, p) in rowp.iter_mut().enumerate().take(a.nrows) {
-                    let ih = a.ih0 + i as isize * a.sh + r as isize * a.dh;
-                    if (0..a.h).contains(&ih) {
-                        *p = a.x.wrapping_offset(ih * a.xrow);
-                    }
-                }
-                for s in 0..a.s {
-                    let wv = S::splat(a.tap(r * a.s + s));
-                    let ld = col[1 + s];
-                    for (acc, &row) in acc.iter_mut().zip(&rowp) {
-                        if row.is_null() {
-                            continue;
+        let mut u = a.u0;
+        while u < a.u1 {
+            let k = u / a.blocks;
+            let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            u += b1 - b0;
+            let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
+            let yk = a.y.wrapping_offset(k as isize * a.yc);
+            let zk = a.z.wrapping_offset(k as isize * a.yc);
+            let bias = S::splat(a.bias(k));
+            for b in b0..b1 {
+                let oh0 = b * GENERIC_ROWS;
+                let nrows = GENERIC_ROWS.min(a.oh - oh0);
+                let row0 = oh0 as isize * a.yrow;
+                for col in a.cols.chunks_exact(a.s + 1) {
+                    let mut acc = [S::zero(); GENERIC_ROWS];
+                    for r in 0..a.r {
+                        let ih0 = (oh0 * a.sh as usize) as isize - a.pt + r as isize * a.dh;
+                        for s in 0..a.s {
+                            let wv = S::splat(a.tap(k, r * a.s + s));
+                            let ld = col[1 + s];
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                let ih = ih0 + i as isize * a.sh;
+                                let rm = if i < nrows && (0..a.h).contains(&ih) {
+                                    u32::MAX
+                                } else {
+                                    0
+                                };
+                                let p = xk.wrapping_offset(ih * a.xrow + ld.off);
+                                let xv = match STEP {
+                                    1 => S::load(p, ld.m0 & rm),
+                                    2 => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                    _ => S::load_strided(p, a.sw, ld.m0 & rm),
+                                };
+                                *acc = S::fma(wv, xv, *acc);
+                            }
                         }
-                        let p = row.wrapping_offset(ld.off);
-                        let xv = match STEP {
-                            1 => S::load(p, ld.m0),
-                            2 => S::load_step2(p, ld.m0, ld.m1),
-                            _ => S::load_strided(p, a.sw, ld.m0),
-                        };
-                        *acc = S::fma(wv, xv, *acc);
+                    }
+                    let out = col[0];
+                    for (i, acc) in acc.iter().enumerate() {
+                        if i < nrows {
+                            let off = row0 + i as isize * a.yrow + out.off;
+                            let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                            store_out(&epi, *acc, bias, y, z, out.m0);
+                        }
                     }
                 }
-            }
-            let out = col[0];
-            for (i, acc) in acc.iter().enumerate().take(a.nrows) {
-                let off = i as isize * a.yrow + out.off;
-                let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                store_out(&epi, *acc, bias, y, z, out.m0);
             }
         }
     }
@@ -849,58 +950,75 @@ unsafe fn cl_fast<S: Simd, const R: usize, const C: usize, const SW: usize, cons
     a: &ClJob<'_>,
 ) {
     const {
-        assert!(R * C <= MAX_FAST_TAPS && R <= MAX_FAST_R);
+        assert!(R * C <= MAX_FAST_TAPS && R <= MAX_FAST_R && (T - 1) * SW + C <= 24);
     }
-    debug_assert!(a.r == R && a.s == C && a.idx.is_none());
+    debug_assert!(a.r == R && a.s == C && a.mult == 1);
     // SAFETY: the caller's contract: the CPU has S's features; pixels are read only inside
-    // the image, for the block's lanes; outputs go to the job's row.
+    // the image, for each block's lanes; outputs go to the job's rows and blocks.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
-        let mut wv = [S::zero(); MAX_FAST_TAPS];
-        for (t, v) in wv.iter_mut().enumerate().take(R * C) {
-            *v = S::load(a.wt.wrapping_add(t * a.wstride), a.m);
-        }
-        let bias = if a.bias.is_null() {
-            S::zero()
-        } else {
-            S::load(a.bias, a.m)
-        };
-        let mut rowp = [ptr::null::<f32>(); MAX_FAST_R];
-        for (r, p) in rowp.iter_mut().enumerate().take(R) {
-            let ih = a.ih0 + r as isize * a.dh;
-            if (0..a.h).contains(&ih) {
-                *p = a.x.wrapping_offset(ih * a.xrow);
-            }
-        }
-        let mut ow0 = 0;
-        while ow0 < a.ow {
-            let nt = T.min(a.ow - ow0);
-            let span = (nt - 1) * SW + C;
-            let iw0 = (ow0 * SW) as isize - a.pl;
-            let mut acc = [S::zero(); T];
-            for (r, &row) in rowp.iter().enumerate().take(R) {
-                if row.is_null() {
-                    continue;
+        for oh in a.oh0..a.oh1 {
+            // Pixels outside the image read nothing: their loads have an empty mask. Masks
+            // rather than branches keep the accumulators in registers; bit sets rather than
+            // arrays avoid stores that the loads would wait for.
+            let ih0 = (oh * a.sh as usize) as isize - a.pt;
+            let mut vrows = 0u32;
+            for r in 0..R {
+                if (0..a.h).contains(&(ih0 + r as isize * a.dh)) {
+                    vrows |= 1 << r;
                 }
-                for e in 0..(T - 1) * SW + C {
-                    let iw = iw0 + e as isize;
-                    if e >= span || !(0..a.w).contains(&iw) {
-                        continue;
+            }
+            let yrow = a.y.wrapping_offset(oh as isize * a.yrow);
+            let zrow = a.z.wrapping_offset(oh as isize * a.yrow);
+            let mut ow0 = 0;
+            while ow0 < a.ow {
+                let nt = T.min(a.ow - ow0);
+                let span = (nt - 1) * SW + C;
+                let iw0 = (ow0 * SW) as isize - a.pl;
+                // Columns of the group inside the image (and needed by a written output).
+                let mut vcols = 0u32;
+                for e in 0..span {
+                    if (0..a.w).contains(&(iw0 + e as isize)) {
+                        vcols |= 1 << e;
                     }
-                    let xv = S::load(row.wrapping_offset(iw * a.xcol), a.m);
-                    for (t, acc) in acc.iter_mut().enumerate() {
-                        if e >= t * SW && e - t * SW < C {
-                            *acc = S::fma(wv[r * C + e - t * SW], xv, *acc);
+                }
+                for b in a.b0..a.b1 {
+                    let (k0, m) = a.block(b, S::L);
+                    let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
+                    let mut wv = [S::zero(); MAX_FAST_TAPS];
+                    for (t, v) in wv.iter_mut().enumerate().take(R * C) {
+                        *v = S::load(wb.wrapping_add(t * a.wstride), m);
+                    }
+                    let bias = if a.bias.is_null() {
+                        S::zero()
+                    } else {
+                        S::load(a.bias.wrapping_add(k0), m)
+                    };
+                    let xb = a.x.wrapping_add(k0);
+                    let mut acc = [S::zero(); T];
+                    unroll!(5: r < R, {
+                        let row = xb.wrapping_offset((ih0 + (r as isize) * a.dh) * a.xrow);
+                        let rm = (vrows >> r & 1).wrapping_neg() & m;
+                        unroll!(24: e < (T - 1) * SW + C, {
+                            let p = row.wrapping_offset((iw0 + e as isize) * a.xcol);
+                            let xv = S::load(p, rm & (vcols >> e & 1).wrapping_neg());
+                            for (t, acc) in acc.iter_mut().enumerate() {
+                                if e >= t * SW && e - t * SW < C {
+                                    *acc = S::fma(wv[r * C + e - t * SW], xv, *acc);
+                                }
+                            }
+                        });
+                    });
+                    unroll!(24: t < T, {
+                        if t < nt {
+                            let off = (ow0 + t) as isize * a.ycol + k0 as isize;
+                            let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
+                            store_out(&epi, acc[t], bias, y, z, m);
                         }
-                    }
+                    });
                 }
+                ow0 += T;
             }
-            for (t, acc) in acc.iter().enumerate().take(nt) {
-                let off = (ow0 + t) as isize * a.ycol;
-                let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                store_out(&epi, *acc, bias, y, z, a.m);
-            }
-            ow0 += T;
         }
     }
 }
@@ -911,47 +1029,61 @@ unsafe fn cl_fast<S: Simd, const R: usize, const C: usize, const SW: usize, cons
 /// That of [`ClFn`].
 #[inline(always)]
 unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
-    // SAFETY: as in `cl_fast`; with a multiplier, lane l reads input channel idx[l], inside
-    // the tensor for every lane of `m`.
+    // SAFETY: as in `cl_fast`; with a multiplier, lane l reads input channel idx[l] of the
+    // block, inside the tensor for every enabled lane.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
-        let bias = if a.bias.is_null() {
-            S::zero()
-        } else {
-            S::load(a.bias, a.m)
-        };
-        let mut ow0 = 0;
-        while ow0 < a.ow {
-            let nt = GENERIC_COLS.min(a.ow - ow0);
-            let mut acc = [S::zero(); GENERIC_COLS];
-            for r in 0..a.r {
-                let ih = a.ih0 + r as isize * a.dh;
-                if !(0..a.h).contains(&ih) {
-                    continue;
-                }
-                let row = a.x.wrapping_offset(ih * a.xrow);
-                for s in 0..a.s {
-                    let wv = S::load(a.wt.wrapping_add((r * a.s + s) * a.wstride), a.m);
-                    for (t, acc) in acc.iter_mut().enumerate().take(nt) {
-                        let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
-                        if !(0..a.w).contains(&iw) {
+        for oh in a.oh0..a.oh1 {
+            let ih0 = (oh * a.sh as usize) as isize - a.pt;
+            let yrow = a.y.wrapping_offset(oh as isize * a.yrow);
+            let zrow = a.z.wrapping_offset(oh as isize * a.yrow);
+            let mut ow0 = 0;
+            while ow0 < a.ow {
+                let nt = GENERIC_COLS.min(a.ow - ow0);
+                for b in a.b0..a.b1 {
+                    let (k0, m) = a.block(b, S::L);
+                    let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
+                    let bias = if a.bias.is_null() {
+                        S::zero()
+                    } else {
+                        S::load(a.bias.wrapping_add(k0), m)
+                    };
+                    let xb = a.x.wrapping_add(k0 / a.mult);
+                    let mut acc = [S::zero(); GENERIC_COLS];
+                    for r in 0..a.r {
+                        let ih = ih0 + r as isize * a.dh;
+                        if !(0..a.h).contains(&ih) {
                             continue;
                         }
-                        let p = row.wrapping_offset(iw * a.xcol);
-                        let xv = match a.idx {
-                            None => S::load(p, a.m),
-                            Some(idx) => S::load_idx(p, idx, a.m),
-                        };
-                        *acc = S::fma(wv, xv, *acc);
+                        let row = xb.wrapping_offset(ih * a.xrow);
+                        for s in 0..a.s {
+                            let wv = S::load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
+                            for (t, acc) in acc.iter_mut().enumerate() {
+                                let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
+                                let mt = if t < nt && (0..a.w).contains(&iw) {
+                                    m
+                                } else {
+                                    0
+                                };
+                                let p = row.wrapping_offset(iw * a.xcol);
+                                let xv = match a.idx.get(b - a.b0) {
+                                    None => S::load(p, mt),
+                                    Some(idx) => S::load_idx(p, idx, mt),
+                                };
+                                *acc = S::fma(wv, xv, *acc);
+                            }
+                        }
+                    }
+                    for (t, acc) in acc.iter().enumerate() {
+                        if t < nt {
+                            let off = (ow0 + t) as isize * a.ycol + k0 as isize;
+                            let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
+                            store_out(&epi, *acc, bias, y, z, m);
+                        }
                     }
                 }
+                ow0 += GENERIC_COLS;
             }
-            for (t, acc) in acc.iter().enumerate().take(nt) {
-                let off = (ow0 + t) as isize * a.ycol;
-                let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                store_out(&epi, *acc, bias, y, z, a.m);
-            }
-            ow0 += GENERIC_COLS;
         }
     }
 }
@@ -1021,7 +1153,7 @@ macro_rules! kernel_set {
 // AVX-512: 32 registers hold 9 weights and 8 rows (or outputs) of accumulators.
 #[cfg(target_arch = "x86_64")]
 kernel_set!(avx512_set, Avx512, [#[target_feature(enable = "avx512f")]],
-    rows = [8, 4], cols = [8, 4]);
+    rows = [7, 4], cols = [8, 4]);
 // AVX2: 16 registers.
 #[cfg(target_arch = "x86_64")]
 kernel_set!(avx2_set, Avx2, [#[target_feature(enable = "avx2,fma")]],
@@ -1320,8 +1452,14 @@ mod simd {
             }
             #[inline(always)]
             unsafe fn load(p: *const f32, m: u32) -> __m512 {
-                // SAFETY: see the impl.
-                unsafe { _mm512_maskz_loadu_ps(m as __mmask16, p) }
+                // SAFETY: see the impl; with all lanes enabled the 16 elements are readable.
+                unsafe {
+                    if m & 0xffff == 0xffff {
+                        _mm512_loadu_ps(p)
+                    } else {
+                        _mm512_maskz_loadu_ps(m as __mmask16, p)
+                    }
+                }
             }
             #[inline(always)]
             unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> __m512 {
@@ -1337,8 +1475,14 @@ mod simd {
             }
             #[inline(always)]
             unsafe fn store(p: *mut f32, v: __m512, m: u32) {
-                // SAFETY: see the impl.
-                unsafe { _mm512_mask_storeu_ps(p, m as __mmask16, v) }
+                // SAFETY: see the impl; with all lanes enabled the 16 elements are writable.
+                unsafe {
+                    if m & 0xffff == 0xffff {
+                        _mm512_storeu_ps(p, v)
+                    } else {
+                        _mm512_mask_storeu_ps(p, m as __mmask16, v)
+                    }
+                }
             }
             #[inline(always)]
             unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
