@@ -60,8 +60,6 @@ const GENERIC_COLS: usize = 4;
 const MAX_FAST_TAPS: usize = 25;
 /// Largest number of input rows one unrolled NCHW-like pass reads.
 const MAX_FAST_IN_ROWS: usize = 24;
-/// Largest R of the unrolled kernels.
-const MAX_FAST_R: usize = 5;
 
 /// How the tensors are laid out, as far as this algorithm cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -355,7 +353,8 @@ struct PlaneJob<'a> {
     /// x's channel and row strides.
     xc: isize,
     xrow: isize,
-    /// Channel multiplier: output channel k reads input channel k / mult.
+    /// Output channels, and the multiplier: output channel k reads input channel k / mult.
+    k: usize,
     mult: usize,
     /// Input rows.
     h: isize,
@@ -442,13 +441,16 @@ fn planar(
         2 => Step::Two,
         _ => Step::Any,
     };
+    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
+    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
     let (kernel, rows) = match fast {
+        Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
         Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
         None => (set.plane_generic[step as usize], GENERIC_ROWS),
     };
-    let cols = plane_cols(g, set.lanes, step);
+    let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step);
     let blocks = g.oh.div_ceil(rows);
-    let per_image = g.k * blocks;
+    let per_image = g.k.div_ceil(if pair { 2 } else { 1 }) * blocks;
     for_ranges(ctx, g.n * per_image, |start, end| {
         let mut u = start;
         while u < end {
@@ -459,6 +461,7 @@ fn planar(
                 x: x.as_ptr().wrapping_add(n * g.xs[0]),
                 xc: g.xs[1] as isize,
                 xrow: g.xs[2] as isize,
+                k: g.k,
                 mult: g.mult,
                 h: g.h,
                 pt: g.pt,
@@ -571,7 +574,7 @@ fn channels_last(
         (5, 5) => Some(1),
         _ => None,
     }
-    .filter(|_| (1..=2).contains(&g.sw) && g.dw == 1 && g.mult == 1);
+    .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sw) && g.dh == 1 && g.dw == 1 && g.mult == 1);
     let kernel = match fast {
         Some(f) => set.cl_fast[f][g.sw - 1],
         None => set.cl_generic,
@@ -727,8 +730,42 @@ impl<S: Simd> EpiV<S> {
     }
 }
 
-/// Stores act(alpha · acc + bias + beta · z) at `y` for the lanes of `m`, in the order and
-/// rounding of [`EpilogueArgs::value`].
+/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`];
+/// `z` is called only when beta ≠ 0.
+///
+/// # Safety
+/// The CPU has `S`'s features.
+#[inline(always)]
+unsafe fn finish<S: Simd>(e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -> S::V) -> S::V {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let mut v = acc;
+        if !e.plain {
+            if e.scale {
+                v = S::mul(e.alpha, v);
+            }
+            if e.bias {
+                v = S::add(v, bias);
+            }
+            if e.read_z {
+                v = S::add(v, S::mul(e.beta, z()));
+            }
+            v = match e.act {
+                ActV::None => v,
+                ActV::Relu(zero) => S::max(v, zero),
+                ActV::Clip(lo, hi) => S::min(S::max(v, lo), hi),
+                ActV::Other(act) => {
+                    let mut a = S::to_array(v);
+                    a.iter_mut().take(S::L).for_each(|v| *v = act.apply(*v));
+                    S::from_array(&a)
+                }
+            };
+        }
+        v
+    }
+}
+
+/// Stores the epilogue's value of `acc` at `y` for the lanes of `m` (z read at `z`).
 ///
 /// # Safety
 /// The CPU has `S`'s features; the lanes of `m` at `y` (and at `z` when beta ≠ 0) are in
@@ -743,39 +780,21 @@ unsafe fn store_out<S: Simd>(
     m: u32,
 ) {
     // SAFETY: the caller's contract.
-    unsafe {
-        let mut v = acc;
-        if !e.plain {
-            if e.scale {
-                v = S::mul(e.alpha, v);
-            }
-            if e.bias {
-                v = S::add(v, bias);
-            }
-            if e.read_z {
-                v = S::add(v, S::mul(e.beta, S::load(z, m)));
-            }
-            v = match e.act {
-                ActV::None => v,
-                ActV::Relu(zero) => S::max(v, zero),
-                ActV::Clip(lo, hi) => S::min(S::max(v, lo), hi),
-                ActV::Other(act) => {
-                    let mut a = S::to_array(v);
-                    a.iter_mut().take(S::L).for_each(|v| *v = act.apply(*v));
-                    S::from_array(&a)
-                }
-            };
-        }
-        S::store(y, v, m);
-    }
+    unsafe { S::store(y, finish(e, acc, bias, || S::load(z, m)), m) }
 }
 
 /// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
-/// of at most `max` (5 or 24): unrolls loops whose accumulators must stay in registers, which
+/// of at most `max` (5, 8, 12 or 24): unrolls loops whose accumulators must stay in registers, which
 /// the compiler would otherwise keep as loops over arrays in memory.
 macro_rules! unroll {
     (5: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 5, $i, $n, $body, 0 1 2 3 4)
+    };
+    (8: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 8, $i, $n, $body, 0 1 2 3 4 5 6 7)
+    };
+    (12: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 12, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11)
     };
     (24: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 24, $i, $n, $body,
@@ -793,7 +812,9 @@ macro_rules! unroll {
 }
 
 /// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2), ROWS
-/// output rows per block (no row dilation).
+/// output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
+/// each vector holds a row of two channels (lanes below L/2 channel k, the others k + 1): the
+/// column table then describes half vectors, and unit u = pair·blocks + b.
 ///
 /// # Safety
 /// That of [`PlaneFn`], and `a.r == R`, `a.s == C`, the units' blocks of ROWS rows.
@@ -805,6 +826,7 @@ unsafe fn plane_fast<
     const SH: usize,
     const STEP: usize,
     const ROWS: usize,
+    const PAIR: bool,
 >(
     a: &PlaneJob<'_>,
 ) {
@@ -813,22 +835,48 @@ unsafe fn plane_fast<
     }
     debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
+    let half = S::L / 2;
     // SAFETY: the caller's contract: the CPU has S's features; rows are read only inside the
     // image, columns only where the table enables them; outputs go to the units' rows.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
         let mut u = a.u0;
         while u < a.u1 {
-            let k = u / a.blocks;
             let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            let k = if PAIR {
+                2 * (u / a.blocks)
+            } else {
+                u / a.blocks
+            };
             u += b1 - b0;
+            // The pair's second channel, or (at an odd end) k again with its lanes unused.
+            let (k1, hi_on) = if PAIR && k + 1 < a.k {
+                (k + 1, u32::MAX)
+            } else {
+                (k, 0)
+            };
+            // Lanes of both halves from a half-vector mask.
+            let both = |m: u32| if PAIR { m | (m << half & hi_on) } else { m };
             let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
-            let yk = a.y.wrapping_offset(k as isize * a.yc);
-            let zk = a.z.wrapping_offset(k as isize * a.yc);
-            let bias = S::splat(a.bias(k));
+            let xk1 = a.x.wrapping_offset((k1 / a.mult) as isize * a.xc);
+            let (yk, yk1) = (
+                a.y.wrapping_offset(k as isize * a.yc),
+                a.y.wrapping_offset(k1 as isize * a.yc),
+            );
+            let (zk, zk1) = (
+                a.z.wrapping_offset(k as isize * a.yc),
+                a.z.wrapping_offset(k1 as isize * a.yc),
+            );
+            let mut bias = S::splat(a.bias(k));
             let mut wv = [S::zero(); MAX_FAST_TAPS];
             for (t, v) in wv.iter_mut().enumerate().take(R * C) {
                 *v = S::splat(a.tap(k, t));
+                if PAIR {
+                    *v = S::blend_hi(*v, S::splat(a.tap(k1, t)));
+                }
+            }
+            if PAIR {
+                bias = S::blend_hi(bias, S::splat(a.bias(k1)));
             }
             for b in b0..b1 {
                 let oh0 = b * ROWS;
@@ -848,14 +896,16 @@ unsafe fn plane_fast<
                     let mut acc = [S::zero(); ROWS];
                     unroll!(24: d < (ROWS - 1) * SH + R, {
                         let rm = (valid >> d & 1).wrapping_neg();
-                        let row = xk.wrapping_offset((ih0 + d as isize) * a.xrow);
+                        let roff = (ih0 + d as isize) * a.xrow;
+                        let (row, row1) = (xk.wrapping_offset(roff), xk1.wrapping_offset(roff));
                         for s in 0..C {
                             let ld = col[1 + s];
-                            let p = row.wrapping_offset(ld.off);
-                            let xv = if STEP == 1 {
-                                S::load(p, ld.m0 & rm)
-                            } else {
-                                S::load_step2(p, ld.m0 & rm, ld.m1 & rm)
+                            let (p, p1) = (row.wrapping_offset(ld.off), row1.wrapping_offset(ld.off));
+                            let xv = match (PAIR, STEP) {
+                                (false, 1) => S::load(p, ld.m0 & rm),
+                                (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
+                                (true, _) => S::load_step2_pair(p, p1, (ld.m0 | ld.m1 << half) & rm),
                             };
                             for (i, acc) in acc.iter_mut().enumerate() {
                                 if d >= i * SH && d - i * SH < R {
@@ -864,12 +914,24 @@ unsafe fn plane_fast<
                             }
                         }
                     });
+                    for acc in acc.iter_mut() {
+                        *acc = S::pin(*acc);
+                    }
                     let out = col[0];
+                    let m = both(out.m0);
+                    // Rows past the last are stored with an empty mask rather than skipped: a
+                    // branch would let the compiler sink their sums into it and spill the
+                    // loads they share.
                     unroll!(24: i < ROWS, {
-                        if i < nrows {
-                            let off = row0 + i as isize * a.yrow + out.off;
-                            let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
-                            store_out(&epi, acc[i], bias, y, z, out.m0);
+                        let m = if i < nrows { m } else { 0 };
+                        let off = row0 + i as isize * a.yrow + out.off;
+                        let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                        if PAIR {
+                            let (y1, z1) = (yk1.wrapping_offset(off), zk1.wrapping_offset(off));
+                            let v = finish(&epi, acc[i], bias, || S::load_pair(z, z1, m));
+                            S::store_pair(y, y1, v, m);
+                        } else {
+                            store_out(&epi, acc[i], bias, y, z, m);
                         }
                     });
                 }
@@ -940,36 +1002,48 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
     }
 }
 
-/// The unrolled NHWC-like kernel: R×C taps, column stride SW, T outputs per group (no column
-/// dilation, M = 1).
+/// The unrolled NHWC-like kernel: R×C taps, stride SW (rows and columns), a group of TR×T
+/// outputs per block (no dilation, M = 1). Each input pixel of the group is loaded once and
+/// used for every output of the group that needs it; several rows per group cut the reloads
+/// of input rows, which do not stay in L1 between output rows (3 rows of W·C elements are
+/// more than L1 holds for most layers).
 ///
 /// # Safety
 /// That of [`ClFn`], and `a.r == R`, `a.s == C`.
 #[inline(always)]
-unsafe fn cl_fast<S: Simd, const R: usize, const C: usize, const SW: usize, const T: usize>(
+unsafe fn cl_fast<
+    S: Simd,
+    const R: usize,
+    const C: usize,
+    const SW: usize,
+    const TR: usize,
+    const T: usize,
+>(
     a: &ClJob<'_>,
 ) {
     const {
-        assert!(R * C <= MAX_FAST_TAPS && R <= MAX_FAST_R && (T - 1) * SW + C <= 24);
+        assert!(R * C <= MAX_FAST_TAPS && TR <= 8 && T <= 8);
+        assert!((TR - 1) * SW + R <= 12 && (T - 1) * SW + C <= 12);
     }
-    debug_assert!(a.r == R && a.s == C && a.mult == 1);
+    debug_assert!(a.r == R && a.s == C && a.mult == 1 && a.sh == SW as isize);
+    let in_rows = (TR - 1) * SW + R;
     // SAFETY: the caller's contract: the CPU has S's features; pixels are read only inside
     // the image, for each block's lanes; outputs go to the job's rows and blocks.
     unsafe {
         let epi = EpiV::<S>::new(a.epi);
-        for oh in a.oh0..a.oh1 {
+        let mut oh0 = a.oh0;
+        while oh0 < a.oh1 {
+            let nrows = TR.min(a.oh1 - oh0);
             // Pixels outside the image read nothing: their loads have an empty mask. Masks
             // rather than branches keep the accumulators in registers; bit sets rather than
             // arrays avoid stores that the loads would wait for.
-            let ih0 = (oh * a.sh as usize) as isize - a.pt;
+            let ih0 = (oh0 * SW) as isize - a.pt;
             let mut vrows = 0u32;
-            for r in 0..R {
-                if (0..a.h).contains(&(ih0 + r as isize * a.dh)) {
-                    vrows |= 1 << r;
+            for d in 0..in_rows.min((nrows - 1) * SW + R) {
+                if (0..a.h).contains(&(ih0 + d as isize)) {
+                    vrows |= 1 << d;
                 }
             }
-            let yrow = a.y.wrapping_offset(oh as isize * a.yrow);
-            let zrow = a.z.wrapping_offset(oh as isize * a.yrow);
             let mut ow0 = 0;
             while ow0 < a.ow {
                 let nt = T.min(a.ow - ow0);
@@ -995,30 +1069,46 @@ unsafe fn cl_fast<S: Simd, const R: usize, const C: usize, const SW: usize, cons
                         S::load(a.bias.wrapping_add(k0), m)
                     };
                     let xb = a.x.wrapping_add(k0);
-                    let mut acc = [S::zero(); T];
-                    unroll!(5: r < R, {
-                        let row = xb.wrapping_offset((ih0 + (r as isize) * a.dh) * a.xrow);
-                        let rm = (vrows >> r & 1).wrapping_neg() & m;
-                        unroll!(24: e < (T - 1) * SW + C, {
+                    let mut acc = [[S::zero(); T]; TR];
+                    unroll!(12: d < (TR - 1) * SW + R, {
+                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
+                        let rm = (vrows >> d & 1).wrapping_neg() & m;
+                        unroll!(12: e < (T - 1) * SW + C, {
                             let p = row.wrapping_offset((iw0 + e as isize) * a.xcol);
                             let xv = S::load(p, rm & (vcols >> e & 1).wrapping_neg());
-                            for (t, acc) in acc.iter_mut().enumerate() {
-                                if e >= t * SW && e - t * SW < C {
-                                    *acc = S::fma(wv[r * C + e - t * SW], xv, *acc);
+                            unroll!(8: i < TR, {
+                                if d >= i * SW && d - i * SW < R {
+                                    let r = d - i * SW;
+                                    unroll!(8: t < T, {
+                                        if e >= t * SW && e - t * SW < C {
+                                            let w = wv[r * C + e - t * SW];
+                                            acc[i][t] = S::fma(w, xv, acc[i][t]);
+                                        }
+                                    });
                                 }
-                            }
+                            });
                         });
                     });
-                    unroll!(24: t < T, {
-                        if t < nt {
-                            let off = (ow0 + t) as isize * a.ycol + k0 as isize;
-                            let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
-                            store_out(&epi, acc[t], bias, y, z, m);
-                        }
+                    unroll!(8: i < TR, {
+                        unroll!(8: t < T, {
+                            acc[i][t] = S::pin(acc[i][t]);
+                        });
+                    });
+                    // Outputs past the image's end: an empty mask, not a branch (see
+                    // `plane_fast`).
+                    unroll!(8: i < TR, {
+                        let row = (oh0 + i) as isize * a.yrow + k0 as isize;
+                        unroll!(8: t < T, {
+                            let m = if i < nrows && t < nt { m } else { 0 };
+                            let off = row + (ow0 + t) as isize * a.ycol;
+                            let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
+                            store_out(&epi, acc[i][t], bias, y, z, m);
+                        });
                     });
                 }
                 ow0 += T;
             }
+            oh0 += TR;
         }
     }
 }
@@ -1098,6 +1188,8 @@ struct KernelSet {
     plane_rows: [usize; 2],
     /// [3x3, 5x5][stride 1, 2].
     plane_fast: [[PlaneFn; 2]; 2],
+    /// The same, two channels per vector.
+    plane_pair: [[PlaneFn; 2]; 2],
     /// By [`Step`]: 1, 2, any.
     plane_generic: [PlaneFn; 3],
     /// [3x3, 5x5][stride 1, 2].
@@ -1119,29 +1211,36 @@ macro_rules! entry {
 }
 
 /// Defines module `$module` with the kernel set `SET` of `$simd`: ROWS of the NCHW-like 3x3
-/// and 5x5 kernels, outputs per group T of the NHWC-like ones.
+/// and 5x5 kernels; output groups (rows, columns) of the NHWC-like 3x3 stride 1, 3x3 stride 2,
+/// 5x5 stride 1 and 5x5 stride 2 kernels.
 macro_rules! kernel_set {
     ($module:ident, $simd:ty, [$(#[$attr:meta])*], rows = [$p3:literal, $p5:literal],
-     cols = [$c3:literal, $c5:literal]) => {
+     groups = [($ar:literal, $ac:literal), ($br:literal, $bc:literal), ($cr:literal, $cc:literal),
+               ($dr:literal, $dc:literal)]) => {
         mod $module {
             use super::*;
-            entry!($(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3>);
-            entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3>);
-            entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5>);
-            entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5>);
+            entry!($(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, false>);
+            entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
+            entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
+            entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
+            entry!($(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
+            entry!($(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
+            entry!($(#[$attr])* fn q5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, true>);
             entry!($(#[$attr])* fn pg1(PlaneJob<'_>) = plane_generic::<$simd, 1>);
             entry!($(#[$attr])* fn pg2(PlaneJob<'_>) = plane_generic::<$simd, 2>);
             entry!($(#[$attr])* fn pgn(PlaneJob<'_>) = plane_generic::<$simd, 0>);
-            entry!($(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $c3>);
-            entry!($(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $c3>);
-            entry!($(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $c5>);
-            entry!($(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $c5>);
+            entry!($(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
+            entry!($(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
+            entry!($(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
+            entry!($(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $dr, $dc>);
             entry!($(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
 
             pub(super) static SET: KernelSet = KernelSet {
                 lanes: <$simd as Simd>::L,
                 plane_rows: [$p3, $p5],
                 plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
+                plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
                 plane_generic: [pg1, pg2, pgn],
                 cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
                 cl_generic: cg,
@@ -1153,12 +1252,18 @@ macro_rules! kernel_set {
 // AVX-512: 32 registers hold 9 weights and 8 rows (or outputs) of accumulators.
 #[cfg(target_arch = "x86_64")]
 kernel_set!(avx512_set, Avx512, [#[target_feature(enable = "avx512f")]],
-    rows = [7, 4], cols = [8, 4]);
+    rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
 // AVX2: 16 registers.
 #[cfg(target_arch = "x86_64")]
 kernel_set!(avx2_set, Avx2, [#[target_feature(enable = "avx2,fma")]],
-    rows = [4, 2], cols = [4, 2]);
-kernel_set!(portable_set, Portable, [], rows = [4, 2], cols = [4, 2]);
+    rows = [4, 2], groups = [(1, 4), (1, 4), (1, 2), (1, 2)]);
+kernel_set!(
+    portable_set,
+    Portable,
+    [],
+    rows = [4, 2],
+    groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
+);
 
 fn kernel_set(isa: Isa) -> &'static KernelSet {
     match isa {
@@ -1213,8 +1318,25 @@ mod simd {
             // SAFETY: the caller's contract.
             unsafe { Self::from_array(&a) }
         }
+        /// Lanes below L/2 as [`Simd::load`] from `lo`, the others from `hi` (lane l reads
+        /// hi\[l − L/2\]); m holds the lanes of both halves.
+        unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> Self::V;
+        /// Lanes below L/2 = elements 2l from `lo`, the others elements 2(l − L/2) from `hi`,
+        /// each read where its bit of the L-element mask `em` is set, else 0.
+        unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> Self::V;
+        /// Stores lanes below L/2 at `lo`, the others at `hi` (lane l at hi\[l − L/2\]), where
+        /// their bits of m are set.
+        unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
+        /// Lanes below L/2 from a, the others from b.
+        unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
         /// p\[l\] = lane l where bit l of m is set.
         unsafe fn store(p: *mut f32, v: Self::V, m: u32);
+        /// `v`, computed here: the compiler may not move its computation past this point
+        /// (into the branches of the stores that use it).
+        #[inline(always)]
+        unsafe fn pin(v: Self::V) -> Self::V {
+            v
+        }
         /// a · b + c (fused where the set has FMA).
         unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
         unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
@@ -1272,6 +1394,39 @@ mod simd {
             v
         }
         #[inline(always)]
+        unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> Self::V {
+            // SAFETY: the caller's contract.
+            unsafe {
+                Self::blend_hi(
+                    Self::load(lo, m & 0xf),
+                    Self::load(hi.wrapping_sub(4), m & 0xf0),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> Self::V {
+            // SAFETY: the caller's contract; elements 2l of the two halves are elements 0..8
+            // of lo and of hi.
+            unsafe {
+                Self::blend_hi(
+                    Self::load_step2(lo, em, 0),
+                    Self::load_step2(hi.wrapping_sub(8), 0, em),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32) {
+            // SAFETY: the caller's contract.
+            unsafe {
+                Self::store(lo, v, m & 0xf);
+                Self::store(hi.wrapping_sub(4), v, m & 0xf0);
+            }
+        }
+        #[inline(always)]
+        unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V {
+            std::array::from_fn(|l| if l < 4 { a[l] } else { b[l] })
+        }
+        #[inline(always)]
         unsafe fn store(p: *mut f32, v: Self::V, m: u32) {
             if m & 0xff == 0xff {
                 // SAFETY: all 8 lanes are enabled.
@@ -1326,6 +1481,36 @@ mod simd {
 
         use super::Simd;
 
+        /// An empty `asm!` that takes and returns `v` in a register: a value the optimiser
+        /// cannot see through, so the code computing it stays before it. Inlined into the
+        /// AVX-512 kernels.
+        ///
+        /// # Safety
+        /// AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        unsafe fn pin512(mut v: __m512) -> __m512 {
+            // SAFETY: an empty template: nothing runs.
+            unsafe {
+                std::arch::asm!("/* {0} */", inout(zmm_reg) v, options(pure, nomem, nostack, preserves_flags))
+            };
+            v
+        }
+
+        /// [`pin512`] for AVX2 kernels.
+        ///
+        /// # Safety
+        /// AVX.
+        #[target_feature(enable = "avx")]
+        #[inline]
+        unsafe fn pin256(mut v: __m256) -> __m256 {
+            // SAFETY: an empty template: nothing runs.
+            unsafe {
+                std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(pure, nomem, nostack, preserves_flags))
+            };
+            v
+        }
+
         /// AVX2 with FMA, 8 lanes.
         pub(in super::super) struct Avx2;
 
@@ -1360,14 +1545,8 @@ mod simd {
             }
             #[inline(always)]
             unsafe fn load(p: *const f32, m: u32) -> __m256 {
-                // SAFETY: see the impl; with all lanes enabled the 8 elements are readable.
-                unsafe {
-                    if m & 0xff == 0xff {
-                        _mm256_loadu_ps(p)
-                    } else {
-                        _mm256_maskload_ps(p, mask8(m))
-                    }
-                }
+                // SAFETY: see the impl.
+                unsafe { _mm256_maskload_ps(p, mask8(m)) }
             }
             #[inline(always)]
             unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> __m256 {
@@ -1381,6 +1560,45 @@ mod simd {
                         even,
                     )))
                 }
+            }
+            #[inline(always)]
+            unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> __m256 {
+                // SAFETY: see the impl.
+                unsafe {
+                    let a = Self::load(lo, m & 0xf);
+                    let b = Self::load(hi.wrapping_sub(4), m & 0xf0);
+                    _mm256_blend_ps::<0xf0>(a, b)
+                }
+            }
+            #[inline(always)]
+            unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> __m256 {
+                // SAFETY: see the impl. Evens of (a, b) are [a0 a2 a4 a6 b0 b2 b4 b6].
+                unsafe {
+                    let a = Self::load(lo, em);
+                    let b = Self::load(hi, em);
+                    let even = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
+                        even,
+                    )))
+                }
+            }
+            #[inline(always)]
+            unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: __m256, m: u32) {
+                // SAFETY: see the impl.
+                unsafe {
+                    Self::store(lo, v, m & 0xf);
+                    Self::store(hi.wrapping_sub(4), v, m & 0xf0);
+                }
+            }
+            #[inline(always)]
+            unsafe fn blend_hi(a: __m256, b: __m256) -> __m256 {
+                // SAFETY: see the impl.
+                unsafe { _mm256_blend_ps::<0xf0>(a, b) }
+            }
+            #[inline(always)]
+            unsafe fn pin(v: __m256) -> __m256 {
+                // SAFETY: see the impl.
+                unsafe { pin256(v) }
             }
             #[inline(always)]
             unsafe fn store(p: *mut f32, v: __m256, m: u32) {
@@ -1452,14 +1670,8 @@ mod simd {
             }
             #[inline(always)]
             unsafe fn load(p: *const f32, m: u32) -> __m512 {
-                // SAFETY: see the impl; with all lanes enabled the 16 elements are readable.
-                unsafe {
-                    if m & 0xffff == 0xffff {
-                        _mm512_loadu_ps(p)
-                    } else {
-                        _mm512_maskz_loadu_ps(m as __mmask16, p)
-                    }
-                }
+                // SAFETY: see the impl.
+                unsafe { _mm512_maskz_loadu_ps(m as __mmask16, p) }
             }
             #[inline(always)]
             unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> __m512 {
@@ -1474,15 +1686,47 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn store(p: *mut f32, v: __m512, m: u32) {
-                // SAFETY: see the impl; with all lanes enabled the 16 elements are writable.
+            unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> __m512 {
+                // SAFETY: see the impl.
                 unsafe {
-                    if m & 0xffff == 0xffff {
-                        _mm512_storeu_ps(p, v)
-                    } else {
-                        _mm512_mask_storeu_ps(p, m as __mmask16, v)
-                    }
+                    let a = _mm512_maskz_loadu_ps((m & 0xff) as __mmask16, lo);
+                    _mm512_mask_loadu_ps(a, (m & 0xff00) as __mmask16, hi.wrapping_sub(8))
                 }
+            }
+            #[inline(always)]
+            unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> __m512 {
+                // SAFETY: see the impl. Lane l picks element 2l of (a, b): a's evens, then b's.
+                unsafe {
+                    let evens = _mm512_setr_epi32(
+                        0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                    );
+                    let a = _mm512_maskz_loadu_ps(em as __mmask16, lo);
+                    let b = _mm512_maskz_loadu_ps(em as __mmask16, hi);
+                    _mm512_permutex2var_ps(a, evens, b)
+                }
+            }
+            #[inline(always)]
+            unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: __m512, m: u32) {
+                // SAFETY: see the impl.
+                unsafe {
+                    _mm512_mask_storeu_ps(lo, (m & 0xff) as __mmask16, v);
+                    _mm512_mask_storeu_ps(hi.wrapping_sub(8), (m & 0xff00) as __mmask16, v);
+                }
+            }
+            #[inline(always)]
+            unsafe fn blend_hi(a: __m512, b: __m512) -> __m512 {
+                // SAFETY: see the impl.
+                unsafe { _mm512_mask_mov_ps(a, 0xff00, b) }
+            }
+            #[inline(always)]
+            unsafe fn pin(v: __m512) -> __m512 {
+                // SAFETY: see the impl.
+                unsafe { pin512(v) }
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut f32, v: __m512, m: u32) {
+                // SAFETY: see the impl.
+                unsafe { _mm512_mask_storeu_ps(p, m as __mmask16, v) }
             }
             #[inline(always)]
             unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
