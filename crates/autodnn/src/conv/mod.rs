@@ -7,6 +7,7 @@
 //! is the end of every fallback chain. Code that chooses among algorithms works over this list
 //! and never names an algorithm.
 
+mod depthwise;
 mod direct;
 mod epilogue;
 mod prepared;

@@ -1,11 +1,12 @@
 //! The ordered list of forward-convolution algorithms: most specialised first, `direct` last.
 //! Adding an algorithm is one file plus one line here.
 
+use super::depthwise::Depthwise;
 use super::direct::Direct;
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Depthwise, &Direct];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
