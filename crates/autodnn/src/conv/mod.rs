@@ -9,6 +9,9 @@
 
 mod direct;
 mod epilogue;
+mod gemm;
+mod im2col;
+mod implicit_gemm;
 mod prepared;
 mod registry;
 

@@ -2,10 +2,12 @@
 //! Adding an algorithm is one file plus one line here.
 
 use super::direct::Direct;
+use super::gemm::GemmConv;
+use super::implicit_gemm::ImplicitGemm;
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&ImplicitGemm, &GemmConv, &Direct];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {

@@ -59,6 +59,7 @@ use crate::desc::DataType;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
 use epilogue::FrameEpilogue;
+pub(crate) use loops::depth_block;
 use loops::{Gemm, OutMatrix};
 
 mod sealed {
@@ -200,7 +201,6 @@ fn run_validated<T: GemmInput>(
 /// # Errors
 /// [`Error::BadParam`] naming `c` when its strides overlap or reach past the buffer.
 #[allow(clippy::too_many_arguments)]
-#[cfg_attr(not(test), allow(dead_code))] // the hook for implicit-GEMM convolution
 pub(crate) fn gemm_engine(
     ctx: &ExecContext<'_>,
     m: usize,
