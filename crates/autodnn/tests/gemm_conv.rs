@@ -205,7 +205,7 @@ fn workspaces() {
     let ws = g.workspace_bytes(&big);
     let unblocked = 64 * 9 * 56 * 56 * 4;
     assert!(
-        ws <= 1 << 20 && ws >= 1 << 19 && ws % (64 * 9 * 4) == 0,
+        (1 << 19..=1 << 20).contains(&ws) && ws.is_multiple_of(64 * 9 * 4),
         "{ws}"
     );
     assert!(ws * 8 <= unblocked);
