@@ -84,8 +84,10 @@ pub(crate) struct Geometry {
     /// matrix.
     pub x_is_matrix: bool,
     pub taps: Vec<Tap>,
-    /// (r · dilation, s · dilation) of every window offset, r·S + s.
-    windows: Vec<(i64, i64)>,
+    /// r · dilation for each kernel row r, and s · dilation for each kernel column s (window
+    /// offset r·S + s is the pair).
+    win_rows: Vec<i64>,
+    win_cols: Vec<i64>,
     /// The filter's taps are consecutive in memory (`woff[t] == t`): a plain strided matrix.
     pub filter_contiguous: bool,
 }
@@ -95,18 +97,34 @@ pub(crate) struct Geometry {
 /// so it does not follow the instruction-set cap.
 const FRAME_TILE: (usize, usize) = (32, 14);
 
-/// Cost of writing one output element through the engine's strided (non-vector) store, in
-/// units of one multiply-add of one lane: the kernel does 16 lanes per cycle and a strided
-/// store of one element costs about 1.5 cycles. Paid once per depth block (at most 512 deep).
+/// Cost of writing one output element of a tile whose rows are not y's contiguous direction
+/// (the engine transposes the tile before storing it), in multiply-adds of one lane (the
+/// kernel does 16 lanes per cycle). Paid once per depth block (at most 512 deep).
 const STRIDED_STORE_COST: usize = 24;
 
-/// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise
-/// positions as rows, unless the image is so small that rounding its positions up to the
-/// tile's 32 rows wastes more than writing y through the engine's strided store costs
-/// (ResNet's 7x7 and 14x14 layers).
-fn choose_frame(ys: [usize; 4], oh: usize, ow: usize, kg: usize, depth: usize) -> Frame {
+/// Cost of packing one tap of one strip of patches (a panel row of 32 or 14 positions, about
+/// 20 cycles), in multiply-adds of one lane. Narrow strips (14 positions as B) cost as much
+/// as wide ones (32 as A), so the channels-as-rows frame packs patches at over twice the cost.
+const PACK_ROW_COST: usize = 320;
+
+/// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise the
+/// cheaper of the two by a cost model in lane multiply-adds: rounding positions up to the
+/// tile's 32 rows and channels to its 14 columns (positions as rows), or the reverse plus
+/// transposed tile stores (channels as rows), each plus packing the patches in strips of its
+/// width. Small images (ResNet's 7x7 and 14x14 layers) take channels as rows.
+fn choose_frame(
+    ys: [usize; 4],
+    oh: usize,
+    ow: usize,
+    kg: usize,
+    depth: usize,
+    patches_packed: bool,
+) -> Frame {
     if ys[1] < ys[3] {
         return Frame::Channels;
+    }
+    if let Some(f) = forced_frame() {
+        return f;
     }
     let positions = if oh == 1 || ys[2] == ow * ys[3] {
         oh * ow
@@ -115,14 +133,35 @@ fn choose_frame(ys: [usize; 4], oh: usize, ow: usize, kg: usize, depth: usize) -
     };
     let (mr, nr) = FRAME_TILE;
     let up = |x: usize, to: usize| x.div_ceil(to) * to;
-    let by_positions = up(positions, mr) * up(kg, nr);
+    let pack = |width: usize| {
+        if patches_packed {
+            PACK_ROW_COST * positions.div_ceil(width) * depth
+        } else {
+            0
+        }
+    };
     let block = depth.min(crate::gemm::blocking::KC_MAX);
-    let by_channels = up(kg, mr) * up(positions, nr) * (block + STRIDED_STORE_COST) / block;
+    let by_positions = up(positions, mr) * up(kg, nr) * depth + pack(mr);
+    let by_channels =
+        up(kg, mr) * up(positions, nr) * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
     if by_channels < by_positions {
         Frame::Channels
     } else {
         Frame::Positions
     }
+}
+
+/// Environment variable forcing the frame of NCHW-like outputs: `positions` or `channels`
+/// (for tuning [`STRIDED_STORE_COST`]; read once per process).
+pub const FRAME_ENV: &str = "AUTODNN_GEMM_CONV_FRAME";
+
+fn forced_frame() -> Option<Frame> {
+    static FORCED: std::sync::OnceLock<Option<Frame>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var(FRAME_ENV).ok()?.trim() {
+        "positions" => Some(Frame::Positions),
+        "channels" => Some(Frame::Channels),
+        _ => None,
+    })
 }
 
 /// One GEMM: output positions `p0 .. p0 + np` of image `n`, group `g`.
@@ -164,9 +203,8 @@ impl Geometry {
                 win: ri * s + si,
             });
         }
-        let windows = (0..r * s)
-            .map(|i| ((i / s * dh) as i64, (i % s * dw) as i64))
-            .collect();
+        let win_rows = (0..r).map(|i| (i * dh) as i64).collect();
+        let win_cols = (0..s).map(|i| (i * dw) as i64).collect();
         let filter_contiguous = taps.iter().enumerate().all(|(t, tap)| tap.woff == t);
         let y_flat = oh == 1 || ys[2] == ow * ys[3];
         let pad = c.padding();
@@ -191,12 +229,13 @@ impl Geometry {
             xs,
             ys,
             ws,
-            frame: choose_frame(ys, oh, ow, p.k_per_group(), cg * r * s),
+            frame: choose_frame(ys, oh, ow, p.k_per_group(), cg * r * s, !x_is_matrix),
             channels_inner,
             y_flat,
             x_is_matrix,
             taps,
-            windows,
+            win_rows,
+            win_cols,
             filter_contiguous,
         }
     }
@@ -357,22 +396,11 @@ impl Geometry {
             let rows = self.depth.div_ceil(parts);
             let fill = |(i, part): (usize, &mut [f32])| {
                 let taps = &self.taps[i * rows..i * rows + part.len() / np];
-                let mut loads = Vec::new();
+                let mut sc = StripScratch::default();
                 for at in (0..np).step_by(strip) {
                     let n = strip.min(np - at);
                     let dst = &mut part[at..];
-                    self.pack_strip(
-                        ctx.isa,
-                        x,
-                        xbase,
-                        b.p0 + at,
-                        n,
-                        n,
-                        taps,
-                        dst,
-                        np,
-                        &mut loads,
-                    );
+                    self.pack_strip(ctx.isa, x, xbase, b.p0 + at, n, n, taps, dst, np, &mut sc);
                 }
             };
             if parts > 1 {
@@ -452,7 +480,7 @@ impl Geometry {
 impl Geometry {
     /// Packs a strip of `n` consecutive output positions from `start` (row order) for each
     /// tap of `taps`: row i (tap i) at `dst[i·ld ..]` gets `width ≥ n` lanes, the positions'
-    /// inputs then zeros. `loads` is scratch reused across calls.
+    /// inputs then zeros. `sc` is scratch reused across calls.
     #[allow(clippy::too_many_arguments)]
     fn pack_strip(
         &self,
@@ -465,7 +493,7 @@ impl Geometry {
         taps: &[Tap],
         dst: &mut [f32],
         ld: usize,
-        loads: &mut Vec<RowLoad>,
+        sc: &mut StripScratch,
     ) {
         if taps.is_empty() {
             return;
@@ -473,7 +501,8 @@ impl Geometry {
         assert!(n <= width && dst.len() >= (taps.len() - 1) * ld + width);
         let segs = self.segments(start, n, usize::MAX);
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 && width <= STRIP && self.row_loads(&segs, loads) {
+        if isa == Isa::Avx512 && width <= STRIP && self.row_loads(&segs, sc) {
+            let loads = &sc.loads;
             let step = self.stride[1] as usize * self.xs[3];
             // Every enabled lane reads an in-range (c, ih, iw) of this image and group: the
             // largest such offset is inside x (checked by the caller against the descriptor;
@@ -483,7 +512,7 @@ impl Geometry {
             assert!(xbase + last_c + last_w < x.len());
             return avx512::fill_rows(x, xbase, taps, loads, step, dst, ld, width);
         }
-        let _ = (isa, &loads);
+        let _ = (isa, &sc);
         for (i, tap) in taps.iter().enumerate() {
             let row = &mut dst[i * ld..i * ld + width];
             for sg in &segs {
@@ -501,60 +530,91 @@ impl Geometry {
     }
 
     /// Describes, for every window offset (r, s), how the strip of segments `segs` loads its
-    /// lanes (relative to a channel's base). False when a strip needs more than
-    /// [`MAX_SEGMENTS`] runs or offsets the kernels cannot index.
-    fn row_loads(&self, segs: &[Seg], loads: &mut Vec<RowLoad>) -> bool {
+    /// lanes (relative to a channel's base), into `sc.loads`. False when a strip needs more
+    /// than [`MAX_SEGMENTS`] runs or offsets the kernels cannot index. The column arithmetic
+    /// (the only divisions) is done once per (segment, s), not per window.
+    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch) -> bool {
         if segs.len() > MAX_SEGMENTS || self.stride[1] as usize * self.xs[3] > 1 << 24 {
             return false;
         }
         let sw = self.stride[1];
-        let step = sw * self.xs[3] as i64;
-        loads.clear();
-        for &(dh, dw) in &self.windows {
-            let mut load = RowLoad {
-                nseg: 0,
-                off: [0; MAX_SEGMENTS],
-                mask: [0; MAX_SEGMENTS],
-                last: 0,
-            };
+        let (xs2, xs3) = (self.xs[2] as i64, self.xs[3] as i64);
+        let step = sw * xs3;
+        let nseg = segs.len();
+        // Per (s, segment): lanes inside the image, and the column part of the offset.
+        sc.cols.clear();
+        for &dw in &self.win_cols {
             for sg in segs {
-                let ih = sg.ih0 + dh;
-                if ih < 0 || ih >= self.h {
-                    continue;
-                }
                 let first = sg.iw0 + dw;
                 let len = sg.len as i64;
-                let (lo, hi) = if sw == 1 {
-                    ((-first).clamp(0, len), (self.w - first).clamp(0, len))
-                } else {
-                    let lo = if first >= 0 {
-                        0
-                    } else {
-                        ((-first + sw - 1) / sw).min(len)
-                    };
-                    let hi = if first >= self.w {
-                        lo
-                    } else {
-                        ((self.w - first + sw - 1) / sw).clamp(lo, len)
-                    };
-                    (lo, hi)
+                let ceil_div = |a: i64| match sw {
+                    1 => a,
+                    2 => (a + 1) >> 1,
+                    _ => (a + sw - 1) / sw,
                 };
-                if hi <= lo {
-                    continue;
-                }
-                let at = sg.at as i64;
-                let row = ih * self.xs[2] as i64;
-                load.off[load.nseg] = (row + first * self.xs[3] as i64 - at * step) as isize;
-                load.mask[load.nseg] = lanes(sg.at + lo as usize, sg.at + hi as usize);
-                load.last = load
-                    .last
-                    .max((row + (first + (hi - 1) * sw) * self.xs[3] as i64) as usize);
-                load.nseg += 1;
+                let lo = if first >= 0 {
+                    0
+                } else {
+                    ceil_div(-first).min(len)
+                };
+                let hi = if first >= self.w {
+                    lo
+                } else {
+                    ceil_div(self.w - first).clamp(lo, len)
+                };
+                sc.cols.push(if hi > lo {
+                    let at = sg.at as i64;
+                    ColRun {
+                        mask: lanes(sg.at + lo as usize, sg.at + hi as usize),
+                        off: first * xs3 - at * step,
+                        last: (first + (hi - 1) * sw) * xs3,
+                    }
+                } else {
+                    ColRun::default()
+                });
             }
-            loads.push(load);
+        }
+        sc.loads.clear();
+        for &dh in &self.win_rows {
+            for s in 0..self.win_cols.len() {
+                let mut load = RowLoad {
+                    nseg: 0,
+                    off: [0; MAX_SEGMENTS],
+                    mask: [0; MAX_SEGMENTS],
+                    last: 0,
+                };
+                for (sg, col) in segs.iter().zip(&sc.cols[s * nseg..(s + 1) * nseg]) {
+                    let ih = sg.ih0 + dh;
+                    if col.mask == 0 || ih < 0 || ih >= self.h {
+                        continue;
+                    }
+                    let row = ih * xs2;
+                    load.off[load.nseg] = (row + col.off) as isize;
+                    load.mask[load.nseg] = col.mask;
+                    load.last = load.last.max((row + col.last) as usize);
+                    load.nseg += 1;
+                }
+                sc.loads.push(load);
+            }
         }
         true
     }
+}
+
+/// Scratch of the strip packer, reused across strips.
+#[derive(Debug, Default)]
+pub(crate) struct StripScratch {
+    loads: Vec<RowLoad>,
+    cols: Vec<ColRun>,
+}
+
+/// The lanes of one run that a window column offset keeps inside the image, and the
+/// column part of their offsets (see [`Geometry::row_loads`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct ColRun {
+    mask: u32,
+    off: i64,
+    last: i64,
 }
 
 /// Lanes of one packed strip the AVX-512 packer fills at once (two vectors).
@@ -721,12 +781,12 @@ impl PackA for PatchesA<'_> {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
-        let mut loads = Vec::new();
+        let mut sc = StripScratch::default();
         for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
             let start = self.block.p0 + i0 + q * mr;
             let n = mr.min(mc - q * mr);
             geo.pack_strip(
-                self.isa, self.x, xbase, start, n, mr, taps, panel, mr, &mut loads,
+                self.isa, self.x, xbase, start, n, mr, taps, panel, mr, &mut sc,
             );
         }
     }
@@ -746,14 +806,14 @@ impl PackB for PatchesB<'_> {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
-        let mut loads = Vec::new();
+        let mut sc = StripScratch::default();
         for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
             let start = self.block.p0 + j0 + q * nr;
             let valid = nr.min(nc - q * nr);
             if !geo.channels_inner {
                 // A panel row is one tap of nr positions: the strip packer's format.
                 geo.pack_strip(
-                    self.isa, self.x, xbase, start, valid, nr, taps, panel, nr, &mut loads,
+                    self.isa, self.x, xbase, start, valid, nr, taps, panel, nr, &mut sc,
                 );
                 continue;
             }
