@@ -88,6 +88,9 @@ pub(crate) struct Geometry {
     /// offset r·S + s is the pair).
     win_rows: Vec<i64>,
     win_cols: Vec<i64>,
+    /// x is packed NHWC-like (channel stride 1, column stride = channels per group) and the
+    /// kernel columns are not dilated: a kernel row's taps are contiguous in x.
+    rows_contiguous: bool,
     /// The filter's taps are consecutive in memory (`woff[t] == t`): a plain strided matrix.
     pub filter_contiguous: bool,
 }
@@ -234,6 +237,7 @@ impl Geometry {
             y_flat,
             x_is_matrix,
             taps,
+            rows_contiguous: channels_inner && xs[1] == 1 && xs[3] == cg && (s == 1 || dw == 1),
             win_rows,
             win_cols,
             filter_contiguous,
@@ -382,7 +386,7 @@ impl Geometry {
         let parallel = ctx.threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS;
         if self.channels_inner {
             let fill = |(i, row): (usize, &mut [f32])| {
-                self.fill_patch(x, xbase, b.p0 + i, 0, row, 1);
+                self.fill_patch(x, xbase, b.p0 + i, 0, row);
             };
             if parallel {
                 ctx.pool
@@ -425,54 +429,77 @@ impl Geometry {
         m.expect("the block fits the buffer").for_isa(isa)
     }
 
-    /// Writes taps `t0 .. t0 + count` of output position `p` to `dst[i·stride]` (i < count,
-    /// `count = (dst.len() + stride − 1) / stride` capped at the depth left).
-    fn fill_patch(
+    /// Writes taps `t0 .. t0 + dst.len()` of output position `p` to `dst` (fewer when the
+    /// depth ends first). For NHWC-like x the taps come as runs of contiguous channels, whole
+    /// kernel rows at once when x is packed and the columns are not dilated.
+    fn fill_patch(&self, x: &[f32], xbase: usize, p: usize, t0: usize, dst: &mut [f32]) {
+        let (ih0, iw0) = self.origin(p);
+        self.fill_patch_at(x, xbase, ih0, iw0, t0, dst)
+    }
+
+    /// The window origin (row, column; negative in the padding) of output position `p`.
+    #[inline]
+    fn origin(&self, p: usize) -> (i64, i64) {
+        (
+            (p / self.ow) as i64 * self.stride[0] - self.pad[0],
+            (p % self.ow) as i64 * self.stride[1] - self.pad[1],
+        )
+    }
+
+    /// [`Geometry::fill_patch`] for the position whose window origin is (ih0, iw0).
+    fn fill_patch_at(
         &self,
         x: &[f32],
         xbase: usize,
-        p: usize,
+        ih0: i64,
+        iw0: i64,
         t0: usize,
         dst: &mut [f32],
-        stride: usize,
     ) {
-        let count = dst.len().div_ceil(stride).min(self.depth - t0);
-        let ih0 = (p / self.ow) as i64 * self.stride[0] - self.pad[0];
-        let iw0 = (p % self.ow) as i64 * self.stride[1] - self.pad[1];
+        let count = dst.len().min(self.depth - t0);
         let inside = |tap: &Tap| {
             let (ih, iw) = (ih0 + tap.dh, iw0 + tap.dw);
             (ih >= 0 && ih < self.h && iw >= 0 && iw < self.w)
                 .then(|| xbase + ih as usize * self.xs[2] + iw as usize * self.xs[3])
         };
-        if self.channels_inner && self.xs[1] == 1 {
-            // Runs of contiguous channels, one per window tap (r, s).
-            let mut i = 0;
-            while i < count {
-                let t = t0 + i;
-                let c = t % self.cg;
-                let run = (self.cg - c).min(count - i);
-                let src = inside(&self.taps[t]).map(|at| &x[at + c..at + c + run]);
-                match (src, stride) {
-                    (Some(src), 1) => dst[i..i + run].copy_from_slice(src),
-                    (None, 1) => dst[i..i + run].fill(0.0),
-                    (Some(src), _) => {
-                        let out = dst[i * stride..].iter_mut().step_by(stride);
-                        for (o, v) in out.zip(src) {
-                            *o = *v;
-                        }
-                    }
-                    (None, _) => {
-                        let out = dst[i * stride..].iter_mut().step_by(stride).take(run);
-                        out.for_each(|o| *o = 0.0);
-                    }
-                }
-                i += run;
-            }
-        } else {
-            for (i, o) in dst.iter_mut().step_by(stride).take(count).enumerate() {
+        if !(self.channels_inner && self.xs[1] == 1) {
+            for (i, o) in dst[..count].iter_mut().enumerate() {
                 let tap = &self.taps[t0 + i];
                 *o = inside(tap).map_or(0.0, |at| x[at + tap.xoff]);
             }
+            return;
+        }
+        let kw = self.win_cols.len();
+        let row_len = kw * self.cg; // taps per kernel row
+        let mut i = 0;
+        while i < count {
+            let t = t0 + i;
+            let (run, src) = if self.rows_contiguous {
+                // Taps (s, c) of kernel row r are contiguous in x for the columns s inside
+                // the image.
+                let (r, rem) = (t / row_len, t % row_len);
+                let ih = ih0 + self.win_rows[r];
+                let s_lo = (-iw0).clamp(0, kw as i64) as usize;
+                let s_hi = (self.w - iw0).clamp(s_lo as i64, kw as i64) as usize;
+                let (lo, hi) = (s_lo * self.cg, s_hi * self.cg);
+                if ih < 0 || ih >= self.h || rem >= hi {
+                    (row_len - rem, None)
+                } else if rem < lo {
+                    (lo - rem, None)
+                } else {
+                    let at = xbase as i64 + ih * self.xs[2] as i64 + iw0 * self.xs[3] as i64;
+                    (hi - rem, Some((at + rem as i64) as usize))
+                }
+            } else {
+                let c = t % self.cg;
+                (self.cg - c, inside(&self.taps[t]).map(|at| at + c))
+            };
+            let run = run.min(count - i);
+            match src {
+                Some(at) => dst[i..i + run].copy_from_slice(&x[at..at + run]),
+                None => dst[i..i + run].fill(0.0),
+            }
+            i += run;
         }
     }
 }
@@ -807,6 +834,13 @@ impl PackB for PatchesB<'_> {
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
         let mut sc = StripScratch::default();
+        let tr = crate::gemm::transposer_for(self.isa).filter(|t| t.max_w >= nr);
+        let chunk = tr.map_or(16, |t| t.strip);
+        let mut tmp = if geo.channels_inner {
+            vec![0f32; nr * chunk]
+        } else {
+            Vec::new()
+        };
         for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
             let start = self.block.p0 + j0 + q * nr;
             let valid = nr.min(nc - q * nr);
@@ -817,14 +851,92 @@ impl PackB for PatchesB<'_> {
                 );
                 continue;
             }
-            for j in 0..valid {
-                geo.fill_patch(self.x, xbase, start + j, p0, &mut panel[j..], nr);
-            }
-            if valid < nr {
-                for row in panel.chunks_exact_mut(nr) {
-                    row[valid..].fill(0.0);
+            geo.pack_panel_nhwc(self.x, xbase, start, valid, p0, kc, panel, tr, &mut tmp);
+        }
+    }
+}
+
+impl Geometry {
+    /// One B panel of NHWC-like patches: `nr` positions from `start` (`valid` of them real),
+    /// taps `t0 .. t0 + kc`, row k of the panel holding tap t0 + k of the nr positions. Taps
+    /// go in chunks of the transposer's strip: when a chunk is contiguous in x and inside the
+    /// image for every position of a panel lying in one output row, it is transposed straight
+    /// from x (the positions are evenly spaced there); otherwise each position's taps are
+    /// copied into `tmp` first.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_panel_nhwc(
+        &self,
+        x: &[f32],
+        xbase: usize,
+        start: usize,
+        valid: usize,
+        t0: usize,
+        kc: usize,
+        panel: &mut [f32],
+        tr: Option<&crate::gemm::Transposer>,
+        tmp: &mut [f32],
+    ) {
+        let nr = panel.len() / kc;
+        let chunk = tmp.len() / nr;
+        let origins: Vec<(i64, i64)> = (start..start + valid).map(|p| self.origin(p)).collect();
+        let one_row = valid == nr && start / self.ow == (start + nr - 1) / self.ow;
+        let row_len = self.win_cols.len() * self.cg;
+        tmp[valid * chunk..].fill(0.0);
+        let mut t = 0;
+        while t < kc {
+            let n = chunk.min(kc - t);
+            let out = &mut panel[t * nr..(t + n) * nr];
+            if let Some(tr) = tr.filter(|_| n == chunk && one_row && self.rows_contiguous) {
+                let tt = t0 + t;
+                let (r, rem) = (tt / row_len, tt % row_len);
+                let (ih, first, last) = (
+                    origins[0].0 + self.win_rows[r],
+                    origins[0].1,
+                    origins[nr - 1].1,
+                );
+                let kw = self.win_cols.len() as i64;
+                let lo = (-first).clamp(0, kw) as usize * self.cg;
+                let hi = (self.w - last).clamp(0, kw) as usize * self.cg;
+                if ih >= 0 && ih < self.h && rem >= lo && rem + n <= hi.min(row_len) {
+                    // The first position's tap `rem` (its column inside the image: rem ≥ lo).
+                    let src = (xbase as i64
+                        + ih * self.xs[2] as i64
+                        + first * self.xs[3] as i64
+                        + rem as i64) as usize;
+                    let ld = self.stride[1] as usize * self.xs[3];
+                    let src = &x[src..src + (nr - 1) * ld + n];
+                    // SAFETY: the family's ISA is this CPU's (transposer_for caps it); nr ≤
+                    // max_w rows of `strip` = n floats, ld apart, all inside `src` (a checked
+                    // slice); `out` holds strip · nr floats.
+                    unsafe { (tr.run)(src.as_ptr(), ld, nr, out.as_mut_ptr()) };
+                    t += n;
+                    continue;
                 }
             }
+            for (j, &(ih0, iw0)) in origins.iter().enumerate() {
+                self.fill_patch_at(
+                    x,
+                    xbase,
+                    ih0,
+                    iw0,
+                    t0 + t,
+                    &mut tmp[j * chunk..j * chunk + n],
+                );
+            }
+            match tr {
+                Some(tr) if n == chunk => {
+                    // SAFETY: as above, the source being tmp: nr rows of chunk floats.
+                    unsafe { (tr.run)(tmp.as_ptr(), chunk, nr, out.as_mut_ptr()) }
+                }
+                _ => {
+                    for (k, row) in out.chunks_exact_mut(nr).enumerate() {
+                        for (j, o) in row.iter_mut().enumerate() {
+                            *o = tmp[j * chunk + k];
+                        }
+                    }
+                }
+            }
+            t += n;
         }
     }
 }
