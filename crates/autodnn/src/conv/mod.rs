@@ -10,6 +10,9 @@
 mod depthwise;
 mod direct;
 mod epilogue;
+mod gemm;
+mod im2col;
+mod implicit_gemm;
 mod prepared;
 mod registry;
 

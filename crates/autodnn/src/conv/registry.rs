@@ -3,10 +3,17 @@
 
 use super::depthwise::Depthwise;
 use super::direct::Direct;
+use super::gemm::GemmConv;
+use super::implicit_gemm::ImplicitGemm;
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Depthwise, &Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
+    &Depthwise,
+    &ImplicitGemm,
+    &GemmConv,
+    &Direct,
+];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {

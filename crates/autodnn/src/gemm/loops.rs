@@ -213,6 +213,13 @@ fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
     len * t / parts..len * (t + 1) / parts
 }
 
+/// The depth block GEMM uses for a product of depth `k` under a family whose largest depth
+/// block is `kc`: operands pre-packed for the engine ([`super::PackA::prepacked_a`]) are cut
+/// into these.
+pub(crate) fn depth_block(k: usize, kc: usize) -> usize {
+    even_block(k, kc, 1)
+}
+
 /// The block size that splits `len` into as few blocks of at most `max` as possible, of
 /// near-equal sizes rounded up to a multiple of `unit` (never above `max` rounded up).
 fn even_block(len: usize, max: usize, unit: usize) -> usize {
@@ -283,8 +290,18 @@ fn serial(
                 let npan = nc.div_ceil(nr);
                 for pc in (0..g.k).step_by(kc_blk) {
                     let kc = kc_blk.min(g.k - pc);
-                    let bp = &mut bbuf[..npan * nr * kc];
-                    g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                    let len = npan * nr * kc;
+                    let bp: &[f32] = match g.b.prepacked_b(pc, kc, jc, nc, nr) {
+                        Some(p) => {
+                            assert_eq!(p.len(), len, "prepacked B panel of the wrong size");
+                            p
+                        }
+                        None => {
+                            let bp = &mut bbuf[..len];
+                            g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                            bp
+                        }
+                    };
                     let step = Step {
                         pc,
                         kc,
@@ -365,9 +382,9 @@ fn shared_b(
 }
 
 /// Packs rows `i0 .. i0 + mc` of A at this depth block into `buf`, or describes them in
-/// place (packing only a ragged last micro-panel).
+/// place (packing only a ragged last micro-panel), or takes them pre-packed.
 fn a_block<'s>(
-    g: &Gemm<'_>,
+    g: &Gemm<'s>,
     s: &Step<'_>,
     i0: usize,
     mc: usize,
@@ -375,6 +392,14 @@ fn a_block<'s>(
     in_place: Option<(&'s [f32], usize)>,
     buf: &'s mut [f32],
 ) -> ABlock<'s> {
+    if let Some(p) = g.a.prepacked_a(i0, mc, s.pc, s.kc, mr) {
+        assert_eq!(
+            p.len(),
+            mc.div_ceil(mr) * mr * s.kc,
+            "prepacked A block of the wrong size"
+        );
+        return ABlock::Packed(p);
+    }
     match in_place {
         Some((data, lda)) => {
             let full = mc / mr;

@@ -144,6 +144,45 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                 unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };
             }
         }
+        if t.cs_c == 1 && NRN <= 16 {
+            // C's rows are contiguous (row-major C whose vector direction the caller chose
+            // across rows): transpose the tile 16 rows at a time and update whole rows with
+            // masked vector loads and stores instead of element by element.
+            let alpha = _mm512_set1_ps(t.alpha);
+            let beta = _mm512_set1_ps(t.beta);
+            let cols = lane_mask(t.n, 0);
+            // Element (i, j) of the tile at i + 16·MVN·j (pointer from the whole array).
+            let flat = flat.as_flattened().as_flattened().as_ptr();
+            for v in 0..MVN {
+                let rows = t.m.saturating_sub(16 * v).min(16);
+                if rows == 0 {
+                    break;
+                }
+                // rows[q·n ..]: tile row 16·v + q, columns 0 .. n.
+                let mut tr = [0f32; 256];
+                // SAFETY: AVX-512F (this function's feature); n ≤ NRN ≤ 16 source rows
+                // (tile columns) of 16 readable floats each, 16·MVN floats apart in flat;
+                // tr holds 16·n ≤ 256 floats.
+                unsafe { transpose(flat.add(16 * v), 16 * MVN, t.n, tr.as_mut_ptr()) };
+                for q in 0..rows {
+                    let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
+                    // SAFETY: tr holds row q's n floats at q·n (masked load); columns j < n
+                    // of tile row 16·v + q < m are inside the tile (contract, cs_c = 1) and
+                    // the mask enables exactly those.
+                    unsafe {
+                        let mut y = _mm512_mul_ps(
+                            _mm512_maskz_loadu_ps(cols, tr.as_ptr().add(q * t.n)),
+                            alpha,
+                        );
+                        if t.beta != 0.0 {
+                            y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, p), beta, y);
+                        }
+                        _mm512_mask_storeu_ps(p, cols, y);
+                    }
+                }
+            }
+            return;
+        }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }
     }
