@@ -2,10 +2,11 @@
 //! Adding an algorithm is one file plus one line here.
 
 use super::direct::Direct;
+use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&WINOGRAD_4X4, &WINOGRAD_6X6, &WINOGRAD_2X2, &Direct];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
