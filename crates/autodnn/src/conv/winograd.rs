@@ -629,7 +629,10 @@ fn filter_transform_f64<T: Tile>(plan: &Plan, w: &[f32], u: &mut [f32]) {
 /// block `cb` into `xc` (\[row\]\[column\]\[CB\], `plan.xc_cols` columns), zero outside the
 /// image and past the group's channels.
 #[inline(always)]
-fn gather_rows(a: &InputArgs<'_>, cb: usize, th: usize, tc0: usize, ntc: usize, xc: &mut [f32]) {
+fn gather_rows<S: Simd>(
+    s: S,
+    a: &InputArgs<'_>,
+    cb: usize, th: usize, tc0: usize, ntc: usize, xc: &mut [f32]) {
     let pl = a.plan;
     let cols = ntc * pl.m + pl.a - pl.m;
     let ch0 = cb * CB;
@@ -658,23 +661,24 @@ fn gather_rows(a: &InputArgs<'_>, cb: usize, th: usize, tc0: usize, ntc: usize, 
             // Channels contiguous (NHWC): a run of `lanes` floats per pixel.
             for (j, dst) in row[lo * CB..hi * CB].chunks_exact_mut(CB).enumerate() {
                 let src = xrow + (col0 + j) * pl.xs[3];
-                dst[..lanes].copy_from_slice(&a.x[src..src + lanes]);
-                dst[lanes..].fill(0.0);
+                if lanes == CB {
+                    dst.copy_from_slice(&a.x[src..src + CB]);
+                } else {
+                    dst[..lanes].copy_from_slice(&a.x[src..src + lanes]);
+                    dst[lanes..].fill(0.0);
+                }
             }
         } else {
             // Pixels contiguous or strided (NCHW): one row per channel, scattered across lanes.
             let row = &mut row[lo * CB..hi * CB];
-            if lanes < CB {
+            if lanes < CB && pl.xs[3] != 1 {
                 row.fill(0.0);
             }
-            for l in 0..lanes {
-                let src = xrow + l * pl.xs[1] + col0 * pl.xs[3];
-                if pl.xs[3] == 1 {
-                    let xr = &a.x[src..src + (hi - lo)];
-                    for (dst, &v) in row.chunks_exact_mut(CB).zip(xr) {
-                        dst[l] = v;
-                    }
-                } else {
+            if pl.xs[3] == 1 {
+                s.interleave16(a.x, xrow + col0, pl.xs[1], lanes, hi - lo, row);
+            } else {
+                for l in 0..lanes {
+                    let src = xrow + l * pl.xs[1] + col0 * pl.xs[3];
                     for (j, dst) in row.chunks_exact_mut(CB).enumerate() {
                         dst[l] = a.x[src + j * pl.xs[3]];
                     }
@@ -702,7 +706,7 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
     while t < end {
         let (th, tc0) = (t / pl.tw, t % pl.tw);
         let ntc = (pl.tw - tc0).min(end - t);
-        gather_rows(a, cb, th, tc0, ntc, xc);
+        gather_rows(s, a, cb, th, tc0, ntc, xc);
         for i in 0..ntc {
             let tl = t - a.t0 + i;
             for h in 0..CB / S::LANES {
@@ -846,13 +850,12 @@ fn store_tile(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36], m
         // Pixels contiguous (NCHW), plain output: one run of `cols` per channel and row.
         for l in 0..lanes {
             for i in 0..rows {
-                let mut row = [0f32; 6];
-                for (j, r) in row.iter_mut().enumerate().take(cols) {
-                    *r = vals[i * m + j][l];
-                }
                 let off = base + l * ys[1] + i * ys[2];
-                // SAFETY: as above.
-                unsafe { out.write_slice(off, &row[..cols]) };
+                for j in 0..cols {
+                    // SAFETY: as above. (Element by element: a run this short would cost a
+                    // library call as a slice copy.)
+                    unsafe { out.write(off + j, vals[i * m + j][l]) };
+                }
             }
         }
     } else {

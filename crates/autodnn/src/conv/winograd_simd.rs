@@ -38,6 +38,30 @@ pub(crate) trait Simd: Copy + Send + Sync {
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
     /// a·b + c (fused where the family has FMA).
     fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// Interleaves up to 16 rows: element (l, c) of `src` at `base + l·stride + c` (l < rows,
+    /// c < n) goes to `dst[c·CB + l]`, lanes from `rows` up to [`CB`] get zeros. Copies NCHW
+    /// rows into the channel-interleaved layout.
+    #[inline(always)]
+    fn interleave16(
+        self,
+        src: &[f32],
+        base: usize,
+        stride: usize,
+        rows: usize,
+        n: usize,
+        dst: &mut [f32],
+    ) {
+        let dst = &mut dst[..n * CB];
+        for (c, d) in dst.chunks_exact_mut(CB).enumerate() {
+            for (l, d) in d.iter_mut().enumerate() {
+                *d = if l < rows {
+                    src[base + l * stride + c]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
     /// Loads `LANES` floats at `p`.
     ///
     /// # Safety
@@ -279,6 +303,46 @@ mod avx512 {
             // SAFETY: AVX-512F (as above); the caller guarantees 16 readable floats.
             unsafe { _mm512_loadu_ps(p) }
         }
+        /// 16 × 16 blocks transposed in registers (unpacks within 128-bit lanes, then lane
+        /// shuffles), masked loads and stores for a last block under 16 columns.
+        #[inline(always)]
+        fn interleave16(
+            self,
+            src: &[f32],
+            base: usize,
+            stride: usize,
+            rows: usize,
+            n: usize,
+            dst: &mut [f32],
+        ) {
+            if n == 0 {
+                return;
+            }
+            assert!(rows <= CB);
+            if rows > 0 {
+                // Every row's run lies in src (the last row checked, rows evenly spaced).
+                let _ = &src[base + (rows - 1) * stride..base + (rows - 1) * stride + n];
+            }
+            let dst = &mut dst[..n * CB];
+            let mut c = 0;
+            while c < n {
+                let w = (n - c).min(CB);
+                let mask = ((1u32 << w) - 1) as __mmask16;
+                let mut r = [self.zero(); CB];
+                for (l, r) in r.iter_mut().enumerate().take(rows) {
+                    // SAFETY: AVX-512F (as above); columns c .. c + w of row l are inside src
+                    // (checked above); the mask leaves the others untouched.
+                    *r = unsafe {
+                        _mm512_maskz_loadu_ps(mask, src.as_ptr().add(base + l * stride + c))
+                    };
+                }
+                let t = transpose16(r);
+                for (q, t) in t.iter().enumerate().take(w) {
+                    self.store(*t, &mut dst[(c + q) * CB..]);
+                }
+                c += w;
+            }
+        }
         #[inline(always)]
         unsafe fn store_ptr(self, v: __m512, p: *mut f32) {
             // SAFETY: AVX-512F (as above); the caller guarantees 16 writable floats.
@@ -286,7 +350,45 @@ mod avx512 {
         }
     }
 
-    use super::{winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile};
+    use super::{winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile, CB};
+
+    /// Transposes 16 vectors: output q holds element q of every input, in order.
+    #[inline(always)]
+    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // SAFETY (all intrinsics): only called from AVX-512 code paths (an Avx512 token's
+        // methods).
+        unsafe {
+            // Within each 128-bit lane: pairs of rows interleaved, then quads.
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            let (pd, ps) = (_mm512_castps_pd, _mm512_castpd_ps);
+            // u[4g + j], 128-bit lane L: element 4L + j of rows 4g .. 4g + 4.
+            let mut u = [_mm512_setzero_ps(); 16];
+            for g in 0..4 {
+                let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+                u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+                u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+                u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+                u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+            }
+            // Gather lane L of u[j], u[4 + j], u[8 + j], u[12 + j]: element 4L + j of all 16.
+            let mut out = [_mm512_setzero_ps(); 16];
+            for j in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+                let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+                let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+                out[j] = _mm512_shuffle_f32x4::<0x88>(v0, w0);
+                out[8 + j] = _mm512_shuffle_f32x4::<0xDD>(v0, w0);
+                out[4 + j] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
+                out[12 + j] = _mm512_shuffle_f32x4::<0xDD>(v1, w1);
+            }
+            out
+        }
+    }
     family_entries!(Avx512, "avx512f");
 }
 
