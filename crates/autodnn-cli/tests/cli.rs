@@ -929,7 +929,11 @@ fn epilogue_flags_are_checked() {
         "1",
     ]);
     let lines = json_lines(&out);
-    assert_eq!(lines[0]["results"][0]["max_rel_err"], 0.0, "{out}");
+    let results = lines[0]["results"].as_array().unwrap();
+    let direct = results.iter().find(|r| r["algo"] == "direct").unwrap();
+    assert_eq!(direct["max_rel_err"], 0.0, "{out}");
+    // Every algorithm passes the check (transformed-domain ones within their bound).
+    assert!(results.iter().all(|r| r["status"] == "ok"), "{out}");
 }
 
 #[test]

@@ -15,6 +15,11 @@ mod im2col;
 mod implicit_gemm;
 mod prepared;
 mod registry;
+mod winograd;
+mod winograd_2x2;
+mod winograd_4x4;
+mod winograd_6x6;
+mod winograd_simd;
 
 pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};

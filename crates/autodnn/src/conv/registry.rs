@@ -5,11 +5,15 @@ use super::depthwise::Depthwise;
 use super::direct::Direct;
 use super::gemm::GemmConv;
 use super::implicit_gemm::ImplicitGemm;
+use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
 static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &Depthwise,
+    &WINOGRAD_4X4,
+    &WINOGRAD_6X6,
+    &WINOGRAD_2X2,
     &ImplicitGemm,
     &GemmConv,
     &Direct,
