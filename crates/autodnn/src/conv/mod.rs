@@ -9,8 +9,11 @@
 
 mod direct;
 mod epilogue;
+mod fft;
+mod fft_tiling;
 mod prepared;
 mod registry;
+mod spectral;
 
 pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};

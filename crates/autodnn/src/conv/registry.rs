@@ -2,10 +2,12 @@
 //! Adding an algorithm is one file plus one line here.
 
 use super::direct::Direct;
+use super::fft::Fft;
+use super::fft_tiling::FftTiling;
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&FftTiling, &Fft, &Direct];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
