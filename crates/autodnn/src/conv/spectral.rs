@@ -15,8 +15,9 @@
 //! 2. **Products**: for every frequency bin, Y\[t, k\] = Σ_c W\[k, c\] · X\[t, c\] over the
 //!    channels of k's group: a complex (K × C)·(C × T) matrix product per bin. Bins are
 //!    grouped in blocks of [`LANES`], and the spectra are laid out block-major with each
-//!    channel's block contiguous (re ×16, im ×16): X as \[block\]\[tile\]\[c\], the filter as
-//!    \[group\]\[block\]\[k\]\[c\], Y as \[block\]\[tile\]\[k\]. A bin block's products are
+//!    channel's block contiguous (re ×16, im ×16): X as \[block\]\[tile\]\[c\] and the filter
+//!    as \[group\]\[block\]\[k\]\[c\] (what one bin block's products read is contiguous), Y
+//!    as \[tile\]\[k\]\[block\] (what one inverse transform reads is). A bin block's products are
 //!    then 16 independent complex GEMMs done lane-wise by one vector FMA each: a register tile
 //!    of `KB` output channels × `TB` tiles accumulates over the channels with 4 FMAs per
 //!    complex product and no shuffles, streaming the filter spectra sequentially. (Handing
@@ -248,22 +249,26 @@ impl Spectral {
             what: format!("filter spectra: {e}"),
         })?;
         out.resize(len, 0.0);
-        let plans = Plans::get(ctx.isa, self.nh, self.nw);
+        let tables = self.filter_tables();
         for g in 0..self.groups {
             let at = g * self.blocks * self.kg * self.cg * BLOCK;
             let dst = &mut out[at..at + self.blocks * self.kg * self.cg * BLOCK];
-            self.filter_spectra(ctx, &plans, w, g, 0, self.kg, dst);
+            self.filter_spectra(ctx, &tables, w, g, 0, self.kg, dst);
         }
         Ok(out)
     }
 
     /// Computes the spectra of output channels `k0 .. k0 + kb` of group `g` into `dst`, laid
-    /// out \[block\]\[kb\]\[c\]\[re, im ×16\].
+    /// out \[block\]\[kb\]\[c\]\[re, im ×16\]: conjugated (correlation) and scaled by
+    /// 1/(nh·nw) (the unnormalised inverse). The R×S taps are few on a large grid, so the DFT
+    /// is evaluated directly and separably (rows: S taps to nw/2 + 1 frequencies, vectorised
+    /// over frequencies; columns: R rows to the bins of each block, vectorised over the
+    /// block's lanes) instead of transforming a mostly-zero grid.
     #[allow(clippy::too_many_arguments)]
     fn filter_spectra(
         &self,
         ctx: &ExecContext<'_>,
-        plans: &Plans,
+        tables: &FilterTables,
         w: &[f32],
         g: usize,
         k0: usize,
@@ -271,41 +276,83 @@ impl Spectral {
         dst: &mut [f32],
     ) {
         assert!(dst.len() >= self.blocks * kb * self.cg * BLOCK);
-        let scale = 1.0 / (self.nh * self.nw) as f32;
         let out = SharedOut::new(dst);
-        let item = |lines: &mut Lines, i: usize| {
+        let one = pick_filter_kernel(ctx.isa);
+        let item = |buf: &mut FilterScratch, i: usize| {
             let (kk, c) = (i / self.cg, i % self.cg);
             let kf = g * self.kg + k0 + kk;
             let base = kf * self.ws[0] + c * self.ws[1];
-            self.forward(
-                plans,
-                lines,
-                self.r,
-                |p| p * self.dil[0],
-                |p, row| {
-                    row.fill(0.0);
-                    let fr = if self.flip { self.r - 1 - p } else { p };
-                    for s in 0..self.s {
-                        let fs = if self.flip { self.s - 1 - s } else { s };
-                        row[s * self.dil[1]] = w[base + fr * self.ws[2] + fs * self.ws[3]];
-                    }
-                },
-            );
-            for b in 0..self.blocks {
-                let at = (b * kb + kk) * self.cg * BLOCK + c * BLOCK;
-                let mut chunk = [0f32; BLOCK];
-                for l in 0..LANES {
-                    if let Some(z) = lines.cols.get(b * LANES + l) {
-                        // Correlation: the conjugate spectrum, with the inverse's scale.
-                        chunk[l] = z.re * scale;
-                        chunk[LANES + l] = -z.im * scale;
-                    }
+            buf.taps.clear();
+            for r in 0..self.r {
+                let fr = if self.flip { self.r - 1 - r } else { r };
+                for s in 0..self.s {
+                    let fs = if self.flip { self.s - 1 - s } else { s };
+                    buf.taps.push(w[base + fr * self.ws[2] + fs * self.ws[3]]);
                 }
+            }
+            one(tables, buf);
+            for (b, chunk) in buf.chunks.chunks(BLOCK).enumerate() {
+                let at = (b * kb + kk) * self.cg * BLOCK + c * BLOCK;
                 // SAFETY: item (kk, c) alone writes the chunks of (kk, c) in every block.
-                unsafe { out.write_slice(at, &chunk) };
+                unsafe { out.write_slice(at, chunk) };
             }
         };
-        par_items(ctx, kb * self.cg, || Lines::new(plans, self), item);
+        par_items(ctx, kb * self.cg, || FilterScratch::new(tables), item);
+    }
+
+    /// The tables of [`Spectral::filter_spectra`] for this grid.
+    fn filter_tables(&self) -> FilterTables {
+        use std::f64::consts::TAU;
+        let (nh, nw, v) = (self.nh, self.nw, self.v);
+        let vp = v.next_multiple_of(LANES);
+        let mut ev = vec![0f32; self.s * 2 * vp];
+        for s in 0..self.s {
+            for f in 0..v {
+                let a = TAU * ((f * s * self.dil[1]) % nw) as f64 / nw as f64;
+                ev[2 * s * vp + f] = a.cos() as f32;
+                ev[(2 * s + 1) * vp + f] = a.sin() as f32;
+            }
+        }
+        let scale = 1.0 / (nh * nw) as f64;
+        let roots: Vec<(f32, f32)> = (0..nh)
+            .map(|j| {
+                let a = TAU * j as f64 / nh as f64;
+                ((a.cos() * scale) as f32, (a.sin() * scale) as f32)
+            })
+            .collect();
+        let bins = nh * v;
+        let mut t = FilterTables {
+            r: self.r,
+            s: self.s,
+            vp,
+            ev,
+            seg_v: Vec::new(),
+            seg_start: Vec::with_capacity(self.blocks + 1),
+            fu: Vec::new(),
+            blocks: self.blocks,
+        };
+        for b in 0..self.blocks {
+            t.seg_start.push(t.seg_v.len());
+            let mut l = 0;
+            while l < LANES && b * LANES + l < bins {
+                let f = (b * LANES + l) / nh;
+                let end = ((f + 1) * nh - b * LANES).min(LANES);
+                let at = t.fu.len();
+                t.fu.resize(at + self.r * BLOCK, 0.0);
+                for lane in l..end.min(bins - b * LANES) {
+                    let u = b * LANES + lane - f * nh;
+                    for r in 0..self.r {
+                        let (c, s) = roots[(u * r * self.dil[0]) % nh];
+                        t.fu[at + r * BLOCK + lane] = c;
+                        t.fu[at + r * BLOCK + LANES + lane] = s;
+                    }
+                }
+                t.seg_v.push(f);
+                l = end;
+            }
+        }
+        t.seg_start.push(t.seg_v.len());
+        t
     }
 
     /// The 2-D forward transform of one real image on the grid, into `lines.cols` (bin
@@ -463,21 +510,23 @@ impl Spectral {
                 }
                 (AlgoWeights::Plain(ww), PlainFilter::Full) => {
                     if t0 == 0 {
+                        let tables = self.filter_tables();
                         let per_group = self.blocks * self.kg * self.cg * BLOCK;
                         for g in 0..self.groups {
                             let dst = &mut wbuf[g * per_group..(g + 1) * per_group];
-                            self.filter_spectra(ctx, &plans, ww, g, 0, self.kg, dst);
+                            self.filter_spectra(ctx, &tables, ww, g, 0, self.kg, dst);
                         }
                     }
                     self.products_all(ctx, wbuf, xbuf, count, ybuf);
                 }
                 (AlgoWeights::Plain(ww), PlainFilter::KBlocks(_)) => {
                     let kb = self.plain_kblock();
+                    let tables = self.filter_tables();
                     for g in 0..self.groups {
                         let mut k0 = 0;
                         while k0 < self.kg {
                             let n = kb.min(self.kg - k0);
-                            self.filter_spectra(ctx, &plans, ww, g, k0, n, wbuf);
+                            self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf);
                             let wl = WView {
                                 data: wbuf,
                                 base: 0,
@@ -591,16 +640,16 @@ impl Spectral {
         epi: &EpilogueArgs<'_>,
     ) {
         let k_all = self.k();
-        let tstride = k_all * BLOCK;
-        let bstride = self.per_pass * tstride;
         let bins = self.nh * self.v;
         let plain = epi.is_identity();
         let item = |lines: &mut Lines, i: usize| {
             let (tt, k) = (i / k_all, i % k_all);
             let (n, oh0, ow0, rows, cols) = self.tile(t0 + tt);
-            for (b, z) in lines.cols.iter_mut().enumerate().take(bins) {
-                let at = (b / LANES) * bstride + tt * tstride + k * BLOCK + b % LANES;
-                *z = Complex32::new(ybuf[at], ybuf[at + LANES]);
+            let run = &ybuf[self.y_index(tt, k, 0)..self.y_index(tt, k, self.blocks)];
+            for (z, src) in lines.cols[..bins].chunks_mut(LANES).zip(run.chunks(BLOCK)) {
+                for (l, z) in z.iter_mut().enumerate() {
+                    *z = Complex32::new(src[l], src[LANES + l]);
+                }
             }
             let base = n * self.ys[0] + k * self.ys[1] + ow0 * self.ys[3];
             self.inverse(plans, lines, rows, |h, vals| {
@@ -658,9 +707,10 @@ impl Spectral {
     ) {
         let (c_all, k_all) = (self.c(), self.k());
         let xb = self.per_pass * c_all * BLOCK;
-        let yb = self.per_pass * k_all * BLOCK;
         let kernels = Kernels::for_isa(ctx.isa);
-        let per_block = |b: usize, ychunk: &mut [f32]| {
+        let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
+        let per_block = |tmp: &mut Vec<f32>, b: usize| {
+            tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
             let mut kk = 0;
             while kk < kb {
                 let kn = kernels.kb(count).min(kb - kk);
@@ -674,29 +724,157 @@ impl Spectral {
                         x: xbuf,
                         x_off: b * xb + t * c_all * BLOCK + g * self.cg * BLOCK,
                         x_tstride: c_all * BLOCK,
-                        y_off: t * k_all * BLOCK + (g * self.kg + k0 + kk) * BLOCK,
-                        y_tstride: k_all * BLOCK,
                         cg: self.cg,
                         kb: kn,
                         tb: tn,
                     };
-                    (kernels.run)(&args, ychunk);
+                    (kernels.run)(&args, tmp);
+                    for i in 0..kn {
+                        let k = g * self.kg + k0 + kk + i;
+                        for j in 0..tn {
+                            let at = self.y_index(t + j, k, b);
+                            let src = &tmp[(i * tn + j) * BLOCK..][..BLOCK];
+                            // SAFETY: bin block b of (tile, k) is written by this block's
+                            // item alone.
+                            unsafe { out.write_slice(at, src) };
+                        }
+                    }
                     t += tn;
                 }
                 kk += kn;
             }
         };
-        let ybuf = &mut ybuf[..self.blocks * yb];
-        if ctx.threads <= 1 {
-            for (b, chunk) in ybuf.chunks_mut(yb).enumerate() {
-                per_block(b, chunk);
+        par_items(ctx, self.blocks, Vec::new, per_block);
+    }
+
+    /// Where bin block `b` of output channel `k` of pass tile `t` sits in Y:
+    /// \[tile\]\[k\]\[block\]\[re, im ×16\], so that each inverse transform reads one run.
+    fn y_index(&self, t: usize, k: usize, b: usize) -> usize {
+        ((t * self.k() + k) * self.blocks + b) * BLOCK
+    }
+}
+
+/// Tables of the direct filter transform.
+struct FilterTables {
+    r: usize,
+    s: usize,
+    blocks: usize,
+    /// Row stage, \[s\]\[cos, sin\]\[vp\]: the angle 2π·f·s·dw/nw for frequency column f
+    /// (0 past the last column).
+    vp: usize,
+    ev: Vec<f32>,
+    /// Column stage: each block's lanes in runs of one frequency column (`seg_v`); block b's
+    /// runs are `seg_start[b] .. seg_start[b + 1]`; run i's factors, \[r\]\[cos, sin ×16\], are
+    /// at `fu[i·r·32 ..]` (angle 2π·u·r·dh/nh of each lane's row frequency u, times
+    /// 1/(nh·nw); 0 on lanes outside the run).
+    seg_v: Vec<usize>,
+    seg_start: Vec<usize>,
+    fu: Vec<f32>,
+}
+
+/// One worker's buffers for filter transforms.
+struct FilterScratch {
+    /// The filter's taps, \[r\]\[s\], flipped in convolution mode.
+    taps: Vec<f32>,
+    /// Row stage result, \[r\]\[re, im\]\[vp\].
+    rows: Vec<f32>,
+    /// The result, \[block\]\[re, im ×16\].
+    chunks: Vec<f32>,
+}
+
+impl FilterScratch {
+    fn new(t: &FilterTables) -> FilterScratch {
+        FilterScratch {
+            taps: Vec::with_capacity(t.r * t.s),
+            rows: vec![0.0; t.r * 2 * t.vp],
+            chunks: vec![0.0; t.blocks * BLOCK],
+        }
+    }
+}
+
+/// The filter transform compiled for the widest ISA the cap allows.
+fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |t, b| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_one::<true>(t, b)
             }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(t, b) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |t, b| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_one::<true>(t, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(t, b) }
+        },
+        _ => filter_one::<false>,
+    }
+}
+
+/// The separable DFT of one filter (`b.taps`) into `b.chunks`; plain Rust on fixed-size
+/// lane arrays, vectorised by the compiler for the enclosing target features. `FUSED` uses
+/// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
+#[inline(always)]
+fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
         } else {
-            ctx.pool.install(|| {
-                ybuf.par_chunks_mut(yb)
-                    .enumerate()
-                    .for_each(|(b, chunk)| per_block(b, chunk))
-            });
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
+    for r in 0..t.r {
+        let taps = &b.taps[r * t.s..(r + 1) * t.s];
+        for f0 in (0..vp).step_by(LANES) {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for (s, &wv) in taps.iter().enumerate() {
+                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
+                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
+                    .try_into()
+                    .expect("16");
+                for l in 0..LANES {
+                    re[l] = fma(wv, cs[l], re[l]);
+                    im[l] = fma(wv, sn[l], im[l]);
+                }
+            }
+            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
+            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
+        }
+    }
+    // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
+    for (blk, chunk) in b.chunks.chunks_exact_mut(BLOCK).enumerate() {
+        let chunk: &mut [f32; BLOCK] = chunk.try_into().expect("BLOCK floats");
+        // Four independent sums (re = Σ tr·c − Σ ti·s, im = Σ tr·s + Σ ti·c) keep the FMA
+        // chains short.
+        let z = [0f32; LANES];
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        for seg in t.seg_start[blk]..t.seg_start[blk + 1] {
+            let f = t.seg_v[seg];
+            for r in 0..t.r {
+                let (tr, ti) = (b.rows[r * 2 * vp + f], b.rows[r * 2 * vp + vp + f]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            chunk[l] = rc[l] - rs[l];
+            chunk[LANES + l] = is[l] + ic[l];
         }
     }
 }
@@ -829,7 +1007,7 @@ impl Plans {
 }
 
 /// One call of the product kernel: for kk < kb, t < tb,
-/// y\[y_off + t·y_tstride + kk·32 ..\] = Σ_{c < cg} w\[w_off + kk·w_kstride + c·32 ..\] ⊙
+/// out\[(kk·tb + t)·32 ..\] = Σ_{c < cg} w\[w_off + kk·w_kstride + c·32 ..\] ⊙
 /// x\[x_off + t·x_tstride + c·32 ..\], lane-wise complex (16 re, then 16 im).
 struct ProdArgs<'a> {
     w: &'a [f32],
@@ -838,8 +1016,6 @@ struct ProdArgs<'a> {
     x: &'a [f32],
     x_off: usize,
     x_tstride: usize,
-    y_off: usize,
-    y_tstride: usize,
     cg: usize,
     kb: usize,
     tb: usize,
@@ -854,9 +1030,13 @@ impl ProdArgs<'_> {
         };
         assert!(last(self.w_off, self.kb, self.w_kstride, self.cg, BLOCK) <= self.w.len());
         assert!(last(self.x_off, self.tb, self.x_tstride, self.cg, BLOCK) <= self.x.len());
-        assert!(last(self.y_off, self.tb, self.y_tstride, self.kb, BLOCK) <= y.len());
+        assert!(self.kb * self.tb * BLOCK <= y.len());
     }
 }
+
+/// Largest register tile of any family: output channels, tiles.
+const KB_MAX: usize = 12;
+const TB_MAX: usize = 3;
 
 /// A product kernel family: its register tile and entry point.
 struct Kernels {
@@ -917,7 +1097,7 @@ fn portable(a: &ProdArgs<'_>, y: &mut [f32]) {
                     acc[LANES + l] += wr * xi + wi * xr;
                 }
             }
-            let at = a.y_off + t * a.y_tstride + kk * BLOCK;
+            let at = (kk * a.tb + t) * BLOCK;
             y[at..at + BLOCK].copy_from_slice(&acc);
         }
     }
@@ -983,10 +1163,10 @@ mod avx512 {
                 }
             }
         }
-        let yp = y.as_mut_ptr().wrapping_add(a.y_off);
+        let yp = y.as_mut_ptr();
         for k in 0..KB {
             for t in 0..TB {
-                let p = yp.wrapping_add(t * a.y_tstride + k * BLOCK);
+                let p = yp.wrapping_add((k * TB + t) * BLOCK);
                 // SAFETY: inside y (checked by the caller).
                 unsafe {
                     _mm512_storeu_ps(p, re[k][t]);
@@ -1057,10 +1237,10 @@ mod avx2 {
                 }
             }
         }
-        let yp = y.as_mut_ptr().wrapping_add(a.y_off + half);
+        let yp = y.as_mut_ptr().wrapping_add(half);
         for k in 0..KB {
             for t in 0..TB {
-                let p = yp.wrapping_add(t * a.y_tstride + k * BLOCK);
+                let p = yp.wrapping_add((k * TB + t) * BLOCK);
                 // SAFETY: inside y (checked by the caller).
                 unsafe {
                     _mm256_storeu_ps(p, re[k][t]);
