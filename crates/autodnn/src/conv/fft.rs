@@ -43,8 +43,11 @@ pub const PLAIN_KBLOCK: usize = 8;
 pub const MAX_SIDE: usize = 2048;
 
 /// The normwise constant c of max|y − ref| ≤ c · ε · C·R·S · max|x| · max|w|, measured on
-/// random data in [−1, 1] across channel counts and sizes (tests/fft.rs).
-pub const NORMWISE_C: f64 = 2.0;
+/// random data in [−1, 1] (tests/fft.rs): the measured c falls with the channels and the
+/// kernel (0.61 at C = 1 and 3×3, 0.11 at C = 16 and 5×5, 0.03 to 0.05 at C = 64 to 256
+/// and 5×5 to 11×11); the largest, 2.1, is a 1×2 kernel on a 512-point grid (FFT rounding
+/// grows with log2 of the grid, the bound only with C·R·S). Twice that, documented.
+pub const NORMWISE_C: f64 = 4.0;
 
 fn grid(problem: &ConvProblem) -> [usize; 2] {
     let ext = extent(problem);
