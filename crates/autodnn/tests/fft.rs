@@ -72,11 +72,10 @@ fn accepts_what_it_should() {
             for layout in [Layout::Nchw, Layout::Nhwc] {
                 let p = problem(s, layout);
                 assert_eq!(algo(name).check(&p), Ok(()), "{name} on {s}");
-                for mode in [autodnn::ConvMode::Convolution] {
-                    let pc = ConvProblem::forward(*p.x(), *p.w(), p.conv().with_mode(mode), *p.y())
-                        .unwrap();
-                    assert_eq!(algo(name).check(&pc), Ok(()), "{name} on {s} {mode:?}");
-                }
+                let mode = autodnn::ConvMode::Convolution;
+                let pc =
+                    ConvProblem::forward(*p.x(), *p.w(), p.conv().with_mode(mode), *p.y()).unwrap();
+                assert_eq!(algo(name).check(&pc), Ok(()), "{name} on {s} {mode:?}");
             }
         }
     }
