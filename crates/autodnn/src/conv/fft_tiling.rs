@@ -29,8 +29,6 @@ pub struct FftTiling;
 
 /// Largest transform side.
 pub const MAX_TILE: usize = 64;
-/// Smallest transform side.
-pub const MIN_TILE: usize = 8;
 /// Tiles transformed and multiplied together: each filter spectrum is read once per pass.
 pub const TILES_PER_PASS: usize = 16;
 
@@ -41,18 +39,71 @@ pub const TILES_PER_PASS: usize = 16;
 /// a side, so unlike `fft` it does not grow with the image. Twice that, documented.
 pub const NORMWISE_C: f64 = 2.5;
 
-/// The transform side for one dimension of `out` outputs and a kernel extent `ext`.
-fn side(out: usize, ext: usize) -> usize {
-    (2 * ext)
-        .next_power_of_two()
-        .clamp(MIN_TILE, MAX_TILE)
-        .min(good_size(out + ext - 1))
+/// Environment variable that forces the transform side (for experiments; sides below the
+/// kernel's extent + 1 or above [`MAX_TILE`] are clamped, non-2-3-5 sides rounded up).
+pub const TILE_ENV: &str = "AUTODNN_FFT_TILE";
+
+/// Candidate transform sides (powers of two: rustfft's fastest), besides the whole image's
+/// grid when it is at most [`MAX_TILE`].
+const SIDES: [usize; 4] = [8, 16, 32, 64];
+
+/// Cost model of the tile choice, in cycles of one core (fitted on Zen 4 at 1 thread):
+/// per complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
+/// transform (times log2 of the side), and per byte of filter spectra streamed from memory
+/// once per pass.
+const CYCLES_PER_CMAC: f64 = 0.25;
+const CYCLES_PER_BIN_LOG: f64 = 3.5;
+const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
+
+/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the cost
+/// model, or the side [`TILE_ENV`] forces.
+fn sides(problem: &ConvProblem) -> [usize; 2] {
+    let ext = extent(problem);
+    let out = [problem.y().h(), problem.y().w()];
+    let whole = [
+        good_size(out[0] + ext[0] - 1),
+        good_size(out[1] + ext[1] - 1),
+    ];
+    if let Some(n) = std::env::var(TILE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return [0, 1].map(|d| good_size(n.clamp(ext[d] + 1, MAX_TILE)).min(whole[d]));
+    }
+    let candidates = |d: usize| {
+        SIDES
+            .into_iter()
+            .chain([whole[d]])
+            .filter(move |&n| n >= ext[d] && n <= MAX_TILE && n <= whole[d])
+    };
+    let (n, c, k) = (
+        problem.x().n() as f64,
+        problem.x().c() as f64,
+        problem.w().k() as f64,
+    );
+    let cg = problem.c_per_group() as f64;
+    let mut best = ([whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)], f64::INFINITY);
+    for nh in candidates(0) {
+        for nw in candidates(1) {
+            let bins = (nh * (nw / 2 + 1)) as f64;
+            let tiles = n
+                * out[0].div_ceil(nh - ext[0] + 1) as f64
+                * out[1].div_ceil(nw - ext[1] + 1) as f64;
+            let passes = (tiles / TILES_PER_PASS as f64).ceil();
+            let log = (nh.max(nw) as f64).log2();
+            let cost = tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
+                + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
+            if cost < best.1 {
+                best = ([nh, nw], cost);
+            }
+        }
+    }
+    best.0
 }
 
 fn spectral(problem: &ConvProblem) -> Option<Spectral> {
     let ext = extent(problem);
-    let nh = side(problem.y().h(), ext[0]);
-    let nw = side(problem.y().w(), ext[1]);
+    let [nh, nw] = sides(problem);
     Spectral::new(
         problem,
         [nh, nw],

@@ -386,7 +386,7 @@ impl Spectral {
             let (i1, i2) = (row_of(p), (p + 1 < count).then(|| row_of(p + 1)));
             for f in 0..v {
                 let z = lines.row[f];
-                let m = lines.row[(nw - f) % nw].conj();
+                let m = lines.row[if f == 0 { 0 } else { nw - f }].conj();
                 lines.cols[f * nh + i1] = (z + m) * 0.5;
                 if let Some(i2) = i2 {
                     let d = z - m;
@@ -424,7 +424,7 @@ impl Spectral {
                 } else {
                     Complex32::ZERO
                 };
-                let mirror = (nw - f) % nw;
+                let mirror = if f == 0 { 0 } else { nw - f };
                 if mirror == f {
                     // DC and Nyquist of a real row are real: drop rounding's imaginary part.
                     lines.row[f] = Complex32::new(a.re, b.re);
@@ -612,13 +612,7 @@ impl Spectral {
             lines.rowlist = rowlist;
             for b in 0..self.blocks {
                 let at = b * bstride + tt * tstride + c * BLOCK;
-                let mut chunk = [0f32; BLOCK];
-                for l in 0..LANES {
-                    if let Some(z) = lines.cols.get(b * LANES + l) {
-                        chunk[l] = z.re;
-                        chunk[LANES + l] = z.im;
-                    }
-                }
+                let chunk = deinterleave(&lines.cols, b);
                 // SAFETY: item (tt, c) alone writes the chunks of (tt, c) in every block.
                 unsafe { out.write_slice(at, &chunk) };
             }
@@ -877,6 +871,26 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
             chunk[LANES + l] = is[l] + ic[l];
         }
     }
+}
+
+/// Bin block `b` of a spectrum as 16 real parts then 16 imaginary parts (zeros past the end).
+#[inline]
+fn deinterleave(spec: &[Complex32], b: usize) -> [f32; BLOCK] {
+    let mut chunk = [0f32; BLOCK];
+    let from = b * LANES;
+    if let Some(full) = spec.get(from..from + LANES) {
+        let full: &[Complex32; LANES] = full.try_into().expect("LANES values");
+        for l in 0..LANES {
+            chunk[l] = full[l].re;
+            chunk[LANES + l] = full[l].im;
+        }
+    } else {
+        for (l, z) in spec[from.min(spec.len())..].iter().enumerate() {
+            chunk[l] = z.re;
+            chunk[LANES + l] = z.im;
+        }
+    }
+    chunk
 }
 
 /// Whether grid position `i` meets a tap of some output `o < outs`: i = o + r·d for r < taps.
