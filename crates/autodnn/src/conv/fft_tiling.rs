@@ -82,7 +82,10 @@ fn sides(problem: &ConvProblem) -> [usize; 2] {
         problem.w().k() as f64,
     );
     let cg = problem.c_per_group() as f64;
-    let mut best = ([whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)], f64::INFINITY);
+    let mut best = (
+        [whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)],
+        f64::INFINITY,
+    );
     for nh in candidates(0) {
         for nw in candidates(1) {
             let bins = (nh * (nw / 2 + 1)) as f64;
@@ -91,8 +94,9 @@ fn sides(problem: &ConvProblem) -> [usize; 2] {
                 * out[1].div_ceil(nw - ext[1] + 1) as f64;
             let passes = (tiles / TILES_PER_PASS as f64).ceil();
             let log = (nh.max(nw) as f64).log2();
-            let cost = tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
-                + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
+            let cost =
+                tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
+                    + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
             if cost < best.1 {
                 best = ([nh, nw], cost);
             }
