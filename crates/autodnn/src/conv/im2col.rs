@@ -112,9 +112,9 @@ const PACK_ROW_COST: usize = 320;
 
 /// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise the
 /// cheaper of the two by a cost model in lane multiply-adds: rounding positions up to the
-/// tile's 32 rows and channels to its 14 columns (positions as rows), or the reverse plus
-/// transposed tile stores (channels as rows), each plus packing the patches in strips of its
-/// width. Small images (ResNet's 7x7 and 14x14 layers) take channels as rows.
+/// tile's 32 rows (positions as rows), or channels, plus transposed tile stores (channels as
+/// rows), each plus packing the patches in strips of its width. Small images (ResNet's 7x7
+/// and 14x14 layers) take channels as rows.
 fn choose_frame(
     ys: [usize; 4],
     oh: usize,
@@ -144,9 +144,11 @@ fn choose_frame(
         }
     };
     let block = depth.min(crate::gemm::blocking::KC_MAX);
-    let by_positions = up(positions, mr) * up(kg, nr) * depth + pack(mr);
+    // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
+    // last column panel.
+    let by_positions = up(positions, mr) * kg * depth + pack(mr);
     let by_channels =
-        up(kg, mr) * up(positions, nr) * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
+        up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
     if by_channels < by_positions {
         Frame::Channels
     } else {
