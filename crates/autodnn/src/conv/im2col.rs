@@ -3,13 +3,17 @@
 //!
 //! One GEMM per (image, group, block of output positions): the depth is the C·R·S *taps* of a
 //! group, one side is the output positions of the block, the other the group's output
-//! channels. Which side is which follows y's layout, because the engine's micro-kernel writes
-//! vectors along its rows and those must be y's contiguous direction ([`Frame`]):
+//! channels. The engine's micro-kernel computes whole vectors of 32 rows (AVX-512) and
+//! stores them fastest along y's contiguous direction, so which side is which ([`Frame`])
+//! follows y's layout and the image size:
 //!
-//! - y NCHW-like ([`Frame::Positions`]): C = positions × channels, A = the patches
+//! - [`Frame::Positions`], y NCHW-like: C = positions × channels, A = the patches
 //!   (positions × taps, the vector side), B = the filter (taps × channels).
-//! - y NHWC-like ([`Frame::Channels`]): C = channels × positions, A = the filter
-//!   (channels × taps), B = the patches (taps × positions).
+//! - [`Frame::Channels`], y NHWC-like, and NCHW-like y with few positions (ResNet's 14x14
+//!   and 7x7 layers, where 49 positions would be computed as 64): C = channels × positions,
+//!   A = the filter (channels × taps), B = the patches (taps × positions); for NCHW-like y
+//!   the engine transposes each tile before storing it. A cost model chooses
+//!   ([`choose_frame`]).
 //!
 //! Taps are ordered to match x: channels outer, (r, s) inner for NCHW-like x (so a KCRS
 //! filter is a plain strided matrix), (r, s) outer, channels inner for NHWC-like x (a KRSC
@@ -52,7 +56,8 @@ pub(crate) struct Tap {
     dw: i64,
     /// Offset of (c, r, s) in one output channel's filter (r, s flipped in convolution mode).
     woff: usize,
-    /// The window offset's index r·S + s (into [`Geometry::windows`]).
+    /// The window offset's index r·S + s (its row part is `win_rows[r]`, its column part
+    /// `win_cols[s]`).
     win: usize,
 }
 
