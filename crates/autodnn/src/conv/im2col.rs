@@ -1356,3 +1356,71 @@ pub(crate) fn workspace_f32<'w>(
     }
     Ok(&mut mid[..elements])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Layout, ProblemSpec};
+
+    fn geo(spec: &str, layout: Layout) -> Geometry {
+        Geometry::new(
+            &ProblemSpec::parse(spec)
+                .unwrap()
+                .to_problem(layout)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn frames_follow_layout_and_image_size() {
+        if forced_frame().is_some() {
+            return; // AUTODNN_GEMM_CONV_FRAME set for tuning: the model is bypassed.
+        }
+        // NHWC: channels are y's contiguous direction.
+        assert_eq!(
+            geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).frame,
+            Frame::Channels
+        );
+        // NCHW: large images by positions; 14x14 and 7x7 by channels (49 positions would be
+        // computed as 64).
+        for (spec, frame) in [
+            ("mb1ic64ih56oc64oh56kh1ph0", Frame::Positions),
+            (
+                "g1mb1ic3ih224iw224oc64oh112ow112kh7kw7sh2sw2ph3pw3",
+                Frame::Positions,
+            ),
+            ("mb1ic128ih28oc512oh28kh1ph0", Frame::Positions),
+            ("mb1ic1024ih14oc256oh14kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc2048oh7kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc512oh7kh3ph1", Frame::Channels),
+        ] {
+            assert_eq!(geo(spec, Layout::Nchw).frame, frame, "{spec}");
+        }
+    }
+
+    #[test]
+    fn image_is_the_matrix_for_1x1_stride_1() {
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nchw).x_is_matrix);
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh28kh1sh2ph0", Layout::Nchw).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh56kh3ph1", Layout::Nchw).x_is_matrix);
+    }
+
+    #[test]
+    fn strip_runs_and_lanes() {
+        assert_eq!(lanes(0, 32), u32::MAX);
+        assert_eq!(lanes(3, 5), 0b11000);
+        assert_eq!(lanes(4, 4), 0);
+        // 7-wide rows: a 32-position strip from position 5 crosses 6 rows.
+        let g = geo("mb1ic4ih7oc4oh7kh3ph1", Layout::Nchw);
+        let segs = g.segments(5, 32, usize::MAX);
+        assert_eq!(
+            segs.iter().map(|s| s.len).collect::<Vec<_>>(),
+            [2, 7, 7, 7, 7, 2]
+        );
+        assert_eq!((segs[1].at, segs[1].ih0, segs[1].iw0), (2, 0, -1));
+        // Panel boundaries (unit 8) split runs too.
+        let segs = g.segments(0, 16, 8);
+        assert_eq!(segs.iter().map(|s| s.len).collect::<Vec<_>>(), [7, 1, 6, 2]);
+    }
+}
