@@ -598,8 +598,10 @@ impl Geometry {
                 };
                 sc.cols.push(if hi > lo {
                     let at = sg.at as i64;
+                    let mask = lanes(sg.at + lo as usize, sg.at + hi as usize);
                     ColRun {
-                        mask: lanes(sg.at + lo as usize, sg.at + hi as usize),
+                        mask,
+                        even: if step == 2 { even_masks(mask) } else { [0; 4] },
                         off: first * xs3 - at * step,
                         last: (first + (hi - 1) * sw) * xs3,
                     }
@@ -608,27 +610,28 @@ impl Geometry {
                 });
             }
         }
-        sc.loads.clear();
+        // Entries past each load's `nseg` are never read: only the counts are reset.
+        let windows = self.win_rows.len() * self.win_cols.len();
+        sc.loads.resize(windows, RowLoad::EMPTY);
+        let mut loads = sc.loads.iter_mut();
         for &dh in &self.win_rows {
             for s in 0..self.win_cols.len() {
-                let mut load = RowLoad {
-                    nseg: 0,
-                    off: [0; MAX_SEGMENTS],
-                    mask: [0; MAX_SEGMENTS],
-                    last: 0,
-                };
+                let load = loads.next().expect("one load per window");
+                load.nseg = 0;
+                load.last = 0;
                 for (sg, col) in segs.iter().zip(&sc.cols[s * nseg..(s + 1) * nseg]) {
                     let ih = sg.ih0 + dh;
                     if col.mask == 0 || ih < 0 || ih >= self.h {
                         continue;
                     }
                     let row = ih * xs2;
-                    load.off[load.nseg] = (row + col.off) as isize;
-                    load.mask[load.nseg] = col.mask;
+                    let i = load.nseg;
+                    load.off[i] = (row + col.off) as isize;
+                    load.mask[i] = col.mask;
+                    load.even[i] = col.even;
                     load.last = load.last.max((row + col.last) as usize);
                     load.nseg += 1;
                 }
-                sc.loads.push(load);
             }
         }
         true
@@ -647,6 +650,7 @@ pub(crate) struct StripScratch {
 #[derive(Debug, Clone, Copy, Default)]
 struct ColRun {
     mask: u32,
+    even: [u16; 4],
     off: i64,
     last: i64,
 }
@@ -663,8 +667,35 @@ pub(crate) struct RowLoad {
     nseg: usize,
     off: [isize; MAX_SEGMENTS],
     mask: [u32; MAX_SEGMENTS],
+    /// For step 2: per run, the element masks of the two source vectors of each half of the
+    /// lanes (see [`even_masks`]).
+    even: [[u16; 4]; MAX_SEGMENTS],
     /// The largest offset an enabled lane reads (relative to the channel base).
     last: usize,
+}
+
+/// For lanes `mask` read at every other element: the masks of the elements to load, per
+/// half of the lanes, from the half's first and second 16 elements.
+fn even_masks(mask: u32) -> [u16; 4] {
+    // Bit i of the low 8 bits to bit 2i.
+    let spread = |m: u32| (0..8).fold(0u16, |out, i| out | (((m >> i & 1) as u16) << (2 * i)));
+    let (h0, h1) = (mask & 0xffff, mask >> 16);
+    [
+        spread(h0 & 0xff),
+        spread(h0 >> 8),
+        spread(h1 & 0xff),
+        spread(h1 >> 8),
+    ]
+}
+
+impl RowLoad {
+    const EMPTY: RowLoad = RowLoad {
+        nseg: 0,
+        off: [0; MAX_SEGMENTS],
+        mask: [0; MAX_SEGMENTS],
+        even: [[0; 4]; MAX_SEGMENTS],
+        last: 0,
+    };
 }
 
 /// Bits lo .. hi.
@@ -705,16 +736,6 @@ mod avx512 {
                 _ => rows::<0>(x, xbase, taps, loads, step, dst, ld, width),
             }
         }
-    }
-
-    /// Spreads the low 8 bits to the even bits of 16 (bit i to bit 2i).
-    #[inline(always)]
-    fn spread_even(m: u32) -> u16 {
-        let mut out = 0u16;
-        for i in 0..8 {
-            out |= ((m >> i & 1) as u16) << (2 * i);
-        }
-        out
     }
 
     /// `STEP` 1 (contiguous), 2 (every other element) or 0 (any step: gathers).
@@ -761,11 +782,9 @@ mod avx512 {
                         match STEP {
                             1 => _mm512_mask_loadu_ps(*v, m, ph),
                             2 => {
-                                let lo = _mm512_maskz_loadu_ps(spread_even(m as u32 & 0xff), ph);
-                                let hi = _mm512_maskz_loadu_ps(
-                                    spread_even(m as u32 >> 8),
-                                    ph.wrapping_add(16),
-                                );
+                                let e = &load.even[s][2 * h..2 * h + 2];
+                                let lo = _mm512_maskz_loadu_ps(e[0], ph);
+                                let hi = _mm512_maskz_loadu_ps(e[1], ph.wrapping_add(16));
                                 _mm512_mask_mov_ps(*v, m, _mm512_permutex2var_ps(lo, evens, hi))
                             }
                             _ => _mm512_mask_i32gather_ps::<4>(*v, m, idx, ph),
