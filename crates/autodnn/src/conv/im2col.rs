@@ -3,13 +3,17 @@
 //!
 //! One GEMM per (image, group, block of output positions): the depth is the C·R·S *taps* of a
 //! group, one side is the output positions of the block, the other the group's output
-//! channels. Which side is which follows y's layout, because the engine's micro-kernel writes
-//! vectors along its rows and those must be y's contiguous direction ([`Frame`]):
+//! channels. The engine's micro-kernel computes whole vectors of 32 rows (AVX-512) and
+//! stores them fastest along y's contiguous direction, so which side is which ([`Frame`])
+//! follows y's layout and the image size:
 //!
-//! - y NCHW-like ([`Frame::Positions`]): C = positions × channels, A = the patches
+//! - [`Frame::Positions`], y NCHW-like: C = positions × channels, A = the patches
 //!   (positions × taps, the vector side), B = the filter (taps × channels).
-//! - y NHWC-like ([`Frame::Channels`]): C = channels × positions, A = the filter
-//!   (channels × taps), B = the patches (taps × positions).
+//! - [`Frame::Channels`], y NHWC-like, and NCHW-like y with few positions (ResNet's 14x14
+//!   and 7x7 layers, where 49 positions would be computed as 64): C = channels × positions,
+//!   A = the filter (channels × taps), B = the patches (taps × positions); for NCHW-like y
+//!   the engine transposes each tile before storing it. A cost model chooses
+//!   ([`choose_frame`]).
 //!
 //! Taps are ordered to match x: channels outer, (r, s) inner for NCHW-like x (so a KCRS
 //! filter is a plain strided matrix), (r, s) outer, channels inner for NHWC-like x (a KRSC
@@ -52,7 +56,8 @@ pub(crate) struct Tap {
     dw: i64,
     /// Offset of (c, r, s) in one output channel's filter (r, s flipped in convolution mode).
     woff: usize,
-    /// The window offset's index r·S + s (into [`Geometry::windows`]).
+    /// The window offset's index r·S + s (its row part is `win_rows[r]`, its column part
+    /// `win_cols[s]`).
     win: usize,
 }
 
@@ -112,9 +117,9 @@ const PACK_ROW_COST: usize = 320;
 
 /// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise the
 /// cheaper of the two by a cost model in lane multiply-adds: rounding positions up to the
-/// tile's 32 rows and channels to its 14 columns (positions as rows), or the reverse plus
-/// transposed tile stores (channels as rows), each plus packing the patches in strips of its
-/// width. Small images (ResNet's 7x7 and 14x14 layers) take channels as rows.
+/// tile's 32 rows (positions as rows), or channels, plus transposed tile stores (channels as
+/// rows), each plus packing the patches in strips of its width. Small images (ResNet's 7x7
+/// and 14x14 layers) take channels as rows.
 fn choose_frame(
     ys: [usize; 4],
     oh: usize,
@@ -144,9 +149,11 @@ fn choose_frame(
         }
     };
     let block = depth.min(crate::gemm::blocking::KC_MAX);
-    let by_positions = up(positions, mr) * up(kg, nr) * depth + pack(mr);
+    // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
+    // last column panel.
+    let by_positions = up(positions, mr) * kg * depth + pack(mr);
     let by_channels =
-        up(kg, mr) * up(positions, nr) * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
+        up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
     if by_channels < by_positions {
         Frame::Channels
     } else {
@@ -591,8 +598,10 @@ impl Geometry {
                 };
                 sc.cols.push(if hi > lo {
                     let at = sg.at as i64;
+                    let mask = lanes(sg.at + lo as usize, sg.at + hi as usize);
                     ColRun {
-                        mask: lanes(sg.at + lo as usize, sg.at + hi as usize),
+                        mask,
+                        even: if step == 2 { even_masks(mask) } else { [0; 4] },
                         off: first * xs3 - at * step,
                         last: (first + (hi - 1) * sw) * xs3,
                     }
@@ -601,27 +610,28 @@ impl Geometry {
                 });
             }
         }
-        sc.loads.clear();
+        // Entries past each load's `nseg` are never read: only the counts are reset.
+        let windows = self.win_rows.len() * self.win_cols.len();
+        sc.loads.resize(windows, RowLoad::EMPTY);
+        let mut loads = sc.loads.iter_mut();
         for &dh in &self.win_rows {
             for s in 0..self.win_cols.len() {
-                let mut load = RowLoad {
-                    nseg: 0,
-                    off: [0; MAX_SEGMENTS],
-                    mask: [0; MAX_SEGMENTS],
-                    last: 0,
-                };
+                let load = loads.next().expect("one load per window");
+                load.nseg = 0;
+                load.last = 0;
                 for (sg, col) in segs.iter().zip(&sc.cols[s * nseg..(s + 1) * nseg]) {
                     let ih = sg.ih0 + dh;
                     if col.mask == 0 || ih < 0 || ih >= self.h {
                         continue;
                     }
                     let row = ih * xs2;
-                    load.off[load.nseg] = (row + col.off) as isize;
-                    load.mask[load.nseg] = col.mask;
+                    let i = load.nseg;
+                    load.off[i] = (row + col.off) as isize;
+                    load.mask[i] = col.mask;
+                    load.even[i] = col.even;
                     load.last = load.last.max((row + col.last) as usize);
                     load.nseg += 1;
                 }
-                sc.loads.push(load);
             }
         }
         true
@@ -640,6 +650,7 @@ pub(crate) struct StripScratch {
 #[derive(Debug, Clone, Copy, Default)]
 struct ColRun {
     mask: u32,
+    even: [u16; 4],
     off: i64,
     last: i64,
 }
@@ -656,8 +667,35 @@ pub(crate) struct RowLoad {
     nseg: usize,
     off: [isize; MAX_SEGMENTS],
     mask: [u32; MAX_SEGMENTS],
+    /// For step 2: per run, the element masks of the two source vectors of each half of the
+    /// lanes (see [`even_masks`]).
+    even: [[u16; 4]; MAX_SEGMENTS],
     /// The largest offset an enabled lane reads (relative to the channel base).
     last: usize,
+}
+
+/// For lanes `mask` read at every other element: the masks of the elements to load, per
+/// half of the lanes, from the half's first and second 16 elements.
+fn even_masks(mask: u32) -> [u16; 4] {
+    // Bit i of the low 8 bits to bit 2i.
+    let spread = |m: u32| (0..8).fold(0u16, |out, i| out | (((m >> i & 1) as u16) << (2 * i)));
+    let (h0, h1) = (mask & 0xffff, mask >> 16);
+    [
+        spread(h0 & 0xff),
+        spread(h0 >> 8),
+        spread(h1 & 0xff),
+        spread(h1 >> 8),
+    ]
+}
+
+impl RowLoad {
+    const EMPTY: RowLoad = RowLoad {
+        nseg: 0,
+        off: [0; MAX_SEGMENTS],
+        mask: [0; MAX_SEGMENTS],
+        even: [[0; 4]; MAX_SEGMENTS],
+        last: 0,
+    };
 }
 
 /// Bits lo .. hi.
@@ -698,16 +736,6 @@ mod avx512 {
                 _ => rows::<0>(x, xbase, taps, loads, step, dst, ld, width),
             }
         }
-    }
-
-    /// Spreads the low 8 bits to the even bits of 16 (bit i to bit 2i).
-    #[inline(always)]
-    fn spread_even(m: u32) -> u16 {
-        let mut out = 0u16;
-        for i in 0..8 {
-            out |= ((m >> i & 1) as u16) << (2 * i);
-        }
-        out
     }
 
     /// `STEP` 1 (contiguous), 2 (every other element) or 0 (any step: gathers).
@@ -754,11 +782,9 @@ mod avx512 {
                         match STEP {
                             1 => _mm512_mask_loadu_ps(*v, m, ph),
                             2 => {
-                                let lo = _mm512_maskz_loadu_ps(spread_even(m as u32 & 0xff), ph);
-                                let hi = _mm512_maskz_loadu_ps(
-                                    spread_even(m as u32 >> 8),
-                                    ph.wrapping_add(16),
-                                );
+                                let e = &load.even[s][2 * h..2 * h + 2];
+                                let lo = _mm512_maskz_loadu_ps(e[0], ph);
+                                let hi = _mm512_maskz_loadu_ps(e[1], ph.wrapping_add(16));
                                 _mm512_mask_mov_ps(*v, m, _mm512_permutex2var_ps(lo, evens, hi))
                             }
                             _ => _mm512_mask_i32gather_ps::<4>(*v, m, idx, ph),
@@ -951,6 +977,16 @@ const PREPARED_HEADER: usize = 4;
 pub(crate) enum Filter<'a> {
     /// Taps consecutive in memory: a strided matrix.
     Strided(StridedMatrix<'a, f32>),
+    /// The same as the vector side (A, [`Frame::Channels`]): rows of channels `ks` apart,
+    /// taps contiguous; packed with two transposes per panel where the panel is twice the
+    /// transposer's width (AVX-512's 32 rows), as the strided matrix otherwise.
+    Rows {
+        m: StridedMatrix<'a, f32>,
+        w: &'a [f32],
+        base: usize,
+        ks: usize,
+        tr: Option<&'static crate::gemm::Transposer>,
+    },
     /// Any filter layout and mode: element (tap t, channel k) at `base + k·ks + woff[t]`.
     Table {
         w: &'a [f32],
@@ -967,7 +1003,9 @@ impl Filter<'_> {
     #[inline]
     fn at(&self, t: usize, k: usize) -> f32 {
         match self {
-            Filter::Strided(_) => unreachable!("strided filters pack themselves"),
+            Filter::Strided(_) | Filter::Rows { .. } => {
+                unreachable!("strided filters pack themselves")
+            }
             Filter::Table { w, base, ks, taps } => w[base + k * ks + taps[t].woff],
             Filter::Packed(p) => p.at(t, k),
         }
@@ -1000,16 +1038,71 @@ impl Filter<'_> {
     }
 }
 
+/// Packs rows `i0 .. i0 + mc` (`ks` apart from `base`), columns `p0 .. p0 + kc` of a
+/// row-major matrix as A panels of `mr = 2 · strip` rows, each strip of `strip` columns
+/// transposed as two `strip × strip` halves; ragged panels through `m`.
+fn pack_rows_twice(
+    m: &StridedMatrix<'_, f32>,
+    (w, base, ks): (&[f32], usize, usize),
+    tr: &crate::gemm::Transposer,
+    (i0, mc, p0, kc, mr): (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) {
+    let sw = tr.strip;
+    let mut halves = vec![0f32; 2 * sw * sw];
+    for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
+        let r0 = i0 + q * mr;
+        if mc - q * mr < mr {
+            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel);
+            continue;
+        }
+        let mut c = 0;
+        while c + sw <= kc {
+            let start = base + r0 * ks + p0 + c;
+            let src = &w[start..start + (mr - 1) * ks + sw];
+            let (lo, hi) = halves.split_at_mut(sw * sw);
+            // SAFETY: the family's ISA is this CPU's (transposer_for caps it); each call
+            // reads sw ≤ max_w rows of `strip` floats, ks apart, inside `src` (a checked
+            // slice of rows 0 .. mr); `lo` and `hi` hold strip · sw floats each.
+            unsafe {
+                (tr.run)(src.as_ptr(), ks, sw, lo.as_mut_ptr());
+                (tr.run)(src[sw * ks..].as_ptr(), ks, sw, hi.as_mut_ptr());
+            }
+            let out = &mut panel[c * mr..(c + sw) * mr];
+            for (qq, row) in out.chunks_exact_mut(mr).enumerate() {
+                row[..sw].copy_from_slice(&lo[qq * sw..(qq + 1) * sw]);
+                row[sw..].copy_from_slice(&hi[qq * sw..(qq + 1) * sw]);
+            }
+            c += sw;
+        }
+        for cc in c..kc {
+            for (i, o) in panel[cc * mr..(cc + 1) * mr].iter_mut().enumerate() {
+                *o = w[base + (r0 + i) * ks + p0 + cc];
+            }
+        }
+    }
+}
+
 impl PackA for Filter<'_> {
     fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
         match self {
             Filter::Strided(m) => m.pack_a(i0, mc, p0, kc, mr, dst),
+            Filter::Rows {
+                m,
+                w,
+                base,
+                ks,
+                tr: Some(tr),
+            } if mr == 2 * tr.strip && tr.max_w >= tr.strip => {
+                pack_rows_twice(m, (w, *base, *ks), tr, (i0, mc, p0, kc, mr), dst)
+            }
+            Filter::Rows { m, .. } => m.pack_a(i0, mc, p0, kc, mr, dst),
             _ => self.pack_generic(p0, kc, i0, mc, mr, dst),
         }
     }
     fn in_place(&self) -> Option<(&[f32], usize)> {
         match self {
-            Filter::Strided(m) => m.in_place(),
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.in_place(),
             _ => None,
         }
     }
@@ -1024,7 +1117,7 @@ impl PackA for Filter<'_> {
 impl PackB for Filter<'_> {
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
         match self {
-            Filter::Strided(m) => m.pack_b(p0, kc, j0, nc, nr, dst),
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.pack_b(p0, kc, j0, nc, nr, dst),
             _ => self.pack_generic(p0, kc, j0, nc, nr, dst),
         }
     }
@@ -1080,18 +1173,24 @@ impl Geometry {
     pub fn filter<'a>(&'a self, w: &'a [f32], g: usize, isa: Isa) -> Filter<'a> {
         let base = g * self.kg * self.ws[0];
         if self.filter_contiguous {
-            let m = match self.frame {
-                Frame::Positions => {
-                    StridedMatrix::new(&w[base..], self.depth, self.kg, 1, self.ws[0])
-                }
-                Frame::Channels => {
-                    StridedMatrix::new(&w[base..], self.kg, self.depth, self.ws[0], 1)
-                }
-            };
-            Filter::Strided(
-                m.expect("inside w: checked against the descriptor")
-                    .for_isa(isa),
-            )
+            let (k, ks) = (self.depth, self.ws[0]);
+            let inside = "inside w: checked against the descriptor";
+            match self.frame {
+                Frame::Positions => Filter::Strided(
+                    StridedMatrix::new(&w[base..], k, self.kg, 1, ks)
+                        .expect(inside)
+                        .for_isa(isa),
+                ),
+                Frame::Channels => Filter::Rows {
+                    m: StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
+                        .expect(inside)
+                        .for_isa(isa),
+                    w,
+                    base,
+                    ks,
+                    tr: crate::gemm::transposer_for(isa),
+                },
+            }
         } else {
             Filter::Table {
                 w,
@@ -1275,4 +1374,72 @@ pub(crate) fn workspace_f32<'w>(
         ));
     }
     Ok(&mut mid[..elements])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Layout, ProblemSpec};
+
+    fn geo(spec: &str, layout: Layout) -> Geometry {
+        Geometry::new(
+            &ProblemSpec::parse(spec)
+                .unwrap()
+                .to_problem(layout)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn frames_follow_layout_and_image_size() {
+        if forced_frame().is_some() {
+            return; // AUTODNN_GEMM_CONV_FRAME set for tuning: the model is bypassed.
+        }
+        // NHWC: channels are y's contiguous direction.
+        assert_eq!(
+            geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).frame,
+            Frame::Channels
+        );
+        // NCHW: large images by positions; 14x14 and 7x7 by channels (49 positions would be
+        // computed as 64).
+        for (spec, frame) in [
+            ("mb1ic64ih56oc64oh56kh1ph0", Frame::Positions),
+            (
+                "g1mb1ic3ih224iw224oc64oh112ow112kh7kw7sh2sw2ph3pw3",
+                Frame::Positions,
+            ),
+            ("mb1ic128ih28oc512oh28kh1ph0", Frame::Positions),
+            ("mb1ic1024ih14oc256oh14kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc2048oh7kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc512oh7kh3ph1", Frame::Channels),
+        ] {
+            assert_eq!(geo(spec, Layout::Nchw).frame, frame, "{spec}");
+        }
+    }
+
+    #[test]
+    fn image_is_the_matrix_for_1x1_stride_1() {
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nchw).x_is_matrix);
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh28kh1sh2ph0", Layout::Nchw).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh56kh3ph1", Layout::Nchw).x_is_matrix);
+    }
+
+    #[test]
+    fn strip_runs_and_lanes() {
+        assert_eq!(lanes(0, 32), u32::MAX);
+        assert_eq!(lanes(3, 5), 0b11000);
+        assert_eq!(lanes(4, 4), 0);
+        // 7-wide rows: a 32-position strip from position 5 crosses 6 rows.
+        let g = geo("mb1ic4ih7oc4oh7kh3ph1", Layout::Nchw);
+        let segs = g.segments(5, 32, usize::MAX);
+        assert_eq!(
+            segs.iter().map(|s| s.len).collect::<Vec<_>>(),
+            [2, 7, 7, 7, 7, 2]
+        );
+        assert_eq!((segs[1].at, segs[1].ih0, segs[1].iw0), (2, 0, -1));
+        // Panel boundaries (unit 8) split runs too.
+        let segs = g.segments(0, 16, 8);
+        assert_eq!(segs.iter().map(|s| s.len).collect::<Vec<_>>(), [7, 1, 6, 2]);
+    }
 }

@@ -465,11 +465,16 @@ fn macro_kernel(
                 alpha: g.alpha,
                 beta: s.beta,
             };
+            // A ragged last column panel takes the family's narrower kernel, if it has one.
+            let ukr = match ks.edge.get(n.wrapping_sub(1)) {
+                Some(&edge) if n < nr => edge,
+                _ => ks.ukr,
+            };
             // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the CPU
             // has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr (both
             // slices, bounds-checked above); the C tile is inside the validated output
-            // (checked by `tile`) and this thread's alone.
-            unsafe { (ks.ukr)(&tile) };
+            // (checked by `tile`) and this thread's alone; an edge kernel gets n ≤ its width.
+            unsafe { ukr(&tile) };
             if epilogue {
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }

@@ -18,7 +18,8 @@ pub(crate) fn kernel_set() -> KernelSet {
     KernelSet {
         name: "avx512-32x14",
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
-        ukr: kernel::<MV, NR>,
+        ukr: kernel::<MV, NR, NR>,
+        edge: &EDGE,
         epilogue,
         transposer: Some(&TRANSPOSER),
     }
@@ -45,12 +46,31 @@ fn lane_mask(m: usize, v: usize) -> __mmask16 {
     ((1u32 << valid) - 1) as __mmask16
 }
 
-/// The AVX-512 micro-kernel, `16·MVN × NRN`.
+/// Kernels for a ragged last column panel of n < NR columns (`EDGE[n − 1]`): they compute
+/// only n columns of the packed panel (whose rows stay NR apart) instead of all NR.
+static EDGE: [super::UKernel; NR - 1] = [
+    kernel::<MV, 1, NR>,
+    kernel::<MV, 2, NR>,
+    kernel::<MV, 3, NR>,
+    kernel::<MV, 4, NR>,
+    kernel::<MV, 5, NR>,
+    kernel::<MV, 6, NR>,
+    kernel::<MV, 7, NR>,
+    kernel::<MV, 8, NR>,
+    kernel::<MV, 9, NR>,
+    kernel::<MV, 10, NR>,
+    kernel::<MV, 11, NR>,
+    kernel::<MV, 12, NR>,
+    kernel::<MV, 13, NR>,
+];
+
+/// The AVX-512 micro-kernel, `16·MVN × NRN`, reading a packed B panel whose rows are `BS ≥
+/// NRN` apart.
 ///
 /// # Safety
-/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = NRN.
+/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS, and n ≤ NRN.
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
+unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) {
     let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
     let (mut a, mut b) = (t.a, t.b);
     macro_rules! steps {
@@ -72,7 +92,7 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                 }
                 // The last step moves past the panels; wrapping arithmetic keeps that defined.
                 a = a.wrapping_add(t.lda);
-                b = b.wrapping_add(NRN);
+                b = b.wrapping_add(BS);
             }
         };
     }
