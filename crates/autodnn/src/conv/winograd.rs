@@ -810,7 +810,11 @@ pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize,
                     }
                 }
             }
-            store_tile(a, a.t0 + tl, k0, &vals, mo);
+            match mo {
+                2 => store_tile::<2>(a, a.t0 + tl, k0, &vals),
+                4 => store_tile::<4>(a, a.t0 + tl, k0, &vals),
+                _ => store_tile::<6>(a, a.t0 + tl, k0, &vals),
+            }
         }
     }
 }
@@ -819,7 +823,8 @@ pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize,
 /// the group) to y through the epilogue, clipped to the image and the group's channels.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `l` picks a lane inside each vector: a transpose
-fn store_tile(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36], m: usize) {
+fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36]) {
+    let m = M;
     let pl = a.plan;
     let (th, tc) = (t / pl.tw, t % pl.tw);
     let (oh0, ow0) = (th * m, tc * m);
@@ -851,10 +856,17 @@ fn store_tile(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36], m
         for l in 0..lanes {
             for i in 0..rows {
                 let off = base + l * ys[1] + i * ys[2];
-                for j in 0..cols {
-                    // SAFETY: as above. (Element by element: a run this short would cost a
-                    // library call as a slice copy.)
-                    unsafe { out.write(off + j, vals[i * m + j][l]) };
+                if cols == M {
+                    // A full row: a copy of compile-time length, inlined.
+                    let row: [f32; M] = std::array::from_fn(|j| vals[i * M + j][l]);
+                    // SAFETY: as above.
+                    unsafe { out.write_slice(off, &row) };
+                } else {
+                    for j in 0..cols {
+                        // SAFETY: as above. (Element by element: a copy of a runtime length
+                        // this short would be a library call.)
+                        unsafe { out.write(off + j, vals[i * M + j][l]) };
+                    }
                 }
             }
         }
