@@ -132,7 +132,6 @@ pub(crate) static WINOGRAD_6X6: Winograd<F6x6> = Winograd {
 /// workspace layout (lengths in floats).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
-    n: usize,
     groups: usize,
     /// Input and output channels per group.
     c: usize,
@@ -152,15 +151,16 @@ pub(crate) struct Plan {
     m: usize,
     a: usize,
     p: usize,
-    /// Tile columns, tiles per image.
+    /// Tile columns, tiles per image, tiles of all images.
     tw: usize,
     tiles: usize,
+    all_tiles: usize,
     /// Input channel blocks of CB (per group) and the padded count.
     cbn: usize,
     cp: usize,
     /// Output channel panels of KP (per group).
     kpn: usize,
-    /// Tiles per block, blocks per image.
+    /// Tiles per block, blocks (over all images).
     nb: usize,
     nblocks: usize,
     /// Columns of the interleaved input rows.
@@ -180,18 +180,20 @@ impl Plan {
         let (oh, ow) = (p.y().h(), p.y().w());
         let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
         let tiles = th.checked_mul(tw)?;
+        // Blocks run over the tiles of every image, so that a batch shares each pass over
+        // the transformed filter.
+        let all_tiles = tiles.checked_mul(p.x().n())?;
         let cbn = c.div_ceil(CB);
         let cp = cbn.checked_mul(CB)?;
         let kpn = k.div_ceil(KP);
         let kpp = kpn.checked_mul(KP)?;
         let per_tile = pos.checked_mul(cp.checked_add(kpp)?)?.checked_mul(4)?;
-        let nb = (BLOCK_BYTES / per_tile).max(MIN_BLOCK_TILES).min(tiles);
-        let nblocks = tiles.div_ceil(nb);
-        let nb = tiles.div_ceil(nblocks);
+        let nb = (BLOCK_BYTES / per_tile).max(MIN_BLOCK_TILES).min(all_tiles);
+        let nblocks = all_tiles.div_ceil(nb);
+        let nb = all_tiles.div_ceil(nblocks);
         let xc_cols = nb.min(tw) * m + a - m;
         let conv = p.conv();
         Some(Plan {
-            n: p.x().n(),
             groups: p.groups(),
             c,
             k,
@@ -212,6 +214,7 @@ impl Plan {
             p: pos,
             tw,
             tiles,
+            all_tiles,
             cbn,
             cp,
             kpn,
@@ -406,9 +409,8 @@ fn for_chunks(
 pub(crate) struct InputArgs<'a> {
     plan: &'a Plan,
     x: &'a [f32],
-    n: usize,
     g: usize,
-    /// First tile of the block and its tile count.
+    /// First tile of the block (numbered over all images) and its tile count.
     t0: usize,
     nbt: usize,
 }
@@ -416,7 +418,6 @@ pub(crate) struct InputArgs<'a> {
 /// What the products and output transform of one block read and write.
 pub(crate) struct OutputArgs<'a> {
     plan: &'a Plan,
-    n: usize,
     g: usize,
     t0: usize,
     nbt: usize,
@@ -471,56 +472,52 @@ fn frame<S: Family, T: Tile>(
     };
     let out = SharedOut::new(y);
     let xc_chunk = plan.a * plan.xc_cols * CB;
-    for n in 0..plan.n {
-        for g in 0..plan.groups {
-            let ug = &u[g * plan.u_group()..(g + 1) * plan.u_group()];
-            for blk in 0..plan.nblocks {
-                let t0 = blk * plan.nb;
-                let nbt = plan.nb.min(plan.tiles - t0);
-                let ia = InputArgs {
-                    plan,
-                    x,
-                    n,
-                    g,
-                    t0,
-                    nbt,
-                };
-                let v_chunk = plan.p * nbt * CB;
-                // Input transform: one item per channel block, each with its own rows buffer.
-                let items = plan.cbn;
-                let v = &mut v[..v_chunk * items];
-                if ctx.threads > 1 && items > 1 {
-                    ctx.pool.install(|| {
-                        v.par_chunks_mut(v_chunk)
-                            .zip(xc.par_chunks_mut(xc_chunk))
-                            .enumerate()
-                            .for_each(|(cb, (v, xc))| s.input_item::<T>(&ia, cb, v, xc))
-                    });
-                } else {
-                    for (cb, (v, xc)) in v
-                        .chunks_mut(v_chunk)
-                        .zip(xc.chunks_mut(xc_chunk))
+    for g in 0..plan.groups {
+        let ug = &u[g * plan.u_group()..(g + 1) * plan.u_group()];
+        for blk in 0..plan.nblocks {
+            let t0 = blk * plan.nb;
+            let nbt = plan.nb.min(plan.all_tiles - t0);
+            let ia = InputArgs {
+                plan,
+                x,
+                g,
+                t0,
+                nbt,
+            };
+            let v_chunk = plan.p * nbt * CB;
+            // Input transform: one item per channel block, each with its own rows buffer.
+            let items = plan.cbn;
+            let v = &mut v[..v_chunk * items];
+            if ctx.threads > 1 && items > 1 {
+                ctx.pool.install(|| {
+                    v.par_chunks_mut(v_chunk)
+                        .zip(xc.par_chunks_mut(xc_chunk))
                         .enumerate()
-                    {
-                        s.input_item::<T>(&ia, cb, v, xc);
-                    }
-                }
-                let oa = OutputArgs {
-                    plan,
-                    n,
-                    g,
-                    t0,
-                    nbt,
-                    u: ug,
-                    v,
-                    out: &out,
-                    epi,
-                };
-                // Products and output transform: one item per panel of output channels.
-                for_chunks(ctx, mbuf, plan.p * nbt * KP, plan.kpn, |kp, m| {
-                    s.output_item::<T>(&oa, kp, m)
+                        .for_each(|(cb, (v, xc))| s.input_item::<T>(&ia, cb, v, xc))
                 });
+            } else {
+                for (cb, (v, xc)) in v
+                    .chunks_mut(v_chunk)
+                    .zip(xc.chunks_mut(xc_chunk))
+                    .enumerate()
+                {
+                    s.input_item::<T>(&ia, cb, v, xc);
+                }
             }
+            let oa = OutputArgs {
+                plan,
+                g,
+                t0,
+                nbt,
+                u: ug,
+                v,
+                out: &out,
+                epi,
+            };
+            // Products and output transform: one item per panel of output channels.
+            for_chunks(ctx, mbuf, plan.p * nbt * KP, plan.kpn, |kp, m| {
+                s.output_item::<T>(&oa, kp, m)
+            });
         }
     }
     Ok(())
@@ -544,50 +541,56 @@ fn tap(plan: &Plan, r: usize, s: usize) -> usize {
 }
 
 /// Transforms one panel of [`KP`] output channels of the filter into `u` (\[ξ\]\[c\]\[KP\]),
-/// vectorised over output channels, in f32 (plain calls).
+/// vectorised over output channels, in f32 (plain calls). The taps of [`CB`] input channels
+/// are first copied into lanes (each filter's taps for those channels are one contiguous
+/// run in either filter layout), so that w is read in order.
 #[inline(always)]
 pub(crate) fn filter_item<S: Simd, T: Tile>(s: S, fa: &FilterArgs<'_>, u: &mut [f32]) {
     let plan = fa.plan;
     let (a, cp) = (T::A, plan.cp);
     assert!(u.len() >= a * a * cp * KP);
     let taps: [usize; 9] = std::array::from_fn(|t| tap(plan, t / 3, t % 3));
-    for c in 0..cp {
+    for c0 in (0..cp).step_by(CB) {
+        let cn = CB.min(plan.c.saturating_sub(c0));
         for h in 0..KP / S::LANES {
-            // The 9 taps of S::LANES filters, one vector per tap.
-            let mut gv = [[0f32; 16]; 9];
-            if c < plan.c {
-                let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
-                for l in 0..lanes {
-                    let base = (fa.k_first + h * S::LANES + l) * plan.ws[0] + c * plan.ws[1];
+            // gv[ci][t][l]: tap t of input channel c0 + ci of filter h·LANES + l.
+            let mut gv = [[[0f32; 16]; 9]; CB];
+            let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
+            for l in 0..lanes {
+                let base = (fa.k_first + h * S::LANES + l) * plan.ws[0] + c0 * plan.ws[1];
+                for (ci, gv) in gv.iter_mut().enumerate().take(cn) {
                     for (gv, off) in gv.iter_mut().zip(&taps) {
-                        gv[l] = fa.w[base + off];
+                        gv[l] = fa.w[base + ci * plan.ws[1] + off];
                     }
                 }
             }
-            let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[t]));
-            // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
-            let mut t1 = [[s.zero(); 3]; 8];
-            for (i, row) in T::G.iter().enumerate() {
-                for (col, t1) in t1[i].iter_mut().enumerate() {
-                    let mut acc = s.zero();
-                    for (r, &gc) in row.iter().enumerate() {
-                        if gc != 0.0 {
-                            acc = s.fma(s.splat(gc as f32), g[r * 3 + col], acc);
+            for (ci, gv) in gv.iter().enumerate() {
+                let c = c0 + ci;
+                let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[t]));
+                // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
+                let mut t1 = [[s.zero(); 3]; 8];
+                for (i, row) in T::G.iter().enumerate() {
+                    for (col, t1) in t1[i].iter_mut().enumerate() {
+                        let mut acc = s.zero();
+                        for (r, &gc) in row.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), g[r * 3 + col], acc);
+                            }
                         }
+                        *t1 = acc;
                     }
-                    *t1 = acc;
                 }
-            }
-            for (i, t1) in t1.iter().enumerate().take(a) {
-                for (j, grow) in T::G.iter().enumerate() {
-                    let mut acc = s.zero();
-                    for (col, &gc) in grow.iter().enumerate() {
-                        if gc != 0.0 {
-                            acc = s.fma(s.splat(gc as f32), t1[col], acc);
+                for (i, t1) in t1.iter().enumerate().take(a) {
+                    for (j, grow) in T::G.iter().enumerate() {
+                        let mut acc = s.zero();
+                        for (col, &gc) in grow.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), t1[col], acc);
+                            }
                         }
+                        let xi = i * a + j;
+                        s.store(acc, &mut u[(xi * cp + c) * KP + h * S::LANES..]);
                     }
-                    let xi = i * a + j;
-                    s.store(acc, &mut u[(xi * cp + c) * KP + h * S::LANES..]);
                 }
             }
         }
@@ -629,15 +632,22 @@ fn filter_transform_f64<T: Tile>(plan: &Plan, w: &[f32], u: &mut [f32]) {
 /// block `cb` into `xc` (\[row\]\[column\]\[CB\], `plan.xc_cols` columns), zero outside the
 /// image and past the group's channels.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn gather_rows<S: Simd>(
     s: S,
     a: &InputArgs<'_>,
-    cb: usize, th: usize, tc0: usize, ntc: usize, xc: &mut [f32]) {
+    n: usize,
+    cb: usize,
+    th: usize,
+    tc0: usize,
+    ntc: usize,
+    xc: &mut [f32],
+) {
     let pl = a.plan;
     let cols = ntc * pl.m + pl.a - pl.m;
     let ch0 = cb * CB;
     let lanes = CB.min(pl.c - ch0);
-    let xbase = a.n * pl.xs[0] + (a.g * pl.c + ch0) * pl.xs[1];
+    let xbase = n * pl.xs[0] + (a.g * pl.c + ch0) * pl.xs[1];
     let ih0 = (th * pl.m) as i64 - pl.pt;
     let iw0 = (tc0 * pl.m) as i64 - pl.pl;
     for r in 0..pl.a {
@@ -704,9 +714,11 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
     let end = a.t0 + a.nbt;
     let mut t = a.t0;
     while t < end {
-        let (th, tc0) = (t / pl.tw, t % pl.tw);
+        // A run of tiles along one tile row of one image.
+        let (n, ti) = (t / pl.tiles, t % pl.tiles);
+        let (th, tc0) = (ti / pl.tw, ti % pl.tw);
         let ntc = (pl.tw - tc0).min(end - t);
-        gather_rows(s, a, cb, th, tc0, ntc, xc);
+        gather_rows(s, a, n, cb, th, tc0, ntc, xc);
         for i in 0..ntc {
             let tl = t - a.t0 + i;
             for h in 0..CB / S::LANES {
@@ -826,14 +838,15 @@ pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize,
 fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36]) {
     let m = M;
     let pl = a.plan;
-    let (th, tc) = (t / pl.tw, t % pl.tw);
+    let (n, ti) = (t / pl.tiles, t % pl.tiles);
+    let (th, tc) = (ti / pl.tw, ti % pl.tw);
     let (oh0, ow0) = (th * m, tc * m);
     let rows = m.min(pl.oh - oh0);
     let cols = m.min(pl.ow - ow0);
     let lanes = CB.min(pl.k - k0);
     let kg = a.g * pl.k + k0;
     let ys = pl.ys;
-    let base = a.n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
+    let base = n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
     let epi = a.epi;
     let identity = epi.is_identity();
     let out = a.out;
