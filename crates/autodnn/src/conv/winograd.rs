@@ -382,25 +382,26 @@ fn carve<'w>(plan: &Plan, ws: &'w mut [u8]) -> Result<&'w mut [f32]> {
     Ok(mid)
 }
 
-/// Runs `f(i, chunk_i)` for the first `count` chunks of `len` floats of `buf`, on the
-/// context's threads when there are several.
-fn for_chunks(
+/// Runs `f(i, a_i, b_i)` for the first `count` chunks of `alen` floats of `a` and `blen`
+/// floats of `b`, on the context's threads when there are several.
+fn for_chunks2(
     ctx: &ExecContext<'_>,
-    buf: &mut [f32],
-    len: usize,
+    (a, alen): (&mut [f32], usize),
+    (b, blen): (&mut [f32], usize),
     count: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
 ) {
-    let buf = &mut buf[..len * count];
+    let (a, b) = (&mut a[..alen * count], &mut b[..blen * count]);
     if ctx.threads > 1 && count > 1 {
         ctx.pool.install(|| {
-            buf.par_chunks_mut(len)
+            a.par_chunks_mut(alen)
+                .zip(b.par_chunks_mut(blen))
                 .enumerate()
-                .for_each(|(i, c)| f(i, c))
+                .for_each(|(i, (a, b))| f(i, a, b))
         });
     } else {
-        for (i, c) in buf.chunks_mut(len).enumerate() {
-            f(i, c);
+        for (i, (a, b)) in a.chunks_mut(alen).zip(b.chunks_mut(blen)).enumerate() {
+            f(i, a, b);
         }
     }
 }
@@ -421,8 +422,6 @@ pub(crate) struct OutputArgs<'a> {
     g: usize,
     t0: usize,
     nbt: usize,
-    /// This group's transformed filter.
-    u: &'a [f32],
     /// The block's transformed input (all channel blocks).
     v: &'a [f32],
     out: &'a SharedOut<'a>,
@@ -444,36 +443,21 @@ fn frame<S: Family, T: Tile>(
     let (xc, rest) = buf.split_at_mut(plan.xc_len);
     let (v, rest) = rest.split_at_mut(plan.v_len);
     let (mbuf, u_ws) = rest.split_at_mut(plan.m_len);
-    let u: &[f32] = match w {
-        AlgoWeights::Prepared(u) => {
-            if u.len() != plan.u_len {
-                return Err(Error::bad(
-                    "prepared",
-                    format!("{} floats", u.len()),
-                    format!("{} expects {} floats", T::NAME, plan.u_len),
-                ));
-            }
-            u
+    let prepared = match w {
+        AlgoWeights::Prepared(u) if u.len() != plan.u_len => {
+            return Err(Error::bad(
+                "prepared",
+                format!("{} floats", u.len()),
+                format!("{} expects {} floats", T::NAME, plan.u_len),
+            ));
         }
-        AlgoWeights::Plain(w) => {
-            let ug = plan.p * plan.cp * KP;
-            for_chunks(ctx, u_ws, ug, plan.groups * plan.kpn, |i, u| {
-                let (g, kp) = (i / plan.kpn, i % plan.kpn);
-                let fa = FilterArgs {
-                    plan,
-                    w,
-                    k_first: g * plan.k + kp * KP,
-                    kvalid: KP.min(plan.k - kp * KP),
-                };
-                s.filter_item::<T>(&fa, u);
-            });
-            u_ws
-        }
+        AlgoWeights::Prepared(u) => Some(u),
+        AlgoWeights::Plain(_) => None,
     };
     let out = SharedOut::new(y);
-    let xc_chunk = plan.a * plan.xc_cols * CB;
+    let up = plan.p * plan.cp * KP;
     for g in 0..plan.groups {
-        let ug = &u[g * plan.u_group()..(g + 1) * plan.u_group()];
+        let ug = g * plan.u_group()..(g + 1) * plan.u_group();
         for blk in 0..plan.nblocks {
             let t0 = blk * plan.nb;
             let nbt = plan.nb.min(plan.all_tiles - t0);
@@ -484,39 +468,44 @@ fn frame<S: Family, T: Tile>(
                 t0,
                 nbt,
             };
-            let v_chunk = plan.p * nbt * CB;
             // Input transform: one item per channel block, each with its own rows buffer.
-            let items = plan.cbn;
-            let v = &mut v[..v_chunk * items];
-            if ctx.threads > 1 && items > 1 {
-                ctx.pool.install(|| {
-                    v.par_chunks_mut(v_chunk)
-                        .zip(xc.par_chunks_mut(xc_chunk))
-                        .enumerate()
-                        .for_each(|(cb, (v, xc))| s.input_item::<T>(&ia, cb, v, xc))
-                });
-            } else {
-                for (cb, (v, xc)) in v
-                    .chunks_mut(v_chunk)
-                    .zip(xc.chunks_mut(xc_chunk))
-                    .enumerate()
-                {
-                    s.input_item::<T>(&ia, cb, v, xc);
-                }
-            }
+            let v_chunk = plan.p * nbt * CB;
+            let xc_chunk = plan.a * plan.xc_cols * CB;
+            for_chunks2(ctx, (v, v_chunk), (xc, xc_chunk), plan.cbn, |cb, v, xc| {
+                s.input_item::<T>(&ia, cb, v, xc)
+            });
             let oa = OutputArgs {
                 plan,
                 g,
                 t0,
                 nbt,
-                u: ug,
                 v,
                 out: &out,
                 epi,
             };
-            // Products and output transform: one item per panel of output channels.
-            for_chunks(ctx, mbuf, plan.p * nbt * KP, plan.kpn, |kp, m| {
-                s.output_item::<T>(&oa, kp, m)
+            // Products and output transform: one item per panel of output channels. Plain
+            // calls transform each panel of the filter just before its first use (while it
+            // is in cache), into the workspace, for this and the later blocks.
+            let m_chunk = plan.p * nbt * KP;
+            let u_group = &mut u_ws[ug.clone()];
+            for_chunks2(ctx, (mbuf, m_chunk), (u_group, up), plan.kpn, |kp, m, u| {
+                let u: &[f32] = match (prepared, w) {
+                    (Some(pre), _) => &pre[ug.start + kp * up..ug.start + (kp + 1) * up],
+                    (None, AlgoWeights::Plain(w)) => {
+                        if blk == 0 {
+                            let fa = FilterArgs {
+                                plan,
+                                w,
+                                k_first: g * plan.k + kp * KP,
+                                kvalid: KP.min(plan.k - kp * KP),
+                            };
+                            s.filter_item::<T>(&fa, u);
+                        }
+                        u
+                    }
+                    (None, AlgoWeights::Prepared(_)) => unreachable!("prepared is Some"),
+                };
+                s.output_item::<T>(&oa, u, kp, m)
             });
         }
     }
@@ -550,23 +539,38 @@ pub(crate) fn filter_item<S: Simd, T: Tile>(s: S, fa: &FilterArgs<'_>, u: &mut [
     let (a, cp) = (T::A, plan.cp);
     assert!(u.len() >= a * a * cp * KP);
     let taps: [usize; 9] = std::array::from_fn(|t| tap(plan, t / 3, t % 3));
+    // KCRS without gaps: a filter's taps for consecutive input channels are contiguous.
+    let packed_kcrs = plan.ws[1] == 9 && plan.ws[2] == 3 && plan.ws[3] == 1;
     for c0 in (0..cp).step_by(CB) {
         let cn = CB.min(plan.c.saturating_sub(c0));
         for h in 0..KP / S::LANES {
-            // gv[ci][t][l]: tap t of input channel c0 + ci of filter h·LANES + l.
+            // gv[ci][j][l]: tap slot j of input channel c0 + ci of filter h·LANES + l, where
+            // tap t sits in slot order[t].
             let mut gv = [[[0f32; 16]; 9]; CB];
             let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
-            for l in 0..lanes {
-                let base = (fa.k_first + h * S::LANES + l) * plan.ws[0] + c0 * plan.ws[1];
-                for (ci, gv) in gv.iter_mut().enumerate().take(cn) {
-                    for (gv, off) in gv.iter_mut().zip(&taps) {
-                        gv[l] = fa.w[base + ci * plan.ws[1] + off];
+            let base = (fa.k_first + h * S::LANES) * plan.ws[0] + c0 * plan.ws[1];
+            let order = if packed_kcrs && cn == CB {
+                // The 16 channels' taps of each filter are one run of 144 floats in memory
+                // order: interleave the runs in registers, keep the memory order of taps.
+                if lanes > 0 {
+                    let flat = gv.as_flattened_mut().as_flattened_mut();
+                    s.interleave16(fa.w, base, plan.ws[0], lanes, CB * 9, flat);
+                }
+                taps
+            } else {
+                for l in 0..lanes {
+                    let base = base + l * plan.ws[0];
+                    for (ci, gv) in gv.iter_mut().enumerate().take(cn) {
+                        for (gv, off) in gv.iter_mut().zip(&taps) {
+                            gv[l] = fa.w[base + ci * plan.ws[1] + off];
+                        }
                     }
                 }
-            }
+                std::array::from_fn(|t| t)
+            };
             for (ci, gv) in gv.iter().enumerate() {
                 let c = c0 + ci;
-                let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[t]));
+                let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[order[t]]));
                 // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
                 let mut t1 = [[s.zero(); 3]; 8];
                 for (i, row) in T::G.iter().enumerate() {
@@ -749,16 +753,22 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
     }
 }
 
-/// Products and output transform of output-channel panel `kp` of one block: `m` receives
-/// the products (\[tile\]\[ξ\]\[KP\]), then each tile is transformed back and stored.
+/// Products and output transform of output-channel panel `kp` of one block, whose
+/// transformed filter is `u` (\[ξ\]\[c\]\[KP\]): `m` receives the products
+/// (\[tile\]\[ξ\]\[KP\]), then each tile is transformed back and stored.
 #[inline(always)]
-pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]) {
+pub(crate) fn output_item<S: Simd, T: Tile>(
+    s: S,
+    a: &OutputArgs<'_>,
+    u: &[f32],
+    kp: usize,
+    m: &mut [f32],
+) {
     let pl = a.plan;
     let (al, mo) = (T::A, T::M);
     let pos = al * al;
     let (cp, nbt) = (pl.cp, a.nbt);
-    let up = pos * cp * KP;
-    let u = &a.u[kp * up..(kp + 1) * up];
+    let u = &u[..pos * cp * KP];
     let b_cb_stride = pos * nbt * CB;
     assert!(a.v.len() >= pl.cbn * b_cb_stride && m.len() >= nbt * pos * KP);
     // Panels of at most NR_MAX tiles, as even as possible.
