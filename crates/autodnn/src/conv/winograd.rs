@@ -74,6 +74,22 @@ pub(crate) use super::winograd_6x6::F6x6;
 /// Bytes of transformed input and products one block of tiles may take: about three
 /// quarters of a 1 MiB L2 cache, the smallest of today's AVX-512 server cores.
 pub const BLOCK_BYTES: usize = 768 << 10;
+/// Environment variable overriding [`BLOCK_BYTES`] (bytes; read once per process). The
+/// workspace size follows it.
+pub const BLOCK_BYTES_ENV: &str = "AUTODNN_WINOGRAD_BLOCK_BYTES";
+
+/// [`BLOCK_BYTES`], or its override from [`BLOCK_BYTES_ENV`].
+fn block_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var(BLOCK_BYTES_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&b: &usize| b > 0)
+            .unwrap_or(BLOCK_BYTES)
+    })
+}
+
 /// Fewest tiles per block (when the channel counts are so large that fewer would fit the
 /// budget), so that each transformed filter panel loaded serves at least this many tiles.
 pub const MIN_BLOCK_TILES: usize = 12;
@@ -197,7 +213,9 @@ impl Plan {
         let kpn = k.div_ceil(KP);
         let kpp = kpn.checked_mul(KP)?;
         let per_tile = pos.checked_mul(cp.checked_add(kpp)?)?.checked_mul(4)?;
-        let nb = (BLOCK_BYTES / per_tile).max(MIN_BLOCK_TILES).min(all_tiles);
+        let nb = (block_bytes() / per_tile)
+            .max(MIN_BLOCK_TILES)
+            .min(all_tiles);
         let nblocks = all_tiles.div_ceil(nb);
         let nb = all_tiles.div_ceil(nblocks);
         let xc_cols = nb.min(tw) * m + a - m;
