@@ -334,15 +334,21 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
         let plan = self.plan(problem)?;
-        let mut u = Vec::new();
-        u.try_reserve_exact(plan.u_len)
+        let len = plan.u_len + PREPARED_HEADER;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
             .map_err(|e| Error::OutOfMemory {
-                bytes: plan.u_len.saturating_mul(4),
+                bytes: len.saturating_mul(4),
                 what: format!("{}'s transformed filter: {e}", T::NAME),
             })?;
-        u.resize(plan.u_len, 0.0);
-        filter_transform_f64::<T>(&plan, w, &mut u);
-        Ok(Some(u))
+        data.resize(len, 0.0);
+        // The transformed filter starts at the first cache line after data[0], which records
+        // where (the micro-kernel's loads then never straddle lines while this allocation
+        // lives; a copy elsewhere stays correct, if slower).
+        let off = 1 + data[1..].as_ptr().align_offset(64).min(PREPARED_HEADER - 1);
+        data[0] = off as f32;
+        filter_transform_f64::<T>(&plan, w, &mut data[off..off + plan.u_len]);
+        Ok(Some(data))
     }
 
     fn run(
@@ -373,6 +379,23 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         }
         frame::<_, T>(Portable::new(), ctx, &plan, x, w, y, workspace, epi)
     }
+}
+
+/// Floats before the transformed filter in prepared weights: its offset, then padding up to
+/// a cache line.
+const PREPARED_HEADER: usize = 16;
+
+/// The transformed filter inside prepared weights (see `prepare`).
+fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<&'d [f32]> {
+    let off = data.first().map_or(0, |&o| o as usize);
+    if data.len() != plan.u_len + PREPARED_HEADER || !(1..=PREPARED_HEADER).contains(&off) {
+        return Err(Error::bad(
+            "prepared",
+            format!("{} floats", data.len()),
+            "not a transformed filter for this problem",
+        ));
+    }
+    Ok(&data[off..off + plan.u_len])
 }
 
 /// Splits the workspace into its buffers, aligned to [`ALIGN`] bytes. Marks the last byte
@@ -471,14 +494,7 @@ fn frame<S: Family, T: Tile>(
     let (v, rest) = rest.split_at_mut(plan.v_len);
     let (mbuf, u_ws) = rest.split_at_mut(plan.m_len);
     let prepared = match w {
-        AlgoWeights::Prepared(u) if u.len() != plan.u_len => {
-            return Err(Error::bad(
-                "prepared",
-                format!("{} floats", u.len()),
-                format!("{} expects {} floats", T::NAME, plan.u_len),
-            ));
-        }
-        AlgoWeights::Prepared(u) => Some(u),
+        AlgoWeights::Prepared(data) => Some(prepared_filter(plan, data)?),
         AlgoWeights::Plain(_) => None,
     };
     let out = SharedOut::new(y);
@@ -1043,6 +1059,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn prepared_filter_header_is_checked() {
+        let p = crate::ProblemSpec::parse("mb1ic8ih6oc8kh3ph1")
+            .unwrap()
+            .to_problem(crate::Layout::Nchw)
+            .unwrap();
+        let plan = Plan::new(&p, 4).unwrap();
+        let mut data = vec![0.0f32; plan.u_len + PREPARED_HEADER];
+        // Every offset a prepare may pick (1 ..= 16, whatever the allocation's alignment).
+        for off in 1..=PREPARED_HEADER {
+            data[0] = off as f32;
+            data[off] = 7.0;
+            assert_eq!(prepared_filter(&plan, &data).unwrap()[0], 7.0);
+            data[off] = 0.0;
+        }
+        for off in [0.0, 17.0, -1.0, f32::NAN] {
+            data[0] = off;
+            assert!(prepared_filter(&plan, &data).is_err(), "{off}");
+        }
+        data[0] = 1.0;
+        assert!(prepared_filter(&plan, &data[1..]).is_err());
     }
 
     #[test]
