@@ -40,7 +40,8 @@
 //! **Prepared weights:** U = G g Gᵀ for every filter, computed in f64 and rounded once, laid
 //! out as the micro-kernel reads it: \[group\]\[panel of 32 output channels\]\[ξ\]\[input
 //! channel, padded to 16\]\[32\] ((m+2)²/9 times the filter, more when K or C are not
-//! multiples of 32 and 16). Plain calls transform each panel of the filter (in f32, vectorised
+//! multiples of 32 and 16), after a 16-float header that records where it starts (on a cache
+//! line of the allocation). Plain calls transform each panel of the filter (in f32, vectorised
 //! over output channels) into the workspace just before its first use, inside step 2.
 //!
 //! **Workspace:** the interleaved input rows (C × (m+2) × block width), V and the products
