@@ -140,7 +140,7 @@ pub(crate) static WINOGRAD_2X2: Winograd<F2x2> = Winograd {
 /// F(4×4, 3×3).
 pub(crate) static WINOGRAD_4X4: Winograd<F4x4> = Winograd {
     accuracy: Accuracy::Normwise {
-        c: 16.0,
+        c: 10.0,
         int_rel: 1e-4,
     },
     _tile: PhantomData,
