@@ -262,8 +262,8 @@ fn prepared_weights_transform_the_filter_once() {
     for (name, tile) in ALGOS.iter().zip([4usize, 6, 8]) {
         let prepared = h.prepare_weights(&p, name, &w).unwrap();
         assert!(prepared.is_transformed());
-        // Per group: K padded to 32, C to 16, tile² positions.
-        let floats = 2 * 64 * 32 * tile * tile;
+        // Per group: K padded to 32, C to 16, tile² positions; a 16-float header.
+        let floats = 2 * 64 * 32 * tile * tile + 16;
         assert_eq!(prepared.bytes(), floats * 4, "{name}");
         let mut y = vec![f32::NAN; p.y().span()];
         h.conv_forward_ex(

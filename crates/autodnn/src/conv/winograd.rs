@@ -23,9 +23,10 @@
 //! - **Deterministic:** every output is computed by one work item in a fixed order; the
 //!   split of items among threads does not change any result.
 //!
-//! **How (per image and group, per block of tiles).** The tiles (row-major over the output)
-//! are processed in blocks sized so that the block's transformed input and products stay in
-//! the L2 cache ([`BLOCK_BYTES`]):
+//! **How (per group, per block of tiles).** The tiles (row-major over each output image, the
+//! images of a batch one after the other) are processed in blocks sized so that the block's
+//! transformed input and products stay in the L2 cache ([`BLOCK_BYTES`],
+//! `AUTODNN_WINOGRAD_BLOCK_BYTES`):
 //! 1. *Input transform*, one work item per block of [`CB`] = 16 input channels: the block's
 //!    input windows are copied, zero-padded, into a channel-interleaved buffer (one tile row
 //!    at a time: the copy also transposes NCHW to 16-channel vectors), then transformed,
@@ -37,14 +38,32 @@
 //!    are in cache, and the epilogue (alpha, bias, residual, activation) is applied on the way
 //!    to y.
 //!
+//! **Why not the GEMM engine's calls.** Per block the products are (m+2)² small matrix
+//! products (32-channel panels × ≤ 12 tiles × C) whose A operand is already packed (prepared)
+//! and whose B operand the input transform writes directly in the micro-kernel's layout; the
+//! engine's batched calls would pack both again and reach about half the FMA peak at these
+//! shapes (`autodnn gemm --m 128 --n 49 --k 128 --batch 36`: 55 GFLOP/s on a 116 GFLOP/s
+//! core), while this micro-kernel (the engine's register-tiling scheme, 32 × NR with NR ≤ 12)
+//! runs near peak.
+//!
 //! **Prepared weights:** U = G g Gᵀ for every filter, computed in f64 and rounded once, laid
 //! out as the micro-kernel reads it: \[group\]\[panel of 32 output channels\]\[ξ\]\[input
 //! channel, padded to 16\]\[32\] ((m+2)²/9 times the filter, more when K or C are not
-//! multiples of 32 and 16). Plain calls transform the filter (in f32) into the workspace first.
+//! multiples of 32 and 16), after a 16-float header that records where it starts (on a cache
+//! line of the allocation). Plain calls transform each panel of the filter (in f32, vectorised
+//! over output channels) into the workspace just before its first use, inside step 2.
 //!
 //! **Workspace:** the interleaved input rows (C × (m+2) × block width), V and the products
 //! for one block, plus the transformed filter for plain calls (a call with prepared weights
-//! leaves that part untouched), plus 64 bytes to align everything to cache lines.
+//! leaves that part untouched, so it uses less than the reported size), plus 64 bytes to align
+//! everything to cache lines. None of it depends on the batch or the image size beyond one
+//! block, nor on the thread count.
+//!
+//! **Tile sizes:** F(6×6) does the fewest products but transforms 8×8 windows and reads the
+//! largest transformed filter (64/9 of the filter); on small images its tiles overhang the
+//! output most. F(4×4) and F(2×2) trade products for smaller filters and less overhang:
+//! measured on one Zen 4 core with prepared weights, F(6×6) is fastest on ResNet-50's 56×56 and
+//! 28×28 layers, F(4×4) on 14×14 and F(2×2) on 7×7 with 512 channels.
 
 use std::marker::PhantomData;
 
@@ -65,6 +84,22 @@ pub(crate) use super::winograd_6x6::F6x6;
 /// Bytes of transformed input and products one block of tiles may take: about three
 /// quarters of a 1 MiB L2 cache, the smallest of today's AVX-512 server cores.
 pub const BLOCK_BYTES: usize = 768 << 10;
+/// Environment variable overriding [`BLOCK_BYTES`] (bytes; read once per process). The
+/// workspace size follows it.
+pub const BLOCK_BYTES_ENV: &str = "AUTODNN_WINOGRAD_BLOCK_BYTES";
+
+/// [`BLOCK_BYTES`], or its override from [`BLOCK_BYTES_ENV`].
+fn block_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var(BLOCK_BYTES_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&b: &usize| b > 0)
+            .unwrap_or(BLOCK_BYTES)
+    })
+}
+
 /// Fewest tiles per block (when the channel counts are so large that fewer would fit the
 /// budget), so that each transformed filter panel loaded serves at least this many tiles.
 pub const MIN_BLOCK_TILES: usize = 12;
@@ -114,7 +149,7 @@ pub(crate) static WINOGRAD_2X2: Winograd<F2x2> = Winograd {
 /// F(4×4, 3×3).
 pub(crate) static WINOGRAD_4X4: Winograd<F4x4> = Winograd {
     accuracy: Accuracy::Normwise {
-        c: 16.0,
+        c: 10.0,
         int_rel: 1e-4,
     },
     _tile: PhantomData,
@@ -132,7 +167,6 @@ pub(crate) static WINOGRAD_6X6: Winograd<F6x6> = Winograd {
 /// workspace layout (lengths in floats).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
-    n: usize,
     groups: usize,
     /// Input and output channels per group.
     c: usize,
@@ -152,15 +186,16 @@ pub(crate) struct Plan {
     m: usize,
     a: usize,
     p: usize,
-    /// Tile columns, tiles per image.
+    /// Tile columns, tiles per image, tiles of all images.
     tw: usize,
     tiles: usize,
+    all_tiles: usize,
     /// Input channel blocks of CB (per group) and the padded count.
     cbn: usize,
     cp: usize,
     /// Output channel panels of KP (per group).
     kpn: usize,
-    /// Tiles per block, blocks per image.
+    /// Tiles per block, blocks (over all images).
     nb: usize,
     nblocks: usize,
     /// Columns of the interleaved input rows.
@@ -180,18 +215,22 @@ impl Plan {
         let (oh, ow) = (p.y().h(), p.y().w());
         let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
         let tiles = th.checked_mul(tw)?;
+        // Blocks run over the tiles of every image, so that a batch shares each pass over
+        // the transformed filter.
+        let all_tiles = tiles.checked_mul(p.x().n())?;
         let cbn = c.div_ceil(CB);
         let cp = cbn.checked_mul(CB)?;
         let kpn = k.div_ceil(KP);
         let kpp = kpn.checked_mul(KP)?;
         let per_tile = pos.checked_mul(cp.checked_add(kpp)?)?.checked_mul(4)?;
-        let nb = (BLOCK_BYTES / per_tile).max(MIN_BLOCK_TILES).min(tiles);
-        let nblocks = tiles.div_ceil(nb);
-        let nb = tiles.div_ceil(nblocks);
+        let nb = (block_bytes() / per_tile)
+            .max(MIN_BLOCK_TILES)
+            .min(all_tiles);
+        let nblocks = all_tiles.div_ceil(nb);
+        let nb = all_tiles.div_ceil(nblocks);
         let xc_cols = nb.min(tw) * m + a - m;
         let conv = p.conv();
         Some(Plan {
-            n: p.x().n(),
             groups: p.groups(),
             c,
             k,
@@ -212,6 +251,7 @@ impl Plan {
             p: pos,
             tw,
             tiles,
+            all_tiles,
             cbn,
             cp,
             kpn,
@@ -304,15 +344,21 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
         let plan = self.plan(problem)?;
-        let mut u = Vec::new();
-        u.try_reserve_exact(plan.u_len)
+        let len = plan.u_len + PREPARED_HEADER;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
             .map_err(|e| Error::OutOfMemory {
-                bytes: plan.u_len.saturating_mul(4),
+                bytes: len.saturating_mul(4),
                 what: format!("{}'s transformed filter: {e}", T::NAME),
             })?;
-        u.resize(plan.u_len, 0.0);
-        filter_transform_f64::<T>(&plan, w, &mut u);
-        Ok(Some(u))
+        data.resize(len, 0.0);
+        // The transformed filter starts at the first cache line after data[0], which records
+        // where (the micro-kernel's loads then never straddle lines while this allocation
+        // lives; a copy elsewhere stays correct, if slower).
+        let off = 1 + data[1..].as_ptr().align_offset(64).min(PREPARED_HEADER - 1);
+        data[0] = off as f32;
+        filter_transform_f64::<T>(&plan, w, &mut data[off..off + plan.u_len]);
+        Ok(Some(data))
     }
 
     fn run(
@@ -343,6 +389,23 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         }
         frame::<_, T>(Portable::new(), ctx, &plan, x, w, y, workspace, epi)
     }
+}
+
+/// Floats before the transformed filter in prepared weights: its offset, then padding up to
+/// a cache line.
+const PREPARED_HEADER: usize = 16;
+
+/// The transformed filter inside prepared weights (see `prepare`).
+fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<&'d [f32]> {
+    let off = data.first().map_or(0, |&o| o as usize);
+    if data.len() != plan.u_len + PREPARED_HEADER || !(1..=PREPARED_HEADER).contains(&off) {
+        return Err(Error::bad(
+            "prepared",
+            format!("{} floats", data.len()),
+            "not a transformed filter for this problem",
+        ));
+    }
+    Ok(&data[off..off + plan.u_len])
 }
 
 /// Splits the workspace into its buffers, aligned to [`ALIGN`] bytes. Marks the last byte
@@ -379,25 +442,26 @@ fn carve<'w>(plan: &Plan, ws: &'w mut [u8]) -> Result<&'w mut [f32]> {
     Ok(mid)
 }
 
-/// Runs `f(i, chunk_i)` for the first `count` chunks of `len` floats of `buf`, on the
-/// context's threads when there are several.
-fn for_chunks(
+/// Runs `f(i, a_i, b_i)` for the first `count` chunks of `alen` floats of `a` and `blen`
+/// floats of `b`, on the context's threads when there are several.
+fn for_chunks2(
     ctx: &ExecContext<'_>,
-    buf: &mut [f32],
-    len: usize,
+    (a, alen): (&mut [f32], usize),
+    (b, blen): (&mut [f32], usize),
     count: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
 ) {
-    let buf = &mut buf[..len * count];
+    let (a, b) = (&mut a[..alen * count], &mut b[..blen * count]);
     if ctx.threads > 1 && count > 1 {
         ctx.pool.install(|| {
-            buf.par_chunks_mut(len)
+            a.par_chunks_mut(alen)
+                .zip(b.par_chunks_mut(blen))
                 .enumerate()
-                .for_each(|(i, c)| f(i, c))
+                .for_each(|(i, (a, b))| f(i, a, b))
         });
     } else {
-        for (i, c) in buf.chunks_mut(len).enumerate() {
-            f(i, c);
+        for (i, (a, b)) in a.chunks_mut(alen).zip(b.chunks_mut(blen)).enumerate() {
+            f(i, a, b);
         }
     }
 }
@@ -406,9 +470,8 @@ fn for_chunks(
 pub(crate) struct InputArgs<'a> {
     plan: &'a Plan,
     x: &'a [f32],
-    n: usize,
     g: usize,
-    /// First tile of the block and its tile count.
+    /// First tile of the block (numbered over all images) and its tile count.
     t0: usize,
     nbt: usize,
 }
@@ -416,12 +479,9 @@ pub(crate) struct InputArgs<'a> {
 /// What the products and output transform of one block read and write.
 pub(crate) struct OutputArgs<'a> {
     plan: &'a Plan,
-    n: usize,
     g: usize,
     t0: usize,
     nbt: usize,
-    /// This group's transformed filter.
-    u: &'a [f32],
     /// The block's transformed input (all channel blocks).
     v: &'a [f32],
     out: &'a SharedOut<'a>,
@@ -443,84 +503,63 @@ fn frame<S: Family, T: Tile>(
     let (xc, rest) = buf.split_at_mut(plan.xc_len);
     let (v, rest) = rest.split_at_mut(plan.v_len);
     let (mbuf, u_ws) = rest.split_at_mut(plan.m_len);
-    let u: &[f32] = match w {
-        AlgoWeights::Prepared(u) => {
-            if u.len() != plan.u_len {
-                return Err(Error::bad(
-                    "prepared",
-                    format!("{} floats", u.len()),
-                    format!("{} expects {} floats", T::NAME, plan.u_len),
-                ));
-            }
-            u
-        }
-        AlgoWeights::Plain(w) => {
-            let ug = plan.p * plan.cp * KP;
-            for_chunks(ctx, u_ws, ug, plan.groups * plan.kpn, |i, u| {
-                let (g, kp) = (i / plan.kpn, i % plan.kpn);
-                let fa = FilterArgs {
-                    plan,
-                    w,
-                    k_first: g * plan.k + kp * KP,
-                    kvalid: KP.min(plan.k - kp * KP),
-                };
-                s.filter_item::<T>(&fa, u);
-            });
-            u_ws
-        }
+    let prepared = match w {
+        AlgoWeights::Prepared(data) => Some(prepared_filter(plan, data)?),
+        AlgoWeights::Plain(_) => None,
     };
     let out = SharedOut::new(y);
-    let xc_chunk = plan.a * plan.xc_cols * CB;
-    for n in 0..plan.n {
-        for g in 0..plan.groups {
-            let ug = &u[g * plan.u_group()..(g + 1) * plan.u_group()];
-            for blk in 0..plan.nblocks {
-                let t0 = blk * plan.nb;
-                let nbt = plan.nb.min(plan.tiles - t0);
-                let ia = InputArgs {
-                    plan,
-                    x,
-                    n,
-                    g,
-                    t0,
-                    nbt,
-                };
-                let v_chunk = plan.p * nbt * CB;
-                // Input transform: one item per channel block, each with its own rows buffer.
-                let items = plan.cbn;
-                let v = &mut v[..v_chunk * items];
-                if ctx.threads > 1 && items > 1 {
-                    ctx.pool.install(|| {
-                        v.par_chunks_mut(v_chunk)
-                            .zip(xc.par_chunks_mut(xc_chunk))
-                            .enumerate()
-                            .for_each(|(cb, (v, xc))| s.input_item::<T>(&ia, cb, v, xc))
-                    });
-                } else {
-                    for (cb, (v, xc)) in v
-                        .chunks_mut(v_chunk)
-                        .zip(xc.chunks_mut(xc_chunk))
-                        .enumerate()
-                    {
-                        s.input_item::<T>(&ia, cb, v, xc);
+    let up = plan.p * plan.cp * KP;
+    for g in 0..plan.groups {
+        let ug = g * plan.u_group()..(g + 1) * plan.u_group();
+        for blk in 0..plan.nblocks {
+            let t0 = blk * plan.nb;
+            let nbt = plan.nb.min(plan.all_tiles - t0);
+            let ia = InputArgs {
+                plan,
+                x,
+                g,
+                t0,
+                nbt,
+            };
+            // Input transform: one item per channel block, each with its own rows buffer.
+            let v_chunk = plan.p * nbt * CB;
+            let xc_chunk = plan.a * plan.xc_cols * CB;
+            for_chunks2(ctx, (v, v_chunk), (xc, xc_chunk), plan.cbn, |cb, v, xc| {
+                s.input_item::<T>(&ia, cb, v, xc)
+            });
+            let oa = OutputArgs {
+                plan,
+                g,
+                t0,
+                nbt,
+                v,
+                out: &out,
+                epi,
+            };
+            // Products and output transform: one item per panel of output channels. Plain
+            // calls transform each panel of the filter just before its first use (while it
+            // is in cache), into the workspace, for this and the later blocks.
+            let m_chunk = plan.p * nbt * KP;
+            let u_group = &mut u_ws[ug.clone()];
+            for_chunks2(ctx, (mbuf, m_chunk), (u_group, up), plan.kpn, |kp, m, u| {
+                let u: &[f32] = match (prepared, w) {
+                    (Some(pre), _) => &pre[ug.start + kp * up..ug.start + (kp + 1) * up],
+                    (None, AlgoWeights::Plain(w)) => {
+                        if blk == 0 {
+                            let fa = FilterArgs {
+                                plan,
+                                w,
+                                k_first: g * plan.k + kp * KP,
+                                kvalid: KP.min(plan.k - kp * KP),
+                            };
+                            s.filter_item::<T>(&fa, u);
+                        }
+                        u
                     }
-                }
-                let oa = OutputArgs {
-                    plan,
-                    n,
-                    g,
-                    t0,
-                    nbt,
-                    u: ug,
-                    v,
-                    out: &out,
-                    epi,
+                    (None, AlgoWeights::Prepared(_)) => unreachable!("prepared is Some"),
                 };
-                // Products and output transform: one item per panel of output channels.
-                for_chunks(ctx, mbuf, plan.p * nbt * KP, plan.kpn, |kp, m| {
-                    s.output_item::<T>(&oa, kp, m)
-                });
-            }
+                s.output_item::<T>(&oa, u, kp, m)
+            });
         }
     }
     Ok(())
@@ -544,50 +583,71 @@ fn tap(plan: &Plan, r: usize, s: usize) -> usize {
 }
 
 /// Transforms one panel of [`KP`] output channels of the filter into `u` (\[ξ\]\[c\]\[KP\]),
-/// vectorised over output channels, in f32 (plain calls).
+/// vectorised over output channels, in f32 (plain calls). The taps of [`CB`] input channels
+/// are first copied into lanes (each filter's taps for those channels are one contiguous
+/// run in either filter layout), so that w is read in order.
 #[inline(always)]
 pub(crate) fn filter_item<S: Simd, T: Tile>(s: S, fa: &FilterArgs<'_>, u: &mut [f32]) {
     let plan = fa.plan;
     let (a, cp) = (T::A, plan.cp);
     assert!(u.len() >= a * a * cp * KP);
     let taps: [usize; 9] = std::array::from_fn(|t| tap(plan, t / 3, t % 3));
-    for c in 0..cp {
+    // KCRS without gaps: a filter's taps for consecutive input channels are contiguous.
+    let packed_kcrs = plan.ws[1] == 9 && plan.ws[2] == 3 && plan.ws[3] == 1;
+    for c0 in (0..cp).step_by(CB) {
+        let cn = CB.min(plan.c.saturating_sub(c0));
         for h in 0..KP / S::LANES {
-            // The 9 taps of S::LANES filters, one vector per tap.
-            let mut gv = [[0f32; 16]; 9];
-            if c < plan.c {
-                let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
+            // gv[ci][j][l]: tap slot j of input channel c0 + ci of filter h·LANES + l, where
+            // tap t sits in slot order[t].
+            let mut gv = [[[0f32; 16]; 9]; CB];
+            let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
+            let base = (fa.k_first + h * S::LANES) * plan.ws[0] + c0 * plan.ws[1];
+            let order = if packed_kcrs && cn == CB {
+                // The 16 channels' taps of each filter are one run of 144 floats in memory
+                // order: interleave the runs in registers, keep the memory order of taps.
+                if lanes > 0 {
+                    let flat = gv.as_flattened_mut().as_flattened_mut();
+                    s.interleave16(fa.w, base, plan.ws[0], lanes, CB * 9, flat);
+                }
+                taps
+            } else {
                 for l in 0..lanes {
-                    let base = (fa.k_first + h * S::LANES + l) * plan.ws[0] + c * plan.ws[1];
-                    for (gv, off) in gv.iter_mut().zip(&taps) {
-                        gv[l] = fa.w[base + off];
-                    }
-                }
-            }
-            let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[t]));
-            // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
-            let mut t1 = [[s.zero(); 3]; 8];
-            for (i, row) in T::G.iter().enumerate() {
-                for (col, t1) in t1[i].iter_mut().enumerate() {
-                    let mut acc = s.zero();
-                    for (r, &gc) in row.iter().enumerate() {
-                        if gc != 0.0 {
-                            acc = s.fma(s.splat(gc as f32), g[r * 3 + col], acc);
+                    let base = base + l * plan.ws[0];
+                    for (ci, gv) in gv.iter_mut().enumerate().take(cn) {
+                        for (gv, off) in gv.iter_mut().zip(&taps) {
+                            gv[l] = fa.w[base + ci * plan.ws[1] + off];
                         }
                     }
-                    *t1 = acc;
                 }
-            }
-            for (i, t1) in t1.iter().enumerate().take(a) {
-                for (j, grow) in T::G.iter().enumerate() {
-                    let mut acc = s.zero();
-                    for (col, &gc) in grow.iter().enumerate() {
-                        if gc != 0.0 {
-                            acc = s.fma(s.splat(gc as f32), t1[col], acc);
+                std::array::from_fn(|t| t)
+            };
+            for (ci, gv) in gv.iter().enumerate() {
+                let c = c0 + ci;
+                let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[order[t]]));
+                // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
+                let mut t1 = [[s.zero(); 3]; 8];
+                for (i, row) in T::G.iter().enumerate() {
+                    for (col, t1) in t1[i].iter_mut().enumerate() {
+                        let mut acc = s.zero();
+                        for (r, &gc) in row.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), g[r * 3 + col], acc);
+                            }
                         }
+                        *t1 = acc;
                     }
-                    let xi = i * a + j;
-                    s.store(acc, &mut u[(xi * cp + c) * KP + h * S::LANES..]);
+                }
+                for (i, t1) in t1.iter().enumerate().take(a) {
+                    for (j, grow) in T::G.iter().enumerate() {
+                        let mut acc = s.zero();
+                        for (col, &gc) in grow.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), t1[col], acc);
+                            }
+                        }
+                        let xi = i * a + j;
+                        s.store(acc, &mut u[(xi * cp + c) * KP + h * S::LANES..]);
+                    }
                 }
             }
         }
@@ -629,15 +689,22 @@ fn filter_transform_f64<T: Tile>(plan: &Plan, w: &[f32], u: &mut [f32]) {
 /// block `cb` into `xc` (\[row\]\[column\]\[CB\], `plan.xc_cols` columns), zero outside the
 /// image and past the group's channels.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn gather_rows<S: Simd>(
     s: S,
     a: &InputArgs<'_>,
-    cb: usize, th: usize, tc0: usize, ntc: usize, xc: &mut [f32]) {
+    n: usize,
+    cb: usize,
+    th: usize,
+    tc0: usize,
+    ntc: usize,
+    xc: &mut [f32],
+) {
     let pl = a.plan;
     let cols = ntc * pl.m + pl.a - pl.m;
     let ch0 = cb * CB;
     let lanes = CB.min(pl.c - ch0);
-    let xbase = a.n * pl.xs[0] + (a.g * pl.c + ch0) * pl.xs[1];
+    let xbase = n * pl.xs[0] + (a.g * pl.c + ch0) * pl.xs[1];
     let ih0 = (th * pl.m) as i64 - pl.pt;
     let iw0 = (tc0 * pl.m) as i64 - pl.pl;
     for r in 0..pl.a {
@@ -704,9 +771,11 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
     let end = a.t0 + a.nbt;
     let mut t = a.t0;
     while t < end {
-        let (th, tc0) = (t / pl.tw, t % pl.tw);
+        // A run of tiles along one tile row of one image.
+        let (n, ti) = (t / pl.tiles, t % pl.tiles);
+        let (th, tc0) = (ti / pl.tw, ti % pl.tw);
         let ntc = (pl.tw - tc0).min(end - t);
-        gather_rows(s, a, cb, th, tc0, ntc, xc);
+        gather_rows(s, a, n, cb, th, tc0, ntc, xc);
         for i in 0..ntc {
             let tl = t - a.t0 + i;
             for h in 0..CB / S::LANES {
@@ -737,16 +806,22 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
     }
 }
 
-/// Products and output transform of output-channel panel `kp` of one block: `m` receives
-/// the products (\[tile\]\[ξ\]\[KP\]), then each tile is transformed back and stored.
+/// Products and output transform of output-channel panel `kp` of one block, whose
+/// transformed filter is `u` (\[ξ\]\[c\]\[KP\]): `m` receives the products
+/// (\[tile\]\[ξ\]\[KP\]), then each tile is transformed back and stored.
 #[inline(always)]
-pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]) {
+pub(crate) fn output_item<S: Simd, T: Tile>(
+    s: S,
+    a: &OutputArgs<'_>,
+    u: &[f32],
+    kp: usize,
+    m: &mut [f32],
+) {
     let pl = a.plan;
     let (al, mo) = (T::A, T::M);
     let pos = al * al;
     let (cp, nbt) = (pl.cp, a.nbt);
-    let up = pos * cp * KP;
-    let u = &a.u[kp * up..(kp + 1) * up];
+    let u = &u[..pos * cp * KP];
     let b_cb_stride = pos * nbt * CB;
     assert!(a.v.len() >= pl.cbn * b_cb_stride && m.len() >= nbt * pos * KP);
     // Panels of at most NR_MAX tiles, as even as possible.
@@ -810,7 +885,11 @@ pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize,
                     }
                 }
             }
-            store_tile(a, a.t0 + tl, k0, &vals, mo);
+            match mo {
+                2 => store_tile::<2>(a, a.t0 + tl, k0, &vals),
+                4 => store_tile::<4>(a, a.t0 + tl, k0, &vals),
+                _ => store_tile::<6>(a, a.t0 + tl, k0, &vals),
+            }
         }
     }
 }
@@ -819,16 +898,18 @@ pub(crate) fn output_item<S: Simd, T: Tile>(s: S, a: &OutputArgs<'_>, kp: usize,
 /// the group) to y through the epilogue, clipped to the image and the group's channels.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `l` picks a lane inside each vector: a transpose
-fn store_tile(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36], m: usize) {
+fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36]) {
+    let m = M;
     let pl = a.plan;
-    let (th, tc) = (t / pl.tw, t % pl.tw);
+    let (n, ti) = (t / pl.tiles, t % pl.tiles);
+    let (th, tc) = (ti / pl.tw, ti % pl.tw);
     let (oh0, ow0) = (th * m, tc * m);
     let rows = m.min(pl.oh - oh0);
     let cols = m.min(pl.ow - ow0);
     let lanes = CB.min(pl.k - k0);
     let kg = a.g * pl.k + k0;
     let ys = pl.ys;
-    let base = a.n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
+    let base = n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
     let epi = a.epi;
     let identity = epi.is_identity();
     let out = a.out;
@@ -851,10 +932,17 @@ fn store_tile(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36], m
         for l in 0..lanes {
             for i in 0..rows {
                 let off = base + l * ys[1] + i * ys[2];
-                for j in 0..cols {
-                    // SAFETY: as above. (Element by element: a run this short would cost a
-                    // library call as a slice copy.)
-                    unsafe { out.write(off + j, vals[i * m + j][l]) };
+                if cols == M {
+                    // A full row: a copy of compile-time length, inlined.
+                    let row: [f32; M] = std::array::from_fn(|j| vals[i * M + j][l]);
+                    // SAFETY: as above.
+                    unsafe { out.write_slice(off, &row) };
+                } else {
+                    for j in 0..cols {
+                        // SAFETY: as above. (Element by element: a copy of a runtime length
+                        // this short would be a library call.)
+                        unsafe { out.write(off + j, vals[i * M + j][l]) };
+                    }
                 }
             }
         }
@@ -981,6 +1069,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn prepared_filter_header_is_checked() {
+        let p = crate::ProblemSpec::parse("mb1ic8ih6oc8kh3ph1")
+            .unwrap()
+            .to_problem(crate::Layout::Nchw)
+            .unwrap();
+        let plan = Plan::new(&p, 4).unwrap();
+        let mut data = vec![0.0f32; plan.u_len + PREPARED_HEADER];
+        // Every offset a prepare may pick (1 ..= 16, whatever the allocation's alignment).
+        for off in 1..=PREPARED_HEADER {
+            data[0] = off as f32;
+            data[off] = 7.0;
+            assert_eq!(prepared_filter(&plan, &data).unwrap()[0], 7.0);
+            data[off] = 0.0;
+        }
+        for off in [0.0, 17.0, -1.0, f32::NAN] {
+            data[0] = off;
+            assert!(prepared_filter(&plan, &data).is_err(), "{off}");
+        }
+        data[0] = 1.0;
+        assert!(prepared_filter(&plan, &data[1..]).is_err());
     }
 
     #[test]

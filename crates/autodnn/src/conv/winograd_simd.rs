@@ -93,7 +93,7 @@ pub(crate) trait Family: Simd {
     /// Converts and input-transforms one channel block of one tile block.
     fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]);
     /// Products and output transform of one panel of output channels of one tile block.
-    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]);
+    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]);
     /// Transforms the filter of one panel of output channels (plain calls).
     fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]);
 }
@@ -123,13 +123,13 @@ macro_rules! family_entries {
                 // (see its constructor).
                 unsafe { inner::<T>(self, a, cb, v, xc) }
             }
-            fn output_item<T: Tile>(self, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]) {
+            fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
                 #[target_feature(enable = $features)]
-                fn inner<T: Tile>(s: $ty, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]) {
-                    winograd::output_item::<$ty, T>(s, a, kp, m)
+                fn inner<T: Tile>(s: $ty, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
+                    winograd::output_item::<$ty, T>(s, a, u, kp, m)
                 }
                 // SAFETY: as above.
-                unsafe { inner::<T>(self, a, kp, m) }
+                unsafe { inner::<T>(self, a, u, kp, m) }
             }
             fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]) {
                 #[target_feature(enable = $features)]
@@ -220,8 +220,8 @@ impl Family for Portable<false> {
     fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]) {
         winograd::input_item::<Self, T>(self, a, cb, v, xc)
     }
-    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, kp: usize, m: &mut [f32]) {
-        winograd::output_item::<Self, T>(self, a, kp, m)
+    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
+        winograd::output_item::<Self, T>(self, a, u, kp, m)
     }
     fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]) {
         winograd::filter_item::<Self, T>(self, a, u)
