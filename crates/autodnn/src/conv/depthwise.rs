@@ -896,7 +896,9 @@ unsafe fn plane_fast<
                     let mut acc = [S::zero(); ROWS];
                     unroll!(24: d < (ROWS - 1) * SH + R, {
                         let rm = (valid >> d & 1).wrapping_neg();
-                        let roff = (ih0 + d as isize) * a.xrow;
+                        // Rows outside the image point at the plane: a masked access to an
+                        // address in an unmapped page costs a microcode assist on some CPUs.
+                        let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
                         let (row, row1) = (xk.wrapping_offset(roff), xk1.wrapping_offset(roff));
                         for s in 0..C {
                             let ld = col[1 + s];
@@ -913,6 +915,9 @@ unsafe fn plane_fast<
                                 }
                             }
                         }
+                        for acc in acc.iter_mut() {
+                            *acc = S::pin(*acc);
+                        }
                     });
                     for acc in acc.iter_mut() {
                         *acc = S::pin(*acc);
@@ -923,8 +928,11 @@ unsafe fn plane_fast<
                     // branch would let the compiler sink their sums into it and spill the
                     // loads they share.
                     unroll!(24: i < ROWS, {
-                        let m = if i < nrows { m } else { 0 };
-                        let off = row0 + i as isize * a.yrow + out.off;
+                        let (m, off) = if i < nrows {
+                            (m, row0 + i as isize * a.yrow + out.off)
+                        } else {
+                            (0, 0)
+                        };
                         let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
                         if PAIR {
                             let (y1, z1) = (yk1.wrapping_offset(off), zk1.wrapping_offset(off));
@@ -978,7 +986,11 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
                                 } else {
                                     0
                                 };
-                                let p = xk.wrapping_offset(ih * a.xrow + ld.off);
+                                let p = if rm != 0 {
+                                    xk.wrapping_offset(ih * a.xrow + ld.off)
+                                } else {
+                                    xk
+                                };
                                 let xv = match STEP {
                                     1 => S::load(p, ld.m0 & rm),
                                     2 => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
@@ -1071,11 +1083,19 @@ unsafe fn cl_fast<
                     let xb = a.x.wrapping_add(k0);
                     let mut acc = [[S::zero(); T]; TR];
                     unroll!(12: d < (TR - 1) * SW + R, {
-                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
+                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         unroll!(12: e < (T - 1) * SW + C, {
-                            let p = row.wrapping_offset((iw0 + e as isize) * a.xcol);
-                            let xv = S::load(p, rm & (vcols >> e & 1).wrapping_neg());
+                            // Pixels outside the image read nothing, at the image's first
+                            // pixel: a masked access to an address in an unmapped page costs
+                            // a microcode assist on some CPUs.
+                            let mm = rm & (vcols >> e & 1).wrapping_neg();
+                            let p = if mm != 0 {
+                                row.wrapping_offset((iw0 + e as isize) * a.xcol)
+                            } else {
+                                xb
+                            };
+                            let xv = S::load(p, mm);
                             unroll!(8: i < TR, {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
@@ -1086,6 +1106,11 @@ unsafe fn cl_fast<
                                         }
                                     });
                                 }
+                            });
+                        });
+                        unroll!(8: i < TR, {
+                            unroll!(8: t < T, {
+                                acc[i][t] = S::pin(acc[i][t]);
                             });
                         });
                     });
@@ -1099,8 +1124,11 @@ unsafe fn cl_fast<
                     unroll!(8: i < TR, {
                         let row = (oh0 + i) as isize * a.yrow + k0 as isize;
                         unroll!(8: t < T, {
-                            let m = if i < nrows && t < nt { m } else { 0 };
-                            let off = row + (ow0 + t) as isize * a.ycol;
+                            let (m, off) = if i < nrows && t < nt {
+                                (m, row + (ow0 + t) as isize * a.ycol)
+                            } else {
+                                (0, 0)
+                            };
                             let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
                             store_out(&epi, acc[i][t], bias, y, z, m);
                         });
@@ -1150,12 +1178,11 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                             let wv = S::load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
                             for (t, acc) in acc.iter_mut().enumerate() {
                                 let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
-                                let mt = if t < nt && (0..a.w).contains(&iw) {
-                                    m
+                                let (mt, p) = if t < nt && (0..a.w).contains(&iw) {
+                                    (m, row.wrapping_offset(iw * a.xcol))
                                 } else {
-                                    0
+                                    (0, row)
                                 };
-                                let p = row.wrapping_offset(iw * a.xcol);
                                 let xv = match a.idx.get(b - a.b0) {
                                     None => S::load(p, mt),
                                     Some(idx) => S::load_idx(p, idx, mt),
@@ -1331,8 +1358,10 @@ mod simd {
         unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
         /// p\[l\] = lane l where bit l of m is set.
         unsafe fn store(p: *mut f32, v: Self::V, m: u32);
-        /// `v`, computed here: the compiler may not move its computation past this point
-        /// (into the branches of the stores that use it).
+        /// `v`, computed here: the compiler may neither move its computation past this point
+        /// (into the branches of the stores that use it) nor move loads across it. Pinning
+        /// the accumulators after each input row keeps the compiler from hoisting every load
+        /// of an unrolled kernel to its start, where they no longer fit in registers.
         #[inline(always)]
         unsafe fn pin(v: Self::V) -> Self::V {
             v
@@ -1482,8 +1511,9 @@ mod simd {
         use super::Simd;
 
         /// An empty `asm!` that takes and returns `v` in a register: a value the optimiser
-        /// cannot see through, so the code computing it stays before it. Inlined into the
-        /// AVX-512 kernels.
+        /// cannot see through, so the code computing it stays before it; as it may access
+        /// memory (for all the compiler knows), loads stay on their side of it. Inlined into
+        /// the AVX-512 kernels.
         ///
         /// # Safety
         /// AVX-512F.
@@ -1492,7 +1522,7 @@ mod simd {
         unsafe fn pin512(mut v: __m512) -> __m512 {
             // SAFETY: an empty template: nothing runs.
             unsafe {
-                std::arch::asm!("/* {0} */", inout(zmm_reg) v, options(pure, nomem, nostack, preserves_flags))
+                std::arch::asm!("/* {0} */", inout(zmm_reg) v, options(nostack, preserves_flags))
             };
             v
         }
@@ -1506,7 +1536,7 @@ mod simd {
         unsafe fn pin256(mut v: __m256) -> __m256 {
             // SAFETY: an empty template: nothing runs.
             unsafe {
-                std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(pure, nomem, nostack, preserves_flags))
+                std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(nostack, preserves_flags))
             };
             v
         }
