@@ -52,6 +52,9 @@ const ITEMS_PER_THREAD: usize = 4;
 /// Channel blocks (of one vector each) per NHWC-like work item: the weights of these blocks are
 /// reordered once per item, and an output row of all of them is written before the next row.
 const CL_CHUNK_BLOCKS: usize = 8;
+/// Fewest channel blocks for which NHWC-like blocks are shifted to x's vector alignment: the
+/// shift adds a block, which unaligned loads cost more than from about 8 blocks on.
+const MIN_BLOCKS_TO_ALIGN: usize = 8;
 /// Output rows per pass of the generic NCHW-like kernel.
 const GENERIC_ROWS: usize = 4;
 /// Outputs per group of the generic NHWC-like kernel.
@@ -526,6 +529,8 @@ struct ClJob<'a> {
     k: usize,
     /// Channel multiplier: output channel k reads input channel k / mult.
     mult: usize,
+    /// Block b covers channels b·L − shift .. b·L − shift + L (see [`align_shift`]).
+    shift: usize,
     b0: usize,
     b1: usize,
     /// Image n of y and of z (the residual, or y itself).
@@ -546,13 +551,30 @@ struct ClJob<'a> {
 }
 
 impl ClJob<'_> {
-    /// Channel block b's first channel and lanes.
+    /// Channel block b's first channel (negative for a first block that starts before
+    /// channel 0, see [`align_shift`]) and the lanes that hold channels.
     #[inline(always)]
-    fn block(&self, b: usize, lanes: usize) -> (usize, u32) {
-        let k0 = b * lanes;
-        let nl = lanes.min(self.k - k0);
-        (k0, if nl >= 32 { u32::MAX } else { (1 << nl) - 1 })
+    fn block(&self, b: usize, lanes: usize) -> (isize, u32) {
+        let k0 = (b * lanes) as isize - self.shift as isize;
+        let lo = (-k0).max(0) as u32;
+        let hi = (self.k as isize - k0).min(lanes as isize) as u32;
+        let upto = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+        (k0, upto(hi) & !upto(lo))
     }
+}
+
+/// Channels by which the NHWC-like blocks are shifted (block b starts at channel
+/// b·lanes − shift) so that their vectors of x start on a vector boundary: unaligned loads
+/// straddle two cache lines. 0 unless every pixel of x starts at the same offset within a
+/// vector (its strides are multiples of `lanes`), M = 1, and there are at least
+/// [`MIN_BLOCKS_TO_ALIGN`] blocks (a shift adds one, partly empty).
+fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
+    let addr = x.as_ptr() as usize;
+    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]].iter().all(|s| s % lanes == 0);
+    if g.mult != 1 || !strides_ok || addr % 4 != 0 || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
+        return 0;
+    }
+    (addr / 4) % lanes
 }
 
 /// An NHWC-like kernel; its safety contract is that of [`PlaneFn`].
@@ -579,7 +601,8 @@ fn channels_last(
         Some(f) => set.cl_fast[f][g.sw - 1],
         None => set.cl_generic,
     };
-    let blocks = g.k.div_ceil(lanes);
+    let shift = align_shift(g, x, lanes);
+    let blocks = (g.k + shift).div_ceil(lanes);
     let chunks = blocks.div_ceil(CL_CHUNK_BLOCKS);
     // Row parts: enough items for the threads.
     let parts = if ctx.threads > 1 {
@@ -606,8 +629,12 @@ fn channels_last(
                 scratch.clear();
                 scratch.resize((b1 - b0) * taps * lanes, 0.0);
                 for (bi, b) in (b0..b1).enumerate() {
-                    for lane in 0..lanes.min(g.k - b * lanes) {
-                        let src = &w[(b * lanes + lane) * taps..][..taps];
+                    for lane in 0..lanes {
+                        let Some(k) = (b * lanes + lane).checked_sub(shift).filter(|&k| k < g.k)
+                        else {
+                            continue;
+                        };
+                        let src = &w[k * taps..][..taps];
                         for t in 0..taps {
                             scratch[(bi * taps + t) * lanes + lane] = src[g.tap_index(t)];
                         }
@@ -615,7 +642,12 @@ fn channels_last(
                 }
                 (scratch.as_ptr(), taps * lanes, lanes)
             }
-            ClWeights::Prepared(p) => (p[b0 * lanes..].as_ptr(), lanes, g.k),
+            // Lanes before channel 0 (a shifted first block) are never read.
+            ClWeights::Prepared(p) => (
+                p.as_ptr().wrapping_add(b0 * lanes).wrapping_sub(shift),
+                lanes,
+                g.k,
+            ),
         };
         let idx: Vec<[isize; 16]> = if g.mult > 1 {
             (b0..b1)
@@ -647,6 +679,7 @@ fn channels_last(
             oh1: ((part + 1) * rows_per).min(g.oh),
             k: g.k,
             mult: g.mult,
+            shift,
             b0,
             b1,
             y,
@@ -1078,9 +1111,9 @@ unsafe fn cl_fast<
                     let bias = if a.bias.is_null() {
                         S::zero()
                     } else {
-                        S::load(a.bias.wrapping_add(k0), m)
+                        S::load(a.bias.wrapping_offset(k0), m)
                     };
-                    let xb = a.x.wrapping_add(k0);
+                    let xb = a.x.wrapping_offset(k0);
                     let mut acc = [[S::zero(); T]; TR];
                     unroll!(12: d < (TR - 1) * SW + R, {
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
@@ -1122,7 +1155,7 @@ unsafe fn cl_fast<
                     // Outputs past the image's end: an empty mask, not a branch (see
                     // `plane_fast`).
                     unroll!(8: i < TR, {
-                        let row = (oh0 + i) as isize * a.yrow + k0 as isize;
+                        let row = (oh0 + i) as isize * a.yrow + k0;
                         unroll!(8: t < T, {
                             let (m, off) = if i < nrows && t < nt {
                                 (m, row + (ow0 + t) as isize * a.ycol)
@@ -1164,9 +1197,10 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                     let bias = if a.bias.is_null() {
                         S::zero()
                     } else {
-                        S::load(a.bias.wrapping_add(k0), m)
+                        S::load(a.bias.wrapping_offset(k0), m)
                     };
-                    let xb = a.x.wrapping_add(k0 / a.mult);
+                    // M > 1 has no shift: k0 >= 0.
+                    let xb = a.x.wrapping_add(k0 as usize / a.mult);
                     let mut acc = [S::zero(); GENERIC_COLS];
                     for r in 0..a.r {
                         let ih = ih0 + r as isize * a.dh;
@@ -1193,7 +1227,7 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                     }
                     for (t, acc) in acc.iter().enumerate() {
                         if t < nt {
-                            let off = (ow0 + t) as isize * a.ycol + k0 as isize;
+                            let off = (ow0 + t) as isize * a.ycol + k0;
                             let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
                             store_out(&epi, *acc, bias, y, z, m);
                         }
