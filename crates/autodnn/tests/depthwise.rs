@@ -412,3 +412,61 @@ fn registered_before_direct() {
     let a = conv::find(ALGO).unwrap();
     assert!(a.deterministic());
 }
+
+/// NHWC-like blocks start where x's vectors are aligned, wherever x lies: every offset of x
+/// and y within a cache line, with a bias and a residual at their own offsets, and prepared
+/// weights.
+#[test]
+fn any_buffer_alignment() {
+    let h = Handle::with_threads(2).unwrap();
+    for (i, k) in [
+        case(144, 1, [5, 6], [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+        case(160, 1, [6, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
+        case(131, 1, [4, 5], [5, 5], [1, 1], [1, 1], [2, 2, 2, 2]),
+        case(48, 1, [9, 10], [3, 3], [1, 1], [1, 1], [1, 1, 1, 1]),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let epi = Epilogue {
+            bias: true,
+            residual: true,
+            act: Activation::Relu,
+        };
+        let p = problem(
+            k,
+            2,
+            Layout::Nhwc,
+            false,
+            ConvMode::CrossCorrelation,
+            FilterLayout::Krsc,
+        )
+        .with_epilogue(epi);
+        let (xs, ys) = (p.x().span(), p.y().span());
+        let xbuf = int_data(xs + 16, i as u64);
+        let w = int_data(p.w().elements(), 50 + i as u64);
+        let bias = int_data(p.w().k() + 16, 60 + i as u64);
+        let zbuf = int_data(ys + 16, 70 + i as u64);
+        let prepared = h.prepare_weights(&p, ALGO, &w).unwrap();
+        for off in 0..16 {
+            let (yo, zo, bo) = ((off * 5) % 16, (off * 3) % 16, (off * 7) % 16);
+            let x = &xbuf[off..off + xs];
+            let z = &zbuf[zo..zo + ys];
+            let b = &bias[bo..bo + p.w().k()];
+            let r = reference::conv_forward_fused(&p, x, &w, 1.0, 1.0, Some(b), Some(z)).unwrap();
+            let args = EpilogueArgs::new(1.0, 1.0).with_bias(b).with_residual(z);
+            for weights in [Weights::Plain(&w), Weights::Prepared(&prepared)] {
+                let mut ybuf = vec![f32::NAN; ys + 16];
+                let y = &mut ybuf[yo..yo + ys];
+                h.conv_forward_ex(&p, ALGO, x, weights, y, &args, None)
+                    .unwrap();
+                assert_exact(&p, y, &r, &format!("{k:?} x+{off} y+{yo} z+{zo} bias+{bo}"));
+                // Nothing outside y was written.
+                assert!(ybuf[..yo]
+                    .iter()
+                    .chain(&ybuf[yo + ys..])
+                    .all(|v| v.is_nan()));
+            }
+        }
+    }
+}

@@ -52,6 +52,9 @@ const ITEMS_PER_THREAD: usize = 4;
 /// Channel blocks (of one vector each) per NHWC-like work item: the weights of these blocks are
 /// reordered once per item, and an output row of all of them is written before the next row.
 const CL_CHUNK_BLOCKS: usize = 8;
+/// Fewest channel blocks for which NHWC-like blocks are shifted to x's vector alignment: the
+/// shift adds a block, which unaligned loads cost more than from about 8 blocks on.
+const MIN_BLOCKS_TO_ALIGN: usize = 8;
 /// Output rows per pass of the generic NCHW-like kernel.
 const GENERIC_ROWS: usize = 4;
 /// Outputs per group of the generic NHWC-like kernel.
@@ -526,6 +529,8 @@ struct ClJob<'a> {
     k: usize,
     /// Channel multiplier: output channel k reads input channel k / mult.
     mult: usize,
+    /// Block b covers channels b·L − shift .. b·L − shift + L (see [`align_shift`]).
+    shift: usize,
     b0: usize,
     b1: usize,
     /// Image n of y and of z (the residual, or y itself).
@@ -546,13 +551,30 @@ struct ClJob<'a> {
 }
 
 impl ClJob<'_> {
-    /// Channel block b's first channel and lanes.
+    /// Channel block b's first channel (negative for a first block that starts before
+    /// channel 0, see [`align_shift`]) and the lanes that hold channels.
     #[inline(always)]
-    fn block(&self, b: usize, lanes: usize) -> (usize, u32) {
-        let k0 = b * lanes;
-        let nl = lanes.min(self.k - k0);
-        (k0, if nl >= 32 { u32::MAX } else { (1 << nl) - 1 })
+    fn block(&self, b: usize, lanes: usize) -> (isize, u32) {
+        let k0 = (b * lanes) as isize - self.shift as isize;
+        let lo = (-k0).max(0) as u32;
+        let hi = (self.k as isize - k0).min(lanes as isize) as u32;
+        let upto = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+        (k0, upto(hi) & !upto(lo))
     }
+}
+
+/// Channels by which the NHWC-like blocks are shifted (block b starts at channel
+/// b·lanes − shift) so that their vectors of x start on a vector boundary: unaligned loads
+/// straddle two cache lines. 0 unless every pixel of x starts at the same offset within a
+/// vector (its strides are multiples of `lanes`), M = 1, and there are at least
+/// [`MIN_BLOCKS_TO_ALIGN`] blocks (a shift adds one, partly empty).
+fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
+    let addr = x.as_ptr() as usize;
+    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]].iter().all(|s| s % lanes == 0);
+    if g.mult != 1 || !strides_ok || addr % 4 != 0 || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
+        return 0;
+    }
+    (addr / 4) % lanes
 }
 
 /// An NHWC-like kernel; its safety contract is that of [`PlaneFn`].
@@ -579,7 +601,8 @@ fn channels_last(
         Some(f) => set.cl_fast[f][g.sw - 1],
         None => set.cl_generic,
     };
-    let blocks = g.k.div_ceil(lanes);
+    let shift = align_shift(g, x, lanes);
+    let blocks = (g.k + shift).div_ceil(lanes);
     let chunks = blocks.div_ceil(CL_CHUNK_BLOCKS);
     // Row parts: enough items for the threads.
     let parts = if ctx.threads > 1 {
@@ -606,8 +629,12 @@ fn channels_last(
                 scratch.clear();
                 scratch.resize((b1 - b0) * taps * lanes, 0.0);
                 for (bi, b) in (b0..b1).enumerate() {
-                    for lane in 0..lanes.min(g.k - b * lanes) {
-                        let src = &w[(b * lanes + lane) * taps..][..taps];
+                    for lane in 0..lanes {
+                        let Some(k) = (b * lanes + lane).checked_sub(shift).filter(|&k| k < g.k)
+                        else {
+                            continue;
+                        };
+                        let src = &w[k * taps..][..taps];
                         for t in 0..taps {
                             scratch[(bi * taps + t) * lanes + lane] = src[g.tap_index(t)];
                         }
@@ -615,7 +642,12 @@ fn channels_last(
                 }
                 (scratch.as_ptr(), taps * lanes, lanes)
             }
-            ClWeights::Prepared(p) => (p[b0 * lanes..].as_ptr(), lanes, g.k),
+            // Lanes before channel 0 (a shifted first block) are never read.
+            ClWeights::Prepared(p) => (
+                p.as_ptr().wrapping_add(b0 * lanes).wrapping_sub(shift),
+                lanes,
+                g.k,
+            ),
         };
         let idx: Vec<[isize; 16]> = if g.mult > 1 {
             (b0..b1)
@@ -647,6 +679,7 @@ fn channels_last(
             oh1: ((part + 1) * rows_per).min(g.oh),
             k: g.k,
             mult: g.mult,
+            shift,
             b0,
             b1,
             y,
@@ -896,7 +929,9 @@ unsafe fn plane_fast<
                     let mut acc = [S::zero(); ROWS];
                     unroll!(24: d < (ROWS - 1) * SH + R, {
                         let rm = (valid >> d & 1).wrapping_neg();
-                        let roff = (ih0 + d as isize) * a.xrow;
+                        // Rows outside the image point at the plane: a masked access to an
+                        // address in an unmapped page costs a microcode assist on some CPUs.
+                        let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
                         let (row, row1) = (xk.wrapping_offset(roff), xk1.wrapping_offset(roff));
                         for s in 0..C {
                             let ld = col[1 + s];
@@ -913,6 +948,9 @@ unsafe fn plane_fast<
                                 }
                             }
                         }
+                        for acc in acc.iter_mut() {
+                            *acc = S::pin(*acc);
+                        }
                     });
                     for acc in acc.iter_mut() {
                         *acc = S::pin(*acc);
@@ -923,8 +961,11 @@ unsafe fn plane_fast<
                     // branch would let the compiler sink their sums into it and spill the
                     // loads they share.
                     unroll!(24: i < ROWS, {
-                        let m = if i < nrows { m } else { 0 };
-                        let off = row0 + i as isize * a.yrow + out.off;
+                        let (m, off) = if i < nrows {
+                            (m, row0 + i as isize * a.yrow + out.off)
+                        } else {
+                            (0, 0)
+                        };
                         let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
                         if PAIR {
                             let (y1, z1) = (yk1.wrapping_offset(off), zk1.wrapping_offset(off));
@@ -978,7 +1019,11 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
                                 } else {
                                     0
                                 };
-                                let p = xk.wrapping_offset(ih * a.xrow + ld.off);
+                                let p = if rm != 0 {
+                                    xk.wrapping_offset(ih * a.xrow + ld.off)
+                                } else {
+                                    xk
+                                };
                                 let xv = match STEP {
                                     1 => S::load(p, ld.m0 & rm),
                                     2 => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
@@ -1066,16 +1111,24 @@ unsafe fn cl_fast<
                     let bias = if a.bias.is_null() {
                         S::zero()
                     } else {
-                        S::load(a.bias.wrapping_add(k0), m)
+                        S::load(a.bias.wrapping_offset(k0), m)
                     };
-                    let xb = a.x.wrapping_add(k0);
+                    let xb = a.x.wrapping_offset(k0);
                     let mut acc = [[S::zero(); T]; TR];
                     unroll!(12: d < (TR - 1) * SW + R, {
-                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
+                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         unroll!(12: e < (T - 1) * SW + C, {
-                            let p = row.wrapping_offset((iw0 + e as isize) * a.xcol);
-                            let xv = S::load(p, rm & (vcols >> e & 1).wrapping_neg());
+                            // Pixels outside the image read nothing, at the image's first
+                            // pixel: a masked access to an address in an unmapped page costs
+                            // a microcode assist on some CPUs.
+                            let mm = rm & (vcols >> e & 1).wrapping_neg();
+                            let p = if mm != 0 {
+                                row.wrapping_offset((iw0 + e as isize) * a.xcol)
+                            } else {
+                                xb
+                            };
+                            let xv = S::load(p, mm);
                             unroll!(8: i < TR, {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
@@ -1088,6 +1141,11 @@ unsafe fn cl_fast<
                                 }
                             });
                         });
+                        unroll!(8: i < TR, {
+                            unroll!(8: t < T, {
+                                acc[i][t] = S::pin(acc[i][t]);
+                            });
+                        });
                     });
                     unroll!(8: i < TR, {
                         unroll!(8: t < T, {
@@ -1097,10 +1155,13 @@ unsafe fn cl_fast<
                     // Outputs past the image's end: an empty mask, not a branch (see
                     // `plane_fast`).
                     unroll!(8: i < TR, {
-                        let row = (oh0 + i) as isize * a.yrow + k0 as isize;
+                        let row = (oh0 + i) as isize * a.yrow + k0;
                         unroll!(8: t < T, {
-                            let m = if i < nrows && t < nt { m } else { 0 };
-                            let off = row + (ow0 + t) as isize * a.ycol;
+                            let (m, off) = if i < nrows && t < nt {
+                                (m, row + (ow0 + t) as isize * a.ycol)
+                            } else {
+                                (0, 0)
+                            };
                             let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
                             store_out(&epi, acc[i][t], bias, y, z, m);
                         });
@@ -1136,9 +1197,10 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                     let bias = if a.bias.is_null() {
                         S::zero()
                     } else {
-                        S::load(a.bias.wrapping_add(k0), m)
+                        S::load(a.bias.wrapping_offset(k0), m)
                     };
-                    let xb = a.x.wrapping_add(k0 / a.mult);
+                    // M > 1 has no shift: k0 >= 0.
+                    let xb = a.x.wrapping_add(k0 as usize / a.mult);
                     let mut acc = [S::zero(); GENERIC_COLS];
                     for r in 0..a.r {
                         let ih = ih0 + r as isize * a.dh;
@@ -1150,12 +1212,11 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                             let wv = S::load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
                             for (t, acc) in acc.iter_mut().enumerate() {
                                 let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
-                                let mt = if t < nt && (0..a.w).contains(&iw) {
-                                    m
+                                let (mt, p) = if t < nt && (0..a.w).contains(&iw) {
+                                    (m, row.wrapping_offset(iw * a.xcol))
                                 } else {
-                                    0
+                                    (0, row)
                                 };
-                                let p = row.wrapping_offset(iw * a.xcol);
                                 let xv = match a.idx.get(b - a.b0) {
                                     None => S::load(p, mt),
                                     Some(idx) => S::load_idx(p, idx, mt),
@@ -1166,7 +1227,7 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                     }
                     for (t, acc) in acc.iter().enumerate() {
                         if t < nt {
-                            let off = (ow0 + t) as isize * a.ycol + k0 as isize;
+                            let off = (ow0 + t) as isize * a.ycol + k0;
                             let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
                             store_out(&epi, *acc, bias, y, z, m);
                         }
@@ -1331,8 +1392,10 @@ mod simd {
         unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
         /// p\[l\] = lane l where bit l of m is set.
         unsafe fn store(p: *mut f32, v: Self::V, m: u32);
-        /// `v`, computed here: the compiler may not move its computation past this point
-        /// (into the branches of the stores that use it).
+        /// `v`, computed here: the compiler may neither move its computation past this point
+        /// (into the branches of the stores that use it) nor move loads across it. Pinning
+        /// the accumulators after each input row keeps the compiler from hoisting every load
+        /// of an unrolled kernel to its start, where they no longer fit in registers.
         #[inline(always)]
         unsafe fn pin(v: Self::V) -> Self::V {
             v
@@ -1482,8 +1545,9 @@ mod simd {
         use super::Simd;
 
         /// An empty `asm!` that takes and returns `v` in a register: a value the optimiser
-        /// cannot see through, so the code computing it stays before it. Inlined into the
-        /// AVX-512 kernels.
+        /// cannot see through, so the code computing it stays before it; as it may access
+        /// memory (for all the compiler knows), loads stay on their side of it. Inlined into
+        /// the AVX-512 kernels.
         ///
         /// # Safety
         /// AVX-512F.
@@ -1492,7 +1556,7 @@ mod simd {
         unsafe fn pin512(mut v: __m512) -> __m512 {
             // SAFETY: an empty template: nothing runs.
             unsafe {
-                std::arch::asm!("/* {0} */", inout(zmm_reg) v, options(pure, nomem, nostack, preserves_flags))
+                std::arch::asm!("/* {0} */", inout(zmm_reg) v, options(nostack, preserves_flags))
             };
             v
         }
@@ -1506,7 +1570,7 @@ mod simd {
         unsafe fn pin256(mut v: __m256) -> __m256 {
             // SAFETY: an empty template: nothing runs.
             unsafe {
-                std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(pure, nomem, nostack, preserves_flags))
+                std::arch::asm!("/* {0} */", inout(ymm_reg) v, options(nostack, preserves_flags))
             };
             v
         }
