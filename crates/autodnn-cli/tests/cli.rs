@@ -932,8 +932,13 @@ fn epilogue_flags_are_checked() {
     let results = lines[0]["results"].as_array().unwrap();
     let direct = results.iter().find(|r| r["algo"] == "direct").unwrap();
     assert_eq!(direct["max_rel_err"], 0.0, "{out}");
-    // Every algorithm passes the check (transformed-domain ones within their bound).
-    assert!(results.iter().all(|r| r["status"] == "ok"), "{out}");
+    // Every algorithm that accepts the problem passes the check (transformed-domain ones
+    // within their bound); none fails.
+    assert!(results.iter().all(|r| r["status"] != "failed"), "{out}");
+    assert!(
+        results.iter().filter(|r| r["status"] == "ok").count() > 1,
+        "{out}"
+    );
 }
 
 #[test]
