@@ -929,7 +929,16 @@ fn epilogue_flags_are_checked() {
         "1",
     ]);
     let lines = json_lines(&out);
-    assert_eq!(lines[0]["results"][0]["max_rel_err"], 0.0, "{out}");
+    let results = lines[0]["results"].as_array().unwrap();
+    let direct = results.iter().find(|r| r["algo"] == "direct").unwrap();
+    assert_eq!(direct["max_rel_err"], 0.0, "{out}");
+    // Every algorithm that accepts the problem passes the check (transformed-domain ones
+    // within their bound); none fails.
+    assert!(results.iter().all(|r| r["status"] != "failed"), "{out}");
+    assert!(
+        results.iter().filter(|r| r["status"] == "ok").count() > 1,
+        "{out}"
+    );
 }
 
 #[test]

@@ -63,3 +63,14 @@ impl<'a> SharedOut<'a> {
         unsafe { self.ptr.add(i).write(v) }
     }
 }
+
+impl SharedOut<'_> {
+    /// The first element's address, for kernels that store whole vectors at once.
+    ///
+    /// Writing through it is subject to the same contract as [`SharedOut::write`]: only
+    /// elements of the borrowed slice, and only ones no other thread accesses meanwhile.
+    #[inline]
+    pub(crate) fn as_mut_ptr(&self) -> *mut f32 {
+        self.ptr
+    }
+}

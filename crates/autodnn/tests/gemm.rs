@@ -373,6 +373,8 @@ fn results_do_not_depend_on_thread_count() {
             (70, 900, 300, Lay::Col),
             (900, 40, 350, Lay::RowPad),
             (120, 130, 200, Lay::Row),
+            // Above THRESHOLDS.shared_b_min_fmas: the threads share packed B panels.
+            (800, 790, 740, Lay::Row),
         ] {
             let case = Case {
                 m,

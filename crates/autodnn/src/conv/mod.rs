@@ -7,10 +7,22 @@
 //! is the end of every fallback chain. Code that chooses among algorithms works over this list
 //! and never names an algorithm.
 
+mod depthwise;
 mod direct;
 mod epilogue;
+mod fft;
+mod fft_tiling;
+mod gemm;
+mod im2col;
+mod implicit_gemm;
 mod prepared;
 mod registry;
+mod spectral;
+mod winograd;
+mod winograd_2x2;
+mod winograd_4x4;
+mod winograd_6x6;
+mod winograd_simd;
 
 pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};

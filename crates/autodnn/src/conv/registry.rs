@@ -1,11 +1,27 @@
 //! The ordered list of forward-convolution algorithms: most specialised first, `direct` last.
 //! Adding an algorithm is one file plus one line here.
 
+use super::depthwise::Depthwise;
 use super::direct::Direct;
+use super::fft::Fft;
+use super::fft_tiling::FftTiling;
+use super::gemm::GemmConv;
+use super::implicit_gemm::ImplicitGemm;
+use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 
-static ALGORITHMS: &[&dyn ConvAlgorithm] = &[&Direct];
+static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
+    &Depthwise,
+    &WINOGRAD_4X4,
+    &WINOGRAD_6X6,
+    &WINOGRAD_2X2,
+    &FftTiling,
+    &Fft,
+    &ImplicitGemm,
+    &GemmConv,
+    &Direct,
+];
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {

@@ -119,6 +119,10 @@ pub struct Thresholds {
     /// the vector direction and at most this many rows (and `k` fits one `KC` block): then
     /// every element is used by few micro-tiles and packing costs more than it saves.
     pub direct_max_m: usize,
+    /// From this many multiply-adds up, threads that split the rows of C share one packed B
+    /// panel (packed together, two forks per depth block); below it each thread packs its
+    /// own (one fork per call).
+    pub shared_b_min_fmas: usize,
     /// Batches of products each below this many multiply-adds run one product per thread,
     /// across the batch; larger products use all threads each, one after the other.
     pub batch_split_max_fmas: usize,
@@ -128,6 +132,7 @@ pub struct Thresholds {
 pub const THRESHOLDS: Thresholds = Thresholds {
     parallel_min_fmas: 96 * 96 * 96,
     direct_max_m: 512,
+    shared_b_min_fmas: 768 * 768 * 768,
     batch_split_max_fmas: 256 * 256 * 256,
 };
 

@@ -213,6 +213,13 @@ fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
     len * t / parts..len * (t + 1) / parts
 }
 
+/// The depth block GEMM uses for a product of depth `k` under a family whose largest depth
+/// block is `kc`: operands pre-packed for the engine ([`super::PackA::prepacked_a`]) are cut
+/// into these.
+pub(crate) fn depth_block(k: usize, kc: usize) -> usize {
+    even_block(k, kc, 1)
+}
+
 /// The block size that splits `len` into as few blocks of at most `max` as possible, of
 /// near-equal sizes rounded up to a multiple of `unit` (never above `max` rounded up).
 fn even_block(len: usize, max: usize, unit: usize) -> usize {
@@ -241,6 +248,10 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
         return serial(ks, g, c, 0..mpan, 0..npan, in_place);
     }
     let split_rows = balance(mpan, nt) >= balance(npan, nt);
+    let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    if split_rows && fmas >= THRESHOLDS.shared_b_min_fmas {
+        return pool.install(|| shared_b(ks, g, c, nt, in_place));
+    }
     let block = |t: usize| {
         if split_rows {
             serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place)
@@ -279,8 +290,18 @@ fn serial(
                 let npan = nc.div_ceil(nr);
                 for pc in (0..g.k).step_by(kc_blk) {
                     let kc = kc_blk.min(g.k - pc);
-                    let bp = &mut bbuf[..npan * nr * kc];
-                    g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                    let len = npan * nr * kc;
+                    let bp: &[f32] = match g.b.prepacked_b(pc, kc, jc, nc, nr) {
+                        Some(p) => {
+                            assert_eq!(p.len(), len, "prepacked B panel of the wrong size");
+                            p
+                        }
+                        None => {
+                            let bp = &mut bbuf[..len];
+                            g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                            bp
+                        }
+                    };
                     let step = Step {
                         pc,
                         kc,
@@ -301,10 +322,69 @@ fn serial(
     })
 }
 
-/// Packs rows `i0 .. i0 + mc` of A at this depth block into `buf`, or describes them in
-/// place (packing only a ragged last micro-panel).
-fn a_block<'s>(
+/// The five loops with the threads splitting the rows of C and sharing each B panel, which
+/// they pack together (each a contiguous share of its micro-panels): two forks per depth
+/// block, worth it on large problems, where packing B once instead of once per thread
+/// saves more than the forks cost. Runs inside the pool.
+fn shared_b(
+    ks: &KernelSet,
     g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    nt: usize,
+    in_place: Option<(&[f32], usize)>,
+) {
+    let bl = ks.blocking;
+    let (mr, nr) = (bl.mr, bl.nr);
+    let mpan = g.m.div_ceil(mr);
+    let nc_blk = even_block(g.n, bl.nc, nr);
+    let kc_blk = even_block(g.k, bl.kc, 1);
+    with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
+        for jc in (0..g.n).step_by(nc_blk) {
+            let nc = nc_blk.min(g.n - jc);
+            let npan = nc.div_ceil(nr);
+            for pc in (0..g.k).step_by(kc_blk) {
+                let kc = kc_blk.min(g.k - pc);
+                let bp = &mut bbuf[..npan * nr * kc];
+                let per = npan.div_ceil(nt);
+                bp.par_chunks_mut(per * nr * kc)
+                    .enumerate()
+                    .for_each(|(q, d)| {
+                        let j0 = q * per * nr;
+                        g.b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
+                    });
+                let step = Step {
+                    pc,
+                    kc,
+                    jc,
+                    nc,
+                    beta: if pc == 0 { g.beta } else { 1.0 },
+                    last: pc + kc == g.k,
+                    b: bp,
+                };
+                (0..nt).into_par_iter().for_each(|t| {
+                    let rp = part(mpan, nt, t);
+                    let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
+                    if i_lo >= i_hi {
+                        return;
+                    }
+                    let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
+                    with_buf(&BUF_A, kc * mc_blk, |abuf| {
+                        for ic in (i_lo..i_hi).step_by(mc_blk) {
+                            let mc = mc_blk.min(i_hi - ic);
+                            let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
+                            macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                        }
+                    })
+                });
+            }
+        }
+    })
+}
+
+/// Packs rows `i0 .. i0 + mc` of A at this depth block into `buf`, or describes them in
+/// place (packing only a ragged last micro-panel), or takes them pre-packed.
+fn a_block<'s>(
+    g: &Gemm<'s>,
     s: &Step<'_>,
     i0: usize,
     mc: usize,
@@ -312,6 +392,14 @@ fn a_block<'s>(
     in_place: Option<(&'s [f32], usize)>,
     buf: &'s mut [f32],
 ) -> ABlock<'s> {
+    if let Some(p) = g.a.prepacked_a(i0, mc, s.pc, s.kc, mr) {
+        assert_eq!(
+            p.len(),
+            mc.div_ceil(mr) * mr * s.kc,
+            "prepacked A block of the wrong size"
+        );
+        return ABlock::Packed(p);
+    }
     match in_place {
         Some((data, lda)) => {
             let full = mc / mr;
@@ -377,11 +465,16 @@ fn macro_kernel(
                 alpha: g.alpha,
                 beta: s.beta,
             };
+            // A ragged last column panel takes the family's narrower kernel, if it has one.
+            let ukr = match ks.edge.get(n.wrapping_sub(1)) {
+                Some(&edge) if n < nr => edge,
+                _ => ks.ukr,
+            };
             // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the CPU
             // has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr (both
             // slices, bounds-checked above); the C tile is inside the validated output
-            // (checked by `tile`) and this thread's alone.
-            unsafe { (ks.ukr)(&tile) };
+            // (checked by `tile`) and this thread's alone; an edge kernel gets n ≤ its width.
+            unsafe { ukr(&tile) };
             if epilogue {
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }

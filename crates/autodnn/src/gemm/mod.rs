@@ -59,6 +59,8 @@ use crate::desc::DataType;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
 use epilogue::FrameEpilogue;
+pub(crate) use kernels::Transposer;
+pub(crate) use loops::depth_block;
 use loops::{Gemm, OutMatrix};
 
 mod sealed {
@@ -92,6 +94,12 @@ impl GemmInput for f32 {
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
 pub fn kernel_name(isa: Isa) -> &'static str {
     kernels::kernel_set(isa).name
+}
+
+/// The vectorised transpose of the kernel family GEMM uses under an ISA cap, if it has one
+/// (packing code outside the engine, such as implicit-GEMM convolution, shares it).
+pub(crate) fn transposer_for(isa: Isa) -> Option<&'static Transposer> {
+    kernels::kernel_set(isa).transposer
 }
 
 /// The block sizes GEMM uses under an ISA cap.
@@ -200,7 +208,6 @@ fn run_validated<T: GemmInput>(
 /// # Errors
 /// [`Error::BadParam`] naming `c` when its strides overlap or reach past the buffer.
 #[allow(clippy::too_many_arguments)]
-#[cfg_attr(not(test), allow(dead_code))] // the hook for implicit-GEMM convolution
 pub(crate) fn gemm_engine(
     ctx: &ExecContext<'_>,
     m: usize,

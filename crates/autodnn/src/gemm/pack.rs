@@ -50,6 +50,15 @@ pub trait PackA: Sync {
     fn in_place(&self) -> Option<(&[f32], usize)> {
         None
     }
+
+    /// When the operand is already packed (prepared weights), the block `pack_a` would write
+    /// for these arguments, to be read in place; `None` (the default) to have it packed.
+    /// The slice must hold exactly what `pack_a` would write: `ceil(mc / mr)·mr·kc`
+    /// elements in the same format.
+    fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
+        let _ = (i0, mc, p0, kc, mr);
+        None
+    }
 }
 
 /// Packs panels of the broadcast-side operand B (`k × n` in the engine's frame).
@@ -58,6 +67,15 @@ pub trait PackB: Sync {
     /// `ceil(nc / nr)` micro-panels of `kc × nr` (element `(p, j)` of a panel at `p·nr + j`),
     /// zero-filling columns past `nc`. `dst` holds exactly `ceil(nc / nr)·nr·kc` elements.
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]);
+
+    /// When the operand is already packed (prepared weights), the panel `pack_b` would write
+    /// for these arguments, to be read in place; `None` (the default) to have it packed.
+    /// The slice must hold exactly what `pack_b` would write: `ceil(nc / nr)·nr·kc`
+    /// elements in the same format.
+    fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
+        let _ = (p0, kc, j0, nc, nr);
+        None
+    }
 }
 
 /// A matrix given by a slice, its shape and a stride per dimension, in elements. The
@@ -86,6 +104,12 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
             cs,
             transposer: None,
         })
+    }
+
+    /// Uses the vectorised transpose of the kernel family GEMM runs under `isa`, where
+    /// packing transposes (as the engine's own entry points do).
+    pub(crate) fn for_isa(self, isa: crate::cpu::Isa) -> Self {
+        self.with_transposer(super::kernels::kernel_set(isa).transposer)
     }
 
     /// Uses a kernel family's vectorised transpose where packing transposes.

@@ -17,6 +17,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         name: "avx2-16x6",
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel::<MV, NR>,
+        edge: &[],
         epilogue,
         transposer: Some(&TRANSPOSER),
     }

@@ -18,7 +18,8 @@ pub(crate) fn kernel_set() -> KernelSet {
     KernelSet {
         name: "avx512-32x14",
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
-        ukr: kernel::<MV, NR>,
+        ukr: kernel::<MV, NR, NR>,
+        edge: &EDGE,
         epilogue,
         transposer: Some(&TRANSPOSER),
     }
@@ -45,12 +46,31 @@ fn lane_mask(m: usize, v: usize) -> __mmask16 {
     ((1u32 << valid) - 1) as __mmask16
 }
 
-/// The AVX-512 micro-kernel, `16·MVN × NRN`.
+/// Kernels for a ragged last column panel of n < NR columns (`EDGE[n − 1]`): they compute
+/// only n columns of the packed panel (whose rows stay NR apart) instead of all NR.
+static EDGE: [super::UKernel; NR - 1] = [
+    kernel::<MV, 1, NR>,
+    kernel::<MV, 2, NR>,
+    kernel::<MV, 3, NR>,
+    kernel::<MV, 4, NR>,
+    kernel::<MV, 5, NR>,
+    kernel::<MV, 6, NR>,
+    kernel::<MV, 7, NR>,
+    kernel::<MV, 8, NR>,
+    kernel::<MV, 9, NR>,
+    kernel::<MV, 10, NR>,
+    kernel::<MV, 11, NR>,
+    kernel::<MV, 12, NR>,
+    kernel::<MV, 13, NR>,
+];
+
+/// The AVX-512 micro-kernel, `16·MVN × NRN`, reading a packed B panel whose rows are `BS ≥
+/// NRN` apart.
 ///
 /// # Safety
-/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = NRN.
+/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS, and n ≤ NRN.
 #[target_feature(enable = "avx512f")]
-unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
+unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) {
     let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
     let (mut a, mut b) = (t.a, t.b);
     macro_rules! steps {
@@ -72,7 +92,7 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                 }
                 // The last step moves past the panels; wrapping arithmetic keeps that defined.
                 a = a.wrapping_add(t.lda);
-                b = b.wrapping_add(NRN);
+                b = b.wrapping_add(BS);
             }
         };
     }
@@ -143,6 +163,45 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                 // SAFETY: f is 16 writable floats.
                 unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };
             }
+        }
+        if t.cs_c == 1 && NRN <= 16 {
+            // C's rows are contiguous (row-major C whose vector direction the caller chose
+            // across rows): transpose the tile 16 rows at a time and update whole rows with
+            // masked vector loads and stores instead of element by element.
+            let alpha = _mm512_set1_ps(t.alpha);
+            let beta = _mm512_set1_ps(t.beta);
+            let cols = lane_mask(t.n, 0);
+            // Element (i, j) of the tile at i + 16·MVN·j (pointer from the whole array).
+            let flat = flat.as_flattened().as_flattened().as_ptr();
+            for v in 0..MVN {
+                let rows = t.m.saturating_sub(16 * v).min(16);
+                if rows == 0 {
+                    break;
+                }
+                // rows[q·n ..]: tile row 16·v + q, columns 0 .. n.
+                let mut tr = [0f32; 256];
+                // SAFETY: AVX-512F (this function's feature); n ≤ NRN ≤ 16 source rows
+                // (tile columns) of 16 readable floats each, 16·MVN floats apart in flat;
+                // tr holds 16·n ≤ 256 floats.
+                unsafe { transpose(flat.add(16 * v), 16 * MVN, t.n, tr.as_mut_ptr()) };
+                for q in 0..rows {
+                    let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
+                    // SAFETY: tr holds row q's n floats at q·n (masked load); columns j < n
+                    // of tile row 16·v + q < m are inside the tile (contract, cs_c = 1) and
+                    // the mask enables exactly those.
+                    unsafe {
+                        let mut y = _mm512_mul_ps(
+                            _mm512_maskz_loadu_ps(cols, tr.as_ptr().add(q * t.n)),
+                            alpha,
+                        );
+                        if t.beta != 0.0 {
+                            y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, p), beta, y);
+                        }
+                        _mm512_mask_storeu_ps(p, cols, y);
+                    }
+                }
+            }
+            return;
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }

@@ -88,6 +88,10 @@ pub(crate) struct KernelSet {
     pub blocking: Blocking,
     /// The micro-kernel.
     pub ukr: UKernel,
+    /// Kernels for a last column panel of n < NR columns, `edge[n − 1]` (same contract, B
+    /// panels still NR wide; they skip the padding columns' multiply-adds); empty when the
+    /// family has none.
+    pub edge: &'static [UKernel],
     /// The epilogue, compiled for `isa`.
     pub epilogue: EpilogueFn,
     /// A vectorised transpose for packing, where the family has one.

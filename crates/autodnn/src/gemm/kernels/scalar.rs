@@ -15,6 +15,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         name: "scalar-8x4",
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel,
+        edge: &[],
         epilogue,
         transposer: None,
     }

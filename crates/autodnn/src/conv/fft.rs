@@ -1,0 +1,135 @@
+//! `fft`: the convolution as a product of spectra, one 2-D transform of each whole (padded)
+//! image.
+//!
+//! Computes y = IDFT(DFT(x) · conj(DFT(w))) on a grid of nh × nw = good(OH + R' − 1) ×
+//! good(OW + S' − 1) points (R', S' the dilated kernel extent; good(n) the next size with
+//! factors 2, 3 and 5), which holds every output of an image without wrap-around. The
+//! products are complex (K × C)·(C × images) matrix products, one per frequency bin
+//! (see [`super::spectral`]).
+//!
+//! - **Wins** on large kernels with many channels: the cost per output is nearly independent
+//!   of R·S, so from 7×7 or 9×9 with 64 channels (56×56 images) it beats the direct and
+//!   GEMM algorithms, by far with prepared weights. Loses on small kernels and few channels.
+//! - **Prepared weights:** the filter spectra, K·C·nh·(nw/2 + 1) complex values (8 bytes
+//!   each, padded to blocks of 16 bins): large (64 MiB for 64×64 channels on 56×56 with 9×9),
+//!   because the grid is the whole image. `fft_tiling` trades some arithmetic for far smaller
+//!   spectra.
+//! - **Workspace:** the spectra of up to [`IMAGES_PER_PASS`] images' inputs and outputs, plus
+//!   the filter spectra of [`PLAIN_KBLOCK`] output channels (computed block by block on plain
+//!   calls; batches of more than [`IMAGES_PER_PASS`] images transform the filter once per
+//!   pass). It grows with the image; `fft_tiling`'s does not.
+//! - **Declines:** strides other than 1 (a strided output samples one point in `stride²` of
+//!   the grid: most of the transform would be thrown away); 1×1 kernels (a plain matrix
+//!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side.
+//!   Dilation is handled by spreading the kernel's taps on the grid; groups and both layouts
+//!   are supported.
+//! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic:** every value is computed by
+//!   one thread in a fixed order whatever the thread count.
+
+use super::spectral::{extent, good_size, PlainFilter, Spectral};
+use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::desc::ConvProblem;
+use crate::error::Result;
+
+/// The whole-image FFT convolution.
+pub struct Fft;
+
+/// Images transformed and multiplied together (more reuse each filter spectrum across the
+/// batch; the workspace grows with it).
+pub const IMAGES_PER_PASS: usize = 8;
+/// Output channels whose filter spectra a plain call holds at once.
+pub const PLAIN_KBLOCK: usize = 8;
+/// Largest grid side accepted: beyond it the spectra get huge and rounding grows.
+pub const MAX_SIDE: usize = 2048;
+
+/// The normwise constant c of max|y − ref| ≤ c · ε · C·R·S · max|x| · max|w|, measured on
+/// random data in [−1, 1] (tests/fft.rs): the measured c falls with the channels and the
+/// kernel (0.61 at C = 1 and 3×3, 0.11 at C = 16 and 5×5, 0.03 to 0.05 at C = 64 to 256
+/// and 5×5 to 11×11); the largest, 2.1, is a 1×2 kernel on a 512-point grid (FFT rounding
+/// grows with log2 of the grid, the bound only with C·R·S). Twice that, documented.
+pub const NORMWISE_C: f64 = 4.0;
+
+fn grid(problem: &ConvProblem) -> [usize; 2] {
+    let ext = extent(problem);
+    [
+        good_size(problem.y().h() + ext[0] - 1),
+        good_size(problem.y().w() + ext[1] - 1),
+    ]
+}
+
+fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+    Spectral::new(
+        problem,
+        grid(problem),
+        [problem.y().h(), problem.y().w()],
+        IMAGES_PER_PASS,
+        PlainFilter::KBlocks(PLAIN_KBLOCK),
+    )
+}
+
+impl ConvAlgorithm for Fft {
+    fn name(&self) -> &'static str {
+        "fft"
+    }
+
+    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String> {
+        let st = problem.conv().stride();
+        if st != [1, 1] {
+            return Err(format!(
+                "needs stride 1, got {}x{} (a strided output discards most of the transform)",
+                st[0], st[1]
+            ));
+        }
+        if problem.w().r() * problem.w().s() == 1 {
+            return Err("a 1x1 kernel is a plain matrix product: nothing to transform".into());
+        }
+        let [nh, nw] = grid(problem);
+        if nh.max(nw) > MAX_SIDE {
+            return Err(format!(
+                "the transform grid {nh}x{nw} is larger than {MAX_SIDE} on a side"
+            ));
+        }
+        spectral(problem)
+            .map(|_| ())
+            .ok_or_else(|| "the spectra's sizes overflow".into())
+    }
+
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
+        spectral(problem).map_or(0, |s| s.workspace_bytes())
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Normwise {
+            c: NORMWISE_C,
+            int_rel: 1e-4,
+        }
+    }
+
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let sp = spectral(problem).expect("accepted by check");
+        Ok(Some(sp.prepare(ctx, w)?))
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let sp = spectral(problem).expect("accepted by check");
+        sp.run(self.name(), ctx, x, w, y, workspace, epilogue)
+    }
+}

@@ -1,0 +1,188 @@
+//! `fft_tiling`: the FFT convolution on tiles of a fixed transform size (overlap-save).
+//!
+//! The output is cut into tiles of (nt − R' + 1) × (nt − S' + 1) positions (R', S' the
+//! dilated kernel extent); each tile's nt × nt input window (overlapping its neighbours by
+//! the kernel's extent) is transformed, multiplied by the filter spectra on the same grid and
+//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The transform side
+//! is the smallest power of two at least twice the kernel's extent, between 8 and
+//! [`MAX_TILE`], and no larger than the whole image's grid.
+//!
+//! - **Wins** where `fft` does (large kernels, many channels), and beyond: the filter spectra
+//!   are small (K·C·nt·(nt/2 + 1) complex values: 17 MiB for 64×64 channels and 9×9 on a
+//!   32×32 grid) and each is reused by every tile of a pass, so the products run from cache
+//!   as small complex GEMMs instead of streaming a whole-image spectrum per image.
+//! - **Prepared weights:** the filter spectra on the tile grid.
+//! - **Workspace:** bounded whatever the image size: the spectra of [`TILES_PER_PASS`] tiles'
+//!   inputs and outputs, and on plain calls the filter spectra (computed once per call).
+//! - **Declines:** strides other than 1 (most of the transform would be discarded), 1×1
+//!   kernels (nothing for a transform to save), kernels whose dilated extent exceeds
+//!   [`MAX_TILE`] / 2 (use `fft`). Dilation, groups and both layouts are supported.
+//! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic.**
+
+use super::spectral::{extent, good_size, PlainFilter, Spectral};
+use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::desc::ConvProblem;
+use crate::error::Result;
+
+/// The tiled FFT convolution.
+pub struct FftTiling;
+
+/// Largest transform side.
+pub const MAX_TILE: usize = 64;
+/// Tiles transformed and multiplied together: each filter spectrum is read once per pass.
+pub const TILES_PER_PASS: usize = 16;
+
+/// The normwise constant c of max|y − ref| ≤ c · ε · C·R·S · max|x| · max|w|, measured on
+/// random data in [−1, 1] (tests/fft.rs): it falls with the channels and the kernel (0.47 at
+/// C = 1 and 3×3, 0.11 at C = 16 and 5×5, 0.03 to 0.05 at C = 64 to 256 and 5×5 to 11×11);
+/// the largest, 1.2, is a 1×2 or 2×2 kernel with one channel. The grid is at most 64 points
+/// a side, so unlike `fft` it does not grow with the image. Twice that, documented.
+pub const NORMWISE_C: f64 = 2.5;
+
+/// Environment variable that forces the transform side (for experiments; sides below the
+/// kernel's extent + 1 or above [`MAX_TILE`] are clamped, non-2-3-5 sides rounded up).
+pub const TILE_ENV: &str = "AUTODNN_FFT_TILE";
+
+/// Candidate transform sides (powers of two: rustfft's fastest), besides the whole image's
+/// grid when it is at most [`MAX_TILE`].
+const SIDES: [usize; 4] = [8, 16, 32, 64];
+
+/// Cost model of the tile choice, in cycles of one core (fitted on Zen 4 at 1 thread):
+/// per complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
+/// transform (times log2 of the side), and per byte of filter spectra streamed from memory
+/// once per pass.
+const CYCLES_PER_CMAC: f64 = 0.25;
+const CYCLES_PER_BIN_LOG: f64 = 3.5;
+const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
+
+/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the cost
+/// model, or the side [`TILE_ENV`] forces.
+fn sides(problem: &ConvProblem) -> [usize; 2] {
+    let ext = extent(problem);
+    let out = [problem.y().h(), problem.y().w()];
+    let whole = [
+        good_size(out[0] + ext[0] - 1),
+        good_size(out[1] + ext[1] - 1),
+    ];
+    if let Some(n) = std::env::var(TILE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return [0, 1].map(|d| good_size(n.clamp(ext[d] + 1, MAX_TILE)).min(whole[d]));
+    }
+    let candidates = |d: usize| {
+        SIDES
+            .into_iter()
+            .chain([whole[d]])
+            .filter(move |&n| n >= ext[d] && n <= MAX_TILE && n <= whole[d])
+    };
+    let (n, c, k) = (
+        problem.x().n() as f64,
+        problem.x().c() as f64,
+        problem.w().k() as f64,
+    );
+    let cg = problem.c_per_group() as f64;
+    let mut best = (
+        [whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)],
+        f64::INFINITY,
+    );
+    for nh in candidates(0) {
+        for nw in candidates(1) {
+            let bins = (nh * (nw / 2 + 1)) as f64;
+            let tiles = n
+                * out[0].div_ceil(nh - ext[0] + 1) as f64
+                * out[1].div_ceil(nw - ext[1] + 1) as f64;
+            let passes = (tiles / TILES_PER_PASS as f64).ceil();
+            let log = (nh.max(nw) as f64).log2();
+            let cost =
+                tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
+                    + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
+            if cost < best.1 {
+                best = ([nh, nw], cost);
+            }
+        }
+    }
+    best.0
+}
+
+fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+    let ext = extent(problem);
+    let [nh, nw] = sides(problem);
+    Spectral::new(
+        problem,
+        [nh, nw],
+        [nh - ext[0] + 1, nw - ext[1] + 1],
+        TILES_PER_PASS,
+        PlainFilter::Full,
+    )
+}
+
+impl ConvAlgorithm for FftTiling {
+    fn name(&self) -> &'static str {
+        "fft_tiling"
+    }
+
+    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String> {
+        let st = problem.conv().stride();
+        if st != [1, 1] {
+            return Err(format!(
+                "needs stride 1, got {}x{} (a strided output discards most of the transform)",
+                st[0], st[1]
+            ));
+        }
+        if problem.w().r() * problem.w().s() == 1 {
+            return Err("a 1x1 kernel is a plain matrix product: nothing to transform".into());
+        }
+        let ext = extent(problem);
+        if ext[0].max(ext[1]) > MAX_TILE / 2 {
+            return Err(format!(
+                "needs a (dilated) kernel extent of at most {}, got {}x{}",
+                MAX_TILE / 2,
+                ext[0],
+                ext[1]
+            ));
+        }
+        spectral(problem)
+            .map(|_| ())
+            .ok_or_else(|| "the spectra's sizes overflow".into())
+    }
+
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
+        spectral(problem).map_or(0, |s| s.workspace_bytes())
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Normwise {
+            c: NORMWISE_C,
+            int_rel: 1e-4,
+        }
+    }
+
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let sp = spectral(problem).expect("accepted by check");
+        Ok(Some(sp.prepare(ctx, w)?))
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let sp = spectral(problem).expect("accepted by check");
+        sp.run(self.name(), ctx, x, w, y, workspace, epilogue)
+    }
+}

@@ -1,0 +1,1445 @@
+//! The convolution as GEMMs, shared by `gemm` (explicit im2col into the workspace) and
+//! `implicit_gemm` (panels packed straight from the image).
+//!
+//! One GEMM per (image, group, block of output positions): the depth is the C·R·S *taps* of a
+//! group, one side is the output positions of the block, the other the group's output
+//! channels. The engine's micro-kernel computes whole vectors of 32 rows (AVX-512) and
+//! stores them fastest along y's contiguous direction, so which side is which ([`Frame`])
+//! follows y's layout and the image size:
+//!
+//! - [`Frame::Positions`], y NCHW-like: C = positions × channels, A = the patches
+//!   (positions × taps, the vector side), B = the filter (taps × channels).
+//! - [`Frame::Channels`], y NHWC-like, and NCHW-like y with few positions (ResNet's 14x14
+//!   and 7x7 layers, where 49 positions would be computed as 64): C = channels × positions,
+//!   A = the filter (channels × taps), B = the patches (taps × positions); for NCHW-like y
+//!   the engine transposes each tile before storing it. A cost model chooses
+//!   ([`choose_frame`]).
+//!
+//! Taps are ordered to match x: channels outer, (r, s) inner for NCHW-like x (so a KCRS
+//! filter is a plain strided matrix), (r, s) outer, channels inner for NHWC-like x (a KRSC
+//! filter is, and a patch's taps are runs of contiguous channels).
+//!
+//! The epilogue maps onto the engine's (`C = act(alpha·A·B + beta·C + bias + residual)`):
+//! bias per output channel becomes a per-row or per-column bias, a residual with beta = 1 the
+//! engine's residual, y's prior contents with beta ≠ 0 the engine's beta·C; a residual with
+//! another beta is first copied into y's block and then scaled as C.
+//!
+//! Prepared weights are each group's filter in the engine's packed panel format (A or B side,
+//! by the frame), cut into the engine's depth blocks, so that the engine reads them in place
+//! ([`PackA::prepacked_a`], [`PackB::prepacked_b`]) instead of packing the filter on every
+//! call.
+
+use crate::conv::{EpilogueArgs, ExecContext};
+use crate::cpu::Isa;
+use crate::desc::{ConvMode, ConvProblem};
+use crate::error::{Error, Result};
+use crate::gemm::{self, PackA, PackB, StridedMatrix};
+
+/// Which engine operand holds the image patches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// C's rows are output positions (y's positions are its contiguous direction): A = the
+    /// patches, B = the filter.
+    Positions,
+    /// C's rows are output channels (y's channels are contiguous): A = the filter, B = the
+    /// patches.
+    Channels,
+}
+
+/// One tap (c, r, s) of the GEMM's depth: where it reads in x and in the filter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tap {
+    /// c · x's channel stride.
+    xoff: usize,
+    /// r · dilation (rows) and s · dilation (columns): the window offset.
+    dh: i64,
+    dw: i64,
+    /// Offset of (c, r, s) in one output channel's filter (r, s flipped in convolution mode).
+    woff: usize,
+    /// The window offset's index r·S + s (its row part is `win_rows[r]`, its column part
+    /// `win_cols[s]`).
+    win: usize,
+}
+
+/// A problem in GEMM terms.
+pub(crate) struct Geometry {
+    pub n: usize,
+    pub groups: usize,
+    pub cg: usize,
+    pub kg: usize,
+    pub ow: usize,
+    /// Output positions per image (OH·OW).
+    pub positions: usize,
+    /// GEMM depth: C·R·S per group.
+    pub depth: usize,
+    h: i64,
+    w: i64,
+    stride: [i64; 2],
+    pad: [i64; 2],
+    pub xs: [usize; 4],
+    pub ys: [usize; 4],
+    pub ws: [usize; 4],
+    pub frame: Frame,
+    /// Taps ordered (r, s, c) (else (c, r, s)).
+    pub channels_inner: bool,
+    /// y's positions flatten (row stride = OW · column stride, or one row): a GEMM may span
+    /// rows. Otherwise every GEMM covers one output row.
+    pub y_flat: bool,
+    /// 1x1, stride 1, no leading padding, positions matching x's: x is already the patch
+    /// matrix.
+    pub x_is_matrix: bool,
+    pub taps: Vec<Tap>,
+    /// r · dilation for each kernel row r, and s · dilation for each kernel column s (window
+    /// offset r·S + s is the pair).
+    win_rows: Vec<i64>,
+    win_cols: Vec<i64>,
+    /// x is packed NHWC-like (channel stride 1, column stride = channels per group) and the
+    /// kernel columns are not dilated: a kernel row's taps are contiguous in x.
+    rows_contiguous: bool,
+    /// The filter's taps are consecutive in memory (`woff[t] == t`): a plain strided matrix.
+    pub filter_contiguous: bool,
+}
+
+/// Register tile of the widest kernel family (AVX-512: 32 rows × 14 columns), used to weigh
+/// the two frames; the frame is a property of the problem (prepared weights depend on it),
+/// so it does not follow the instruction-set cap.
+const FRAME_TILE: (usize, usize) = (32, 14);
+
+/// Cost of writing one output element of a tile whose rows are not y's contiguous direction
+/// (the engine transposes the tile before storing it), in multiply-adds of one lane (the
+/// kernel does 16 lanes per cycle). Paid once per depth block (at most 512 deep).
+const STRIDED_STORE_COST: usize = 24;
+
+/// Cost of packing one tap of one strip of patches (a panel row of 32 or 14 positions, about
+/// 20 cycles), in multiply-adds of one lane. Narrow strips (14 positions as B) cost as much
+/// as wide ones (32 as A), so the channels-as-rows frame packs patches at over twice the cost.
+const PACK_ROW_COST: usize = 320;
+
+/// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise the
+/// cheaper of the two by a cost model in lane multiply-adds: rounding positions up to the
+/// tile's 32 rows (positions as rows), or channels, plus transposed tile stores (channels as
+/// rows), each plus packing the patches in strips of its width. Small images (ResNet's 7x7
+/// and 14x14 layers) take channels as rows.
+fn choose_frame(
+    ys: [usize; 4],
+    oh: usize,
+    ow: usize,
+    kg: usize,
+    depth: usize,
+    patches_packed: bool,
+) -> Frame {
+    if ys[1] < ys[3] {
+        return Frame::Channels;
+    }
+    if let Some(f) = forced_frame() {
+        return f;
+    }
+    let positions = if oh == 1 || ys[2] == ow * ys[3] {
+        oh * ow
+    } else {
+        ow
+    };
+    let (mr, nr) = FRAME_TILE;
+    let up = |x: usize, to: usize| x.div_ceil(to) * to;
+    let pack = |width: usize| {
+        if patches_packed {
+            PACK_ROW_COST * positions.div_ceil(width) * depth
+        } else {
+            0
+        }
+    };
+    let block = depth.min(crate::gemm::blocking::KC_MAX);
+    // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
+    // last column panel.
+    let by_positions = up(positions, mr) * kg * depth + pack(mr);
+    let by_channels =
+        up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
+    if by_channels < by_positions {
+        Frame::Channels
+    } else {
+        Frame::Positions
+    }
+}
+
+/// Environment variable forcing the frame of NCHW-like outputs: `positions` or `channels`
+/// (for tuning [`STRIDED_STORE_COST`]; read once per process).
+pub const FRAME_ENV: &str = "AUTODNN_GEMM_CONV_FRAME";
+
+fn forced_frame() -> Option<Frame> {
+    static FORCED: std::sync::OnceLock<Option<Frame>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var(FRAME_ENV).ok()?.trim() {
+        "positions" => Some(Frame::Positions),
+        "channels" => Some(Frame::Channels),
+        _ => None,
+    })
+}
+
+/// One GEMM: output positions `p0 .. p0 + np` of image `n`, group `g`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Block {
+    pub n: usize,
+    pub g: usize,
+    pub p0: usize,
+    pub np: usize,
+}
+
+impl Geometry {
+    pub fn new(p: &ConvProblem) -> Geometry {
+        let c = p.conv();
+        let (x, y, w) = (p.x(), p.y(), p.w());
+        let (xs, ys, ws) = (x.strides(), y.strides(), w.strides());
+        let (cg, r, s) = (p.c_per_group(), w.r(), w.s());
+        let (oh, ow) = (y.h(), y.w());
+        let channels_inner = xs[1] < xs[3];
+        let flip = c.mode() == ConvMode::Convolution;
+        let [dh, dw] = c.dilation();
+        let mut taps = Vec::with_capacity(cg * r * s);
+        for t in 0..cg * r * s {
+            let (ci, ri, si) = if channels_inner {
+                (t % cg, t / cg / s, t / cg % s)
+            } else {
+                (t / (r * s), t / s % r, t % s)
+            };
+            let (fr, fs) = if flip {
+                (r - 1 - ri, s - 1 - si)
+            } else {
+                (ri, si)
+            };
+            taps.push(Tap {
+                xoff: ci * xs[1],
+                dh: (ri * dh) as i64,
+                dw: (si * dw) as i64,
+                woff: ci * ws[1] + fr * ws[2] + fs * ws[3],
+                win: ri * s + si,
+            });
+        }
+        let win_rows = (0..r).map(|i| (i * dh) as i64).collect();
+        let win_cols = (0..s).map(|i| (i * dw) as i64).collect();
+        let filter_contiguous = taps.iter().enumerate().all(|(t, tap)| tap.woff == t);
+        let y_flat = oh == 1 || ys[2] == ow * ys[3];
+        let pad = c.padding();
+        let x_is_matrix = r == 1
+            && s == 1
+            && c.stride() == [1, 1]
+            && pad.top == 0
+            && pad.left == 0
+            && (!y_flat || oh == 1 || (ow == x.w() && xs[2] == ow * xs[3]));
+        Geometry {
+            n: x.n(),
+            groups: p.groups(),
+            cg,
+            kg: p.k_per_group(),
+            ow,
+            positions: oh * ow,
+            depth: cg * r * s,
+            h: x.h() as i64,
+            w: x.w() as i64,
+            stride: [c.stride()[0] as i64, c.stride()[1] as i64],
+            pad: [pad.top, pad.left],
+            xs,
+            ys,
+            ws,
+            frame: choose_frame(ys, oh, ow, p.k_per_group(), cg * r * s, !x_is_matrix),
+            channels_inner,
+            y_flat,
+            x_is_matrix,
+            taps,
+            rows_contiguous: channels_inner && xs[1] == 1 && xs[3] == cg && (s == 1 || dw == 1),
+            win_rows,
+            win_cols,
+            filter_contiguous,
+        }
+    }
+
+    /// The most positions one GEMM covers when blocks hold at most `max` positions.
+    pub fn block_positions(&self, max: usize) -> usize {
+        let cap = if self.y_flat { self.positions } else { self.ow };
+        cap.min(max.max(1))
+    }
+
+    /// The GEMMs of the problem, blocks of at most `max` positions (never crossing an output
+    /// row unless y's positions flatten).
+    pub fn blocks(&self, max: usize) -> Vec<Block> {
+        let bp = self.block_positions(max);
+        let mut out = Vec::new();
+        for n in 0..self.n {
+            for g in 0..self.groups {
+                let mut p0 = 0;
+                while p0 < self.positions {
+                    let mut end = (p0 + bp).min(self.positions);
+                    if !self.y_flat {
+                        end = end.min((p0 / self.ow + 1) * self.ow);
+                    }
+                    out.push(Block {
+                        n,
+                        g,
+                        p0,
+                        np: end - p0,
+                    });
+                    p0 = end;
+                }
+            }
+        }
+        out
+    }
+
+    /// Offset of image n, group g's first input channel in x.
+    pub fn x_base(&self, b: &Block) -> usize {
+        b.n * self.xs[0] + b.g * self.cg * self.xs[1]
+    }
+
+    /// The block's output as the engine's C: offset in y, rows, columns, strides.
+    pub fn c_view(&self, b: &Block) -> (usize, usize, usize, [usize; 2]) {
+        let base = b.n * self.ys[0]
+            + b.g * self.kg * self.ys[1]
+            + (b.p0 / self.ow) * self.ys[2]
+            + (b.p0 % self.ow) * self.ys[3];
+        match self.frame {
+            Frame::Positions => (base, b.np, self.kg, [self.ys[3], self.ys[1]]),
+            Frame::Channels => (base, self.kg, b.np, [self.ys[1], self.ys[3]]),
+        }
+    }
+
+    /// When [`Geometry::x_is_matrix`]: the block's patches read in place from x, as the
+    /// engine operand of the frame.
+    pub fn x_matrix<'a>(&self, x: &'a [f32], b: &Block, isa: Isa) -> StridedMatrix<'a, f32> {
+        debug_assert!(self.x_is_matrix);
+        let base = self.x_base(b) + (b.p0 / self.ow) * self.xs[2] + (b.p0 % self.ow) * self.xs[3];
+        let m = match self.frame {
+            Frame::Positions => {
+                StridedMatrix::new(&x[base..], b.np, self.cg, self.xs[3], self.xs[1])
+            }
+            Frame::Channels => {
+                StridedMatrix::new(&x[base..], self.cg, b.np, self.xs[1], self.xs[3])
+            }
+        };
+        m.expect("inside x: the problem's descriptors were checked against x")
+            .for_isa(isa)
+    }
+
+    /// Writes `dst[l]` = the input tap `tap` sees at output row `oh` (window origin row
+    /// `ih0`), columns starting at window origin column `iw0`, for `l < dst.len()` (all in
+    /// one output row); zero where the window is in the padding.
+    #[inline]
+    fn fill_seg(&self, x: &[f32], xbase: usize, tap: &Tap, ih0: i64, iw0: i64, dst: &mut [f32]) {
+        let len = dst.len() as i64;
+        let ih = ih0 + tap.dh;
+        if ih < 0 || ih >= self.h {
+            dst.fill(0.0);
+            return;
+        }
+        let sw = self.stride[1];
+        let first = iw0 + tap.dw; // column of lane l: first + l·sw
+        let lo = if first >= 0 {
+            0
+        } else {
+            ((-first + sw - 1) / sw).min(len)
+        };
+        let hi = if first >= self.w {
+            lo
+        } else {
+            ((self.w - first + sw - 1) / sw).clamp(lo, len)
+        };
+        let (lo, hi) = (lo as usize, hi as usize);
+        dst[..lo].fill(0.0);
+        dst[hi..].fill(0.0);
+        if hi > lo {
+            let start = xbase
+                + tap.xoff
+                + ih as usize * self.xs[2]
+                + (first + lo as i64 * sw) as usize * self.xs[3];
+            let step = sw as usize * self.xs[3];
+            let out = &mut dst[lo..hi];
+            if step == 1 {
+                out.copy_from_slice(&x[start..start + out.len()]);
+            } else {
+                for (o, v) in out.iter_mut().zip(x[start..].iter().step_by(step)) {
+                    *o = *v;
+                }
+            }
+        }
+    }
+
+    /// Splits positions `p0 .. p0 + np` into runs inside one output row that do not cross a
+    /// multiple of `unit` (relative to p0): (index relative to p0, length, window origin row,
+    /// window origin column).
+    fn segments(&self, p0: usize, np: usize, unit: usize) -> Vec<Seg> {
+        let mut out = Vec::with_capacity(np / self.ow.min(unit).max(1) + 2);
+        let mut i = 0;
+        while i < np {
+            let p = p0 + i;
+            let (oh, ow) = (p / self.ow, p % self.ow);
+            let len = (self.ow - ow).min(np - i).min(unit - i % unit);
+            out.push(Seg {
+                at: i,
+                len,
+                ih0: oh as i64 * self.stride[0] - self.pad[0],
+                iw0: ow as i64 * self.stride[1] - self.pad[1],
+            });
+            i += len;
+        }
+        out
+    }
+
+    /// Explicit im2col of a block, laid out to suit x: for NCHW-like x ([`Geometry::channels_inner`]
+    /// false) row t holds tap t of the `np` positions (`col[t·np + i]`); for NHWC-like x row i
+    /// holds the `depth` taps of position i (`col[i·depth + t]`). Every element of
+    /// `col[.. depth·np]` is written. Rows are shared among the context's threads.
+    pub fn im2col(&self, ctx: &ExecContext<'_>, x: &[f32], b: &Block, col: &mut [f32]) {
+        use rayon::prelude::*;
+        let xbase = self.x_base(b);
+        let np = b.np;
+        let col = &mut col[..self.depth * np];
+        let parallel = ctx.threads > 1 && col.len() >= PARALLEL_MIN_ELEMENTS;
+        if self.channels_inner {
+            let fill = |(i, row): (usize, &mut [f32])| {
+                self.fill_patch(x, xbase, b.p0 + i, 0, row);
+            };
+            if parallel {
+                ctx.pool
+                    .install(|| col.par_chunks_mut(self.depth).enumerate().for_each(fill));
+            } else {
+                col.chunks_mut(self.depth).enumerate().for_each(fill);
+            }
+        } else {
+            let strip = if ctx.isa == Isa::Avx512 { STRIP } else { np };
+            let parts = if parallel { ctx.threads * 4 } else { 1 };
+            let rows = self.depth.div_ceil(parts);
+            let fill = |(i, part): (usize, &mut [f32])| {
+                let taps = &self.taps[i * rows..i * rows + part.len() / np];
+                let mut sc = StripScratch::default();
+                for at in (0..np).step_by(strip) {
+                    let n = strip.min(np - at);
+                    let dst = &mut part[at..];
+                    self.pack_strip(ctx.isa, x, xbase, b.p0 + at, n, n, taps, dst, np, &mut sc);
+                }
+            };
+            if parts > 1 {
+                ctx.pool
+                    .install(|| col.par_chunks_mut(rows * np).enumerate().for_each(fill));
+            } else {
+                fill((0, col));
+            }
+        }
+    }
+
+    /// The block's im2col buffer (see [`Geometry::im2col`]) as the engine operand of the
+    /// frame.
+    pub fn col_matrix<'a>(&self, col: &'a [f32], np: usize, isa: Isa) -> StridedMatrix<'a, f32> {
+        let k = self.depth;
+        // (position stride, tap stride) in the buffer.
+        let (ps, ts) = if self.channels_inner { (k, 1) } else { (1, np) };
+        let m = match self.frame {
+            Frame::Positions => StridedMatrix::new(col, np, k, ps, ts),
+            Frame::Channels => StridedMatrix::new(col, k, np, ts, ps),
+        };
+        m.expect("the block fits the buffer").for_isa(isa)
+    }
+
+    /// Writes taps `t0 .. t0 + dst.len()` of output position `p` to `dst` (fewer when the
+    /// depth ends first). For NHWC-like x the taps come as runs of contiguous channels, whole
+    /// kernel rows at once when x is packed and the columns are not dilated.
+    fn fill_patch(&self, x: &[f32], xbase: usize, p: usize, t0: usize, dst: &mut [f32]) {
+        let (ih0, iw0) = self.origin(p);
+        self.fill_patch_at(x, xbase, ih0, iw0, t0, dst)
+    }
+
+    /// The window origin (row, column; negative in the padding) of output position `p`.
+    #[inline]
+    fn origin(&self, p: usize) -> (i64, i64) {
+        (
+            (p / self.ow) as i64 * self.stride[0] - self.pad[0],
+            (p % self.ow) as i64 * self.stride[1] - self.pad[1],
+        )
+    }
+
+    /// [`Geometry::fill_patch`] for the position whose window origin is (ih0, iw0).
+    fn fill_patch_at(
+        &self,
+        x: &[f32],
+        xbase: usize,
+        ih0: i64,
+        iw0: i64,
+        t0: usize,
+        dst: &mut [f32],
+    ) {
+        let count = dst.len().min(self.depth - t0);
+        let inside = |tap: &Tap| {
+            let (ih, iw) = (ih0 + tap.dh, iw0 + tap.dw);
+            (ih >= 0 && ih < self.h && iw >= 0 && iw < self.w)
+                .then(|| xbase + ih as usize * self.xs[2] + iw as usize * self.xs[3])
+        };
+        if !(self.channels_inner && self.xs[1] == 1) {
+            for (i, o) in dst[..count].iter_mut().enumerate() {
+                let tap = &self.taps[t0 + i];
+                *o = inside(tap).map_or(0.0, |at| x[at + tap.xoff]);
+            }
+            return;
+        }
+        let kw = self.win_cols.len();
+        let row_len = kw * self.cg; // taps per kernel row
+        let mut i = 0;
+        while i < count {
+            let t = t0 + i;
+            let (run, src) = if self.rows_contiguous {
+                // Taps (s, c) of kernel row r are contiguous in x for the columns s inside
+                // the image.
+                let (r, rem) = (t / row_len, t % row_len);
+                let ih = ih0 + self.win_rows[r];
+                let s_lo = (-iw0).clamp(0, kw as i64) as usize;
+                let s_hi = (self.w - iw0).clamp(s_lo as i64, kw as i64) as usize;
+                let (lo, hi) = (s_lo * self.cg, s_hi * self.cg);
+                if ih < 0 || ih >= self.h || rem >= hi {
+                    (row_len - rem, None)
+                } else if rem < lo {
+                    (lo - rem, None)
+                } else {
+                    let at = xbase as i64 + ih * self.xs[2] as i64 + iw0 * self.xs[3] as i64;
+                    (hi - rem, Some((at + rem as i64) as usize))
+                }
+            } else {
+                let c = t % self.cg;
+                (self.cg - c, inside(&self.taps[t]).map(|at| at + c))
+            };
+            let run = run.min(count - i);
+            match src {
+                Some(at) => dst[i..i + run].copy_from_slice(&x[at..at + run]),
+                None => dst[i..i + run].fill(0.0),
+            }
+            i += run;
+        }
+    }
+}
+
+impl Geometry {
+    /// Packs a strip of `n` consecutive output positions from `start` (row order) for each
+    /// tap of `taps`: row i (tap i) at `dst[i·ld ..]` gets `width ≥ n` lanes, the positions'
+    /// inputs then zeros. `sc` is scratch reused across calls.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_strip(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        xbase: usize,
+        start: usize,
+        n: usize,
+        width: usize,
+        taps: &[Tap],
+        dst: &mut [f32],
+        ld: usize,
+        sc: &mut StripScratch,
+    ) {
+        if taps.is_empty() {
+            return;
+        }
+        assert!(n <= width && dst.len() >= (taps.len() - 1) * ld + width);
+        let segs = self.segments(start, n, usize::MAX);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512 && width <= STRIP && self.row_loads(&segs, sc) {
+            let loads = &sc.loads;
+            let step = self.stride[1] as usize * self.xs[3];
+            // Every enabled lane reads an in-range (c, ih, iw) of this image and group: the
+            // largest such offset is inside x (checked by the caller against the descriptor;
+            // asserted here because the kernel reads through raw pointers).
+            let last_c = taps.iter().map(|t| t.xoff).max().unwrap_or(0);
+            let last_w = loads.iter().map(|l| l.last).max().unwrap_or(0);
+            assert!(xbase + last_c + last_w < x.len());
+            return avx512::fill_rows(x, xbase, taps, loads, step, dst, ld, width);
+        }
+        let _ = (isa, &sc);
+        for (i, tap) in taps.iter().enumerate() {
+            let row = &mut dst[i * ld..i * ld + width];
+            for sg in &segs {
+                self.fill_seg(
+                    x,
+                    xbase,
+                    tap,
+                    sg.ih0,
+                    sg.iw0,
+                    &mut row[sg.at..sg.at + sg.len],
+                );
+            }
+            row[n..].fill(0.0);
+        }
+    }
+
+    /// Describes, for every window offset (r, s), how the strip of segments `segs` loads its
+    /// lanes (relative to a channel's base), into `sc.loads`. False when a strip needs more
+    /// than [`MAX_SEGMENTS`] runs or offsets the kernels cannot index. The column arithmetic
+    /// (the only divisions) is done once per (segment, s), not per window.
+    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch) -> bool {
+        if segs.len() > MAX_SEGMENTS || self.stride[1] as usize * self.xs[3] > 1 << 24 {
+            return false;
+        }
+        let sw = self.stride[1];
+        let (xs2, xs3) = (self.xs[2] as i64, self.xs[3] as i64);
+        let step = sw * xs3;
+        let nseg = segs.len();
+        // Per (s, segment): lanes inside the image, and the column part of the offset.
+        sc.cols.clear();
+        for &dw in &self.win_cols {
+            for sg in segs {
+                let first = sg.iw0 + dw;
+                let len = sg.len as i64;
+                let ceil_div = |a: i64| match sw {
+                    1 => a,
+                    2 => (a + 1) >> 1,
+                    _ => (a + sw - 1) / sw,
+                };
+                let lo = if first >= 0 {
+                    0
+                } else {
+                    ceil_div(-first).min(len)
+                };
+                let hi = if first >= self.w {
+                    lo
+                } else {
+                    ceil_div(self.w - first).clamp(lo, len)
+                };
+                sc.cols.push(if hi > lo {
+                    let at = sg.at as i64;
+                    let mask = lanes(sg.at + lo as usize, sg.at + hi as usize);
+                    ColRun {
+                        mask,
+                        even: if step == 2 { even_masks(mask) } else { [0; 4] },
+                        off: first * xs3 - at * step,
+                        last: (first + (hi - 1) * sw) * xs3,
+                    }
+                } else {
+                    ColRun::default()
+                });
+            }
+        }
+        // Entries past each load's `nseg` are never read: only the counts are reset.
+        let windows = self.win_rows.len() * self.win_cols.len();
+        sc.loads.resize(windows, RowLoad::EMPTY);
+        let mut loads = sc.loads.iter_mut();
+        for &dh in &self.win_rows {
+            for s in 0..self.win_cols.len() {
+                let load = loads.next().expect("one load per window");
+                load.nseg = 0;
+                load.last = 0;
+                for (sg, col) in segs.iter().zip(&sc.cols[s * nseg..(s + 1) * nseg]) {
+                    let ih = sg.ih0 + dh;
+                    if col.mask == 0 || ih < 0 || ih >= self.h {
+                        continue;
+                    }
+                    let row = ih * xs2;
+                    let i = load.nseg;
+                    load.off[i] = (row + col.off) as isize;
+                    load.mask[i] = col.mask;
+                    load.even[i] = col.even;
+                    load.last = load.last.max((row + col.last) as usize);
+                    load.nseg += 1;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Scratch of the strip packer, reused across strips.
+#[derive(Debug, Default)]
+pub(crate) struct StripScratch {
+    loads: Vec<RowLoad>,
+    cols: Vec<ColRun>,
+}
+
+/// The lanes of one run that a window column offset keeps inside the image, and the
+/// column part of their offsets (see [`Geometry::row_loads`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct ColRun {
+    mask: u32,
+    even: [u16; 4],
+    off: i64,
+    last: i64,
+}
+
+/// Lanes of one packed strip the AVX-512 packer fills at once (two vectors).
+const STRIP: usize = 32;
+/// Most runs (one per output row crossed) one strip is assembled from.
+const MAX_SEGMENTS: usize = 8;
+
+/// How one strip's lanes are loaded for one window offset (r, s): lane l of run i reads
+/// `channel base + off[i] + l·step` where `mask[i]` has bit l.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowLoad {
+    nseg: usize,
+    off: [isize; MAX_SEGMENTS],
+    mask: [u32; MAX_SEGMENTS],
+    /// For step 2: per run, the element masks of the two source vectors of each half of the
+    /// lanes (see [`even_masks`]).
+    even: [[u16; 4]; MAX_SEGMENTS],
+    /// The largest offset an enabled lane reads (relative to the channel base).
+    last: usize,
+}
+
+/// For lanes `mask` read at every other element: the masks of the elements to load, per
+/// half of the lanes, from the half's first and second 16 elements.
+fn even_masks(mask: u32) -> [u16; 4] {
+    // Bit i of the low 8 bits to bit 2i.
+    let spread = |m: u32| (0..8).fold(0u16, |out, i| out | (((m >> i & 1) as u16) << (2 * i)));
+    let (h0, h1) = (mask & 0xffff, mask >> 16);
+    [
+        spread(h0 & 0xff),
+        spread(h0 >> 8),
+        spread(h1 & 0xff),
+        spread(h1 >> 8),
+    ]
+}
+
+impl RowLoad {
+    const EMPTY: RowLoad = RowLoad {
+        nseg: 0,
+        off: [0; MAX_SEGMENTS],
+        mask: [0; MAX_SEGMENTS],
+        even: [[0; 4]; MAX_SEGMENTS],
+        last: 0,
+    };
+}
+
+/// Bits lo .. hi.
+fn lanes(lo: usize, hi: usize) -> u32 {
+    let upto = |n: usize| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    upto(hi) & !upto(lo)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{RowLoad, Tap, STRIP};
+
+    /// Fills `width ≤ 32` lanes of row i (at `dst[i·ld ..]`) for each tap i from the load
+    /// descriptors of its window offset; `step` is the element distance between lanes.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fill_rows(
+        x: &[f32],
+        xbase: usize,
+        taps: &[Tap],
+        loads: &[RowLoad],
+        step: usize,
+        dst: &mut [f32],
+        ld: usize,
+        width: usize,
+    ) {
+        assert!(width <= STRIP && !taps.is_empty() && dst.len() >= (taps.len() - 1) * ld + width);
+        assert!(taps.iter().all(|t| t.win < loads.len()));
+        // SAFETY: the AVX-512 packer is chosen only under an Avx512 cap, which the handle
+        // never sets above what the CPU has; the caller asserted that every enabled lane's
+        // element lies inside x (largest channel base + largest load offset < x.len()), and
+        // rows are inside dst (asserted above).
+        unsafe {
+            match step {
+                1 => rows::<1>(x, xbase, taps, loads, step, dst, ld, width),
+                2 => rows::<2>(x, xbase, taps, loads, step, dst, ld, width),
+                _ => rows::<0>(x, xbase, taps, loads, step, dst, ld, width),
+            }
+        }
+    }
+
+    /// `STEP` 1 (contiguous), 2 (every other element) or 0 (any step: gathers).
+    ///
+    /// # Safety
+    /// AVX-512F. Every lane a load enables addresses an element of x at
+    /// `xbase + tap.xoff + off + l·step`; rows `i·ld .. i·ld + width` are inside dst.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rows<const STEP: usize>(
+        x: &[f32],
+        xbase: usize,
+        taps: &[Tap],
+        loads: &[RowLoad],
+        step: usize,
+        dst: &mut [f32],
+        ld: usize,
+        width: usize,
+    ) {
+        let xp = x.as_ptr();
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let idx = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(step as i32),
+        );
+        let store = super::lanes(0, width);
+        let (s0, s1) = (store as u16, (store >> 16) as u16);
+        let op = dst.as_mut_ptr();
+        for (i, tap) in taps.iter().enumerate() {
+            let base = xp.wrapping_add(xbase + tap.xoff);
+            let load = &loads[tap.win];
+            let mut v = [_mm512_setzero_ps(); 2];
+            for s in 0..load.nseg {
+                let p = base.wrapping_offset(load.off[s]);
+                for (h, v) in v.iter_mut().enumerate() {
+                    let m = (load.mask[s] >> (16 * h)) as u16;
+                    if m == 0 {
+                        continue;
+                    }
+                    let ph = p.wrapping_add(16 * h * step);
+                    // SAFETY: the enabled lanes address elements of x (contract); masked-off
+                    // lanes are not accessed and cannot fault.
+                    *v = unsafe {
+                        match STEP {
+                            1 => _mm512_mask_loadu_ps(*v, m, ph),
+                            2 => {
+                                let e = &load.even[s][2 * h..2 * h + 2];
+                                let lo = _mm512_maskz_loadu_ps(e[0], ph);
+                                let hi = _mm512_maskz_loadu_ps(e[1], ph.wrapping_add(16));
+                                _mm512_mask_mov_ps(*v, m, _mm512_permutex2var_ps(lo, evens, hi))
+                            }
+                            _ => _mm512_mask_i32gather_ps::<4>(*v, m, idx, ph),
+                        }
+                    };
+                }
+            }
+            let out = op.wrapping_add(i * ld);
+            // SAFETY: row i's first `width` elements are inside dst (contract); masked-off
+            // lanes are not accessed.
+            unsafe {
+                if width == STRIP {
+                    _mm512_storeu_ps(out, v[0]);
+                    _mm512_storeu_ps(out.add(16), v[1]);
+                } else {
+                    _mm512_mask_storeu_ps(out, s0, v[0]);
+                    _mm512_mask_storeu_ps(out.wrapping_add(16), s1, v[1]);
+                }
+            }
+        }
+    }
+}
+
+/// Elements of an im2col block below which it is filled on one thread.
+const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
+/// A run of positions inside one output row (see [`Geometry::segments`]).
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    at: usize,
+    len: usize,
+    ih0: i64,
+    iw0: i64,
+}
+
+/// The patches of one block packed straight from x as the engine's A (positions × taps).
+pub(crate) struct PatchesA<'a> {
+    pub geo: &'a Geometry,
+    pub x: &'a [f32],
+    pub block: Block,
+    /// The kernel family packing may use.
+    pub isa: Isa,
+}
+
+impl PackA for PatchesA<'_> {
+    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+        let geo = self.geo;
+        let xbase = geo.x_base(&self.block);
+        let taps = &geo.taps[p0..p0 + kc];
+        let mut sc = StripScratch::default();
+        for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
+            let start = self.block.p0 + i0 + q * mr;
+            let n = mr.min(mc - q * mr);
+            geo.pack_strip(
+                self.isa, self.x, xbase, start, n, mr, taps, panel, mr, &mut sc,
+            );
+        }
+    }
+}
+
+/// The patches of one block packed straight from x as the engine's B (taps × positions).
+pub(crate) struct PatchesB<'a> {
+    pub geo: &'a Geometry,
+    pub x: &'a [f32],
+    pub block: Block,
+    /// The kernel family packing may use.
+    pub isa: Isa,
+}
+
+impl PackB for PatchesB<'_> {
+    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+        let geo = self.geo;
+        let xbase = geo.x_base(&self.block);
+        let taps = &geo.taps[p0..p0 + kc];
+        let mut sc = StripScratch::default();
+        let tr = crate::gemm::transposer_for(self.isa).filter(|t| t.max_w >= nr);
+        let chunk = tr.map_or(16, |t| t.strip);
+        let mut tmp = if geo.channels_inner {
+            vec![0f32; nr * chunk]
+        } else {
+            Vec::new()
+        };
+        for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
+            let start = self.block.p0 + j0 + q * nr;
+            let valid = nr.min(nc - q * nr);
+            if !geo.channels_inner {
+                // A panel row is one tap of nr positions: the strip packer's format.
+                geo.pack_strip(
+                    self.isa, self.x, xbase, start, valid, nr, taps, panel, nr, &mut sc,
+                );
+                continue;
+            }
+            geo.pack_panel_nhwc(self.x, xbase, start, valid, p0, kc, panel, tr, &mut tmp);
+        }
+    }
+}
+
+impl Geometry {
+    /// One B panel of NHWC-like patches: `nr` positions from `start` (`valid` of them real),
+    /// taps `t0 .. t0 + kc`, row k of the panel holding tap t0 + k of the nr positions. Taps
+    /// go in chunks of the transposer's strip: when a chunk is contiguous in x and inside the
+    /// image for every position of a panel lying in one output row, it is transposed straight
+    /// from x (the positions are evenly spaced there); otherwise each position's taps are
+    /// copied into `tmp` first.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_panel_nhwc(
+        &self,
+        x: &[f32],
+        xbase: usize,
+        start: usize,
+        valid: usize,
+        t0: usize,
+        kc: usize,
+        panel: &mut [f32],
+        tr: Option<&crate::gemm::Transposer>,
+        tmp: &mut [f32],
+    ) {
+        let nr = panel.len() / kc;
+        let chunk = tmp.len() / nr;
+        let origins: Vec<(i64, i64)> = (start..start + valid).map(|p| self.origin(p)).collect();
+        let one_row = valid == nr && start / self.ow == (start + nr - 1) / self.ow;
+        let row_len = self.win_cols.len() * self.cg;
+        tmp[valid * chunk..].fill(0.0);
+        let mut t = 0;
+        while t < kc {
+            let n = chunk.min(kc - t);
+            let out = &mut panel[t * nr..(t + n) * nr];
+            if let Some(tr) = tr.filter(|_| n == chunk && one_row && self.rows_contiguous) {
+                let tt = t0 + t;
+                let (r, rem) = (tt / row_len, tt % row_len);
+                let (ih, first, last) = (
+                    origins[0].0 + self.win_rows[r],
+                    origins[0].1,
+                    origins[nr - 1].1,
+                );
+                let kw = self.win_cols.len() as i64;
+                let lo = (-first).clamp(0, kw) as usize * self.cg;
+                let hi = (self.w - last).clamp(0, kw) as usize * self.cg;
+                if ih >= 0 && ih < self.h && rem >= lo && rem + n <= hi.min(row_len) {
+                    // The first position's tap `rem` (its column inside the image: rem ≥ lo).
+                    let src = (xbase as i64
+                        + ih * self.xs[2] as i64
+                        + first * self.xs[3] as i64
+                        + rem as i64) as usize;
+                    let ld = self.stride[1] as usize * self.xs[3];
+                    let src = &x[src..src + (nr - 1) * ld + n];
+                    // SAFETY: the family's ISA is this CPU's (transposer_for caps it); nr ≤
+                    // max_w rows of `strip` = n floats, ld apart, all inside `src` (a checked
+                    // slice); `out` holds strip · nr floats.
+                    unsafe { (tr.run)(src.as_ptr(), ld, nr, out.as_mut_ptr()) };
+                    t += n;
+                    continue;
+                }
+            }
+            for (j, &(ih0, iw0)) in origins.iter().enumerate() {
+                self.fill_patch_at(
+                    x,
+                    xbase,
+                    ih0,
+                    iw0,
+                    t0 + t,
+                    &mut tmp[j * chunk..j * chunk + n],
+                );
+            }
+            match tr {
+                Some(tr) if n == chunk => {
+                    // SAFETY: as above, the source being tmp: nr rows of chunk floats.
+                    unsafe { (tr.run)(tmp.as_ptr(), chunk, nr, out.as_mut_ptr()) }
+                }
+                _ => {
+                    for (k, row) in out.chunks_exact_mut(nr).enumerate() {
+                        for (j, o) in row.iter_mut().enumerate() {
+                            *o = tmp[j * chunk + k];
+                        }
+                    }
+                }
+            }
+            t += n;
+        }
+    }
+}
+
+/// Magic number opening prepared weights of the GEMM-based algorithms.
+const PREPARED_MAGIC: f32 = 7405.0;
+/// Floats before the packed panels: magic, panel width, depth block, frame.
+const PREPARED_HEADER: usize = 4;
+
+/// One group's filter as the engine's operand: the filter side of the frame (B, taps ×
+/// channels, for [`Frame::Positions`]; A, channels × taps, for [`Frame::Channels`]).
+pub(crate) enum Filter<'a> {
+    /// Taps consecutive in memory: a strided matrix.
+    Strided(StridedMatrix<'a, f32>),
+    /// The same as the vector side (A, [`Frame::Channels`]): rows of channels `ks` apart,
+    /// taps contiguous; packed with two transposes per panel where the panel is twice the
+    /// transposer's width (AVX-512's 32 rows), as the strided matrix otherwise.
+    Rows {
+        m: StridedMatrix<'a, f32>,
+        w: &'a [f32],
+        base: usize,
+        ks: usize,
+        tr: Option<&'static crate::gemm::Transposer>,
+    },
+    /// Any filter layout and mode: element (tap t, channel k) at `base + k·ks + woff[t]`.
+    Table {
+        w: &'a [f32],
+        base: usize,
+        ks: usize,
+        taps: &'a [Tap],
+    },
+    /// Prepared: the engine's panels, cut into depth blocks (see [`prepare`]).
+    Packed(PackedFilter<'a>),
+}
+
+impl Filter<'_> {
+    /// Filter element (tap t, channel k).
+    #[inline]
+    fn at(&self, t: usize, k: usize) -> f32 {
+        match self {
+            Filter::Strided(_) | Filter::Rows { .. } => {
+                unreachable!("strided filters pack themselves")
+            }
+            Filter::Table { w, base, ks, taps } => w[base + k * ks + taps[t].woff],
+            Filter::Packed(p) => p.at(t, k),
+        }
+    }
+
+    /// Packs channels `k0 .. k0 + nk` (zero beyond) of taps `t0 .. t0 + kt` as panels of
+    /// `width` channels: element (t, k) at panel `(k − k0) / width`, `(t − t0)·width +
+    /// (k − k0) % width`.
+    fn pack_generic(
+        &self,
+        t0: usize,
+        kt: usize,
+        k0: usize,
+        nk: usize,
+        width: usize,
+        dst: &mut [f32],
+    ) {
+        for (q, panel) in dst.chunks_exact_mut(kt * width).enumerate() {
+            let valid = width.min(nk - q * width);
+            for (i, row) in panel.chunks_exact_mut(width).enumerate() {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = if j < valid {
+                        self.at(t0 + i, k0 + q * width + j)
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Packs rows `i0 .. i0 + mc` (`ks` apart from `base`), columns `p0 .. p0 + kc` of a
+/// row-major matrix as A panels of `mr = 2 · strip` rows, each strip of `strip` columns
+/// transposed as two `strip × strip` halves; ragged panels through `m`.
+fn pack_rows_twice(
+    m: &StridedMatrix<'_, f32>,
+    (w, base, ks): (&[f32], usize, usize),
+    tr: &crate::gemm::Transposer,
+    (i0, mc, p0, kc, mr): (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) {
+    let sw = tr.strip;
+    let mut halves = vec![0f32; 2 * sw * sw];
+    for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
+        let r0 = i0 + q * mr;
+        if mc - q * mr < mr {
+            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel);
+            continue;
+        }
+        let mut c = 0;
+        while c + sw <= kc {
+            let start = base + r0 * ks + p0 + c;
+            let src = &w[start..start + (mr - 1) * ks + sw];
+            let (lo, hi) = halves.split_at_mut(sw * sw);
+            // SAFETY: the family's ISA is this CPU's (transposer_for caps it); each call
+            // reads sw ≤ max_w rows of `strip` floats, ks apart, inside `src` (a checked
+            // slice of rows 0 .. mr); `lo` and `hi` hold strip · sw floats each.
+            unsafe {
+                (tr.run)(src.as_ptr(), ks, sw, lo.as_mut_ptr());
+                (tr.run)(src[sw * ks..].as_ptr(), ks, sw, hi.as_mut_ptr());
+            }
+            let out = &mut panel[c * mr..(c + sw) * mr];
+            for (qq, row) in out.chunks_exact_mut(mr).enumerate() {
+                row[..sw].copy_from_slice(&lo[qq * sw..(qq + 1) * sw]);
+                row[sw..].copy_from_slice(&hi[qq * sw..(qq + 1) * sw]);
+            }
+            c += sw;
+        }
+        for cc in c..kc {
+            for (i, o) in panel[cc * mr..(cc + 1) * mr].iter_mut().enumerate() {
+                *o = w[base + (r0 + i) * ks + p0 + cc];
+            }
+        }
+    }
+}
+
+impl PackA for Filter<'_> {
+    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+        match self {
+            Filter::Strided(m) => m.pack_a(i0, mc, p0, kc, mr, dst),
+            Filter::Rows {
+                m,
+                w,
+                base,
+                ks,
+                tr: Some(tr),
+            } if mr == 2 * tr.strip && tr.max_w >= tr.strip => {
+                pack_rows_twice(m, (w, *base, *ks), tr, (i0, mc, p0, kc, mr), dst)
+            }
+            Filter::Rows { m, .. } => m.pack_a(i0, mc, p0, kc, mr, dst),
+            _ => self.pack_generic(p0, kc, i0, mc, mr, dst),
+        }
+    }
+    fn in_place(&self) -> Option<(&[f32], usize)> {
+        match self {
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.in_place(),
+            _ => None,
+        }
+    }
+    fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) => p.panels(p0, kc, i0, mc, mr),
+            _ => None,
+        }
+    }
+}
+
+impl PackB for Filter<'_> {
+    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+        match self {
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.pack_b(p0, kc, j0, nc, nr, dst),
+            _ => self.pack_generic(p0, kc, j0, nc, nr, dst),
+        }
+    }
+    fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) => p.panels(p0, kc, j0, nc, nr),
+            _ => None,
+        }
+    }
+}
+
+/// One group's prepared filter: for each depth block of `kcb` taps (the last one shorter),
+/// `ceil(channels / width)` panels of `(block depth) × width`, channels past the end zero.
+pub(crate) struct PackedFilter<'a> {
+    data: &'a [f32],
+    width: usize,
+    kcb: usize,
+    depth: usize,
+    channels: usize,
+}
+
+impl PackedFilter<'_> {
+    fn padded(&self) -> usize {
+        self.channels.div_ceil(self.width) * self.width
+    }
+
+    /// The panels the engine asks for, when they are cut as these were.
+    fn panels(&self, t0: usize, kt: usize, k0: usize, nk: usize, width: usize) -> Option<&[f32]> {
+        let fits = width == self.width
+            && t0.is_multiple_of(self.kcb)
+            && kt == self.kcb.min(self.depth - t0)
+            && k0.is_multiple_of(width)
+            && k0 + nk <= self.channels;
+        fits.then(|| {
+            let off = t0 * self.padded() + k0 / width * kt * width;
+            &self.data[off..off + nk.div_ceil(width) * width * kt]
+        })
+    }
+
+    /// Element (tap t, channel k).
+    fn at(&self, t: usize, k: usize) -> f32 {
+        let (b0, d) = (t / self.kcb * self.kcb, t % self.kcb);
+        let kt = self.kcb.min(self.depth - b0);
+        self.data[b0 * self.padded()
+            + k / self.width * kt * self.width
+            + d * self.width
+            + k % self.width]
+    }
+}
+
+impl Geometry {
+    /// Group g's plain filter as the engine operand of the frame.
+    pub fn filter<'a>(&'a self, w: &'a [f32], g: usize, isa: Isa) -> Filter<'a> {
+        let base = g * self.kg * self.ws[0];
+        if self.filter_contiguous {
+            let (k, ks) = (self.depth, self.ws[0]);
+            let inside = "inside w: checked against the descriptor";
+            match self.frame {
+                Frame::Positions => Filter::Strided(
+                    StridedMatrix::new(&w[base..], k, self.kg, 1, ks)
+                        .expect(inside)
+                        .for_isa(isa),
+                ),
+                Frame::Channels => Filter::Rows {
+                    m: StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
+                        .expect(inside)
+                        .for_isa(isa),
+                    w,
+                    base,
+                    ks,
+                    tr: crate::gemm::transposer_for(isa),
+                },
+            }
+        } else {
+            Filter::Table {
+                w,
+                base,
+                ks: self.ws[0],
+                taps: &self.taps,
+            }
+        }
+    }
+
+    /// Group g's prepared filter, made by [`Geometry::prepare`].
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `prepared` when the data was not made by `prepare` for a
+    /// problem of this shape.
+    pub fn prepared_filter<'a>(&self, data: &'a [f32], g: usize) -> Result<Filter<'a>> {
+        let bad = || Error::bad("prepared", "data", "not made by this algorithm's prepare");
+        if data.len() < PREPARED_HEADER || data[0] != PREPARED_MAGIC {
+            return Err(bad());
+        }
+        let (width, kcb) = (data[1] as usize, data[2] as usize);
+        let frame = if data[3] == 0.0 {
+            Frame::Positions
+        } else {
+            Frame::Channels
+        };
+        if width == 0 || kcb == 0 || frame != self.frame {
+            return Err(bad());
+        }
+        let per_group = self.depth * self.kg.div_ceil(width) * width;
+        if data.len() != PREPARED_HEADER + self.groups * per_group {
+            return Err(bad());
+        }
+        let start = PREPARED_HEADER + g * per_group;
+        Ok(Filter::Packed(PackedFilter {
+            data: &data[start..start + per_group],
+            width,
+            kcb,
+            depth: self.depth,
+            channels: self.kg,
+        }))
+    }
+
+    /// The filter packed once into the engine's panels for the kernel family of `isa`: a
+    /// header, then every group's panels.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
+    pub fn prepare(&self, w: &[f32], isa: Isa) -> Result<Vec<f32>> {
+        let bl = gemm::blocking_for(isa);
+        let width = match self.frame {
+            Frame::Positions => bl.nr,
+            Frame::Channels => bl.mr,
+        };
+        let kcb = gemm::depth_block(self.depth, bl.kc);
+        let padded = self.kg.div_ceil(width) * width;
+        let len = PREPARED_HEADER + self.groups * self.depth * padded;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
+            .map_err(|e| Error::OutOfMemory {
+                bytes: len.saturating_mul(4),
+                what: format!("packed filter: {e}"),
+            })?;
+        data.resize(len, 0.0);
+        data[..PREPARED_HEADER].copy_from_slice(&[
+            PREPARED_MAGIC,
+            width as f32,
+            kcb as f32,
+            if self.frame == Frame::Positions {
+                0.0
+            } else {
+                1.0
+            },
+        ]);
+        for (g, dst) in data[PREPARED_HEADER..]
+            .chunks_exact_mut(self.depth * padded)
+            .enumerate()
+        {
+            let f = self.filter(w, g, isa);
+            let mut t0 = 0;
+            while t0 < self.depth {
+                let kt = kcb.min(self.depth - t0);
+                let out = &mut dst[t0 * padded..(t0 + kt) * padded];
+                match self.frame {
+                    Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out),
+                    Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out),
+                }
+                t0 += kt;
+            }
+        }
+        Ok(data)
+    }
+
+    /// Runs one block's GEMM: C (the block of y) = epilogue(alpha · patches · filter), with
+    /// the patches and the filter as the frame's operands.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(
+        &self,
+        ctx: &ExecContext<'_>,
+        b: &Block,
+        patches: Operand<'_>,
+        filter: &Filter<'_>,
+        y: &mut [f32],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let (base, m, n, [rs, cs]) = self.c_view(b);
+        let bias = epi.bias.map(|v| &v[b.g * self.kg..(b.g + 1) * self.kg]);
+        let mut ge = gemm::Epilogue::new().with_activation(epi.act);
+        ge = match (bias, self.frame) {
+            (Some(v), Frame::Positions) => ge.with_bias_per_col(v),
+            (Some(v), Frame::Channels) => ge.with_bias_per_row(v),
+            (None, _) => ge,
+        };
+        let mut beta = epi.beta;
+        if beta != 0.0 {
+            if let Some(z) = epi.residual {
+                if beta == 1.0 {
+                    ge = ge.with_residual(&z[base..], rs, cs);
+                    beta = 0.0;
+                } else {
+                    // beta·z through the engine's beta·C: z copied into the block first.
+                    for i in 0..m {
+                        for j in 0..n {
+                            let o = base + i * rs + j * cs;
+                            y[o] = z[o];
+                        }
+                    }
+                }
+            }
+        }
+        let k = self.depth;
+        let c = &mut y[base..];
+        match (patches, self.frame) {
+            (Operand::A(a), Frame::Positions) => {
+                gemm::gemm_engine(ctx, m, n, k, epi.alpha, a, filter, beta, c, [rs, cs], &ge)
+            }
+            (Operand::B(p), Frame::Channels) => {
+                gemm::gemm_engine(ctx, m, n, k, epi.alpha, filter, p, beta, c, [rs, cs], &ge)
+            }
+            _ => unreachable!("the patches operand follows the frame"),
+        }
+    }
+}
+
+/// The patches of a block as the engine operand of the frame.
+pub(crate) enum Operand<'a> {
+    /// [`Frame::Positions`]: A.
+    A(&'a dyn PackA),
+    /// [`Frame::Channels`]: B.
+    B(&'a dyn PackB),
+}
+
+/// The first `elements` f32 of a byte workspace.
+///
+/// # Errors
+/// [`Error::WorkspaceTooSmall`] when it is shorter than `elements · 4` bytes (the caller has
+/// checked this; an algorithm called directly may not have), [`Error::BadParam`] naming
+/// `workspace` when it is not 4-byte aligned.
+pub(crate) fn workspace_f32<'w>(
+    algo: &str,
+    ws: &'w mut [u8],
+    elements: usize,
+) -> Result<&'w mut [f32]> {
+    let bytes = elements * std::mem::size_of::<f32>();
+    if ws.len() < bytes {
+        return Err(Error::WorkspaceTooSmall {
+            algo: algo.into(),
+            needed: bytes,
+            got: ws.len(),
+        });
+    }
+    let ws = &mut ws[..bytes];
+    // SAFETY: every bit pattern is a valid f32 and u8 → f32 reinterpretation keeps the
+    // borrow; align_to_mut puts only correctly aligned whole f32s in the middle slice.
+    let (head, mid, _) = unsafe { ws.align_to_mut::<f32>() };
+    if !head.is_empty() {
+        return Err(Error::bad(
+            "workspace",
+            format!("{:p}", head.as_ptr()),
+            "must be aligned to 4 bytes (f32)",
+        ));
+    }
+    Ok(&mut mid[..elements])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Layout, ProblemSpec};
+
+    fn geo(spec: &str, layout: Layout) -> Geometry {
+        Geometry::new(
+            &ProblemSpec::parse(spec)
+                .unwrap()
+                .to_problem(layout)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn frames_follow_layout_and_image_size() {
+        if forced_frame().is_some() {
+            return; // AUTODNN_GEMM_CONV_FRAME set for tuning: the model is bypassed.
+        }
+        // NHWC: channels are y's contiguous direction.
+        assert_eq!(
+            geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).frame,
+            Frame::Channels
+        );
+        // NCHW: large images by positions; 14x14 and 7x7 by channels (49 positions would be
+        // computed as 64).
+        for (spec, frame) in [
+            ("mb1ic64ih56oc64oh56kh1ph0", Frame::Positions),
+            (
+                "g1mb1ic3ih224iw224oc64oh112ow112kh7kw7sh2sw2ph3pw3",
+                Frame::Positions,
+            ),
+            ("mb1ic128ih28oc512oh28kh1ph0", Frame::Positions),
+            ("mb1ic1024ih14oc256oh14kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc2048oh7kh1ph0", Frame::Channels),
+            ("mb1ic512ih7oc512oh7kh3ph1", Frame::Channels),
+        ] {
+            assert_eq!(geo(spec, Layout::Nchw).frame, frame, "{spec}");
+        }
+    }
+
+    #[test]
+    fn image_is_the_matrix_for_1x1_stride_1() {
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nchw).x_is_matrix);
+        assert!(geo("mb1ic64ih56oc64oh56kh1ph0", Layout::Nhwc).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh28kh1sh2ph0", Layout::Nchw).x_is_matrix);
+        assert!(!geo("mb1ic64ih56oc64oh56kh3ph1", Layout::Nchw).x_is_matrix);
+    }
+
+    #[test]
+    fn strip_runs_and_lanes() {
+        assert_eq!(lanes(0, 32), u32::MAX);
+        assert_eq!(lanes(3, 5), 0b11000);
+        assert_eq!(lanes(4, 4), 0);
+        // 7-wide rows: a 32-position strip from position 5 crosses 6 rows.
+        let g = geo("mb1ic4ih7oc4oh7kh3ph1", Layout::Nchw);
+        let segs = g.segments(5, 32, usize::MAX);
+        assert_eq!(
+            segs.iter().map(|s| s.len).collect::<Vec<_>>(),
+            [2, 7, 7, 7, 7, 2]
+        );
+        assert_eq!((segs[1].at, segs[1].ih0, segs[1].iw0), (2, 0, -1));
+        // Panel boundaries (unit 8) split runs too.
+        let segs = g.segments(0, 16, 8);
+        assert_eq!(segs.iter().map(|s| s.len).collect::<Vec<_>>(), [7, 1, 6, 2]);
+    }
+}

@@ -1,0 +1,1266 @@
+//! The spectral engine shared by `fft` and `fft_tiling`: 2-D real-to-complex transforms of
+//! image tiles and filters, the per-frequency products over channels, the inverse transform
+//! and the epilogue.
+//!
+//! A convolution with stride 1 is a circular cross-correlation on a transform grid of
+//! `nh × nw` points as long as the grid holds a tile's outputs plus the kernel's (dilated)
+//! extent minus one: y = IDFT(DFT(x) · conj(DFT(w))) / (nh·nw). The engine computes it for a
+//! list of *tiles* (one output rectangle of one image each; `fft` uses one tile per image,
+//! `fft_tiling` many of a fixed transform size), a pass of several tiles at a time:
+//!
+//! 1. **Forward transforms** of every (tile, input channel): rows two at a time as one complex
+//!    FFT (z = a + i·b; the half spectra are separated by Hermitian symmetry), rows that are
+//!    all padding skipped, then complex FFTs down the `nw/2 + 1` columns. rustfft does the
+//!    1-D transforms (its AVX planner under an AVX cap, its scalar one under `scalar`).
+//! 2. **Products**: for every frequency bin, Y\[t, k\] = Σ_c W\[k, c\] · X\[t, c\] over the
+//!    channels of k's group: a complex (K × C)·(C × T) matrix product per bin. Bins are
+//!    grouped in blocks of [`LANES`], and the spectra are laid out block-major with each
+//!    channel's block contiguous (re ×16, im ×16): X as \[block\]\[tile\]\[c\] and the filter
+//!    as \[group\]\[block\]\[k\]\[c\] (what one bin block's products read is contiguous), Y
+//!    as \[tile\]\[k\]\[block\] (what one inverse transform reads is). A bin block's products are
+//!    then 16 independent complex GEMMs done lane-wise by one vector FMA each: a register tile
+//!    of `KB` output channels × `TB` tiles accumulates over the channels with 4 FMAs per
+//!    complex product and no shuffles, streaming the filter spectra sequentially. (Handing
+//!    each bin to the real GEMM engine as a 4M product would mean thousands of GEMMs of
+//!    (2K × 2C)·(2C × T) with T as small as 1: packing and call overhead would dominate.)
+//! 3. **Inverse transforms** of every (tile, output channel): column FFTs, then rows two at a
+//!    time, only the rows and columns of the tile's outputs; the epilogue is applied as each
+//!    row is written.
+//!
+//! The filter spectra carry the conjugation (correlation), the flip (convolution mode), the
+//! dilation (taps placed `d` apart) and the 1/(nh·nw) scale of the unnormalised inverse. They
+//! are what prepared weights hold; plain calls compute them into the workspace.
+//!
+//! Workspace: filter spectra (all or a block of output channels, per the caller's plan), then
+//! X and Y spectra of one pass; Y comes last and the products write all of it, so the
+//! reported size is the high-water mark. Each worker thread also allocates a few
+//! transform-sized line buffers (kilobytes) for the 1-D FFTs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rayon::prelude::*;
+use rustfft::num_complex::Complex32;
+use rustfft::{Fft, FftDirection, FftPlannerAvx, FftPlannerScalar};
+
+use super::{AlgoWeights, EpilogueArgs, ExecContext};
+use crate::cpu::Isa;
+use crate::desc::{ConvMode, ConvProblem};
+use crate::error::{Error, Result};
+use crate::parallel::SharedOut;
+
+/// Frequency bins per block: the vector width of the products (one AVX-512 register, two
+/// AVX2 ones). The data layout, and so prepared weights, do not depend on the ISA.
+pub(crate) const LANES: usize = 16;
+/// Floats per (block, channel): 16 real parts, then 16 imaginary parts.
+const BLOCK: usize = 2 * LANES;
+
+/// The smallest n' ≥ n whose only prime factors are 2, 3 and 5 (rustfft has fast butterflies
+/// for them).
+pub(crate) fn good_size(n: usize) -> usize {
+    let mut m = n.max(1);
+    loop {
+        let mut r = m;
+        for p in [2, 3, 5] {
+            while r.is_multiple_of(p) {
+                r /= p;
+            }
+        }
+        if r == 1 {
+            return m;
+        }
+        m += 1;
+    }
+}
+
+/// How a plain (unprepared) call gets its filter spectra.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlainFilter {
+    /// All of them once per call, into the workspace (what prepared weights hold).
+    Full,
+    /// Up to this many output channels of one group at a time, each block consumed by the
+    /// products of every tile of the pass before the next is computed. Needs all tiles in
+    /// one pass to avoid transforming the filter twice.
+    KBlocks(usize),
+}
+
+/// Everything the engine needs: the problem's geometry, the transform grid and the tiling.
+#[derive(Debug, Clone)]
+pub(crate) struct Spectral {
+    n: usize,
+    groups: usize,
+    cg: usize,
+    kg: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    r: usize,
+    s: usize,
+    dil: [usize; 2],
+    pad: [usize; 2],
+    flip: bool,
+    xs: [usize; 4],
+    ys: [usize; 4],
+    ws: [usize; 4],
+    /// Transform grid.
+    pub nh: usize,
+    pub nw: usize,
+    /// Columns of the half spectrum (nw/2 + 1).
+    v: usize,
+    /// Bin blocks (nh·v bins, rounded up to [`LANES`]).
+    pub blocks: usize,
+    /// Output rows and columns per tile.
+    th: usize,
+    tw: usize,
+    tiles_h: usize,
+    tiles_w: usize,
+    /// Tiles transformed and multiplied together.
+    pub per_pass: usize,
+    pub plain: PlainFilter,
+}
+
+/// The kernel's dilated extent (rows, columns): (R − 1)·dh + 1, (S − 1)·dw + 1.
+pub(crate) fn extent(problem: &ConvProblem) -> [usize; 2] {
+    let d = problem.conv().dilation();
+    [
+        (problem.w().r() - 1) * d[0] + 1,
+        (problem.w().s() - 1) * d[1] + 1,
+    ]
+}
+
+impl Spectral {
+    /// The engine for `problem` on an `nh × nw` grid with tiles of `th × tw` outputs,
+    /// `per_pass` tiles at a time (at most the number of tiles). `None` when a size overflows.
+    pub(crate) fn new(
+        problem: &ConvProblem,
+        grid: [usize; 2],
+        tile: [usize; 2],
+        per_pass: usize,
+        plain: PlainFilter,
+    ) -> Option<Spectral> {
+        let c = problem.conv();
+        let [nh, nw] = grid;
+        let [th, tw] = tile;
+        let ext = extent(problem);
+        assert!(th >= 1 && tw >= 1 && th + ext[0] - 1 <= nh && tw + ext[1] - 1 <= nw);
+        let (oh, ow) = (problem.y().h(), problem.y().w());
+        let v = nw / 2 + 1;
+        let blocks = nh.checked_mul(v)?.div_ceil(LANES);
+        let tiles_h = oh.div_ceil(th);
+        let tiles_w = ow.div_ceil(tw);
+        let tiles = problem.x().n().checked_mul(tiles_h)?.checked_mul(tiles_w)?;
+        let sp = Spectral {
+            n: problem.x().n(),
+            groups: problem.groups(),
+            cg: problem.c_per_group(),
+            kg: problem.k_per_group(),
+            h: problem.x().h(),
+            w: problem.x().w(),
+            oh,
+            ow,
+            r: problem.w().r(),
+            s: problem.w().s(),
+            dil: c.dilation(),
+            pad: [c.padding().top as usize, c.padding().left as usize],
+            flip: c.mode() == ConvMode::Convolution,
+            xs: problem.x().strides(),
+            ys: problem.y().strides(),
+            ws: problem.w().strides(),
+            nh,
+            nw,
+            v,
+            blocks,
+            th,
+            tw,
+            tiles_h,
+            tiles_w,
+            per_pass: per_pass.clamp(1, tiles),
+            plain,
+        };
+        // Every size below must fit, in bytes.
+        sp.workspace_floats()?.checked_mul(4)?;
+        sp.filter_floats()?.checked_mul(4)?;
+        Some(sp)
+    }
+
+    fn c(&self) -> usize {
+        self.groups * self.cg
+    }
+    fn k(&self) -> usize {
+        self.groups * self.kg
+    }
+    fn tiles(&self) -> usize {
+        self.n * self.tiles_h * self.tiles_w
+    }
+
+    /// Floats of all filter spectra: \[group\]\[block\]\[k\]\[c\]\[re, im ×16\].
+    pub(crate) fn filter_floats(&self) -> Option<usize> {
+        self.groups
+            .checked_mul(self.blocks)?
+            .checked_mul(self.kg)?
+            .checked_mul(self.cg)?
+            .checked_mul(BLOCK)
+    }
+
+    /// Output channels per block of plain filter spectra.
+    fn plain_kblock(&self) -> usize {
+        match self.plain {
+            PlainFilter::Full => self.kg,
+            PlainFilter::KBlocks(b) => b.clamp(1, self.kg),
+        }
+    }
+
+    /// Floats of the workspace's three parts: plain filter spectra, X, Y.
+    fn parts(&self) -> Option<[usize; 3]> {
+        let wf = self
+            .blocks
+            .checked_mul(self.plain_kblock())?
+            .checked_mul(self.cg)?
+            .checked_mul(BLOCK)?;
+        let wf = match self.plain {
+            PlainFilter::Full => wf.checked_mul(self.groups)?,
+            PlainFilter::KBlocks(_) => wf,
+        };
+        let per_tile = self.blocks.checked_mul(self.per_pass)?.checked_mul(BLOCK)?;
+        Some([
+            wf,
+            per_tile.checked_mul(self.c())?,
+            per_tile.checked_mul(self.k())?,
+        ])
+    }
+
+    fn workspace_floats(&self) -> Option<usize> {
+        let [a, b, c] = self.parts()?;
+        a.checked_add(b)?.checked_add(c)
+    }
+
+    /// Exact workspace bytes of one run.
+    pub(crate) fn workspace_bytes(&self) -> usize {
+        self.workspace_floats().expect("checked when made") * 4
+    }
+
+    /// The filter spectra of `w` (what prepared weights hold).
+    pub(crate) fn prepare(&self, ctx: &ExecContext<'_>, w: &[f32]) -> Result<Vec<f32>> {
+        let len = self.filter_floats().expect("checked when made");
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+            bytes: len.saturating_mul(4),
+            what: format!("filter spectra: {e}"),
+        })?;
+        out.resize(len, 0.0);
+        let tables = self.filter_tables();
+        for g in 0..self.groups {
+            let at = g * self.blocks * self.kg * self.cg * BLOCK;
+            let dst = &mut out[at..at + self.blocks * self.kg * self.cg * BLOCK];
+            self.filter_spectra(ctx, &tables, w, g, 0, self.kg, dst);
+        }
+        Ok(out)
+    }
+
+    /// Computes the spectra of output channels `k0 .. k0 + kb` of group `g` into `dst`, laid
+    /// out \[block\]\[kb\]\[c\]\[re, im ×16\]: conjugated (correlation) and scaled by
+    /// 1/(nh·nw) (the unnormalised inverse). The R×S taps are few on a large grid, so the DFT
+    /// is evaluated directly and separably (rows: S taps to nw/2 + 1 frequencies, vectorised
+    /// over frequencies; columns: R rows to the bins of each block, vectorised over the
+    /// block's lanes) instead of transforming a mostly-zero grid.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_spectra(
+        &self,
+        ctx: &ExecContext<'_>,
+        tables: &FilterTables,
+        w: &[f32],
+        g: usize,
+        k0: usize,
+        kb: usize,
+        dst: &mut [f32],
+    ) {
+        assert!(dst.len() >= self.blocks * kb * self.cg * BLOCK);
+        let out = SharedOut::new(dst);
+        let one = pick_filter_kernel(ctx.isa);
+        let item = |buf: &mut FilterScratch, i: usize| {
+            let (kk, c) = (i / self.cg, i % self.cg);
+            let kf = g * self.kg + k0 + kk;
+            let base = kf * self.ws[0] + c * self.ws[1];
+            buf.taps.clear();
+            for r in 0..self.r {
+                let fr = if self.flip { self.r - 1 - r } else { r };
+                for s in 0..self.s {
+                    let fs = if self.flip { self.s - 1 - s } else { s };
+                    buf.taps.push(w[base + fr * self.ws[2] + fs * self.ws[3]]);
+                }
+            }
+            one(tables, buf);
+            for (b, chunk) in buf.chunks.chunks(BLOCK).enumerate() {
+                let at = (b * kb + kk) * self.cg * BLOCK + c * BLOCK;
+                // SAFETY: item (kk, c) alone writes the chunks of (kk, c) in every block.
+                unsafe { out.write_slice(at, chunk) };
+            }
+        };
+        par_items(ctx, kb * self.cg, || FilterScratch::new(tables), item);
+    }
+
+    /// The tables of [`Spectral::filter_spectra`] for this grid.
+    fn filter_tables(&self) -> FilterTables {
+        use std::f64::consts::TAU;
+        let (nh, nw, v) = (self.nh, self.nw, self.v);
+        let vp = v.next_multiple_of(LANES);
+        let mut ev = vec![0f32; self.s * 2 * vp];
+        for s in 0..self.s {
+            for f in 0..v {
+                let a = TAU * ((f * s * self.dil[1]) % nw) as f64 / nw as f64;
+                ev[2 * s * vp + f] = a.cos() as f32;
+                ev[(2 * s + 1) * vp + f] = a.sin() as f32;
+            }
+        }
+        let scale = 1.0 / (nh * nw) as f64;
+        let roots: Vec<(f32, f32)> = (0..nh)
+            .map(|j| {
+                let a = TAU * j as f64 / nh as f64;
+                ((a.cos() * scale) as f32, (a.sin() * scale) as f32)
+            })
+            .collect();
+        let bins = nh * v;
+        let mut t = FilterTables {
+            r: self.r,
+            s: self.s,
+            vp,
+            ev,
+            seg_v: Vec::new(),
+            seg_start: Vec::with_capacity(self.blocks + 1),
+            fu: Vec::new(),
+            blocks: self.blocks,
+        };
+        for b in 0..self.blocks {
+            t.seg_start.push(t.seg_v.len());
+            let mut l = 0;
+            while l < LANES && b * LANES + l < bins {
+                let f = (b * LANES + l) / nh;
+                let end = ((f + 1) * nh - b * LANES).min(LANES);
+                let at = t.fu.len();
+                t.fu.resize(at + self.r * BLOCK, 0.0);
+                for lane in l..end.min(bins - b * LANES) {
+                    let u = b * LANES + lane - f * nh;
+                    for r in 0..self.r {
+                        let (c, s) = roots[(u * r * self.dil[0]) % nh];
+                        t.fu[at + r * BLOCK + lane] = c;
+                        t.fu[at + r * BLOCK + LANES + lane] = s;
+                    }
+                }
+                t.seg_v.push(f);
+                l = end;
+            }
+        }
+        t.seg_start.push(t.seg_v.len());
+        t
+    }
+
+    /// The 2-D forward transform of one real image on the grid, into `lines.cols` (bin
+    /// v·nh + u holds frequency (u, v)). Only `count` rows are non-zero: row `row_of(p)` of
+    /// the grid for p < count, whose values `fill(p, row)` writes (all `nw` of them).
+    fn forward(
+        &self,
+        plans: &Plans,
+        lines: &mut Lines,
+        count: usize,
+        row_of: impl Fn(usize) -> usize,
+        mut fill: impl FnMut(usize, &mut [f32]),
+    ) {
+        let (nh, nw, v) = (self.nh, self.nw, self.v);
+        lines.cols.fill(Complex32::ZERO);
+        let mut p = 0;
+        while p < count {
+            fill(p, &mut lines.ra);
+            if p + 1 < count {
+                fill(p + 1, &mut lines.rb);
+            } else {
+                lines.rb.fill(0.0);
+            }
+            for ((z, &a), &b) in lines.row.iter_mut().zip(&lines.ra).zip(&lines.rb) {
+                *z = Complex32::new(a, b);
+            }
+            plans
+                .row_fwd
+                .process_with_scratch(&mut lines.row, &mut lines.scratch);
+            // z = a + i·b: A[f] = (Z[f] + conj Z[−f]) / 2, B[f] = (Z[f] − conj Z[−f]) / 2i.
+            let (i1, i2) = (row_of(p), (p + 1 < count).then(|| row_of(p + 1)));
+            for f in 0..v {
+                let z = lines.row[f];
+                let m = lines.row[if f == 0 { 0 } else { nw - f }].conj();
+                lines.cols[f * nh + i1] = (z + m) * 0.5;
+                if let Some(i2) = i2 {
+                    let d = z - m;
+                    lines.cols[f * nh + i2] = Complex32::new(d.im * 0.5, -d.re * 0.5);
+                }
+            }
+            p += 2;
+        }
+        plans
+            .col_fwd
+            .process_with_scratch(&mut lines.cols, &mut lines.scratch);
+    }
+
+    /// The 2-D inverse transform of the spectrum in `lines.cols` (as [`Spectral::forward`]
+    /// leaves it): `emit(row, values)` receives rows 0 .. rows of the real result, each `nw`
+    /// values long.
+    fn inverse(
+        &self,
+        plans: &Plans,
+        lines: &mut Lines,
+        rows: usize,
+        mut emit: impl FnMut(usize, &[f32]),
+    ) {
+        let (nh, nw, v) = (self.nh, self.nw, self.v);
+        plans
+            .col_inv
+            .process_with_scratch(&mut lines.cols, &mut lines.scratch);
+        let mut h = 0;
+        while h < rows {
+            let second = h + 1 < rows;
+            for f in 0..v {
+                let a = lines.cols[f * nh + h];
+                let b = if second {
+                    lines.cols[f * nh + h + 1]
+                } else {
+                    Complex32::ZERO
+                };
+                let mirror = if f == 0 { 0 } else { nw - f };
+                if mirror == f {
+                    // DC and Nyquist of a real row are real: drop rounding's imaginary part.
+                    lines.row[f] = Complex32::new(a.re, b.re);
+                } else {
+                    // z = a + i·b on the full spectrum, a and b Hermitian.
+                    lines.row[f] = Complex32::new(a.re - b.im, a.im + b.re);
+                    lines.row[mirror] = Complex32::new(a.re + b.im, b.re - a.im);
+                }
+            }
+            plans
+                .row_inv
+                .process_with_scratch(&mut lines.row, &mut lines.scratch);
+            for (j, z) in lines.row.iter().enumerate() {
+                lines.ra[j] = z.re;
+                lines.rb[j] = z.im;
+            }
+            emit(h, &lines.ra);
+            if second {
+                emit(h + 1, &lines.rb);
+            }
+            h += 2;
+        }
+    }
+
+    /// Where tile `t` is: (image, first output row, first output column, rows, columns).
+    fn tile(&self, t: usize) -> (usize, usize, usize, usize, usize) {
+        let per_image = self.tiles_h * self.tiles_w;
+        let (n, i) = (t / per_image, t % per_image);
+        let (oh0, ow0) = ((i / self.tiles_w) * self.th, (i % self.tiles_w) * self.tw);
+        (
+            n,
+            oh0,
+            ow0,
+            self.th.min(self.oh - oh0),
+            self.tw.min(self.ow - ow0),
+        )
+    }
+
+    /// Runs the convolution: y = act(alpha · conv(x, w) + bias + beta · z).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run(
+        &self,
+        algo: &str,
+        ctx: &ExecContext<'_>,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let need = self.workspace_bytes();
+        if workspace.len() < need {
+            return Err(Error::WorkspaceTooSmall {
+                algo: algo.into(),
+                needed: need,
+                got: workspace.len(),
+            });
+        }
+        if let AlgoWeights::Prepared(p) = w {
+            let want = self.filter_floats().expect("checked when made");
+            if p.len() != want {
+                return Err(Error::bad(
+                    "prepared",
+                    format!("{} values", p.len()),
+                    format!("{algo} needs {want} filter spectra values for this problem"),
+                ));
+            }
+        }
+        let ws = as_floats(algo, &mut workspace[..need])?;
+        let [wf, xf, _] = self.parts().expect("checked when made");
+        let (wbuf, rest) = ws.split_at_mut(wf);
+        let (xbuf, ybuf) = rest.split_at_mut(xf);
+        let plans = Plans::get(ctx.isa, self.nh, self.nw);
+        let out = SharedOut::new(y);
+        let tiles = self.tiles();
+        let mut t0 = 0;
+        while t0 < tiles {
+            let count = self.per_pass.min(tiles - t0);
+            self.transform_inputs(ctx, &plans, x, t0, count, xbuf);
+            match (w, self.plain) {
+                (AlgoWeights::Prepared(ww), _) => {
+                    self.products_all(ctx, ww, xbuf, count, ybuf);
+                }
+                (AlgoWeights::Plain(ww), PlainFilter::Full) => {
+                    if t0 == 0 {
+                        let tables = self.filter_tables();
+                        let per_group = self.blocks * self.kg * self.cg * BLOCK;
+                        for g in 0..self.groups {
+                            let dst = &mut wbuf[g * per_group..(g + 1) * per_group];
+                            self.filter_spectra(ctx, &tables, ww, g, 0, self.kg, dst);
+                        }
+                    }
+                    self.products_all(ctx, wbuf, xbuf, count, ybuf);
+                }
+                (AlgoWeights::Plain(ww), PlainFilter::KBlocks(_)) => {
+                    let kb = self.plain_kblock();
+                    let tables = self.filter_tables();
+                    for g in 0..self.groups {
+                        let mut k0 = 0;
+                        while k0 < self.kg {
+                            let n = kb.min(self.kg - k0);
+                            self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf);
+                            let wl = WView {
+                                data: wbuf,
+                                base: 0,
+                                bstride: n * self.cg * BLOCK,
+                            };
+                            self.products(ctx, &wl, g, k0, n, xbuf, count, ybuf);
+                            k0 += n;
+                        }
+                    }
+                }
+            }
+            self.transform_outputs(ctx, &plans, ybuf, t0, count, &out, epi);
+            t0 += count;
+        }
+        Ok(())
+    }
+
+    /// Forward transforms of every input channel of tiles t0 .. t0 + count into X.
+    fn transform_inputs(
+        &self,
+        ctx: &ExecContext<'_>,
+        plans: &Plans,
+        x: &[f32],
+        t0: usize,
+        count: usize,
+        xbuf: &mut [f32],
+    ) {
+        let c_all = self.c();
+        let tstride = c_all * BLOCK;
+        let bstride = self.per_pass * tstride;
+        let out = SharedOut::new(xbuf);
+        let (ext_h, ext_w) = (
+            (self.r - 1) * self.dil[0] + 1,
+            (self.s - 1) * self.dil[1] + 1,
+        );
+        let item = |lines: &mut Lines, i: usize| {
+            let (tt, c) = (i / c_all, i % c_all);
+            let (n, oh0, ow0, rows, cols) = self.tile(t0 + tt);
+            // Grid row i holds input row oh0 − pad + i; only the rows the outputs reach.
+            let ih0 = oh0 as i64 - self.pad[0] as i64;
+            let iw0 = ow0 as i64 - self.pad[1] as i64;
+            let lo = (-ih0).max(0) as usize;
+            let hi = ((rows + ext_h - 1) as i64)
+                .min(self.h as i64 - ih0)
+                .max(lo as i64) as usize;
+            let jlo = (-iw0).max(0) as usize;
+            let jhi = ((cols + ext_w - 1) as i64)
+                .min(self.w as i64 - iw0)
+                .max(jlo as i64) as usize;
+            let base = n * self.xs[0] + c * self.xs[1];
+            // With dilation, some grid rows and columns inside the window meet no tap of any
+            // kept output: leave them zero (they would only add rounding noise).
+            let mut rowlist = std::mem::take(&mut lines.rowlist);
+            rowlist.clear();
+            rowlist.extend((lo..hi).filter(|&i| touched(i, rows, self.r, self.dil[0])));
+            let sparse_cols = self.dil[1] > 1 && cols < self.dil[1];
+            self.forward(
+                plans,
+                lines,
+                rowlist.len(),
+                |p| rowlist[p],
+                |p, row| {
+                    row.fill(0.0);
+                    let ih = (ih0 + rowlist[p] as i64) as usize;
+                    let at = base + ih * self.xs[2];
+                    let first = (iw0 + jlo as i64) as usize;
+                    if self.xs[3] == 1 {
+                        row[jlo..jhi].copy_from_slice(&x[at + first..at + first + jhi - jlo]);
+                    } else {
+                        for (j, v) in row[jlo..jhi].iter_mut().enumerate() {
+                            *v = x[at + (first + j) * self.xs[3]];
+                        }
+                    }
+                    if sparse_cols {
+                        for (j, v) in row.iter_mut().enumerate() {
+                            if !touched(j, cols, self.s, self.dil[1]) {
+                                *v = 0.0;
+                            }
+                        }
+                    }
+                },
+            );
+            lines.rowlist = rowlist;
+            for b in 0..self.blocks {
+                let at = b * bstride + tt * tstride + c * BLOCK;
+                let chunk = deinterleave(&lines.cols, b);
+                // SAFETY: item (tt, c) alone writes the chunks of (tt, c) in every block.
+                unsafe { out.write_slice(at, &chunk) };
+            }
+        };
+        par_items(ctx, count * c_all, || Lines::new(plans, self), item);
+    }
+
+    /// Inverse transforms of every output channel of tiles t0 .. t0 + count from Y, written
+    /// to y through the epilogue.
+    #[allow(clippy::too_many_arguments)]
+    fn transform_outputs(
+        &self,
+        ctx: &ExecContext<'_>,
+        plans: &Plans,
+        ybuf: &[f32],
+        t0: usize,
+        count: usize,
+        out: &SharedOut<'_>,
+        epi: &EpilogueArgs<'_>,
+    ) {
+        let k_all = self.k();
+        let bins = self.nh * self.v;
+        let plain = epi.is_identity();
+        let item = |lines: &mut Lines, i: usize| {
+            let (tt, k) = (i / k_all, i % k_all);
+            let (n, oh0, ow0, rows, cols) = self.tile(t0 + tt);
+            let run = &ybuf[self.y_index(tt, k, 0)..self.y_index(tt, k, self.blocks)];
+            for (z, src) in lines.cols[..bins].chunks_mut(LANES).zip(run.chunks(BLOCK)) {
+                for (l, z) in z.iter_mut().enumerate() {
+                    *z = Complex32::new(src[l], src[LANES + l]);
+                }
+            }
+            let base = n * self.ys[0] + k * self.ys[1] + ow0 * self.ys[3];
+            self.inverse(plans, lines, rows, |h, vals| {
+                let row = base + (oh0 + h) * self.ys[2];
+                if plain && self.ys[3] == 1 {
+                    // SAFETY: item (tile, k) alone writes the outputs of channel k in its
+                    // tile; distinct coordinates are distinct elements.
+                    unsafe { out.write_slice(row, &vals[..cols]) };
+                } else {
+                    for (j, &acc) in vals[..cols].iter().enumerate() {
+                        let off = row + j * self.ys[3];
+                        // SAFETY: as above, this item alone reads and writes this element.
+                        let value = epi.value(acc, k, off, || unsafe { out.read(off) });
+                        // SAFETY: as above.
+                        unsafe { out.write(off, value) };
+                    }
+                }
+            });
+        };
+        par_items(ctx, count * k_all, || Lines::new(plans, self), item);
+    }
+
+    /// Products of every group and output channel with the full filter spectra `w`.
+    fn products_all(
+        &self,
+        ctx: &ExecContext<'_>,
+        w: &[f32],
+        xbuf: &[f32],
+        count: usize,
+        ybuf: &mut [f32],
+    ) {
+        for g in 0..self.groups {
+            let wl = WView {
+                data: w,
+                base: g * self.blocks * self.kg * self.cg * BLOCK,
+                bstride: self.kg * self.cg * BLOCK,
+            };
+            self.products(ctx, &wl, g, 0, self.kg, xbuf, count, ybuf);
+        }
+    }
+
+    /// Y\[b\]\[t\]\[g·kg + k0 + kk\] = Σ_c W\[b\]\[kk\]\[c\] ⊙ X\[b\]\[t\]\[g·cg + c\] for kk < kb,
+    /// t < count, every bin block b.
+    #[allow(clippy::too_many_arguments)]
+    fn products(
+        &self,
+        ctx: &ExecContext<'_>,
+        wl: &WView<'_>,
+        g: usize,
+        k0: usize,
+        kb: usize,
+        xbuf: &[f32],
+        count: usize,
+        ybuf: &mut [f32],
+    ) {
+        let (c_all, k_all) = (self.c(), self.k());
+        let xb = self.per_pass * c_all * BLOCK;
+        let kernels = Kernels::for_isa(ctx.isa);
+        let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
+        let per_block = |tmp: &mut Vec<f32>, b: usize| {
+            tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
+            let mut kk = 0;
+            while kk < kb {
+                let kn = kernels.kb(count).min(kb - kk);
+                let mut t = 0;
+                while t < count {
+                    let tn = kernels.tb.min(count - t);
+                    let args = ProdArgs {
+                        w: wl.data,
+                        w_off: wl.base + b * wl.bstride + kk * self.cg * BLOCK,
+                        w_kstride: self.cg * BLOCK,
+                        x: xbuf,
+                        x_off: b * xb + t * c_all * BLOCK + g * self.cg * BLOCK,
+                        x_tstride: c_all * BLOCK,
+                        cg: self.cg,
+                        kb: kn,
+                        tb: tn,
+                    };
+                    (kernels.run)(&args, tmp);
+                    for i in 0..kn {
+                        let k = g * self.kg + k0 + kk + i;
+                        for j in 0..tn {
+                            let at = self.y_index(t + j, k, b);
+                            let src = &tmp[(i * tn + j) * BLOCK..][..BLOCK];
+                            // SAFETY: bin block b of (tile, k) is written by this block's
+                            // item alone.
+                            unsafe { out.write_slice(at, src) };
+                        }
+                    }
+                    t += tn;
+                }
+                kk += kn;
+            }
+        };
+        par_items(ctx, self.blocks, Vec::new, per_block);
+    }
+
+    /// Where bin block `b` of output channel `k` of pass tile `t` sits in Y:
+    /// \[tile\]\[k\]\[block\]\[re, im ×16\], so that each inverse transform reads one run.
+    fn y_index(&self, t: usize, k: usize, b: usize) -> usize {
+        ((t * self.k() + k) * self.blocks + b) * BLOCK
+    }
+}
+
+/// Tables of the direct filter transform.
+struct FilterTables {
+    r: usize,
+    s: usize,
+    blocks: usize,
+    /// Row stage, \[s\]\[cos, sin\]\[vp\]: the angle 2π·f·s·dw/nw for frequency column f
+    /// (0 past the last column).
+    vp: usize,
+    ev: Vec<f32>,
+    /// Column stage: each block's lanes in runs of one frequency column (`seg_v`); block b's
+    /// runs are `seg_start[b] .. seg_start[b + 1]`; run i's factors, \[r\]\[cos, sin ×16\], are
+    /// at `fu[i·r·32 ..]` (angle 2π·u·r·dh/nh of each lane's row frequency u, times
+    /// 1/(nh·nw); 0 on lanes outside the run).
+    seg_v: Vec<usize>,
+    seg_start: Vec<usize>,
+    fu: Vec<f32>,
+}
+
+/// One worker's buffers for filter transforms.
+struct FilterScratch {
+    /// The filter's taps, \[r\]\[s\], flipped in convolution mode.
+    taps: Vec<f32>,
+    /// Row stage result, \[r\]\[re, im\]\[vp\].
+    rows: Vec<f32>,
+    /// The result, \[block\]\[re, im ×16\].
+    chunks: Vec<f32>,
+}
+
+impl FilterScratch {
+    fn new(t: &FilterTables) -> FilterScratch {
+        FilterScratch {
+            taps: Vec::with_capacity(t.r * t.s),
+            rows: vec![0.0; t.r * 2 * t.vp],
+            chunks: vec![0.0; t.blocks * BLOCK],
+        }
+    }
+}
+
+/// The filter transform compiled for the widest ISA the cap allows.
+fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |t, b| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_one::<true>(t, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(t, b) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |t, b| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_one::<true>(t, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(t, b) }
+        },
+        _ => filter_one::<false>,
+    }
+}
+
+/// The separable DFT of one filter (`b.taps`) into `b.chunks`; plain Rust on fixed-size
+/// lane arrays, vectorised by the compiler for the enclosing target features. `FUSED` uses
+/// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
+#[inline(always)]
+fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
+        } else {
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
+    for r in 0..t.r {
+        let taps = &b.taps[r * t.s..(r + 1) * t.s];
+        for f0 in (0..vp).step_by(LANES) {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for (s, &wv) in taps.iter().enumerate() {
+                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
+                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
+                    .try_into()
+                    .expect("16");
+                for l in 0..LANES {
+                    re[l] = fma(wv, cs[l], re[l]);
+                    im[l] = fma(wv, sn[l], im[l]);
+                }
+            }
+            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
+            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
+        }
+    }
+    // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
+    for (blk, chunk) in b.chunks.chunks_exact_mut(BLOCK).enumerate() {
+        let chunk: &mut [f32; BLOCK] = chunk.try_into().expect("BLOCK floats");
+        // Four independent sums (re = Σ tr·c − Σ ti·s, im = Σ tr·s + Σ ti·c) keep the FMA
+        // chains short.
+        let z = [0f32; LANES];
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        for seg in t.seg_start[blk]..t.seg_start[blk + 1] {
+            let f = t.seg_v[seg];
+            for r in 0..t.r {
+                let (tr, ti) = (b.rows[r * 2 * vp + f], b.rows[r * 2 * vp + vp + f]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            chunk[l] = rc[l] - rs[l];
+            chunk[LANES + l] = is[l] + ic[l];
+        }
+    }
+}
+
+/// Bin block `b` of a spectrum as 16 real parts then 16 imaginary parts (zeros past the end).
+#[inline]
+fn deinterleave(spec: &[Complex32], b: usize) -> [f32; BLOCK] {
+    let mut chunk = [0f32; BLOCK];
+    let from = b * LANES;
+    if let Some(full) = spec.get(from..from + LANES) {
+        let full: &[Complex32; LANES] = full.try_into().expect("LANES values");
+        for l in 0..LANES {
+            chunk[l] = full[l].re;
+            chunk[LANES + l] = full[l].im;
+        }
+    } else {
+        for (l, z) in spec[from.min(spec.len())..].iter().enumerate() {
+            chunk[l] = z.re;
+            chunk[LANES + l] = z.im;
+        }
+    }
+    chunk
+}
+
+/// Whether grid position `i` meets a tap of some output `o < outs`: i = o + r·d for r < taps.
+fn touched(i: usize, outs: usize, taps: usize, d: usize) -> bool {
+    if d == 1 {
+        return i < outs + taps - 1;
+    }
+    (0..taps).any(|r| i >= r * d && i - r * d < outs)
+}
+
+/// Filter spectra as the products read them: block b's channel block starts at
+/// `base + b·bstride`, then \[k\]\[c\]\[re, im ×16\].
+struct WView<'a> {
+    data: &'a [f32],
+    base: usize,
+    bstride: usize,
+}
+
+/// Reinterprets the workspace as floats.
+fn as_floats<'a>(algo: &str, ws: &'a mut [u8]) -> Result<&'a mut [f32]> {
+    // SAFETY: every bit pattern is a valid f32, and align_to_mut only hands out the
+    // correctly aligned middle part.
+    let (head, mid, tail) = unsafe { ws.align_to_mut::<f32>() };
+    if !head.is_empty() || !tail.is_empty() {
+        return Err(Error::bad(
+            "workspace",
+            "misaligned",
+            format!("{algo} needs a workspace whose start is aligned to 4 bytes"),
+        ));
+    }
+    Ok(mid)
+}
+
+/// Runs `f(state, i)` for i < items on the context's threads, each worker with its own
+/// state from `init`.
+fn par_items<S>(
+    ctx: &ExecContext<'_>,
+    items: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize) + Sync + Send,
+) {
+    if ctx.threads <= 1 || items <= 1 {
+        let mut s = init();
+        for i in 0..items {
+            f(&mut s, i);
+        }
+    } else {
+        ctx.pool
+            .install(|| (0..items).into_par_iter().for_each_init(&init, &f));
+    }
+}
+
+/// One worker's buffers for 2-D transforms on the grid.
+struct Lines {
+    /// One grid row, complex.
+    row: Vec<Complex32>,
+    /// The half spectrum, column-major: \[v\]\[nh\].
+    cols: Vec<Complex32>,
+    ra: Vec<f32>,
+    rb: Vec<f32>,
+    scratch: Vec<Complex32>,
+    /// The non-zero grid rows of the image being transformed.
+    rowlist: Vec<usize>,
+}
+
+impl Lines {
+    fn new(plans: &Plans, sp: &Spectral) -> Lines {
+        Lines {
+            row: vec![Complex32::ZERO; sp.nw],
+            cols: vec![Complex32::ZERO; sp.v * sp.nh],
+            ra: vec![0.0; sp.nw],
+            rb: vec![0.0; sp.nw],
+            scratch: vec![Complex32::ZERO; plans.scratch],
+            rowlist: Vec::with_capacity(sp.nh),
+        }
+    }
+}
+
+/// The 1-D transforms of one grid.
+struct Plans {
+    row_fwd: Arc<dyn Fft<f32>>,
+    row_inv: Arc<dyn Fft<f32>>,
+    col_fwd: Arc<dyn Fft<f32>>,
+    col_inv: Arc<dyn Fft<f32>>,
+    scratch: usize,
+}
+
+type PlanKey = (bool, usize, bool);
+type PlanCache = Mutex<HashMap<PlanKey, Arc<dyn Fft<f32>>>>;
+
+impl Plans {
+    /// Plans for an `nh × nw` grid under the ISA cap (rustfft's AVX planner from AVX2 up, its
+    /// scalar planner otherwise), cached for the life of the process.
+    fn get(isa: Isa, nh: usize, nw: usize) -> Plans {
+        static CACHE: OnceLock<PlanCache> = OnceLock::new();
+        let avx = isa >= Isa::Avx2;
+        let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut plan = |len: usize, inverse: bool| -> Arc<dyn Fft<f32>> {
+            let dir = if inverse {
+                FftDirection::Inverse
+            } else {
+                FftDirection::Forward
+            };
+            cache
+                .entry((avx, len, inverse))
+                .or_insert_with(|| match FftPlannerAvx::new() {
+                    Ok(mut p) if avx => p.plan_fft(len, dir),
+                    _ => FftPlannerScalar::new().plan_fft(len, dir),
+                })
+                .clone()
+        };
+        let (row_fwd, row_inv) = (plan(nw, false), plan(nw, true));
+        let (col_fwd, col_inv) = (plan(nh, false), plan(nh, true));
+        let scratch = [&row_fwd, &row_inv, &col_fwd, &col_inv]
+            .iter()
+            .map(|p| p.get_inplace_scratch_len())
+            .max()
+            .unwrap_or(0);
+        Plans {
+            row_fwd,
+            row_inv,
+            col_fwd,
+            col_inv,
+            scratch,
+        }
+    }
+}
+
+/// One call of the product kernel: for kk < kb, t < tb,
+/// out\[(kk·tb + t)·32 ..\] = Σ_{c < cg} w\[w_off + kk·w_kstride + c·32 ..\] ⊙
+/// x\[x_off + t·x_tstride + c·32 ..\], lane-wise complex (16 re, then 16 im).
+struct ProdArgs<'a> {
+    w: &'a [f32],
+    w_off: usize,
+    w_kstride: usize,
+    x: &'a [f32],
+    x_off: usize,
+    x_tstride: usize,
+    cg: usize,
+    kb: usize,
+    tb: usize,
+}
+
+impl ProdArgs<'_> {
+    /// Panics unless every access of the call lies inside w, x and y.
+    fn check(&self, y: &[f32]) {
+        assert!(self.kb >= 1 && self.tb >= 1 && self.cg >= 1);
+        let last = |off: usize, a: usize, sa: usize, b: usize, sb: usize| {
+            off + (a - 1) * sa + (b - 1) * sb + BLOCK
+        };
+        assert!(last(self.w_off, self.kb, self.w_kstride, self.cg, BLOCK) <= self.w.len());
+        assert!(last(self.x_off, self.tb, self.x_tstride, self.cg, BLOCK) <= self.x.len());
+        assert!(self.kb * self.tb * BLOCK <= y.len());
+    }
+}
+
+/// Largest register tile of any family: output channels, tiles.
+const KB_MAX: usize = 12;
+const TB_MAX: usize = 3;
+
+/// A product kernel family: its register tile and entry point.
+struct Kernels {
+    /// Output channels per call when there is one tile, and when there are more.
+    kb1: usize,
+    kbn: usize,
+    /// Tiles per call.
+    tb: usize,
+    run: fn(&ProdArgs<'_>, &mut [f32]),
+}
+
+impl Kernels {
+    fn for_isa(isa: Isa) -> Kernels {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Kernels {
+                kb1: 12,
+                kbn: 4,
+                tb: 3,
+                run: avx512::run,
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Kernels {
+                kb1: 6,
+                kbn: 3,
+                tb: 2,
+                run: avx2::run,
+            },
+            _ => Kernels {
+                kb1: 4,
+                kbn: 4,
+                tb: 2,
+                run: portable,
+            },
+        }
+    }
+    fn kb(&self, tiles: usize) -> usize {
+        if tiles <= 1 {
+            self.kb1
+        } else {
+            self.kbn
+        }
+    }
+}
+
+/// The portable kernel: one (k, t) pair at a time.
+fn portable(a: &ProdArgs<'_>, y: &mut [f32]) {
+    a.check(y);
+    for kk in 0..a.kb {
+        for t in 0..a.tb {
+            let mut acc = [0f32; BLOCK];
+            for c in 0..a.cg {
+                let w = &a.w[a.w_off + kk * a.w_kstride + c * BLOCK..][..BLOCK];
+                let x = &a.x[a.x_off + t * a.x_tstride + c * BLOCK..][..BLOCK];
+                for l in 0..LANES {
+                    let (wr, wi, xr, xi) = (w[l], w[LANES + l], x[l], x[LANES + l]);
+                    acc[l] += wr * xr - wi * xi;
+                    acc[LANES + l] += wr * xi + wi * xr;
+                }
+            }
+            let at = (kk * a.tb + t) * BLOCK;
+            y[at..at + BLOCK].copy_from_slice(&acc);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{ProdArgs, BLOCK, LANES};
+
+    /// Dispatches the call's block shape to a monomorphised kernel.
+    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
+        a.check(y);
+        macro_rules! dispatch {
+            ($(($k:literal, $t:literal))*) => {
+                match (a.kb, a.tb) {
+                    $(($k, $t) => {
+                        // SAFETY: this family is only chosen when the CPU has AVX-512F, and
+                        // the accesses were bounds-checked above.
+                        unsafe { kernel::<$k, $t>(a, y) }
+                    })*
+                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
+                }
+            };
+        }
+        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(
+            10, 1
+        )(11, 1)(12, 1)(1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(
+            3, 3
+        )(4, 3))
+    }
+
+    /// # Safety
+    /// AVX-512F; `a.check(y)` holds.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn kernel<const KB: usize, const TB: usize>(a: &ProdArgs<'_>, y: &mut [f32]) {
+        let zero = _mm512_setzero_ps();
+        let mut re = [[zero; TB]; KB];
+        let mut im = [[zero; TB]; KB];
+        let wp = a.w.as_ptr().wrapping_add(a.w_off);
+        let xp = a.x.as_ptr().wrapping_add(a.x_off);
+        for c in 0..a.cg {
+            let mut xr = [zero; TB];
+            let mut xi = [zero; TB];
+            for t in 0..TB {
+                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
+                // SAFETY: inside x (checked by the caller).
+                unsafe {
+                    xr[t] = _mm512_loadu_ps(p);
+                    xi[t] = _mm512_loadu_ps(p.add(LANES));
+                }
+            }
+            for k in 0..KB {
+                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
+                // SAFETY: inside w (checked by the caller).
+                let (wr, wi) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(LANES))) };
+                for t in 0..TB {
+                    re[k][t] = _mm512_fmadd_ps(wr, xr[t], re[k][t]);
+                    re[k][t] = _mm512_fnmadd_ps(wi, xi[t], re[k][t]);
+                    im[k][t] = _mm512_fmadd_ps(wr, xi[t], im[k][t]);
+                    im[k][t] = _mm512_fmadd_ps(wi, xr[t], im[k][t]);
+                }
+            }
+        }
+        let yp = y.as_mut_ptr();
+        for k in 0..KB {
+            for t in 0..TB {
+                let p = yp.wrapping_add((k * TB + t) * BLOCK);
+                // SAFETY: inside y (checked by the caller).
+                unsafe {
+                    _mm512_storeu_ps(p, re[k][t]);
+                    _mm512_storeu_ps(p.add(LANES), im[k][t]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{ProdArgs, BLOCK, LANES};
+
+    /// Dispatches the call's block shape to a monomorphised kernel, once per half block.
+    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
+        a.check(y);
+        macro_rules! dispatch {
+            ($(($k:literal, $t:literal))*) => {
+                match (a.kb, a.tb) {
+                    $(($k, $t) => for half in [0, 8] {
+                        // SAFETY: this family is only chosen when the CPU has AVX2 and FMA,
+                        // and the accesses were bounds-checked above.
+                        unsafe { kernel::<$k, $t>(a, y, half) }
+                    })*
+                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
+                }
+            };
+        }
+        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2))
+    }
+
+    /// # Safety
+    /// AVX2 and FMA; `a.check(y)` holds; `half` is 0 or 8.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn kernel<const KB: usize, const TB: usize>(
+        a: &ProdArgs<'_>,
+        y: &mut [f32],
+        half: usize,
+    ) {
+        let zero = _mm256_setzero_ps();
+        let mut re = [[zero; TB]; KB];
+        let mut im = [[zero; TB]; KB];
+        let wp = a.w.as_ptr().wrapping_add(a.w_off + half);
+        let xp = a.x.as_ptr().wrapping_add(a.x_off + half);
+        for c in 0..a.cg {
+            let mut xr = [zero; TB];
+            let mut xi = [zero; TB];
+            for t in 0..TB {
+                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
+                // SAFETY: inside x (checked by the caller; half + 8 <= 16).
+                unsafe {
+                    xr[t] = _mm256_loadu_ps(p);
+                    xi[t] = _mm256_loadu_ps(p.add(LANES));
+                }
+            }
+            for k in 0..KB {
+                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
+                // SAFETY: inside w (checked by the caller).
+                let (wr, wi) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(LANES))) };
+                for t in 0..TB {
+                    re[k][t] = _mm256_fmadd_ps(wr, xr[t], re[k][t]);
+                    re[k][t] = _mm256_fnmadd_ps(wi, xi[t], re[k][t]);
+                    im[k][t] = _mm256_fmadd_ps(wr, xi[t], im[k][t]);
+                    im[k][t] = _mm256_fmadd_ps(wi, xr[t], im[k][t]);
+                }
+            }
+        }
+        let yp = y.as_mut_ptr().wrapping_add(half);
+        for k in 0..KB {
+            for t in 0..TB {
+                let p = yp.wrapping_add((k * TB + t) * BLOCK);
+                // SAFETY: inside y (checked by the caller).
+                unsafe {
+                    _mm256_storeu_ps(p, re[k][t]);
+                    _mm256_storeu_ps(p.add(LANES), im[k][t]);
+                }
+            }
+        }
+    }
+}

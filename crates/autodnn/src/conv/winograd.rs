@@ -1,0 +1,1110 @@
+//! `winograd_2x2`, `winograd_4x4`, `winograd_6x6`: Winograd's minimal filtering algorithms
+//! F(m×m, 3×3) for 3×3 kernels at stride 1 (Lavin and Gray, 2016).
+//!
+//! Computes the same y as `direct`. The output is cut into m×m tiles; each tile's
+//! (m+2)×(m+2) input window d and each filter g are transformed, multiplied elementwise in the
+//! transformed domain and summed over input channels, then transformed back:
+//!
+//! y_tile = Aᵀ · [ Σ_c (G g_{k,c} Gᵀ) ⊙ (Bᵀ d_c B) ] · A
+//!
+//! The sum over channels at each of the (m+2)² transform positions ξ is a matrix product,
+//! M_ξ (K × tiles) = U_ξ (K × C) · V_ξ (C × tiles), computed by a register-blocked
+//! micro-kernel. The matrices Bᵀ, G, Aᵀ of each tile size are data ([`Tile`], in
+//! `winograd_2x2.rs`, `winograd_4x4.rs`, `winograd_6x6.rs`), with the input and output
+//! transforms written out as butterflies that tests check against them.
+//!
+//! - **Wins** on 3×3 stride-1 layers with many channels: F(4×4) does 4× and F(6×6) 5.06×
+//!   fewer multiplications than the definition; transforms cost O(C + K) per tile against
+//!   O(C·K) for the products.
+//! - **Declines** kernels other than 3×3 ("needs a 3x3 kernel, got 5x5"), strides other than 1
+//!   and dilated kernels: the transforms assume unit-step, dense windows. Every group count,
+//!   padding, layout and stride pattern of x and y is accepted.
+//! - **Accuracy:** [`Accuracy::Normwise`], the constant measured in `tests/winograd.rs`.
+//! - **Deterministic:** every output is computed by one work item in a fixed order; the
+//!   split of items among threads does not change any result.
+//!
+//! **How (per group, per block of tiles).** The tiles (row-major over each output image, the
+//! images of a batch one after the other) are processed in blocks sized so that the block's
+//! transformed input and products stay in the L2 cache ([`BLOCK_BYTES`],
+//! `AUTODNN_WINOGRAD_BLOCK_BYTES`):
+//! 1. *Input transform*, one work item per block of [`CB`] = 16 input channels: the block's
+//!    input windows are copied, zero-padded, into a channel-interleaved buffer (one tile row
+//!    at a time: the copy also transposes NCHW to 16-channel vectors), then transformed,
+//!    16 channels per vector, into V (per channel block: \[ξ\]\[tile\]\[16\]).
+//! 2. *Products and output transform*, one work item per panel of [`KP`] = 32 output
+//!    channels: for each ξ the micro-kernel multiplies the panel's transformed filter
+//!    (\[c\]\[32\], pre-packed) by V for up to `NR_MAX` tiles at once, keeping a 32 × NR block
+//!    of sums in registers; then every tile of the block is transformed back while its products
+//!    are in cache, and the epilogue (alpha, bias, residual, activation) is applied on the way
+//!    to y.
+//!
+//! **Why not the GEMM engine's calls.** Per block the products are (m+2)² small matrix
+//! products (32-channel panels × ≤ 12 tiles × C) whose A operand is already packed (prepared)
+//! and whose B operand the input transform writes directly in the micro-kernel's layout; the
+//! engine's batched calls would pack both again and reach about half the FMA peak at these
+//! shapes (`autodnn gemm --m 128 --n 49 --k 128 --batch 36`: 55 GFLOP/s on a 116 GFLOP/s
+//! core), while this micro-kernel (the engine's register-tiling scheme, 32 × NR with NR ≤ 12)
+//! runs near peak.
+//!
+//! **Prepared weights:** U = G g Gᵀ for every filter, computed in f64 and rounded once, laid
+//! out as the micro-kernel reads it: \[group\]\[panel of 32 output channels\]\[ξ\]\[input
+//! channel, padded to 16\]\[32\] ((m+2)²/9 times the filter, more when K or C are not
+//! multiples of 32 and 16), after a 16-float header that records where it starts (on a cache
+//! line of the allocation). Plain calls transform each panel of the filter (in f32, vectorised
+//! over output channels) into the workspace just before its first use, inside step 2.
+//!
+//! **Workspace:** the interleaved input rows (C × (m+2) × block width), V and the products
+//! for one block, plus the transformed filter for plain calls (a call with prepared weights
+//! leaves that part untouched, so it uses less than the reported size), plus 64 bytes to align
+//! everything to cache lines. None of it depends on the batch or the image size beyond one
+//! block, nor on the thread count.
+//!
+//! **Tile sizes:** F(6×6) does the fewest products but transforms 8×8 windows and reads the
+//! largest transformed filter (64/9 of the filter); on small images its tiles overhang the
+//! output most. F(4×4) and F(2×2) trade products for smaller filters and less overhang:
+//! measured on one Zen 4 core with prepared weights, F(6×6) is fastest on ResNet-50's 56×56 and
+//! 28×28 layers, F(4×4) on 14×14 and F(2×2) on 7×7 with 512 channels.
+
+use std::marker::PhantomData;
+
+use rayon::prelude::*;
+
+use super::winograd_simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
+use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::activation::Activation;
+use crate::cpu::Isa;
+use crate::desc::{ConvMode, ConvProblem};
+use crate::error::{Error, Result};
+use crate::parallel::SharedOut;
+
+pub(crate) use super::winograd_2x2::F2x2;
+pub(crate) use super::winograd_4x4::F4x4;
+pub(crate) use super::winograd_6x6::F6x6;
+
+/// Bytes of transformed input and products one block of tiles may take: about three
+/// quarters of a 1 MiB L2 cache, the smallest of today's AVX-512 server cores.
+pub const BLOCK_BYTES: usize = 768 << 10;
+/// Environment variable overriding [`BLOCK_BYTES`] (bytes; read once per process). The
+/// workspace size follows it.
+pub const BLOCK_BYTES_ENV: &str = "AUTODNN_WINOGRAD_BLOCK_BYTES";
+
+/// [`BLOCK_BYTES`], or its override from [`BLOCK_BYTES_ENV`].
+fn block_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var(BLOCK_BYTES_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&b: &usize| b > 0)
+            .unwrap_or(BLOCK_BYTES)
+    })
+}
+
+/// Fewest tiles per block (when the channel counts are so large that fewer would fit the
+/// budget), so that each transformed filter panel loaded serves at least this many tiles.
+pub const MIN_BLOCK_TILES: usize = 12;
+/// Alignment of the workspace's buffers (a cache line); the workspace reports this many bytes
+/// of slack.
+const ALIGN: usize = 64;
+
+/// One tile size: its transform matrices as data and its 1-D transforms as butterflies.
+///
+/// The 2-D transforms apply the 1-D ones to columns, then rows: V = Bᵀ d B,
+/// U = G g Gᵀ, y = Aᵀ M A, with ξ = i·A + j indexing an A×A transformed tile.
+pub(crate) trait Tile: Send + Sync + 'static {
+    /// The algorithm's name.
+    const NAME: &'static str;
+    /// Output tile size m.
+    const M: usize;
+    /// Input tile size m + 2.
+    const A: usize;
+    /// Bᵀ, A × A (the butterflies of `input_1d` compute it; tests check they agree).
+    #[cfg_attr(not(test), allow(dead_code))]
+    const BT: &'static [&'static [f64]];
+    /// G, A × 3.
+    const G: &'static [[f64; 3]];
+    /// Aᵀ, M × A (the butterflies of `output_1d` compute it; tests check they agree).
+    #[cfg_attr(not(test), allow(dead_code))]
+    const AT: &'static [&'static [f64]];
+    /// Bᵀ·d for the first A entries of `d` (the rest are ignored and returned as anything).
+    fn input_1d<S: Simd>(s: S, d: &[S::V; 8]) -> [S::V; 8];
+    /// Aᵀ·m for the first A entries of `m`; the first M entries of the result are valid.
+    fn output_1d<S: Simd>(s: S, m: &[S::V; 8]) -> [S::V; 6];
+}
+
+/// One Winograd algorithm: F(T::M × T::M, 3×3).
+pub(crate) struct Winograd<T> {
+    accuracy: Accuracy,
+    _tile: PhantomData<T>,
+}
+
+/// F(2×2, 3×3).
+pub(crate) static WINOGRAD_2X2: Winograd<F2x2> = Winograd {
+    accuracy: Accuracy::Normwise {
+        c: 2.0,
+        int_rel: 1e-4,
+    },
+    _tile: PhantomData,
+};
+/// F(4×4, 3×3).
+pub(crate) static WINOGRAD_4X4: Winograd<F4x4> = Winograd {
+    accuracy: Accuracy::Normwise {
+        c: 10.0,
+        int_rel: 1e-4,
+    },
+    _tile: PhantomData,
+};
+/// F(6×6, 3×3).
+pub(crate) static WINOGRAD_6X6: Winograd<F6x6> = Winograd {
+    accuracy: Accuracy::Normwise {
+        c: 48.0,
+        int_rel: 1e-3,
+    },
+    _tile: PhantomData,
+};
+
+/// Everything about one problem the frame needs: geometry, tiling, block sizes and the
+/// workspace layout (lengths in floats).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    groups: usize,
+    /// Input and output channels per group.
+    c: usize,
+    k: usize,
+    /// Input rows and columns read: the image, less those only outputs past y would read.
+    h: i64,
+    w: i64,
+    oh: usize,
+    ow: usize,
+    pt: i64,
+    pl: i64,
+    xs: [usize; 4],
+    ys: [usize; 4],
+    ws: [usize; 4],
+    flip: bool,
+    /// Output tile size, input tile size, transform positions.
+    m: usize,
+    a: usize,
+    p: usize,
+    /// Tile columns, tiles per image, tiles of all images.
+    tw: usize,
+    tiles: usize,
+    all_tiles: usize,
+    /// Input channel blocks of CB (per group) and the padded count.
+    cbn: usize,
+    cp: usize,
+    /// Output channel panels of KP (per group).
+    kpn: usize,
+    /// Tiles per block, blocks (over all images).
+    nb: usize,
+    nblocks: usize,
+    /// Columns of the interleaved input rows.
+    xc_cols: usize,
+    xc_len: usize,
+    v_len: usize,
+    m_len: usize,
+    u_len: usize,
+}
+
+impl Plan {
+    /// The plan for a problem `check` accepts; `None` when a size overflows.
+    fn new(p: &ConvProblem, m: usize) -> Option<Plan> {
+        let a = m + 2;
+        let pos = a * a;
+        let (c, k) = (p.c_per_group(), p.k_per_group());
+        let (oh, ow) = (p.y().h(), p.y().w());
+        let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
+        let tiles = th.checked_mul(tw)?;
+        // Blocks run over the tiles of every image, so that a batch shares each pass over
+        // the transformed filter.
+        let all_tiles = tiles.checked_mul(p.x().n())?;
+        let cbn = c.div_ceil(CB);
+        let cp = cbn.checked_mul(CB)?;
+        let kpn = k.div_ceil(KP);
+        let kpp = kpn.checked_mul(KP)?;
+        let per_tile = pos.checked_mul(cp.checked_add(kpp)?)?.checked_mul(4)?;
+        let nb = (block_bytes() / per_tile)
+            .max(MIN_BLOCK_TILES)
+            .min(all_tiles);
+        let nblocks = all_tiles.div_ceil(nb);
+        let nb = all_tiles.div_ceil(nblocks);
+        let xc_cols = nb.min(tw) * m + a - m;
+        let conv = p.conv();
+        Some(Plan {
+            groups: p.groups(),
+            c,
+            k,
+            // Input rows and columns that some output reads: tiles reaching past the output
+            // see zeros there, so that they compute exact zeros where y reads only padding.
+            h: (p.x().h() as i64).min(oh as i64 + 2 - conv.padding().top),
+            w: (p.x().w() as i64).min(ow as i64 + 2 - conv.padding().left),
+            oh,
+            ow,
+            pt: conv.padding().top,
+            pl: conv.padding().left,
+            xs: p.x().strides(),
+            ys: p.y().strides(),
+            ws: p.w().strides(),
+            flip: conv.mode() == ConvMode::Convolution,
+            m,
+            a,
+            p: pos,
+            tw,
+            tiles,
+            all_tiles,
+            cbn,
+            cp,
+            kpn,
+            nb,
+            nblocks,
+            xc_cols,
+            xc_len: cbn.checked_mul(a * xc_cols * CB)?,
+            v_len: cbn.checked_mul(pos * nb * CB)?,
+            m_len: kpn.checked_mul(pos * nb * KP)?,
+            u_len: p
+                .groups()
+                .checked_mul(kpn)?
+                .checked_mul(pos)?
+                .checked_mul(cp)?
+                .checked_mul(KP)?,
+        })
+    }
+
+    /// Floats of the transformed filter of one group.
+    fn u_group(&self) -> usize {
+        self.kpn * self.p * self.cp * KP
+    }
+
+    /// Floats of the workspace (without the alignment slack).
+    fn floats(&self) -> Option<usize> {
+        self.xc_len
+            .checked_add(self.v_len)?
+            .checked_add(self.m_len)?
+            .checked_add(self.u_len)
+    }
+
+    /// Bytes of the workspace, alignment slack included.
+    fn workspace_bytes(&self) -> Option<usize> {
+        self.floats()?.checked_mul(4)?.checked_add(ALIGN)
+    }
+}
+
+impl<T: Tile> Winograd<T> {
+    fn plan(&self, p: &ConvProblem) -> Result<Plan> {
+        Plan::new(p, T::M).ok_or_else(|| Error::overflow(T::NAME, "workspace size"))
+    }
+}
+
+impl<T: Tile> ConvAlgorithm for Winograd<T> {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        let (r, s) = (p.w().r(), p.w().s());
+        if (r, s) != (3, 3) {
+            return Err(format!("needs a 3x3 kernel, got {r}x{s}"));
+        }
+        let [sh, sw] = p.conv().stride();
+        if (sh, sw) != (1, 1) {
+            return Err(format!(
+                "needs stride 1 (the transforms take unit-step windows), got {sh}x{sw}"
+            ));
+        }
+        let [dh, dw] = p.conv().dilation();
+        if (dh, dw) != (1, 1) {
+            return Err(format!(
+                "needs a dense kernel (dilation 1), got dilation {dh}x{dw}"
+            ));
+        }
+        match Plan::new(p, T::M).and_then(|pl| pl.workspace_bytes()) {
+            Some(b) if b <= isize::MAX as usize => Ok(()),
+            _ => Err("the workspace size overflows".into()),
+        }
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        Plan::new(p, T::M)
+            .and_then(|pl| pl.workspace_bytes())
+            .unwrap_or(usize::MAX)
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn accuracy(&self) -> Accuracy {
+        self.accuracy
+    }
+
+    fn prepare(
+        &self,
+        _ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let plan = self.plan(problem)?;
+        let len = plan.u_len + PREPARED_HEADER;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len)
+            .map_err(|e| Error::OutOfMemory {
+                bytes: len.saturating_mul(4),
+                what: format!("{}'s transformed filter: {e}", T::NAME),
+            })?;
+        data.resize(len, 0.0);
+        // The transformed filter starts at the first cache line after data[0], which records
+        // where (the micro-kernel's loads then never straddle lines while this allocation
+        // lives; a copy elsewhere stays correct, if slower).
+        let off = 1 + data[1..].as_ptr().align_offset(64).min(PREPARED_HEADER - 1);
+        data[0] = off as f32;
+        filter_transform_f64::<T>(&plan, w, &mut data[off..off + plan.u_len]);
+        Ok(Some(data))
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let plan = self.plan(problem)?;
+        match ctx.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                if let Some(s) = super::winograd_simd::Avx512::new() {
+                    return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                if let Some(s) = Portable::<true>::avx2() {
+                    return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
+                }
+            }
+            _ => {}
+        }
+        frame::<_, T>(Portable::new(), ctx, &plan, x, w, y, workspace, epi)
+    }
+}
+
+/// Floats before the transformed filter in prepared weights: its offset, then padding up to
+/// a cache line.
+const PREPARED_HEADER: usize = 16;
+
+/// The transformed filter inside prepared weights (see `prepare`).
+fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<&'d [f32]> {
+    let off = data.first().map_or(0, |&o| o as usize);
+    if data.len() != plan.u_len + PREPARED_HEADER || !(1..=PREPARED_HEADER).contains(&off) {
+        return Err(Error::bad(
+            "prepared",
+            format!("{} floats", data.len()),
+            "not a transformed filter for this problem",
+        ));
+    }
+    Ok(&data[off..off + plan.u_len])
+}
+
+/// Splits the workspace into its buffers, aligned to [`ALIGN`] bytes. Marks the last byte
+/// of the reported size as used, so that the high-water mark is the reported size whatever
+/// the alignment of `ws`.
+fn carve<'w>(plan: &Plan, ws: &'w mut [u8]) -> Result<&'w mut [f32]> {
+    let floats = plan
+        .floats()
+        .ok_or_else(|| Error::overflow("workspace", "size"))?;
+    let need = plan
+        .workspace_bytes()
+        .ok_or_else(|| Error::overflow("workspace", "size"))?;
+    if ws.len() < need {
+        return Err(Error::BufferTooSmall {
+            field: "workspace".into(),
+            needed: need,
+            got: ws.len(),
+        });
+    }
+    ws[need - 1] = 0;
+    let off = ws.as_ptr().align_offset(ALIGN);
+    if off >= ALIGN {
+        return Err(Error::bad("workspace", "a byte slice", "cannot be aligned"));
+    }
+    // off + 4·floats <= ALIGN − 1 + 4·floats = need − 1: the byte marked above is not part
+    // of the buffers.
+    let bytes = &mut ws[off..off + floats * 4];
+    // SAFETY: every bit pattern is a valid f32, and `bytes` starts at a 64-byte boundary,
+    // so the middle part is the whole slice.
+    let (head, mid, tail) = unsafe { bytes.align_to_mut::<f32>() };
+    if !head.is_empty() || !tail.is_empty() {
+        return Err(Error::bad("workspace", "a byte slice", "cannot be aligned"));
+    }
+    Ok(mid)
+}
+
+/// Runs `f(i, a_i, b_i)` for the first `count` chunks of `alen` floats of `a` and `blen`
+/// floats of `b`, on the context's threads when there are several.
+fn for_chunks2(
+    ctx: &ExecContext<'_>,
+    (a, alen): (&mut [f32], usize),
+    (b, blen): (&mut [f32], usize),
+    count: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    let (a, b) = (&mut a[..alen * count], &mut b[..blen * count]);
+    if ctx.threads > 1 && count > 1 {
+        ctx.pool.install(|| {
+            a.par_chunks_mut(alen)
+                .zip(b.par_chunks_mut(blen))
+                .enumerate()
+                .for_each(|(i, (a, b))| f(i, a, b))
+        });
+    } else {
+        for (i, (a, b)) in a.chunks_mut(alen).zip(b.chunks_mut(blen)).enumerate() {
+            f(i, a, b);
+        }
+    }
+}
+
+/// What the input transform of one block reads.
+pub(crate) struct InputArgs<'a> {
+    plan: &'a Plan,
+    x: &'a [f32],
+    g: usize,
+    /// First tile of the block (numbered over all images) and its tile count.
+    t0: usize,
+    nbt: usize,
+}
+
+/// What the products and output transform of one block read and write.
+pub(crate) struct OutputArgs<'a> {
+    plan: &'a Plan,
+    g: usize,
+    t0: usize,
+    nbt: usize,
+    /// The block's transformed input (all channel blocks).
+    v: &'a [f32],
+    out: &'a SharedOut<'a>,
+    epi: &'a EpilogueArgs<'a>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn frame<S: Family, T: Tile>(
+    s: S,
+    ctx: &ExecContext<'_>,
+    plan: &Plan,
+    x: &[f32],
+    w: AlgoWeights<'_>,
+    y: &mut [f32],
+    workspace: &mut [u8],
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    let buf = carve(plan, workspace)?;
+    let (xc, rest) = buf.split_at_mut(plan.xc_len);
+    let (v, rest) = rest.split_at_mut(plan.v_len);
+    let (mbuf, u_ws) = rest.split_at_mut(plan.m_len);
+    let prepared = match w {
+        AlgoWeights::Prepared(data) => Some(prepared_filter(plan, data)?),
+        AlgoWeights::Plain(_) => None,
+    };
+    let out = SharedOut::new(y);
+    let up = plan.p * plan.cp * KP;
+    for g in 0..plan.groups {
+        let ug = g * plan.u_group()..(g + 1) * plan.u_group();
+        for blk in 0..plan.nblocks {
+            let t0 = blk * plan.nb;
+            let nbt = plan.nb.min(plan.all_tiles - t0);
+            let ia = InputArgs {
+                plan,
+                x,
+                g,
+                t0,
+                nbt,
+            };
+            // Input transform: one item per channel block, each with its own rows buffer.
+            let v_chunk = plan.p * nbt * CB;
+            let xc_chunk = plan.a * plan.xc_cols * CB;
+            for_chunks2(ctx, (v, v_chunk), (xc, xc_chunk), plan.cbn, |cb, v, xc| {
+                s.input_item::<T>(&ia, cb, v, xc)
+            });
+            let oa = OutputArgs {
+                plan,
+                g,
+                t0,
+                nbt,
+                v,
+                out: &out,
+                epi,
+            };
+            // Products and output transform: one item per panel of output channels. Plain
+            // calls transform each panel of the filter just before its first use (while it
+            // is in cache), into the workspace, for this and the later blocks.
+            let m_chunk = plan.p * nbt * KP;
+            let u_group = &mut u_ws[ug.clone()];
+            for_chunks2(ctx, (mbuf, m_chunk), (u_group, up), plan.kpn, |kp, m, u| {
+                let u: &[f32] = match (prepared, w) {
+                    (Some(pre), _) => &pre[ug.start + kp * up..ug.start + (kp + 1) * up],
+                    (None, AlgoWeights::Plain(w)) => {
+                        if blk == 0 {
+                            let fa = FilterArgs {
+                                plan,
+                                w,
+                                k_first: g * plan.k + kp * KP,
+                                kvalid: KP.min(plan.k - kp * KP),
+                            };
+                            s.filter_item::<T>(&fa, u);
+                        }
+                        u
+                    }
+                    (None, AlgoWeights::Prepared(_)) => unreachable!("prepared is Some"),
+                };
+                s.output_item::<T>(&oa, u, kp, m)
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What the transform of one panel of the filter reads.
+pub(crate) struct FilterArgs<'a> {
+    plan: &'a Plan,
+    w: &'a [f32],
+    /// The panel's first output channel (over all groups) and how many are real.
+    k_first: usize,
+    kvalid: usize,
+}
+
+/// Filter tap (r, s) of the kernel as the correlation applies it (flipped in convolution
+/// mode): its offset in w relative to (k, c).
+#[inline(always)]
+fn tap(plan: &Plan, r: usize, s: usize) -> usize {
+    let (r, s) = if plan.flip { (2 - r, 2 - s) } else { (r, s) };
+    r * plan.ws[2] + s * plan.ws[3]
+}
+
+/// Transforms one panel of [`KP`] output channels of the filter into `u` (\[ξ\]\[c\]\[KP\]),
+/// vectorised over output channels, in f32 (plain calls). The taps of [`CB`] input channels
+/// are first copied into lanes (each filter's taps for those channels are one contiguous
+/// run in either filter layout), so that w is read in order.
+#[inline(always)]
+pub(crate) fn filter_item<S: Simd, T: Tile>(s: S, fa: &FilterArgs<'_>, u: &mut [f32]) {
+    let plan = fa.plan;
+    let (a, cp) = (T::A, plan.cp);
+    assert!(u.len() >= a * a * cp * KP);
+    let taps: [usize; 9] = std::array::from_fn(|t| tap(plan, t / 3, t % 3));
+    // KCRS without gaps: a filter's taps for consecutive input channels are contiguous.
+    let packed_kcrs = plan.ws[1] == 9 && plan.ws[2] == 3 && plan.ws[3] == 1;
+    for c0 in (0..cp).step_by(CB) {
+        let cn = CB.min(plan.c.saturating_sub(c0));
+        for h in 0..KP / S::LANES {
+            // gv[ci][j][l]: tap slot j of input channel c0 + ci of filter h·LANES + l, where
+            // tap t sits in slot order[t].
+            let mut gv = [[[0f32; 16]; 9]; CB];
+            let lanes = S::LANES.min(fa.kvalid.saturating_sub(h * S::LANES));
+            let base = (fa.k_first + h * S::LANES) * plan.ws[0] + c0 * plan.ws[1];
+            let order = if packed_kcrs && cn == CB {
+                // The 16 channels' taps of each filter are one run of 144 floats in memory
+                // order: interleave the runs in registers, keep the memory order of taps.
+                if lanes > 0 {
+                    let flat = gv.as_flattened_mut().as_flattened_mut();
+                    s.interleave16(fa.w, base, plan.ws[0], lanes, CB * 9, flat);
+                }
+                taps
+            } else {
+                for l in 0..lanes {
+                    let base = base + l * plan.ws[0];
+                    for (ci, gv) in gv.iter_mut().enumerate().take(cn) {
+                        for (gv, off) in gv.iter_mut().zip(&taps) {
+                            gv[l] = fa.w[base + ci * plan.ws[1] + off];
+                        }
+                    }
+                }
+                std::array::from_fn(|t| t)
+            };
+            for (ci, gv) in gv.iter().enumerate() {
+                let c = c0 + ci;
+                let g: [S::V; 9] = std::array::from_fn(|t| s.load(&gv[order[t]]));
+                // t1 = G·g (A × 3), then U = t1·Gᵀ (A × A).
+                let mut t1 = [[s.zero(); 3]; 8];
+                for (i, row) in T::G.iter().enumerate() {
+                    for (col, t1) in t1[i].iter_mut().enumerate() {
+                        let mut acc = s.zero();
+                        for (r, &gc) in row.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), g[r * 3 + col], acc);
+                            }
+                        }
+                        *t1 = acc;
+                    }
+                }
+                for (i, t1) in t1.iter().enumerate().take(a) {
+                    for (j, grow) in T::G.iter().enumerate() {
+                        let mut acc = s.zero();
+                        for (col, &gc) in grow.iter().enumerate() {
+                            if gc != 0.0 {
+                                acc = s.fma(s.splat(gc as f32), t1[col], acc);
+                            }
+                        }
+                        let xi = i * a + j;
+                        s.store(acc, &mut u[(xi * cp + c) * KP + h * S::LANES..]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The transformed filter of every group, in f64 rounded once (prepared weights), laid out
+/// as [`filter_item`] lays it out.
+fn filter_transform_f64<T: Tile>(plan: &Plan, w: &[f32], u: &mut [f32]) {
+    let (a, cp) = (T::A, plan.cp);
+    let taps: [usize; 9] = std::array::from_fn(|t| tap(plan, t / 3, t % 3));
+    for g in 0..plan.groups {
+        for kk in 0..plan.k {
+            let (kp, lane) = (kk / KP, kk % KP);
+            let k = g * plan.k + kk;
+            let panel = (g * plan.kpn + kp) * a * a * cp * KP;
+            for c in 0..plan.c {
+                let base = k * plan.ws[0] + c * plan.ws[1];
+                let gm: [f64; 9] = std::array::from_fn(|t| w[base + taps[t]] as f64);
+                // t1 = G·g (A × 3).
+                let mut t1 = [[0f64; 3]; 8];
+                for (i, row) in T::G.iter().enumerate() {
+                    for (col, t1) in t1[i].iter_mut().enumerate() {
+                        *t1 = (0..3).map(|r| row[r] * gm[r * 3 + col]).sum();
+                    }
+                }
+                for i in 0..a {
+                    for (j, grow) in T::G.iter().enumerate() {
+                        let v: f64 = (0..3).map(|col| t1[i][col] * grow[col]).sum();
+                        u[panel + ((i * a + j) * cp + c) * KP + lane] = v as f32;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copies the input windows of tile row `th`, tile columns `tc0 .. tc0 + ntc`, of channel
+/// block `cb` into `xc` (\[row\]\[column\]\[CB\], `plan.xc_cols` columns), zero outside the
+/// image and past the group's channels.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn gather_rows<S: Simd>(
+    s: S,
+    a: &InputArgs<'_>,
+    n: usize,
+    cb: usize,
+    th: usize,
+    tc0: usize,
+    ntc: usize,
+    xc: &mut [f32],
+) {
+    let pl = a.plan;
+    let cols = ntc * pl.m + pl.a - pl.m;
+    let ch0 = cb * CB;
+    let lanes = CB.min(pl.c - ch0);
+    let xbase = n * pl.xs[0] + (a.g * pl.c + ch0) * pl.xs[1];
+    let ih0 = (th * pl.m) as i64 - pl.pt;
+    let iw0 = (tc0 * pl.m) as i64 - pl.pl;
+    for r in 0..pl.a {
+        let row = &mut xc[r * pl.xc_cols * CB..(r * pl.xc_cols + cols) * CB];
+        let ih = ih0 + r as i64;
+        if ih < 0 || ih >= pl.h {
+            row.fill(0.0);
+            continue;
+        }
+        let xrow = xbase + ih as usize * pl.xs[2];
+        // Columns inside the image: lo .. hi.
+        let lo = (-iw0).clamp(0, cols as i64) as usize;
+        let hi = (pl.w - iw0).clamp(lo as i64, cols as i64) as usize;
+        row[..lo * CB].fill(0.0);
+        row[hi * CB..].fill(0.0);
+        if lo == hi {
+            continue;
+        }
+        let col0 = (iw0 + lo as i64) as usize;
+        if pl.xs[1] == 1 {
+            // Channels contiguous (NHWC): a run of `lanes` floats per pixel.
+            for (j, dst) in row[lo * CB..hi * CB].chunks_exact_mut(CB).enumerate() {
+                let src = xrow + (col0 + j) * pl.xs[3];
+                if lanes == CB {
+                    dst.copy_from_slice(&a.x[src..src + CB]);
+                } else {
+                    dst[..lanes].copy_from_slice(&a.x[src..src + lanes]);
+                    dst[lanes..].fill(0.0);
+                }
+            }
+        } else {
+            // Pixels contiguous or strided (NCHW): one row per channel, scattered across lanes.
+            let row = &mut row[lo * CB..hi * CB];
+            if lanes < CB && pl.xs[3] != 1 {
+                row.fill(0.0);
+            }
+            if pl.xs[3] == 1 {
+                s.interleave16(a.x, xrow + col0, pl.xs[1], lanes, hi - lo, row);
+            } else {
+                for l in 0..lanes {
+                    let src = xrow + l * pl.xs[1] + col0 * pl.xs[3];
+                    for (j, dst) in row.chunks_exact_mut(CB).enumerate() {
+                        dst[l] = a.x[src + j * pl.xs[3]];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The input transform of channel block `cb` of one block of tiles: `v` receives
+/// \[ξ\]\[tile\]\[CB\] for the block's tiles; `xc` is this item's rows buffer.
+#[inline(always)]
+pub(crate) fn input_item<S: Simd, T: Tile>(
+    s: S,
+    a: &InputArgs<'_>,
+    cb: usize,
+    v: &mut [f32],
+    xc: &mut [f32],
+) {
+    let pl = a.plan;
+    let (m, al) = (T::M, T::A);
+    assert!(v.len() >= al * al * a.nbt * CB && xc.len() >= al * pl.xc_cols * CB);
+    let end = a.t0 + a.nbt;
+    let mut t = a.t0;
+    while t < end {
+        // A run of tiles along one tile row of one image.
+        let (n, ti) = (t / pl.tiles, t % pl.tiles);
+        let (th, tc0) = (ti / pl.tw, ti % pl.tw);
+        let ntc = (pl.tw - tc0).min(end - t);
+        gather_rows(s, a, n, cb, th, tc0, ntc, xc);
+        for i in 0..ntc {
+            let tl = t - a.t0 + i;
+            for h in 0..CB / S::LANES {
+                // Column transforms: tmp[r][j] = (Bᵀ d)[r][j].
+                let mut tmp = [[s.zero(); 8]; 8];
+                for j in 0..al {
+                    let mut col = [s.zero(); 8];
+                    for (r, col) in col.iter_mut().enumerate().take(al) {
+                        let at = ((r * pl.xc_cols) + i * m + j) * CB + h * S::LANES;
+                        *col = s.load(&xc[at..]);
+                    }
+                    let col = T::input_1d(s, &col);
+                    for (t, c) in tmp.iter_mut().zip(&col).take(al) {
+                        t[j] = *c;
+                    }
+                }
+                // Row transforms: V[r][j] = (Bᵀ d B)[r][j].
+                for (r, row) in tmp.iter().enumerate().take(al) {
+                    let row = T::input_1d(s, row);
+                    for (j, &val) in row.iter().enumerate().take(al) {
+                        let xi = r * al + j;
+                        s.store(val, &mut v[(xi * a.nbt + tl) * CB + h * S::LANES..]);
+                    }
+                }
+            }
+        }
+        t += ntc;
+    }
+}
+
+/// Products and output transform of output-channel panel `kp` of one block, whose
+/// transformed filter is `u` (\[ξ\]\[c\]\[KP\]): `m` receives the products
+/// (\[tile\]\[ξ\]\[KP\]), then each tile is transformed back and stored.
+#[inline(always)]
+pub(crate) fn output_item<S: Simd, T: Tile>(
+    s: S,
+    a: &OutputArgs<'_>,
+    u: &[f32],
+    kp: usize,
+    m: &mut [f32],
+) {
+    let pl = a.plan;
+    let (al, mo) = (T::A, T::M);
+    let pos = al * al;
+    let (cp, nbt) = (pl.cp, a.nbt);
+    let u = &u[..pos * cp * KP];
+    let b_cb_stride = pos * nbt * CB;
+    assert!(a.v.len() >= pl.cbn * b_cb_stride && m.len() >= nbt * pos * KP);
+    // Panels of at most NR_MAX tiles, as even as possible.
+    let npan = nbt.div_ceil(S::NR_MAX);
+    let (base, rem) = (nbt / npan, nbt % npan);
+    for xi in 0..pos {
+        let a_xi = u[xi * cp * KP..].as_ptr();
+        let mut s0 = 0;
+        for q in 0..npan {
+            let nr = base + usize::from(q < rem);
+            for half in 0..KP / (2 * S::LANES) {
+                // SAFETY: the transformed filter of ξ holds cp·KP floats from a_xi (u is
+                // this panel's pos·cp·KP floats); B elements (c, j) lie at
+                // (c/CB)·b_cb_stride + (ξ·nbt + s0 + j)·CB + c%CB < cbn·b_cb_stride ≤
+                // v.len() since ξ·nbt + s0 + j < pos·nbt; outputs of tile s0 + j lie at
+                // ((s0 + j)·pos + ξ)·KP + half·2·LANES + 2·LANES ≤ nbt·pos·KP ≤ m.len(),
+                // and m is this item's alone.
+                unsafe {
+                    micro_kernel_n(
+                        s,
+                        nr,
+                        a_xi.add(half * 2 * S::LANES),
+                        a.v.as_ptr().add((xi * nbt + s0) * CB),
+                        b_cb_stride,
+                        pl.cbn,
+                        m.as_mut_ptr()
+                            .add((s0 * pos + xi) * KP + half * 2 * S::LANES),
+                        pos * KP,
+                    )
+                };
+            }
+            s0 += nr;
+        }
+    }
+    // Output transforms, 16 output channels at a time.
+    let mut vals = [[0f32; 16]; 36];
+    for tl in 0..nbt {
+        for h16 in 0..KP / CB {
+            let k0 = kp * KP + h16 * CB;
+            if k0 >= pl.k {
+                break;
+            }
+            for hh in 0..CB / S::LANES {
+                let lane0 = h16 * CB + hh * S::LANES;
+                // Column transforms: tmp[i][j] = (Aᵀ M)[i][j].
+                let mut tmp = [[s.zero(); 8]; 6];
+                for j in 0..al {
+                    let mut col = [s.zero(); 8];
+                    for (r, col) in col.iter_mut().enumerate().take(al) {
+                        *col = s.load(&m[(tl * pos + r * al + j) * KP + lane0..]);
+                    }
+                    let col = T::output_1d(s, &col);
+                    for i in 0..mo {
+                        tmp[i][j] = col[i];
+                    }
+                }
+                for (i, row) in tmp.iter().enumerate().take(mo) {
+                    let yrow = T::output_1d(s, row);
+                    for (j, &val) in yrow.iter().enumerate().take(mo) {
+                        s.store(val, &mut vals[i * mo + j][hh * S::LANES..]);
+                    }
+                }
+            }
+            match mo {
+                2 => store_tile::<2>(a, a.t0 + tl, k0, &vals),
+                4 => store_tile::<4>(a, a.t0 + tl, k0, &vals),
+                _ => store_tile::<6>(a, a.t0 + tl, k0, &vals),
+            }
+        }
+    }
+}
+
+/// Writes one transformed-back tile (`vals[i·m + j]`: 16 output channels from `k0`, within
+/// the group) to y through the epilogue, clipped to the image and the group's channels.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `l` picks a lane inside each vector: a transpose
+fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36]) {
+    let m = M;
+    let pl = a.plan;
+    let (n, ti) = (t / pl.tiles, t % pl.tiles);
+    let (th, tc) = (ti / pl.tw, ti % pl.tw);
+    let (oh0, ow0) = (th * m, tc * m);
+    let rows = m.min(pl.oh - oh0);
+    let cols = m.min(pl.ow - ow0);
+    let lanes = CB.min(pl.k - k0);
+    let kg = a.g * pl.k + k0;
+    let ys = pl.ys;
+    let base = n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
+    let epi = a.epi;
+    let identity = epi.is_identity();
+    let out = a.out;
+    if ys[1] == 1 && lanes == CB {
+        // Channels contiguous (NHWC): 16 channels per store.
+        for i in 0..rows {
+            for j in 0..cols {
+                let off = base + i * ys[2] + j * ys[3];
+                let mut v = vals[i * m + j];
+                if !identity {
+                    epilogue_lanes(epi, &mut v, kg, off, out);
+                }
+                // SAFETY: this item alone writes output channels kg .. kg + 16 of tile t
+                // of image n; distinct coordinates are distinct elements.
+                unsafe { out.write_slice(off, &v) };
+            }
+        }
+    } else if identity && ys[3] == 1 {
+        // Pixels contiguous (NCHW), plain output: one run of `cols` per channel and row.
+        for l in 0..lanes {
+            for i in 0..rows {
+                let off = base + l * ys[1] + i * ys[2];
+                if cols == M {
+                    // A full row: a copy of compile-time length, inlined.
+                    let row: [f32; M] = std::array::from_fn(|j| vals[i * M + j][l]);
+                    // SAFETY: as above.
+                    unsafe { out.write_slice(off, &row) };
+                } else {
+                    for j in 0..cols {
+                        // SAFETY: as above. (Element by element: a copy of a runtime length
+                        // this short would be a library call.)
+                        unsafe { out.write(off + j, vals[i * M + j][l]) };
+                    }
+                }
+            }
+        }
+    } else {
+        for l in 0..lanes {
+            for i in 0..rows {
+                for j in 0..cols {
+                    let off = base + l * ys[1] + i * ys[2] + j * ys[3];
+                    let acc = vals[i * m + j][l];
+                    // SAFETY: as above: this item alone reads and writes this element.
+                    let v = epi.value(acc, kg + l, off, || unsafe { out.read(off) });
+                    // SAFETY: as above.
+                    unsafe { out.write(off, v) };
+                }
+            }
+        }
+    }
+}
+
+/// The epilogue on 16 consecutive output channels from `kg` at offset `off` of y (channels
+/// contiguous), in the order of [`EpilogueArgs::value`].
+#[inline(always)]
+fn epilogue_lanes(
+    epi: &EpilogueArgs<'_>,
+    v: &mut [f32; 16],
+    kg: usize,
+    off: usize,
+    out: &SharedOut<'_>,
+) {
+    for x in v.iter_mut() {
+        *x *= epi.alpha;
+    }
+    if let Some(b) = epi.bias {
+        for (x, b) in v.iter_mut().zip(&b[kg..kg + 16]) {
+            *x += b;
+        }
+    }
+    if epi.beta != 0.0 {
+        match epi.residual {
+            Some(z) => {
+                for (x, z) in v.iter_mut().zip(&z[off..off + 16]) {
+                    *x += epi.beta * z;
+                }
+            }
+            None => {
+                for (l, x) in v.iter_mut().enumerate() {
+                    // SAFETY: this item alone reads and writes these elements (store_tile).
+                    *x += epi.beta * unsafe { out.read(off + l) };
+                }
+            }
+        }
+    }
+    match epi.act {
+        Activation::None => {}
+        Activation::Relu => {
+            for x in v.iter_mut() {
+                *x = x.max(0.0);
+            }
+        }
+        act => {
+            for x in v.iter_mut() {
+                *x = act.apply(*x);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Σ_j Aᵀ[i][j]·G[j][k]·Bᵀ[j][l] = [l = i + k]: the matrices compute the correlation.
+    fn identity_holds<T: Tile>() {
+        let a = T::A;
+        assert_eq!((T::BT.len(), T::G.len(), T::AT.len()), (a, a, T::M));
+        for i in 0..T::M {
+            for k in 0..3 {
+                for l in 0..a {
+                    let v: f64 = (0..a).map(|j| T::AT[i][j] * T::G[j][k] * T::BT[j][l]).sum();
+                    let want = if l == i + k { 1.0 } else { 0.0 };
+                    assert!(
+                        (v - want).abs() < 1e-12,
+                        "{} i {i} k {k} l {l}: {v}",
+                        T::NAME
+                    );
+                }
+            }
+        }
+    }
+
+    /// The butterflies compute Bᵀ·d and Aᵀ·m exactly as the matrices say.
+    #[allow(clippy::needless_range_loop)] // rows of the matrices and of the results together
+    fn butterflies_match<T: Tile>() {
+        let s = Portable::<false>::new();
+        let a = T::A;
+        for trial in 0..=a {
+            // Unit vectors pick out columns; a dense vector checks the sums.
+            let d: [[f32; 8]; 8] = std::array::from_fn(|j| {
+                let v = if trial < a {
+                    f32::from(j == trial)
+                } else {
+                    j as f32
+                };
+                [v; 8]
+            });
+            let r = T::input_1d(s, &d);
+            for i in 0..a {
+                let want: f64 = (0..a).map(|j| T::BT[i][j] * d[j][0] as f64).sum();
+                assert_eq!(
+                    r[i][0] as f64,
+                    want,
+                    "{} Bᵀ row {i}, input {trial}",
+                    T::NAME
+                );
+            }
+            let y = T::output_1d(s, &d);
+            for i in 0..T::M {
+                let want: f64 = (0..a).map(|j| T::AT[i][j] * d[j][0] as f64).sum();
+                assert_eq!(
+                    y[i][0] as f64,
+                    want,
+                    "{} Aᵀ row {i}, input {trial}",
+                    T::NAME
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn prepared_filter_header_is_checked() {
+        let p = crate::ProblemSpec::parse("mb1ic8ih6oc8kh3ph1")
+            .unwrap()
+            .to_problem(crate::Layout::Nchw)
+            .unwrap();
+        let plan = Plan::new(&p, 4).unwrap();
+        let mut data = vec![0.0f32; plan.u_len + PREPARED_HEADER];
+        // Every offset a prepare may pick (1 ..= 16, whatever the allocation's alignment).
+        for off in 1..=PREPARED_HEADER {
+            data[0] = off as f32;
+            data[off] = 7.0;
+            assert_eq!(prepared_filter(&plan, &data).unwrap()[0], 7.0);
+            data[off] = 0.0;
+        }
+        for off in [0.0, 17.0, -1.0, f32::NAN] {
+            data[0] = off;
+            assert!(prepared_filter(&plan, &data).is_err(), "{off}");
+        }
+        data[0] = 1.0;
+        assert!(prepared_filter(&plan, &data[1..]).is_err());
+    }
+
+    #[test]
+    fn transforms_are_winograd_identities() {
+        identity_holds::<F2x2>();
+        identity_holds::<F4x4>();
+        identity_holds::<F6x6>();
+    }
+
+    #[test]
+    fn butterflies_compute_the_matrices() {
+        butterflies_match::<F2x2>();
+        butterflies_match::<F4x4>();
+        butterflies_match::<F6x6>();
+    }
+}

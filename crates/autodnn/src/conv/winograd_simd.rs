@@ -1,0 +1,477 @@
+//! The vector layer of the Winograd algorithms: a small SIMD abstraction ([`Simd`]), its
+//! AVX-512 and portable implementations, and the transformed-domain micro-kernel.
+//!
+//! A [`Simd`] value is a capability token: holding one proves the CPU runs its instructions,
+//! so its methods are safe. The transforms and the micro-kernel are written once, generically,
+//! as `#[inline(always)]` functions; each kernel family compiles them inside one
+//! `#[target_feature]` entry point per phase ([`Family`]), so the generic code is vectorised
+//! for that family's instruction set.
+//!
+//! Everything here works on channel blocks of [`CB`] = 16 floats, whatever the vector width:
+//! an 8-lane family handles a block as two halves. The packed layouts (and so prepared
+//! weights) are therefore the same under every instruction-set cap.
+
+use super::winograd::{self, FilterArgs, InputArgs, OutputArgs, Tile};
+
+/// Channels per block in every transformed-domain layout (one 64-byte line of f32).
+pub(crate) const CB: usize = 16;
+/// Output channels per panel of the transformed filter (the micro-kernel's rows).
+pub(crate) const KP: usize = 32;
+
+/// Vector operations on `LANES` f32 lanes. The implementing type is a zero-sized token that
+/// exists only when the CPU supports the instructions its methods use.
+pub(crate) trait Simd: Copy + Send + Sync {
+    /// The vector type.
+    type V: Copy;
+    /// Lanes per vector (a divisor of [`CB`]).
+    const LANES: usize;
+    /// Most tiles per micro-kernel call (the register tile is `2·LANES × NR_MAX`).
+    const NR_MAX: usize;
+    fn zero(self) -> Self::V;
+    fn splat(self, x: f32) -> Self::V;
+    /// Loads `LANES` floats from the start of `src`.
+    fn load(self, src: &[f32]) -> Self::V;
+    /// Stores `LANES` floats at the start of `dst`.
+    fn store(self, v: Self::V, dst: &mut [f32]);
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    /// a·b + c (fused where the family has FMA).
+    fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// Interleaves up to 16 rows: element (l, c) of `src` at `base + l·stride + c` (l < rows,
+    /// c < n) goes to `dst[c·CB + l]`, lanes from `rows` up to [`CB`] get zeros. Copies NCHW
+    /// rows into the channel-interleaved layout.
+    #[inline(always)]
+    fn interleave16(
+        self,
+        src: &[f32],
+        base: usize,
+        stride: usize,
+        rows: usize,
+        n: usize,
+        dst: &mut [f32],
+    ) {
+        let dst = &mut dst[..n * CB];
+        for (c, d) in dst.chunks_exact_mut(CB).enumerate() {
+            for (l, d) in d.iter_mut().enumerate() {
+                *d = if l < rows {
+                    src[base + l * stride + c]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    /// Loads `LANES` floats at `p`.
+    ///
+    /// # Safety
+    /// `p .. p + LANES` is readable.
+    unsafe fn load_ptr(self, p: *const f32) -> Self::V;
+    /// Stores `LANES` floats at `p`.
+    ///
+    /// # Safety
+    /// `p .. p + LANES` is writable and not accessed by another thread.
+    unsafe fn store_ptr(self, v: Self::V, p: *mut f32);
+}
+
+/// `c·x + y`, with `c` a compile-time constant after inlining.
+#[inline(always)]
+pub(crate) fn axpy<S: Simd>(s: S, c: f32, x: S::V, y: S::V) -> S::V {
+    s.fma(s.splat(c), x, y)
+}
+
+/// `c·x`.
+#[inline(always)]
+pub(crate) fn scale<S: Simd>(s: S, c: f32, x: S::V) -> S::V {
+    s.mul(s.splat(c), x)
+}
+
+/// A kernel family: a [`Simd`] token with the Winograd phases compiled for its instruction
+/// set. Each method is a `#[target_feature]` entry around the generic code in
+/// [`super::winograd`].
+pub(crate) trait Family: Simd {
+    /// Converts and input-transforms one channel block of one tile block.
+    fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]);
+    /// Products and output transform of one panel of output channels of one tile block.
+    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]);
+    /// Transforms the filter of one panel of output channels (plain calls).
+    fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]);
+}
+
+macro_rules! family_entries {
+    // A family whose generic code is compiled with extra target features.
+    ($ty:ty, $features:literal) => {
+        impl Family for $ty {
+            fn input_item<T: Tile>(
+                self,
+                a: &InputArgs<'_>,
+                cb: usize,
+                v: &mut [f32],
+                xc: &mut [f32],
+            ) {
+                #[target_feature(enable = $features)]
+                fn inner<T: Tile>(
+                    s: $ty,
+                    a: &InputArgs<'_>,
+                    cb: usize,
+                    v: &mut [f32],
+                    xc: &mut [f32],
+                ) {
+                    winograd::input_item::<$ty, T>(s, a, cb, v, xc)
+                }
+                // SAFETY: a token of this family is only made after detecting its features
+                // (see its constructor).
+                unsafe { inner::<T>(self, a, cb, v, xc) }
+            }
+            fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
+                #[target_feature(enable = $features)]
+                fn inner<T: Tile>(s: $ty, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
+                    winograd::output_item::<$ty, T>(s, a, u, kp, m)
+                }
+                // SAFETY: as above.
+                unsafe { inner::<T>(self, a, u, kp, m) }
+            }
+            fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]) {
+                #[target_feature(enable = $features)]
+                fn inner<T: Tile>(s: $ty, a: &FilterArgs<'_>, u: &mut [f32]) {
+                    winograd::filter_item::<$ty, T>(s, a, u)
+                }
+                // SAFETY: as above.
+                unsafe { inner::<T>(self, a, u) }
+            }
+        }
+    };
+}
+
+/// The portable family: eight lanes of plain Rust, which the compiler vectorises for the
+/// baseline target (`FUSED = false`) or, compiled with AVX2 and FMA enabled, for AVX2
+/// (`FUSED = true`: `mul_add` is one instruction there, a slow library call elsewhere).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Portable<const FUSED: bool>(());
+
+impl Portable<false> {
+    /// The portable family; runs everywhere.
+    pub(crate) fn new() -> Self {
+        Portable(())
+    }
+}
+
+impl Portable<true> {
+    /// The AVX2 + FMA family, when this CPU has both.
+    pub(crate) fn avx2() -> Option<Self> {
+        crate::cpu::Isa::Avx2.is_available().then_some(Portable(()))
+    }
+}
+
+impl<const FUSED: bool> Simd for Portable<FUSED> {
+    type V = [f32; 8];
+    const LANES: usize = 8;
+    const NR_MAX: usize = 6;
+    #[inline(always)]
+    fn zero(self) -> [f32; 8] {
+        [0.0; 8]
+    }
+    #[inline(always)]
+    fn splat(self, x: f32) -> [f32; 8] {
+        [x; 8]
+    }
+    #[inline(always)]
+    fn load(self, src: &[f32]) -> [f32; 8] {
+        src[..8].try_into().unwrap()
+    }
+    #[inline(always)]
+    fn store(self, v: [f32; 8], dst: &mut [f32]) {
+        dst[..8].copy_from_slice(&v);
+    }
+    #[inline(always)]
+    fn add(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+        std::array::from_fn(|i| a[i] + b[i])
+    }
+    #[inline(always)]
+    fn sub(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+        std::array::from_fn(|i| a[i] - b[i])
+    }
+    #[inline(always)]
+    fn mul(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+        std::array::from_fn(|i| a[i] * b[i])
+    }
+    #[inline(always)]
+    fn fma(self, a: [f32; 8], b: [f32; 8], c: [f32; 8]) -> [f32; 8] {
+        if FUSED {
+            std::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
+        } else {
+            std::array::from_fn(|i| a[i] * b[i] + c[i])
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_ptr(self, p: *const f32) -> [f32; 8] {
+        // SAFETY: the caller guarantees 8 readable floats at p.
+        unsafe { p.cast::<[f32; 8]>().read_unaligned() }
+    }
+    #[inline(always)]
+    unsafe fn store_ptr(self, v: [f32; 8], p: *mut f32) {
+        // SAFETY: the caller guarantees 8 writable floats at p, used by this thread only.
+        unsafe { p.cast::<[f32; 8]>().write_unaligned(v) }
+    }
+}
+
+/// The portable family runs the generic code as compiled for the baseline target.
+impl Family for Portable<false> {
+    fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]) {
+        winograd::input_item::<Self, T>(self, a, cb, v, xc)
+    }
+    fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]) {
+        winograd::output_item::<Self, T>(self, a, u, kp, m)
+    }
+    fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]) {
+        winograd::filter_item::<Self, T>(self, a, u)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+family_entries!(Portable<true>, "avx2,fma");
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::Avx512;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::Simd;
+
+    /// The AVX-512 family: 16 lanes, a 32 × 12 register tile.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Avx512(());
+
+    impl Avx512 {
+        /// The AVX-512 family, when this CPU has AVX-512F.
+        pub(crate) fn new() -> Option<Self> {
+            crate::cpu::Isa::Avx512.is_available().then_some(Avx512(()))
+        }
+    }
+
+    impl Simd for Avx512 {
+        type V = __m512;
+        const LANES: usize = 16;
+        const NR_MAX: usize = 12;
+        #[inline(always)]
+        fn zero(self) -> __m512 {
+            // SAFETY (every intrinsic of this impl): an Avx512 token exists only when the
+            // CPU has AVX-512F (`Avx512::new`).
+            unsafe { _mm512_setzero_ps() }
+        }
+        #[inline(always)]
+        fn splat(self, x: f32) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_set1_ps(x) }
+        }
+        #[inline(always)]
+        fn load(self, src: &[f32]) -> __m512 {
+            let src = &src[..16];
+            // SAFETY: AVX-512F (as above); 16 floats readable (checked by slicing).
+            unsafe { _mm512_loadu_ps(src.as_ptr()) }
+        }
+        #[inline(always)]
+        fn store(self, v: __m512, dst: &mut [f32]) {
+            let dst = &mut dst[..16];
+            // SAFETY: AVX-512F (as above); 16 floats writable (checked by slicing).
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), v) }
+        }
+        #[inline(always)]
+        fn add(self, a: __m512, b: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_add_ps(a, b) }
+        }
+        #[inline(always)]
+        fn sub(self, a: __m512, b: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_sub_ps(a, b) }
+        }
+        #[inline(always)]
+        fn mul(self, a: __m512, b: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        fn fma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
+            // SAFETY: as above.
+            unsafe { _mm512_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn load_ptr(self, p: *const f32) -> __m512 {
+            // SAFETY: AVX-512F (as above); the caller guarantees 16 readable floats.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        /// 16 × 16 blocks transposed in registers (unpacks within 128-bit lanes, then lane
+        /// shuffles), masked loads and stores for a last block under 16 columns.
+        #[inline(always)]
+        fn interleave16(
+            self,
+            src: &[f32],
+            base: usize,
+            stride: usize,
+            rows: usize,
+            n: usize,
+            dst: &mut [f32],
+        ) {
+            if n == 0 {
+                return;
+            }
+            assert!(rows <= CB);
+            if rows > 0 {
+                // Every row's run lies in src (the last row checked, rows evenly spaced).
+                let _ = &src[base + (rows - 1) * stride..base + (rows - 1) * stride + n];
+            }
+            let dst = &mut dst[..n * CB];
+            let mut c = 0;
+            while c < n {
+                let w = (n - c).min(CB);
+                let mask = ((1u32 << w) - 1) as __mmask16;
+                let mut r = [self.zero(); CB];
+                for (l, r) in r.iter_mut().enumerate().take(rows) {
+                    // SAFETY: AVX-512F (as above); columns c .. c + w of row l are inside src
+                    // (checked above); the mask leaves the others untouched.
+                    *r = unsafe {
+                        _mm512_maskz_loadu_ps(mask, src.as_ptr().add(base + l * stride + c))
+                    };
+                }
+                let t = transpose16(r);
+                for (q, t) in t.iter().enumerate().take(w) {
+                    self.store(*t, &mut dst[(c + q) * CB..]);
+                }
+                c += w;
+            }
+        }
+        #[inline(always)]
+        unsafe fn store_ptr(self, v: __m512, p: *mut f32) {
+            // SAFETY: AVX-512F (as above); the caller guarantees 16 writable floats.
+            unsafe { _mm512_storeu_ps(p, v) }
+        }
+    }
+
+    use super::{winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile, CB};
+
+    /// Transposes 16 vectors: output q holds element q of every input, in order.
+    #[inline(always)]
+    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // SAFETY (all intrinsics): only called from AVX-512 code paths (an Avx512 token's
+        // methods).
+        unsafe {
+            // Within each 128-bit lane: pairs of rows interleaved, then quads.
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            let (pd, ps) = (_mm512_castps_pd, _mm512_castpd_ps);
+            // u[4g + j], 128-bit lane L: element 4L + j of rows 4g .. 4g + 4.
+            let mut u = [_mm512_setzero_ps(); 16];
+            for g in 0..4 {
+                let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+                u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+                u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+                u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+                u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+            }
+            // Gather lane L of u[j], u[4 + j], u[8 + j], u[12 + j]: element 4L + j of all 16.
+            let mut out = [_mm512_setzero_ps(); 16];
+            for j in 0..4 {
+                let v0 = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+                let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+                let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+                out[j] = _mm512_shuffle_f32x4::<0x88>(v0, w0);
+                out[8 + j] = _mm512_shuffle_f32x4::<0xDD>(v0, w0);
+                out[4 + j] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
+                out[12 + j] = _mm512_shuffle_f32x4::<0xDD>(v1, w1);
+            }
+            out
+        }
+    }
+    family_entries!(Avx512, "avx512f");
+}
+
+/// The transformed-domain micro-kernel: for one transform position, `2·LANES` output
+/// channels × `NR` tiles, summed over `cbn` blocks of [`CB`] input channels.
+///
+/// - `a`: the transformed filter panel, element (channel c, row i) at `c·KP + i`, rows
+///   starting where the caller points (row 0 or, on 8-lane families, row 16);
+/// - `b`: the transformed input, element (c, tile j) at
+///   `(c / CB)·b_cb_stride + j·CB + c % CB`;
+/// - `out`: tile j's `2·LANES` results at `out + j·out_stride`.
+///
+/// # Safety
+/// The CPU supports `S` (it is a token); `a` is readable for `cbn·CB·KP` floats, `b` at
+/// every offset above for c < cbn·CB, j < NR, and `out` writable at every offset above and
+/// used by this thread alone.
+#[inline(always)]
+pub(crate) unsafe fn micro_kernel<S: Simd, const NR: usize>(
+    s: S,
+    a: *const f32,
+    b: *const f32,
+    b_cb_stride: usize,
+    cbn: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut acc = [[s.zero(); 2]; NR];
+    for cb in 0..cbn {
+        let ab = a.wrapping_add(cb * CB * KP);
+        let bb = b.wrapping_add(cb * b_cb_stride);
+        for cc in 0..CB {
+            // SAFETY: depth c = cb·CB + cc < cbn·CB: rows 0 .. 2·LANES of its A row are
+            // readable (contract).
+            let (a0, a1) = unsafe {
+                (
+                    s.load_ptr(ab.add(cc * KP)),
+                    s.load_ptr(ab.add(cc * KP + S::LANES)),
+                )
+            };
+            for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: element (c, j) of B, j < NR (contract).
+                let bj = s.splat(unsafe { *bb.add(j * CB + cc) });
+                acc[0] = s.fma(a0, bj, acc[0]);
+                acc[1] = s.fma(a1, bj, acc[1]);
+            }
+        }
+    }
+    for (j, acc) in acc.iter().enumerate() {
+        let o = out.wrapping_add(j * out_stride);
+        // SAFETY: tile j's 2·LANES results are writable and this thread's (contract).
+        unsafe {
+            s.store_ptr(acc[0], o);
+            s.store_ptr(acc[1], o.add(S::LANES));
+        }
+    }
+}
+
+/// Dispatches a runtime tile count `nr` (1 ..= `S::NR_MAX`, at most 12) to the
+/// monomorphised micro-kernel.
+///
+/// # Safety
+/// As [`micro_kernel`] with NR = `nr`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn micro_kernel_n<S: Simd>(
+    s: S,
+    nr: usize,
+    a: *const f32,
+    b: *const f32,
+    b_cb_stride: usize,
+    cbn: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    assert!(nr >= 1 && nr <= S::NR_MAX.min(12));
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match nr {
+                // SAFETY: the caller's contract with NR = nr.
+                $($n => unsafe { micro_kernel::<S, $n>(s, a, b, b_cb_stride, cbn, out, out_stride) },)*
+                _ => unreachable!("checked above"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6 7 8 9 10 11 12)
+}

@@ -1,0 +1,339 @@
+//! The Winograd algorithms (`winograd_2x2`, `winograd_4x4`, `winograd_6x6`): the problems they
+//! must accept, the ones they decline and why, the measured normwise error bound, integer
+//! accuracy on real layer shapes, prepared weights and the workspace.
+
+mod common;
+
+use autodnn::conv::{self, Accuracy, ConvAlgorithm, EpilogueArgs, Weights};
+use autodnn::cpu::Isa;
+use autodnn::{reference, ConvProblem, Error, Handle, Layout, ProblemSpec};
+use common::{int_data, Rng};
+
+const ALGOS: [&str; 3] = ["winograd_2x2", "winograd_4x4", "winograd_6x6"];
+
+fn algo(name: &str) -> &'static dyn ConvAlgorithm {
+    conv::find(name).unwrap()
+}
+
+fn problem(s: &str, layout: Layout) -> ConvProblem {
+    ProblemSpec::parse(s).unwrap().to_problem(layout).unwrap()
+}
+
+fn real_data(len: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..len)
+        .map(|_| r.range(-1_000_000, 1_000_000) as f32 / 1_000_000.0)
+        .collect()
+}
+
+fn run(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) -> Vec<f32> {
+    let mut y = vec![f32::NAN; p.y().span()];
+    h.conv_forward(p, name, x, w, &mut y).unwrap();
+    y
+}
+
+/// (max|y − ref|, max|ref|) over the output tensor's elements.
+fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
+    let [n, k, oh, ow] = p.y().dims();
+    let (mut diff, mut max) = (0.0f64, 0.0f64);
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let o = p.y().offset(b, c, i, j);
+                    let d = (y[o] as f64 - r[o]).abs();
+                    assert!(!d.is_nan(), "NaN at {b},{c},{i},{j}");
+                    diff = diff.max(d);
+                    max = max.max(r[o].abs());
+                }
+            }
+        }
+    }
+    (diff, max)
+}
+
+fn max_abs(v: &[f32]) -> f64 {
+    v.iter().fold(0.0f64, |m, &x| m.max(x.abs() as f64))
+}
+
+/// The measured normwise constant: max|y − ref| / (ε · C·R·S · max|x| · max|w|).
+fn measured_c(p: &ConvProblem, y: &[f32], r: &[f64], x: &[f32], w: &[f32]) -> f64 {
+    let (diff, _) = errors(p, y, r);
+    let terms = (p.c_per_group() * 9) as f64;
+    diff / (f32::EPSILON as f64 * terms * max_abs(x) * max_abs(w))
+}
+
+fn normwise_c(name: &str) -> f64 {
+    match algo(name).accuracy() {
+        Accuracy::Normwise { c, .. } => c,
+        Accuracy::Exact => panic!("{name} claims exactness"),
+    }
+}
+
+/// Problems every Winograd algorithm must accept (an over-strict `check` fails here), each
+/// run on both layouts and checked on integer data.
+#[test]
+fn accepts_every_dense_3x3_stride_1_problem() {
+    let cases = [
+        "mb1ic64ih56oc64oh56kh3ph1n\"res2a_branch2b\"",
+        "mb1ic128ih28oc128oh28kh3ph1",
+        "mb1ic256ih14oc256oh14kh3ph1",
+        "mb1ic512ih7oc512oh7kh3ph1",
+        "mb2ic3ih13oc5oh11kh3ph0",
+        "g2mb1ic8ih9oc6kh3ph1",
+        "g32mb1ic32ih10oc32kh3ph1",
+        "mb1ic1ih1oc1kh3ph1",
+        "mb1ic17ih5iw23oc33kh3ph2",
+        "mb1ic20ih3iw40oc40oh1ow38kh3ph0",
+        "mb1ic16ih2iw2oc16oh4ow4kh3ph2",
+    ];
+    let h = Handle::with_threads(2).unwrap();
+    for s in cases {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let mut p = problem(s, layout);
+            if s.starts_with("mb1ic17") {
+                p = ConvProblem::forward(
+                    *p.x(),
+                    *p.w(),
+                    p.conv().with_mode(autodnn::ConvMode::Convolution),
+                    *p.y(),
+                )
+                .unwrap();
+            }
+            let x = int_data(p.x().span(), 1);
+            let w = int_data(p.w().elements(), 2);
+            let r = reference::conv_forward(&p, &x, &w).unwrap();
+            for name in ALGOS {
+                let a = algo(name);
+                assert_eq!(a.check(&p), Ok(()), "{name} declined {s}");
+                let y = run(&h, name, &p, &x, &w);
+                let (diff, max) = errors(&p, &y, &r);
+                let tol = a.accuracy().integer_tolerance();
+                assert!(
+                    diff <= tol * max,
+                    "{name} {s} {layout:?}: max|y − ref| = {diff}, max|ref| = {max}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn declines_other_windows_with_reasons() {
+    let cases = [
+        ("mb1ic8ih9oc8kh5ph2", "needs a 3x3 kernel, got 5x5"),
+        ("mb1ic8ih9oc8kh1ph0", "needs a 3x3 kernel, got 1x1"),
+        ("mb1ic8ih9iw9oc8kh1kw3ph0pw1", "needs a 3x3 kernel, got 1x3"),
+        ("mb1ic8ih9oc8kh3sh2ph1", "needs stride 1"),
+        (
+            "mb1ic8ih9oc8kh3dh1ph2",
+            "needs a dense kernel (dilation 1), got dilation 2x2",
+        ),
+    ];
+    for (s, why) in cases {
+        let p = problem(s, Layout::Nchw);
+        for name in ALGOS {
+            let e = algo(name).check(&p).unwrap_err();
+            assert!(e.contains(why), "{name} on {s}: {e}");
+            // The handle reports it as a decline naming the algorithm.
+            let h = Handle::with_threads(1).unwrap();
+            match h.conv_workspace_size(&p, name) {
+                Err(Error::Declined { algo, reason }) => {
+                    assert_eq!(algo, name);
+                    assert!(reason.contains(why));
+                }
+                other => panic!("{name} on {s}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Measures c in max|y − ref| ≤ c · ε · C·R·S · max|x| · max|w| on random real data in
+/// [−1, 1] across channel counts and checks it against the documented constant. Run with
+/// `--nocapture` to see the table.
+#[test]
+fn normwise_bound_holds_across_channel_counts() {
+    let h = Handle::with_threads(2).unwrap();
+    let channels = [1usize, 2, 3, 4, 8, 16, 32, 64, 128, 256, 512];
+    println!(
+        "{:>5} {:>14} {:>14} {:>14}",
+        "C", ALGOS[0], ALGOS[1], ALGOS[2]
+    );
+    let mut worst = [0.0f64; 3];
+    for (ci, &c) in channels.iter().enumerate() {
+        let mut row = [0.0f64; 3];
+        // Small channel counts (the worst case for the constant) get more trials, on random
+        // image sizes and paddings (edge tiles).
+        let trials = if c <= 4 { 40u64 } else { 3 };
+        for seed in 0..trials {
+            let mut rng = Rng(1000 * ci as u64 + seed);
+            let (ih, iw) = (rng.range(3, 20), rng.range(3, 20));
+            let (ph, pw) = (rng.range(0, 2), rng.range(0, 2));
+            let s = format!("mb1ic{c}ih{ih}iw{iw}oc8kh3ph{ph}pw{pw}");
+            let layout = if seed % 2 == 0 {
+                Layout::Nchw
+            } else {
+                Layout::Nhwc
+            };
+            let p = problem(&s, layout);
+            let x = real_data(p.x().span(), 100 * ci as u64 + seed);
+            let w = real_data(p.w().elements(), 7 + 100 * ci as u64 + seed);
+            let r = reference::conv_forward(&p, &x, &w).unwrap();
+            for (i, name) in ALGOS.iter().enumerate() {
+                let y = run(&h, name, &p, &x, &w);
+                row[i] = row[i].max(measured_c(&p, &y, &r, &x, &w));
+            }
+        }
+        println!("{c:>5} {:>14.3} {:>14.3} {:>14.3}", row[0], row[1], row[2]);
+        for i in 0..3 {
+            worst[i] = worst[i].max(row[i]);
+        }
+    }
+    for (i, name) in ALGOS.iter().enumerate() {
+        let c = normwise_c(name);
+        println!("{name}: measured c up to {:.3}, documented {c}", worst[i]);
+        assert!(
+            worst[i] <= c,
+            "{name}: measured c {} > documented {c}",
+            worst[i]
+        );
+        // The documented constant is not wildly loose either.
+        assert!(
+            worst[i] >= c / 8.0,
+            "{name}: measured c {} ≪ documented {c}",
+            worst[i]
+        );
+    }
+}
+
+/// Integer data in [−4, 4] on ResNet-50's 3x3 layers (spatial size cut to keep the test fast)
+/// and wide-channel problems: max|y − ref| ≤ int_rel · max|ref|.
+#[test]
+fn integer_tolerance_on_layer_shapes() {
+    let h = Handle::with_threads(2).unwrap();
+    let cases = [
+        "mb1ic64ih20oc64kh3ph1",
+        "mb1ic128ih14oc128kh3ph1",
+        "mb1ic256ih14oc256kh3ph1",
+        "mb1ic512ih7oc512kh3ph1",
+        "mb1ic1024ih5oc40kh3ph1",
+    ];
+    for (i, s) in cases.iter().enumerate() {
+        let layout = if i % 2 == 0 {
+            Layout::Nchw
+        } else {
+            Layout::Nhwc
+        };
+        let p = problem(s, layout);
+        let x = int_data(p.x().span(), i as u64);
+        let w = int_data(p.w().elements(), 10 + i as u64);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        for name in ALGOS {
+            let y = run(&h, name, &p, &x, &w);
+            let (diff, max) = errors(&p, &y, &r);
+            let tol = algo(name).accuracy().integer_tolerance();
+            println!("{name} {s}: max|y − ref| / max|ref| = {:.3e}", diff / max);
+            assert!(diff <= tol * max, "{name} {s}: {diff} > {tol} · {max}");
+        }
+    }
+}
+
+/// F(2×2) has only 0, ±1, ±½ in its transforms: on small integers it is exact.
+#[test]
+fn winograd_2x2_is_exact_on_small_integers() {
+    let h = Handle::with_threads(1).unwrap();
+    let p = problem("mb1ic32ih15oc24kh3ph1", Layout::Nchw);
+    let x = int_data(p.x().span(), 3);
+    let w = int_data(p.w().elements(), 4);
+    let r = reference::conv_forward(&p, &x, &w).unwrap();
+    let y = run(&h, "winograd_2x2", &p, &x, &w);
+    common::assert_exact(&p, &y, &r, "winograd_2x2");
+}
+
+/// Prepared weights: the transformed filter's size, results as plain calls' (within the
+/// bound), bound to their problem and algorithm.
+#[test]
+fn prepared_weights_transform_the_filter_once() {
+    let h = Handle::with_threads(2).unwrap();
+    let p = problem("g2mb1ic40ih11oc72kh3ph1", Layout::Nhwc);
+    let x = real_data(p.x().span(), 5);
+    let w = real_data(p.w().elements(), 6);
+    let r = reference::conv_forward(&p, &x, &w).unwrap();
+    for (name, tile) in ALGOS.iter().zip([4usize, 6, 8]) {
+        let prepared = h.prepare_weights(&p, name, &w).unwrap();
+        assert!(prepared.is_transformed());
+        // Per group: K padded to 32, C to 16, tile² positions; a 16-float header.
+        let floats = 2 * 64 * 32 * tile * tile + 16;
+        assert_eq!(prepared.bytes(), floats * 4, "{name}");
+        let mut y = vec![f32::NAN; p.y().span()];
+        h.conv_forward_ex(
+            &p,
+            name,
+            &x,
+            Weights::Prepared(&prepared),
+            &mut y,
+            &EpilogueArgs::default(),
+            None,
+        )
+        .unwrap();
+        let plain = run(&h, name, &p, &x, &w);
+        let bound = normwise_c(name) * f32::EPSILON as f64 * 20.0 * 9.0;
+        for (name, y) in [("prepared", &y), ("plain", &plain)] {
+            let (diff, _) = errors(&p, y, &r);
+            assert!(diff <= bound, "{name}: {diff} > {bound}");
+        }
+        // Made for another algorithm: refused.
+        let other = if *name == "winograd_2x2" {
+            "winograd_4x4"
+        } else {
+            "winograd_2x2"
+        };
+        let e = h
+            .conv_forward_ex(
+                &p,
+                other,
+                &x,
+                Weights::Prepared(&prepared),
+                &mut y,
+                &EpilogueArgs::default(),
+                None,
+            )
+            .unwrap_err();
+        assert!(matches!(e, Error::BadParam { ref field, .. } if field == "prepared.algo"));
+    }
+}
+
+/// Several blocks of tiles and panels of output channels: the same bits on 1 and 2 threads,
+/// under every instruction set; an exact workspace, and one byte less is refused.
+#[test]
+fn blocks_threads_and_workspace() {
+    let p = problem("mb2ic48ih40iw37oc70kh3ph1", Layout::Nchw);
+    let x = real_data(p.x().span(), 8);
+    let w = real_data(p.w().elements(), 9);
+    for name in ALGOS {
+        let a = algo(name);
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let mut outs = Vec::new();
+            for threads in [1, 2] {
+                let mut h = Handle::with_threads(threads).unwrap();
+                h.set_isa_cap(isa);
+                let need = a.workspace_bytes(&p);
+                let mut ws = vec![0x5Au8; need + 16];
+                let mut y = vec![f32::NAN; p.y().span()];
+                h.conv_forward_with_workspace(&p, name, &x, &w, &mut y, &mut ws)
+                    .unwrap();
+                assert!(ws[need..].iter().all(|&b| b == 0x5A), "{name} wrote past");
+                let e = h
+                    .conv_forward_with_workspace(&p, name, &x, &w, &mut y, &mut ws[..need - 1])
+                    .unwrap_err();
+                assert!(matches!(e, Error::WorkspaceTooSmall { .. }), "{e:?}");
+                outs.push(y);
+            }
+            let same = outs[0]
+                .iter()
+                .zip(&outs[1])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{name} {isa:?}: bits differ between 1 and 2 threads");
+        }
+    }
+}
