@@ -304,6 +304,10 @@ enum Step {
     Two,
     /// Elements `sw` apart, lane by lane.
     Any,
+    /// The three taps of a 3-wide stride-2 window at once (no dilation): one entry per
+    /// column vector (after the outputs' entry) holds bit e of the elements 0..=2L read from
+    /// its offset (low 32 bits in m0, the rest in m1), then two unused entries.
+    Window3,
 }
 
 /// The column table: for each vector of output columns, one entry for the outputs (offset in
@@ -320,6 +324,19 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
             m0: low(lanes.min(g.ow - ow0)),
             m1: 0,
         });
+        if step == Step::Window3 {
+            let base = (ow0 * 2) as isize - g.pl;
+            let raw = (0..=2 * lanes)
+                .filter(|&e| (0..g.w).contains(&(base + e as isize)))
+                .fold(0u64, |m, e| m | 1 << e);
+            cols.push(ColLoad {
+                off: base,
+                m0: raw as u32,
+                m1: (raw >> 32) as u32,
+            });
+            cols.extend([ColLoad::default(); 2]);
+            continue;
+        }
         for s in 0..g.s {
             let base = (ow0 * g.sw) as isize - g.pl + (s * g.dw) as isize;
             let inside = |e: usize| (0..g.w).contains(&(base + e as isize));
@@ -439,14 +456,17 @@ fn planar(
         _ => None,
     }
     .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
+    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
+    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
+    let window3 = fast == Some(0) && g.sw == 2 && g.dw == 1 && !pair;
     let step = match g.sw {
+        _ if window3 => Step::Window3,
         1 => Step::One,
         2 => Step::Two,
         _ => Step::Any,
     };
-    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
-    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
     let (kernel, rows) = match fast {
+        _ if window3 => (set.plane_win3, set.plane_rows[0]),
         Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
         Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
         None => (set.plane_generic[step as usize], GENERIC_ROWS),
@@ -844,8 +864,9 @@ macro_rules! unroll {
     }};
 }
 
-/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2), ROWS
-/// output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
+/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2; 3: stride
+/// 2 with the 3 taps of a row read at once, [`Step::Window3`]), ROWS output rows per block
+/// (no row dilation). With PAIR, rows are at most half a vector long and
 /// each vector holds a row of two channels (lanes below L/2 channel k, the others k + 1): the
 /// column table then describes half vectors, and unit u = pair·blocks + b.
 ///
@@ -865,6 +886,7 @@ unsafe fn plane_fast<
 ) {
     const {
         assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
+        assert!(STEP != 3 || (C == 3 && !PAIR));
     }
     debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
@@ -933,10 +955,18 @@ unsafe fn plane_fast<
                         // address in an unmapped page costs a microcode assist on some CPUs.
                         let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
                         let (row, row1) = (xk.wrapping_offset(roff), xk1.wrapping_offset(roff));
+                        let window = if STEP == 3 {
+                            let ld = col[1];
+                            let raw = (ld.m0 as u64 | (ld.m1 as u64) << 32) & (rm as u64 | (rm as u64) << 32);
+                            S::windows3(row.wrapping_offset(ld.off), raw)
+                        } else {
+                            [S::zero(); 3]
+                        };
                         for s in 0..C {
                             let ld = col[1 + s];
                             let (p, p1) = (row.wrapping_offset(ld.off), row1.wrapping_offset(ld.off));
                             let xv = match (PAIR, STEP) {
+                                (false, 3) => window[s],
                                 (false, 1) => S::load(p, ld.m0 & rm),
                                 (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
                                 (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
@@ -1251,6 +1281,8 @@ struct KernelSet {
     plane_fast: [[PlaneFn; 2]; 2],
     /// The same, two channels per vector.
     plane_pair: [[PlaneFn; 2]; 2],
+    /// 3x3, stride 2, no column dilation: [`Step::Window3`].
+    plane_win3: PlaneFn,
     /// By [`Step`]: 1, 2, any.
     plane_generic: [PlaneFn; 3],
     /// [3x3, 5x5][stride 1, 2].
@@ -1284,6 +1316,7 @@ macro_rules! kernel_set {
             entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
             entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
             entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
             entry!($(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
             entry!($(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
             entry!($(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
@@ -1302,6 +1335,7 @@ macro_rules! kernel_set {
                 plane_rows: [$p3, $p5],
                 plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
                 plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
+                plane_win3: w3s2,
                 plane_generic: [pg1, pg2, pgn],
                 cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
                 cl_generic: cg,
@@ -1390,6 +1424,17 @@ mod simd {
         unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
         /// Lanes below L/2 from a, the others from b.
         unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
+        /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
+        /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
+        #[inline(always)]
+        unsafe fn windows3(p: *const f32, raw: u64) -> [Self::V; 3] {
+            let low = (1u64 << Self::L) - 1;
+            let m = |s: usize, hi: usize| (raw >> (s + hi * Self::L) & low) as u32;
+            // SAFETY: the caller's contract; window s reads elements s + 2l.
+            unsafe {
+                std::array::from_fn(|s| Self::load_step2(p.wrapping_add(s), m(s, 0), m(s, 1)))
+            }
+        }
         /// p\[l\] = lane l where bit l of m is set.
         unsafe fn store(p: *mut f32, v: Self::V, m: u32);
         /// `v`, computed here: the compiler may neither move its computation past this point
@@ -1747,6 +1792,31 @@ mod simd {
                     let lo = _mm512_maskz_loadu_ps(m0 as __mmask16, p);
                     let hi = _mm512_maskz_loadu_ps(m1 as __mmask16, p.wrapping_add(16));
                     _mm512_permutex2var_ps(lo, evens, hi)
+                }
+            }
+            #[inline(always)]
+            unsafe fn windows3(p: *const f32, raw: u64) -> [__m512; 3] {
+                // SAFETY: see the impl. Elements 0..32 are two loads; element 32 (window 2's
+                // lane 15) one masked lane of a third.
+                unsafe {
+                    let ev = _mm512_setr_epi32(
+                        0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                    );
+                    let od = _mm512_setr_epi32(
+                        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                    );
+                    let e2 = _mm512_setr_epi32(
+                        2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 0,
+                    );
+                    let a = _mm512_maskz_loadu_ps(raw as __mmask16, p);
+                    let b = _mm512_maskz_loadu_ps((raw >> 16) as __mmask16, p.wrapping_add(16));
+                    let w2 = _mm512_maskz_permutex2var_ps(0x7fff, a, e2, b);
+                    let last = ((raw >> 32) as __mmask16 & 1) << 15;
+                    [
+                        _mm512_permutex2var_ps(a, ev, b),
+                        _mm512_permutex2var_ps(a, od, b),
+                        _mm512_mask_loadu_ps(w2, last, p.wrapping_add(17)),
+                    ]
                 }
             }
             #[inline(always)]
