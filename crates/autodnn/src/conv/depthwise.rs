@@ -590,8 +590,10 @@ impl ClJob<'_> {
 /// [`MIN_BLOCKS_TO_ALIGN`] blocks (a shift adds one, partly empty).
 fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
     let addr = x.as_ptr() as usize;
-    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]].iter().all(|s| s % lanes == 0);
-    if g.mult != 1 || !strides_ok || addr % 4 != 0 || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
+    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]]
+        .iter()
+        .all(|s| s.is_multiple_of(lanes));
+    if g.mult != 1 || !strides_ok || !addr.is_multiple_of(4) || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
         return 0;
     }
     (addr / 4) % lanes
