@@ -62,7 +62,7 @@ const GENERIC_COLS: usize = 4;
 /// Largest R·S of the unrolled kernels (5x5).
 const MAX_FAST_TAPS: usize = 25;
 /// Largest number of input rows one unrolled NCHW-like pass reads.
-const MAX_FAST_IN_ROWS: usize = 24;
+const MAX_FAST_IN_ROWS: usize = 16;
 
 /// How the tensors are laid out, as far as this algorithm cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -839,21 +839,17 @@ unsafe fn store_out<S: Simd>(
 }
 
 /// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
-/// of at most `max` (5, 8, 12 or 24): unrolls loops whose accumulators must stay in registers, which
+/// of at most `max` (8, 12 or 16): unrolls loops whose accumulators must stay in registers, which
 /// the compiler would otherwise keep as loops over arrays in memory.
 macro_rules! unroll {
-    (5: $i:ident < $n:expr, $body:block) => {
-        unroll!(@ 5, $i, $n, $body, 0 1 2 3 4)
-    };
     (8: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 8, $i, $n, $body, 0 1 2 3 4 5 6 7)
     };
     (12: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 12, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11)
     };
-    (24: $i:ident < $n:expr, $body:block) => {
-        unroll!(@ 24, $i, $n, $body,
-            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23)
+    (16: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 16, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
     };
     (@ $max:literal, $i:ident, $n:expr, $body:block, $($k:literal)*) => {{
         const { assert!($n <= $max) };
@@ -951,7 +947,7 @@ unsafe fn plane_fast<
                 let row0 = oh0 as isize * a.yrow;
                 for col in a.cols.chunks_exact(C + 1) {
                     let mut acc = [S::zero(); ROWS];
-                    unroll!(24: d < (ROWS - 1) * SH + R, {
+                    unroll!(16: d < (ROWS - 1) * SH + R, {
                         let rm = (valid >> d & 1).wrapping_neg();
                         // Rows outside the image point at the plane: a masked access to an
                         // address in an unmapped page costs a microcode assist on some CPUs.
@@ -992,7 +988,7 @@ unsafe fn plane_fast<
                     // Rows past the last are stored with an empty mask rather than skipped: a
                     // branch would let the compiler sink their sums into it and spill the
                     // loads they share.
-                    unroll!(24: i < ROWS, {
+                    unroll!(8: i < ROWS, {
                         let (m, off) = if i < nrows {
                             (m, row0 + i as isize * a.yrow + out.off)
                         } else {
@@ -1099,8 +1095,8 @@ unsafe fn cl_fast<
     a: &ClJob<'_>,
 ) {
     const {
-        assert!(R * C <= MAX_FAST_TAPS && TR <= 8 && T <= 8);
-        assert!((TR - 1) * SW + R <= 12 && (T - 1) * SW + C <= 12);
+        assert!(R * C <= MAX_FAST_TAPS && TR * T <= 16);
+        assert!((TR - 1) * SW + R <= 8 && (T - 1) * SW + C <= 12);
     }
     debug_assert!(a.r == R && a.s == C && a.mult == 1 && a.sh == SW as isize);
     let in_rows = (TR - 1) * SW + R;
@@ -1147,7 +1143,7 @@ unsafe fn cl_fast<
                     };
                     let xb = a.x.wrapping_offset(k0);
                     let mut acc = [[S::zero(); T]; TR];
-                    unroll!(12: d < (TR - 1) * SW + R, {
+                    unroll!(8: d < (TR - 1) * SW + R, {
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
                         let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         unroll!(12: e < (T - 1) * SW + C, {
@@ -1161,42 +1157,35 @@ unsafe fn cl_fast<
                                 xb
                             };
                             let xv = S::load(p, mm);
-                            unroll!(8: i < TR, {
+                            for (i, acc) in acc.iter_mut().enumerate() {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
-                                    unroll!(8: t < T, {
+                                    for (t, acc) in acc.iter_mut().enumerate() {
                                         if e >= t * SW && e - t * SW < C {
                                             let w = wv[r * C + e - t * SW];
-                                            acc[i][t] = S::fma(w, xv, acc[i][t]);
+                                            *acc = S::fma(w, xv, *acc);
                                         }
-                                    });
+                                    }
                                 }
-                            });
+                            }
                         });
-                        unroll!(8: i < TR, {
-                            unroll!(8: t < T, {
-                                acc[i][t] = S::pin(acc[i][t]);
-                            });
-                        });
-                    });
-                    unroll!(8: i < TR, {
-                        unroll!(8: t < T, {
-                            acc[i][t] = S::pin(acc[i][t]);
-                        });
+                        for acc in acc.iter_mut() {
+                            for acc in acc.iter_mut() {
+                                *acc = S::pin(*acc);
+                            }
+                        }
                     });
                     // Outputs past the image's end: an empty mask, not a branch (see
                     // `plane_fast`).
-                    unroll!(8: i < TR, {
-                        let row = (oh0 + i) as isize * a.yrow + k0;
-                        unroll!(8: t < T, {
-                            let (m, off) = if i < nrows && t < nt {
-                                (m, row + (ow0 + t) as isize * a.ycol)
-                            } else {
-                                (0, 0)
-                            };
-                            let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                            store_out(&epi, acc[i][t], bias, y, z, m);
-                        });
+                    unroll!(16: j < TR * T, {
+                        let (i, t) = (j / T, j % T);
+                        let (off, m) = if i < nrows && t < nt {
+                            ((oh0 + i) as isize * a.yrow + (ow0 + t) as isize * a.ycol + k0, m)
+                        } else {
+                            (0, 0)
+                        };
+                        let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
+                        store_out(&epi, acc[i][t], bias, y, z, m);
                     });
                 }
                 ow0 += T;
