@@ -315,6 +315,8 @@ enum Step {
     /// column vector (after the outputs' entry) holds bit e of the elements 0..=2L read from
     /// its offset (low 32 bits in m0, the rest in m1), then two unused entries.
     Window3,
+    /// The same for stride 1: elements 0..L + 2.
+    Window3S1,
 }
 
 /// The column table: for each vector of output columns, one entry for the outputs (offset in
@@ -331,9 +333,13 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
             m0: low(lanes.min(g.ow - ow0)),
             m1: 0,
         });
-        if step == Step::Window3 {
-            let base = (ow0 * 2) as isize - g.pl;
-            let raw = (0..=2 * lanes)
+        if matches!(step, Step::Window3 | Step::Window3S1) {
+            let (stride, span) = match step {
+                Step::Window3 => (2, 2 * lanes + 1),
+                _ => (1, lanes + 2),
+            };
+            let base = (ow0 * stride) as isize - g.pl;
+            let raw = (0..span)
                 .filter(|&e| (0..g.w).contains(&(base + e as isize)))
                 .fold(0u64, |m, e| m | 1 << e);
             cols.push(ColLoad {
@@ -466,15 +472,16 @@ fn planar(
     .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
     // Rows of at most half a vector: two channels per vector (see `plane_fast`).
     let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
-    let window3 = fast == Some(0) && g.sw == 2 && g.dw == 1 && !pair;
+    let window3 = fast == Some(0) && g.dw == 1 && !pair;
     let step = match g.sw {
-        _ if window3 => Step::Window3,
+        2 if window3 => Step::Window3,
+        1 if window3 => Step::Window3S1,
         1 => Step::One,
         2 => Step::Two,
         _ => Step::Any,
     };
     let (kernel, rows) = match fast {
-        _ if window3 => (set.plane_win3, set.plane_rows[0]),
+        _ if window3 => (set.plane_win3[g.sw - 1], set.plane_rows[0]),
         Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
         Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
         None => (set.plane_generic[step as usize], GENERIC_ROWS),
@@ -870,9 +877,9 @@ macro_rules! unroll {
     }};
 }
 
-/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2; 3: stride
-/// 2 with the 3 taps of a row read at once, [`Step::Window3`]), ROWS output rows per block
-/// (no row dilation). With PAIR, rows are at most half a vector long and
+/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2; 3 and 4:
+/// stride 2 and 1 with the 3 taps of a row read at once, [`Step::Window3`] and
+/// [`Step::Window3S1`]), ROWS output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
 /// each vector holds a row of two channels (lanes below L/2 channel k, the others k + 1): the
 /// column table then describes half vectors, and unit u = pair·blocks + b.
 ///
@@ -892,7 +899,7 @@ unsafe fn plane_fast<
 ) {
     const {
         assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
-        assert!(STEP != 3 || (C == 3 && !PAIR));
+        assert!(STEP < 3 || (C == 3 && !PAIR));
     }
     debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
@@ -971,11 +978,16 @@ unsafe fn plane_fast<
                                 let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
                                 let row = xk.wrapping_offset(roff);
                                 let row1 = xk1.wrapping_offset(roff);
-                                let window = if STEP == 3 {
+                                let window = if STEP >= 3 {
                                     let ld = col[1];
                                     let raw = (ld.m0 as u64 | (ld.m1 as u64) << 32)
                                         & (rm as u64 | (rm as u64) << 32);
-                                    S::windows3(row.wrapping_offset(ld.off), raw)
+                                    let p = row.wrapping_offset(ld.off);
+                                    if STEP == 3 {
+                                        S::windows3(p, raw)
+                                    } else {
+                                        S::windows3_s1(p, raw as u32)
+                                    }
                                 } else {
                                     [S::zero(); 3]
                                 };
@@ -984,7 +996,7 @@ unsafe fn plane_fast<
                                     let p = row.wrapping_offset(ld.off);
                                     let p1 = row1.wrapping_offset(ld.off);
                                     let xv = match (PAIR, STEP) {
-                                        (false, 3) => window[s],
+                                        (false, 3..) => window[s],
                                         (false, 1) => S::load(p, ld.m0 & rm),
                                         (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
                                         (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
@@ -1303,8 +1315,8 @@ struct KernelSet {
     plane_fast: [[PlaneFn; 2]; 2],
     /// The same, two channels per vector.
     plane_pair: [[PlaneFn; 2]; 2],
-    /// 3x3, stride 2, no column dilation: [`Step::Window3`].
-    plane_win3: PlaneFn,
+    /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
+    plane_win3: [PlaneFn; 2],
     /// By [`Step`]: 1, 2, any.
     plane_generic: [PlaneFn; 3],
     /// [3x3, 5x5][stride 1, 2].
@@ -1338,6 +1350,7 @@ macro_rules! kernel_set {
             entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
             entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
             entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
             entry!($(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
             entry!($(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
             entry!($(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
@@ -1357,7 +1370,7 @@ macro_rules! kernel_set {
                 plane_rows: [$p3, $p5],
                 plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
                 plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
-                plane_win3: w3s2,
+                plane_win3: [w3s1, w3s2],
                 plane_generic: [pg1, pg2, pgn],
                 cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
                 cl_generic: cg,
@@ -1447,6 +1460,14 @@ mod simd {
         unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
         /// Lanes below L/2 from a, the others from b.
         unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
+        /// The three stride-1 windows from `p`: lane l of window s is element l + s, read where
+        /// bit l + s of `raw` (elements 0..L + 2) is set, else 0.
+        #[inline(always)]
+        unsafe fn windows3_s1(p: *const f32, raw: u32) -> [Self::V; 3] {
+            let low = (1u32 << Self::L) - 1;
+            // SAFETY: the caller's contract; window s reads elements s + l.
+            unsafe { std::array::from_fn(|s| Self::load(p.wrapping_add(s), raw >> s & low)) }
+        }
         /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
         /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
         #[inline(always)]
@@ -1815,6 +1836,22 @@ mod simd {
                     let lo = _mm512_maskz_loadu_ps(m0 as __mmask16, p);
                     let hi = _mm512_maskz_loadu_ps(m1 as __mmask16, p.wrapping_add(16));
                     _mm512_permutex2var_ps(lo, evens, hi)
+                }
+            }
+            #[inline(always)]
+            unsafe fn windows3_s1(p: *const f32, raw: u32) -> [__m512; 3] {
+                // SAFETY: see the impl. Elements 0..18: two loads, two lane shifts.
+                unsafe {
+                    let a = _mm512_castps_si512(_mm512_maskz_loadu_ps(raw as __mmask16, p));
+                    let b = _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                        (raw >> 16) as __mmask16 & 3,
+                        p.wrapping_add(16),
+                    ));
+                    [
+                        _mm512_castsi512_ps(a),
+                        _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(b, a)),
+                        _mm512_castsi512_ps(_mm512_alignr_epi32::<2>(b, a)),
+                    ]
                 }
             }
             #[inline(always)]
