@@ -926,5 +926,11 @@ fn epilogue_flags_are_checked() {
         "1",
     ]);
     let lines = json_lines(&out);
-    assert_eq!(lines[0]["results"][0]["max_rel_err"], 0.0, "{out}");
+    // Every algorithm that accepted the problem is exact (others report a reason instead).
+    let results = lines[0]["results"].as_array().unwrap();
+    let ok: Vec<_> = results.iter().filter(|r| r["status"] == "ok").collect();
+    assert!(!ok.is_empty(), "{out}");
+    for r in ok {
+        assert_eq!(r["max_rel_err"], 0.0, "{out}");
+    }
 }
