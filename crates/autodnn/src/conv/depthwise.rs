@@ -290,6 +290,24 @@ fn for_ranges(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize, usize) + Sy
     });
 }
 
+/// Whether the activation is applied by [`activate`] rather than in the kernels (see
+/// [`ActV`]).
+fn activates_after(epi: &EpilogueArgs<'_>) -> bool {
+    !matches!(
+        epi.act,
+        Activation::None | Activation::Relu | Activation::Clip { .. }
+    )
+}
+
+/// Applies the activation to the outputs at `offsets` of y, which the calling work item just
+/// wrote (in its cache) and alone accesses.
+fn activate(out: &SharedOut<'_>, act: Activation, offsets: impl Iterator<Item = usize>) {
+    for off in offsets {
+        // SAFETY: the caller's work item alone reads and writes these outputs.
+        unsafe { out.write(off, act.apply(out.read(off))) };
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // NCHW-like frame
 
@@ -530,6 +548,22 @@ fn planar(
             // inside a row, the kernels only read rows inside the image and write the rows of
             // units start .. end, which this range alone covers.
             unsafe { kernel(&job) };
+            if activates_after(epi) {
+                // Units u .. u1 of image n: row blocks of (pairs of) channels.
+                let per_unit = if pair { 2 } else { 1 };
+                let offsets = (u - n * per_image..u1 - n * per_image).flat_map(|unit| {
+                    let (kk, b) = (unit / blocks * per_unit, unit % blocks);
+                    let ohs = b * rows..((b + 1) * rows).min(g.oh);
+                    (kk..(kk + per_unit).min(g.k)).flat_map(move |k| {
+                        ohs.clone().flat_map(move |oh| {
+                            (0..g.ow).map(move |ow| {
+                                n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3]
+                            })
+                        })
+                    })
+                });
+                activate(out, epi.act, offsets);
+            }
             u = u1;
         }
     });
@@ -738,6 +772,17 @@ fn channels_last(
         // [taps][K]); the kernel reads only in-image pixels and writes rows oh0 .. oh1 of the
         // chunk's channels, which this item alone covers.
         unsafe { kernel(&job) };
+        if activates_after(epi) {
+            let ks = (b0 * lanes).saturating_sub(shift)..(b1 * lanes - shift).min(g.k);
+            let offsets = (job.oh0..job.oh1).flat_map(|oh| {
+                let ks = ks.clone();
+                (0..g.ow).flat_map(move |ow| {
+                    ks.clone()
+                        .map(move |k| n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3])
+                })
+            });
+            activate(out, epi.act, offsets);
+        }
     };
 
     let items = g.n * chunks * parts;
@@ -767,12 +812,14 @@ struct EpiV<S: Simd> {
     act: ActV<S>,
 }
 
+/// The activations kernels apply. The others (sigmoid, tanh, gelu, silu) call libm lane by
+/// lane, and calls inside a kernel make the compiler keep its accumulators in memory: the
+/// frames apply them in a pass over each work item's outputs ([`activate`]) just after its
+/// kernel, which then stores the linear part only.
 enum ActV<S: Simd> {
     None,
     Relu(S::V),
     Clip(S::V, S::V),
-    /// Applied lane by lane with [`Activation::apply`].
-    Other(Activation),
 }
 
 impl<S: Simd> EpiV<S> {
@@ -782,26 +829,26 @@ impl<S: Simd> EpiV<S> {
     unsafe fn new(e: &EpilogueArgs<'_>) -> EpiV<S> {
         // SAFETY: the caller's contract.
         unsafe {
+            let linear = !matches!(e.act, Activation::Relu | Activation::Clip { .. });
             EpiV {
-                plain: e.is_identity(),
+                plain: e.alpha == 1.0 && e.beta == 0.0 && e.bias.is_none() && linear,
                 scale: e.alpha != 1.0,
                 alpha: S::splat(e.alpha),
                 bias: e.bias.is_some(),
                 read_z: e.beta != 0.0,
                 beta: S::splat(e.beta),
                 act: match e.act {
-                    Activation::None => ActV::None,
                     Activation::Relu => ActV::Relu(S::zero()),
                     Activation::Clip { lo, hi } => ActV::Clip(S::splat(lo), S::splat(hi)),
-                    other => ActV::Other(other),
+                    _ => ActV::None,
                 },
             }
         }
     }
 }
 
-/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`];
-/// `z` is called only when beta ≠ 0.
+/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`]
+/// (without the activations [`activate`] applies); `z` is called only when beta ≠ 0.
 ///
 /// # Safety
 /// The CPU has `S`'s features.
@@ -824,11 +871,6 @@ unsafe fn finish<S: Simd>(e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -
                 ActV::None => v,
                 ActV::Relu(zero) => S::max(v, zero),
                 ActV::Clip(lo, hi) => S::min(S::max(v, lo), hi),
-                ActV::Other(act) => {
-                    let mut a = S::to_array(v);
-                    a.iter_mut().take(S::L).for_each(|v| *v = act.apply(*v));
-                    S::from_array(&a)
-                }
             };
         }
         v
@@ -1497,8 +1539,6 @@ mod simd {
         unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
         /// Lane-wise min, taking b where a is NaN.
         unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
-        /// The lanes, then zeros.
-        unsafe fn to_array(v: Self::V) -> [f32; 16];
         /// The first L elements.
         unsafe fn from_array(a: &[f32; 16]) -> Self::V;
     }
@@ -1611,10 +1651,6 @@ mod simd {
         #[inline(always)]
         unsafe fn min(a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| if a[l] < b[l] { a[l] } else { b[l] })
-        }
-        #[inline(always)]
-        unsafe fn to_array(v: Self::V) -> [f32; 16] {
-            std::array::from_fn(|l| if l < 8 { v[l] } else { 0.0 })
         }
         #[inline(always)]
         unsafe fn from_array(a: &[f32; 16]) -> Self::V {
@@ -1790,13 +1826,6 @@ mod simd {
                 unsafe { _mm256_min_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn to_array(v: __m256) -> [f32; 16] {
-                let mut a = [0f32; 16];
-                // SAFETY: see the impl; a holds 16 elements.
-                unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
-                a
-            }
-            #[inline(always)]
             unsafe fn from_array(a: &[f32; 16]) -> __m256 {
                 // SAFETY: see the impl; a holds 16 elements.
                 unsafe { _mm256_loadu_ps(a.as_ptr()) }
@@ -1946,13 +1975,6 @@ mod simd {
             unsafe fn min(a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_min_ps(a, b) }
-            }
-            #[inline(always)]
-            unsafe fn to_array(v: __m512) -> [f32; 16] {
-                let mut a = [0f32; 16];
-                // SAFETY: see the impl; a holds 16 elements.
-                unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) };
-                a
             }
             #[inline(always)]
             unsafe fn from_array(a: &[f32; 16]) -> __m512 {
