@@ -61,8 +61,8 @@ const ITEMS_PER_THREAD: usize = 4;
 /// all of them.
 const CL_CHUNK_BLOCKS: usize = 8;
 /// Fewest channel blocks for which NHWC-like blocks are shifted to x's vector alignment: the
-/// shift adds a block, which unaligned loads cost more than from about 8 blocks on.
-const MIN_BLOCKS_TO_ALIGN: usize = 8;
+/// shift adds a block, which unaligned loads cost more than from about 4 blocks on.
+const MIN_BLOCKS_TO_ALIGN: usize = 4;
 /// Output rows per pass of the generic NCHW-like kernel.
 const GENERIC_ROWS: usize = 4;
 /// Outputs per group of the generic NHWC-like kernel.
