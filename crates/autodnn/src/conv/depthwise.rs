@@ -4,31 +4,38 @@
 //! x\[n, k / M, oh·sh − pt + r·dh, ow·sw − pl + s·dw\] · w\[k, 0, r, s\] (r, s flipped in
 //! convolution mode), M = K / groups being the channel multiplier (any M ≥ 1).
 //!
-//! - **Wins** on every depthwise problem: each output sums only R·S products of one input
-//!   plane, so GEMM-based algorithms have nothing to block and `direct`'s channel-blocked tiles
-//!   run with one channel per group.
+//! - **Wins** on depthwise problems: each output sums only R·S products of one input plane,
+//!   so GEMM-based algorithms have nothing to block and `direct`'s channel-blocked tiles run
+//!   with one channel per group (MobileNet's layers: 5 to 20 times faster than `direct`).
 //! - **Workspace:** none. **Deterministic:** every output is accumulated by one thread, tap by
-//!   tap in (r, s) order, whatever the thread count.
+//!   tap in (r, s) order, by the same kernel whatever the thread count.
 //! - **Declines:** groups ≠ input channels; x and y not both unit-stride along W (NCHW-like)
 //!   or both along C (NHWC-like) (`direct` covers these).
 //! - **Prepared weights:** for NHWC-like problems the filter reordered tap-major, [R·S][K]
 //!   (flipped in convolution mode); NCHW-like problems have nothing to prepare.
 //!
-//! How, NCHW-like (x and y unit-stride along W): vectors run along an output row. One pass of a
-//! kernel computes `rows` output rows × one vector of columns of one channel: the channel's R·S
-//! weights sit in registers, and each input row is loaded once per tap column and used for every
-//! output row of the pass that needs it. Stride-2 windows are two loads and a permute, borders
-//! masked loads; a table built once per call holds each column vector's offsets and masks.
+//! How, NCHW-like (x and y unit-stride along W): vectors run along output rows. A pass of a
+//! kernel computes a block of `rows` output rows × one vector of columns of one channel: the
+//! channel's R·S weights sit in registers and each input row is loaded once per kernel column
+//! and used for every output row of the block that needs it. Rows of at most half a vector
+//! (7x7 images) hold two channels per vector. Stride-2 taps are two loads and a permute; a
+//! 3-wide stride-2 window reads its row once for all three taps. Borders are masked loads; a
+//! table built once per call holds each column vector's offsets and masks.
 //!
-//! NHWC-like (x and y unit-stride along C): vectors run across channels. A kernel computes one
-//! output row of one block of channels, `cols` outputs at a time; each input pixel is loaded
-//! once per kernel row and used for every output of the group that needs it. The weights of a
-//! block are reordered tap-major ([R·S][lanes]) once per work item, or come prepared.
+//! NHWC-like (x and y unit-stride along C): vectors run across channels, like oneDNN's and
+//! onnxruntime's blocked layouts. A kernel computes groups of TR×T outputs; for each group it
+//! walks every channel block of its work item, so consecutive loads read consecutive cache
+//! lines, and each input pixel of a group is loaded once for all the outputs that need it.
+//! The weights of a block are reordered tap-major ([R·S][lanes]) once per work item, or come
+//! prepared. When x is not vector-aligned, the blocks start where its vectors are.
 //!
-//! 3x3 and 5x5 kernels with stride 1 or 2 (and, NCHW-like, no row dilation; NHWC-like, no
-//! column dilation and M = 1) have fully unrolled kernels; every other geometry runs a generic
-//! kernel with runtime taps. The epilogue (alpha, bias, beta·z, activation) is applied to each
-//! vector as it is stored.
+//! 3x3 and 5x5 kernels with stride 1 or 2 (and no row dilation; NHWC-like, no dilation and
+//! M = 1) have unrolled kernels whose accumulators stay in registers; other geometries run
+//! generic kernels with runtime taps. The epilogue (alpha, bias, beta·z, relu or clip) is
+//! applied to each vector as it is stored; sigmoid, tanh, gelu and silu (libm, lane by lane)
+//! in a pass over each work item's outputs right after its kernel. Masked-off lanes are never given an address outside the
+//! tensor's rows (some CPUs run a slow microcode assist for a masked access to an unmapped
+//! page), except for partial vectors at the very start or end of a buffer.
 
 use std::ptr;
 
@@ -50,11 +57,12 @@ pub struct Depthwise;
 /// Work items per thread to aim for, so that uneven items still balance.
 const ITEMS_PER_THREAD: usize = 4;
 /// Channel blocks (of one vector each) per NHWC-like work item: the weights of these blocks are
-/// reordered once per item, and an output row of all of them is written before the next row.
+/// reordered once per item and stay in L1 while the kernel, for each group of outputs, walks
+/// all of them.
 const CL_CHUNK_BLOCKS: usize = 8;
 /// Fewest channel blocks for which NHWC-like blocks are shifted to x's vector alignment: the
-/// shift adds a block, which unaligned loads cost more than from about 8 blocks on.
-const MIN_BLOCKS_TO_ALIGN: usize = 8;
+/// shift adds a block, which unaligned loads cost more than from about 4 blocks on.
+const MIN_BLOCKS_TO_ALIGN: usize = 4;
 /// Output rows per pass of the generic NCHW-like kernel.
 const GENERIC_ROWS: usize = 4;
 /// Outputs per group of the generic NHWC-like kernel.
@@ -62,7 +70,7 @@ const GENERIC_COLS: usize = 4;
 /// Largest R·S of the unrolled kernels (5x5).
 const MAX_FAST_TAPS: usize = 25;
 /// Largest number of input rows one unrolled NCHW-like pass reads.
-const MAX_FAST_IN_ROWS: usize = 24;
+const MAX_FAST_IN_ROWS: usize = 16;
 
 /// How the tensors are laid out, as far as this algorithm cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,6 +291,24 @@ fn for_ranges(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize, usize) + Sy
     });
 }
 
+/// Whether the activation is applied by [`activate`] rather than in the kernels (see
+/// [`ActV`]).
+fn activates_after(epi: &EpilogueArgs<'_>) -> bool {
+    !matches!(
+        epi.act,
+        Activation::None | Activation::Relu | Activation::Clip { .. }
+    )
+}
+
+/// Applies the activation to the outputs at `offsets` of y, which the calling work item just
+/// wrote (in its cache) and alone accesses.
+fn activate(out: &SharedOut<'_>, act: Activation, offsets: impl Iterator<Item = usize>) {
+    for off in offsets {
+        // SAFETY: the caller's work item alone reads and writes these outputs.
+        unsafe { out.write(off, act.apply(out.read(off))) };
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // NCHW-like frame
 
@@ -304,6 +330,12 @@ enum Step {
     Two,
     /// Elements `sw` apart, lane by lane.
     Any,
+    /// The three taps of a 3-wide stride-2 window at once (no dilation): one entry per
+    /// column vector (after the outputs' entry) holds bit e of the elements 0..=2L read from
+    /// its offset (low 32 bits in m0, the rest in m1), then two unused entries.
+    Window3,
+    /// The same for stride 1: elements 0..L + 2.
+    Window3S1,
 }
 
 /// The column table: for each vector of output columns, one entry for the outputs (offset in
@@ -320,6 +352,23 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
             m0: low(lanes.min(g.ow - ow0)),
             m1: 0,
         });
+        if matches!(step, Step::Window3 | Step::Window3S1) {
+            let (stride, span) = match step {
+                Step::Window3 => (2, 2 * lanes + 1),
+                _ => (1, lanes + 2),
+            };
+            let base = (ow0 * stride) as isize - g.pl;
+            let raw = (0..span)
+                .filter(|&e| (0..g.w).contains(&(base + e as isize)))
+                .fold(0u64, |m, e| m | 1 << e);
+            cols.push(ColLoad {
+                off: base,
+                m0: raw as u32,
+                m1: (raw >> 32) as u32,
+            });
+            cols.extend([ColLoad::default(); 2]);
+            continue;
+        }
         for s in 0..g.s {
             let base = (ow0 * g.sw) as isize - g.pl + (s * g.dw) as isize;
             let inside = |e: usize| (0..g.w).contains(&(base + e as isize));
@@ -349,7 +398,8 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
 }
 
 /// A run of an NCHW-like kernel: units `u0..u1` of one image, unit u = k·blocks + b being row
-/// block b (output rows b·rows .. b·rows + rows, every column) of output channel k.
+/// block b (output rows b·rows .. b·rows + rows, every column) of output channel k (of
+/// channels 2k and 2k + 1 for kernels that hold two channels per vector).
 struct PlaneJob<'a> {
     /// Image n of x.
     x: *const f32,
@@ -439,14 +489,18 @@ fn planar(
         _ => None,
     }
     .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
+    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
+    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
+    let window3 = fast == Some(0) && g.dw == 1 && !pair;
     let step = match g.sw {
+        2 if window3 => Step::Window3,
+        1 if window3 => Step::Window3S1,
         1 => Step::One,
         2 => Step::Two,
         _ => Step::Any,
     };
-    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
-    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
     let (kernel, rows) = match fast {
+        _ if window3 => (set.plane_win3[g.sw - 1], set.plane_rows[0]),
         Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
         Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
         None => (set.plane_generic[step as usize], GENERIC_ROWS),
@@ -495,6 +549,22 @@ fn planar(
             // inside a row, the kernels only read rows inside the image and write the rows of
             // units start .. end, which this range alone covers.
             unsafe { kernel(&job) };
+            if activates_after(epi) {
+                // Units u .. u1 of image n: row blocks of (pairs of) channels.
+                let per_unit = if pair { 2 } else { 1 };
+                let offsets = (u - n * per_image..u1 - n * per_image).flat_map(|unit| {
+                    let (kk, b) = (unit / blocks * per_unit, unit % blocks);
+                    let ohs = b * rows..((b + 1) * rows).min(g.oh);
+                    (kk..(kk + per_unit).min(g.k)).flat_map(move |k| {
+                        ohs.clone().flat_map(move |oh| {
+                            (0..g.ow).map(move |ow| {
+                                n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3]
+                            })
+                        })
+                    })
+                });
+                activate(out, epi.act, offsets);
+            }
             u = u1;
         }
     });
@@ -570,7 +640,9 @@ impl ClJob<'_> {
 /// [`MIN_BLOCKS_TO_ALIGN`] blocks (a shift adds one, partly empty).
 fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
     let addr = x.as_ptr() as usize;
-    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]].iter().all(|s| s % lanes == 0);
+    let strides_ok = [g.xs[0], g.xs[2], g.xs[3]]
+        .iter()
+        .all(|s| s.is_multiple_of(lanes));
     if g.mult != 1 || !strides_ok || !addr.is_multiple_of(4) || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
         return 0;
     }
@@ -701,6 +773,17 @@ fn channels_last(
         // [taps][K]); the kernel reads only in-image pixels and writes rows oh0 .. oh1 of the
         // chunk's channels, which this item alone covers.
         unsafe { kernel(&job) };
+        if activates_after(epi) {
+            let ks = (b0 * lanes).saturating_sub(shift)..(b1 * lanes - shift).min(g.k);
+            let offsets = (job.oh0..job.oh1).flat_map(|oh| {
+                let ks = ks.clone();
+                (0..g.ow).flat_map(move |ow| {
+                    ks.clone()
+                        .map(move |k| n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3])
+                })
+            });
+            activate(out, epi.act, offsets);
+        }
     };
 
     let items = g.n * chunks * parts;
@@ -730,12 +813,14 @@ struct EpiV<S: Simd> {
     act: ActV<S>,
 }
 
+/// The activations kernels apply. The others (sigmoid, tanh, gelu, silu) call libm lane by
+/// lane, and calls inside a kernel make the compiler keep its accumulators in memory: the
+/// frames apply them in a pass over each work item's outputs ([`activate`]) just after its
+/// kernel, which then stores the linear part only.
 enum ActV<S: Simd> {
     None,
     Relu(S::V),
     Clip(S::V, S::V),
-    /// Applied lane by lane with [`Activation::apply`].
-    Other(Activation),
 }
 
 impl<S: Simd> EpiV<S> {
@@ -745,26 +830,26 @@ impl<S: Simd> EpiV<S> {
     unsafe fn new(e: &EpilogueArgs<'_>) -> EpiV<S> {
         // SAFETY: the caller's contract.
         unsafe {
+            let linear = !matches!(e.act, Activation::Relu | Activation::Clip { .. });
             EpiV {
-                plain: e.is_identity(),
+                plain: e.alpha == 1.0 && e.beta == 0.0 && e.bias.is_none() && linear,
                 scale: e.alpha != 1.0,
                 alpha: S::splat(e.alpha),
                 bias: e.bias.is_some(),
                 read_z: e.beta != 0.0,
                 beta: S::splat(e.beta),
                 act: match e.act {
-                    Activation::None => ActV::None,
                     Activation::Relu => ActV::Relu(S::zero()),
                     Activation::Clip { lo, hi } => ActV::Clip(S::splat(lo), S::splat(hi)),
-                    other => ActV::Other(other),
+                    _ => ActV::None,
                 },
             }
         }
     }
 }
 
-/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`];
-/// `z` is called only when beta ≠ 0.
+/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`]
+/// (without the activations [`activate`] applies); `z` is called only when beta ≠ 0.
 ///
 /// # Safety
 /// The CPU has `S`'s features.
@@ -787,11 +872,6 @@ unsafe fn finish<S: Simd>(e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -
                 ActV::None => v,
                 ActV::Relu(zero) => S::max(v, zero),
                 ActV::Clip(lo, hi) => S::min(S::max(v, lo), hi),
-                ActV::Other(act) => {
-                    let mut a = S::to_array(v);
-                    a.iter_mut().take(S::L).for_each(|v| *v = act.apply(*v));
-                    S::from_array(&a)
-                }
             };
         }
         v
@@ -817,21 +897,17 @@ unsafe fn store_out<S: Simd>(
 }
 
 /// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
-/// of at most `max` (5, 8, 12 or 24): unrolls loops whose accumulators must stay in registers, which
+/// of at most `max` (8, 12 or 16): unrolls loops whose accumulators must stay in registers, which
 /// the compiler would otherwise keep as loops over arrays in memory.
 macro_rules! unroll {
-    (5: $i:ident < $n:expr, $body:block) => {
-        unroll!(@ 5, $i, $n, $body, 0 1 2 3 4)
-    };
     (8: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 8, $i, $n, $body, 0 1 2 3 4 5 6 7)
     };
     (12: $i:ident < $n:expr, $body:block) => {
         unroll!(@ 12, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11)
     };
-    (24: $i:ident < $n:expr, $body:block) => {
-        unroll!(@ 24, $i, $n, $body,
-            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23)
+    (16: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 16, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
     };
     (@ $max:literal, $i:ident, $n:expr, $body:block, $($k:literal)*) => {{
         const { assert!($n <= $max) };
@@ -844,8 +920,9 @@ macro_rules! unroll {
     }};
 }
 
-/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2), ROWS
-/// output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
+/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2; 3 and 4:
+/// stride 2 and 1 with the 3 taps of a row read at once, [`Step::Window3`] and
+/// [`Step::Window3S1`]), ROWS output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
 /// each vector holds a row of two channels (lanes below L/2 channel k, the others k + 1): the
 /// column table then describes half vectors, and unit u = pair·blocks + b.
 ///
@@ -865,6 +942,7 @@ unsafe fn plane_fast<
 ) {
     const {
         assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
+        assert!(STEP < 3 || (C == 3 && !PAIR));
     }
     debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
@@ -925,56 +1003,92 @@ unsafe fn plane_fast<
                     }
                 }
                 let row0 = oh0 as isize * a.yrow;
-                for col in a.cols.chunks_exact(C + 1) {
-                    let mut acc = [S::zero(); ROWS];
-                    unroll!(24: d < (ROWS - 1) * SH + R, {
-                        let rm = (valid >> d & 1).wrapping_neg();
-                        // Rows outside the image point at the plane: a masked access to an
-                        // address in an unmapped page costs a microcode assist on some CPUs.
-                        let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
-                        let (row, row1) = (xk.wrapping_offset(roff), xk1.wrapping_offset(roff));
-                        for s in 0..C {
-                            let ld = col[1 + s];
-                            let (p, p1) = (row.wrapping_offset(ld.off), row1.wrapping_offset(ld.off));
-                            let xv = match (PAIR, STEP) {
-                                (false, 1) => S::load(p, ld.m0 & rm),
-                                (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
-                                (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
-                                (true, _) => S::load_step2_pair(p, p1, (ld.m0 | ld.m1 << half) & rm),
-                            };
-                            for (i, acc) in acc.iter_mut().enumerate() {
-                                if d >= i * SH && d - i * SH < R {
-                                    *acc = S::fma(wv[(d - i * SH) * C + s], xv, *acc);
+                // The column loop, for blocks at the image's top or bottom edge (EDGE: row
+                // masks) or inside it (all rows read, masks straight from the table).
+                macro_rules! columns {
+                    ($edge:expr) => {
+                        for col in a.cols.chunks_exact(C + 1) {
+                            let mut acc = [S::zero(); ROWS];
+                            unroll!(16: d < (ROWS - 1) * SH + R, {
+                                let rm = if $edge {
+                                    (valid >> d & 1).wrapping_neg()
+                                } else {
+                                    u32::MAX
+                                };
+                                // Rows outside the image point at the plane: a masked access
+                                // to an address in an unmapped page costs a microcode assist
+                                // on some CPUs.
+                                let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
+                                let row = xk.wrapping_offset(roff);
+                                let row1 = xk1.wrapping_offset(roff);
+                                let window = if STEP >= 3 {
+                                    let ld = col[1];
+                                    let raw = (ld.m0 as u64 | (ld.m1 as u64) << 32)
+                                        & (rm as u64 | (rm as u64) << 32);
+                                    let p = row.wrapping_offset(ld.off);
+                                    if STEP == 3 {
+                                        S::windows3(p, raw)
+                                    } else {
+                                        S::windows3_s1(p, raw as u32)
+                                    }
+                                } else {
+                                    [S::zero(); 3]
+                                };
+                                for s in 0..C {
+                                    let ld = col[1 + s];
+                                    let p = row.wrapping_offset(ld.off);
+                                    let p1 = row1.wrapping_offset(ld.off);
+                                    let xv = match (PAIR, STEP) {
+                                        (false, 3..) => window[s],
+                                        (false, 1) => S::load(p, ld.m0 & rm),
+                                        (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                        (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
+                                        (true, _) => {
+                                            let em = (ld.m0 | ld.m1 << half) & rm;
+                                            S::load_step2_pair(p, p1, em)
+                                        }
+                                    };
+                                    for (i, acc) in acc.iter_mut().enumerate() {
+                                        if d >= i * SH && d - i * SH < R {
+                                            *acc = S::fma(wv[(d - i * SH) * C + s], xv, *acc);
+                                        }
+                                    }
                                 }
+                                for acc in acc.iter_mut() {
+                                    *acc = S::pin(*acc);
+                                }
+                            });
+                            for acc in acc.iter_mut() {
+                                *acc = S::pin(*acc);
                             }
+                            let out = col[0];
+                            let m = both(out.m0);
+                            // Rows past the last are stored with an empty mask rather than
+                            // skipped: a branch would let the compiler sink their sums into
+                            // it and spill the loads they share.
+                            unroll!(8: i < ROWS, {
+                                let (m, off) = if i < nrows {
+                                    (m, row0 + i as isize * a.yrow + out.off)
+                                } else {
+                                    (0, 0)
+                                };
+                                let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                                if PAIR {
+                                    let y1 = yk1.wrapping_offset(off);
+                                    let z1 = zk1.wrapping_offset(off);
+                                    let v = finish(&epi, acc[i], bias, || S::load_pair(z, z1, m));
+                                    S::store_pair(y, y1, v, m);
+                                } else {
+                                    store_out(&epi, acc[i], bias, y, z, m);
+                                }
+                            });
                         }
-                        for acc in acc.iter_mut() {
-                            *acc = S::pin(*acc);
-                        }
-                    });
-                    for acc in acc.iter_mut() {
-                        *acc = S::pin(*acc);
-                    }
-                    let out = col[0];
-                    let m = both(out.m0);
-                    // Rows past the last are stored with an empty mask rather than skipped: a
-                    // branch would let the compiler sink their sums into it and spill the
-                    // loads they share.
-                    unroll!(24: i < ROWS, {
-                        let (m, off) = if i < nrows {
-                            (m, row0 + i as isize * a.yrow + out.off)
-                        } else {
-                            (0, 0)
-                        };
-                        let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
-                        if PAIR {
-                            let (y1, z1) = (yk1.wrapping_offset(off), zk1.wrapping_offset(off));
-                            let v = finish(&epi, acc[i], bias, || S::load_pair(z, z1, m));
-                            S::store_pair(y, y1, v, m);
-                        } else {
-                            store_out(&epi, acc[i], bias, y, z, m);
-                        }
-                    });
+                    };
+                }
+                if valid == (1u32 << in_rows) - 1 {
+                    columns!(false);
+                } else {
+                    columns!(true);
                 }
             }
         }
@@ -1067,8 +1181,8 @@ unsafe fn cl_fast<
     a: &ClJob<'_>,
 ) {
     const {
-        assert!(R * C <= MAX_FAST_TAPS && TR <= 8 && T <= 8);
-        assert!((TR - 1) * SW + R <= 12 && (T - 1) * SW + C <= 12);
+        assert!(R * C <= MAX_FAST_TAPS && TR * T <= 16);
+        assert!((TR - 1) * SW + R <= 8 && (T - 1) * SW + C <= 12);
     }
     debug_assert!(a.r == R && a.s == C && a.mult == 1 && a.sh == SW as isize);
     let in_rows = (TR - 1) * SW + R;
@@ -1115,7 +1229,7 @@ unsafe fn cl_fast<
                     };
                     let xb = a.x.wrapping_offset(k0);
                     let mut acc = [[S::zero(); T]; TR];
-                    unroll!(12: d < (TR - 1) * SW + R, {
+                    unroll!(8: d < (TR - 1) * SW + R, {
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
                         let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         unroll!(12: e < (T - 1) * SW + C, {
@@ -1129,42 +1243,35 @@ unsafe fn cl_fast<
                                 xb
                             };
                             let xv = S::load(p, mm);
-                            unroll!(8: i < TR, {
+                            for (i, acc) in acc.iter_mut().enumerate() {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
-                                    unroll!(8: t < T, {
+                                    for (t, acc) in acc.iter_mut().enumerate() {
                                         if e >= t * SW && e - t * SW < C {
                                             let w = wv[r * C + e - t * SW];
-                                            acc[i][t] = S::fma(w, xv, acc[i][t]);
+                                            *acc = S::fma(w, xv, *acc);
                                         }
-                                    });
+                                    }
                                 }
-                            });
+                            }
                         });
-                        unroll!(8: i < TR, {
-                            unroll!(8: t < T, {
-                                acc[i][t] = S::pin(acc[i][t]);
-                            });
-                        });
-                    });
-                    unroll!(8: i < TR, {
-                        unroll!(8: t < T, {
-                            acc[i][t] = S::pin(acc[i][t]);
-                        });
+                        for acc in acc.iter_mut() {
+                            for acc in acc.iter_mut() {
+                                *acc = S::pin(*acc);
+                            }
+                        }
                     });
                     // Outputs past the image's end: an empty mask, not a branch (see
                     // `plane_fast`).
-                    unroll!(8: i < TR, {
-                        let row = (oh0 + i) as isize * a.yrow + k0;
-                        unroll!(8: t < T, {
-                            let (m, off) = if i < nrows && t < nt {
-                                (m, row + (ow0 + t) as isize * a.ycol)
-                            } else {
-                                (0, 0)
-                            };
-                            let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                            store_out(&epi, acc[i][t], bias, y, z, m);
-                        });
+                    unroll!(16: j < TR * T, {
+                        let (i, t) = (j / T, j % T);
+                        let (off, m) = if i < nrows && t < nt {
+                            ((oh0 + i) as isize * a.yrow + (ow0 + t) as isize * a.ycol + k0, m)
+                        } else {
+                            (0, 0)
+                        };
+                        let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
+                        store_out(&epi, acc[i][t], bias, y, z, m);
                     });
                 }
                 ow0 += T;
@@ -1251,6 +1358,8 @@ struct KernelSet {
     plane_fast: [[PlaneFn; 2]; 2],
     /// The same, two channels per vector.
     plane_pair: [[PlaneFn; 2]; 2],
+    /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
+    plane_win3: [PlaneFn; 2],
     /// By [`Step`]: 1, 2, any.
     plane_generic: [PlaneFn; 3],
     /// [3x3, 5x5][stride 1, 2].
@@ -1284,6 +1393,8 @@ macro_rules! kernel_set {
             entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
             entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
             entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
+            entry!($(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
             entry!($(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
             entry!($(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
             entry!($(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
@@ -1302,6 +1413,7 @@ macro_rules! kernel_set {
                 plane_rows: [$p3, $p5],
                 plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
                 plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
+                plane_win3: [w3s1, w3s2],
                 plane_generic: [pg1, pg2, pgn],
                 cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
                 cl_generic: cg,
@@ -1310,7 +1422,8 @@ macro_rules! kernel_set {
     };
 }
 
-// AVX-512: 32 registers hold 9 weights and 8 rows (or outputs) of accumulators.
+// AVX-512: 32 registers hold 9 weights and 7 rows (MobileNet's sizes are multiples of 7) or
+// 3x4 outputs of accumulators.
 #[cfg(target_arch = "x86_64")]
 kernel_set!(avx512_set, Avx512, [#[target_feature(enable = "avx512f")]],
     rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
@@ -1390,6 +1503,25 @@ mod simd {
         unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
         /// Lanes below L/2 from a, the others from b.
         unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
+        /// The three stride-1 windows from `p`: lane l of window s is element l + s, read where
+        /// bit l + s of `raw` (elements 0..L + 2) is set, else 0.
+        #[inline(always)]
+        unsafe fn windows3_s1(p: *const f32, raw: u32) -> [Self::V; 3] {
+            let low = (1u32 << Self::L) - 1;
+            // SAFETY: the caller's contract; window s reads elements s + l.
+            unsafe { std::array::from_fn(|s| Self::load(p.wrapping_add(s), raw >> s & low)) }
+        }
+        /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
+        /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
+        #[inline(always)]
+        unsafe fn windows3(p: *const f32, raw: u64) -> [Self::V; 3] {
+            let low = (1u64 << Self::L) - 1;
+            let m = |s: usize, hi: usize| (raw >> (s + hi * Self::L) & low) as u32;
+            // SAFETY: the caller's contract; window s reads elements s + 2l.
+            unsafe {
+                std::array::from_fn(|s| Self::load_step2(p.wrapping_add(s), m(s, 0), m(s, 1)))
+            }
+        }
         /// p\[l\] = lane l where bit l of m is set.
         unsafe fn store(p: *mut f32, v: Self::V, m: u32);
         /// `v`, computed here: the compiler may neither move its computation past this point
@@ -1408,8 +1540,6 @@ mod simd {
         unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
         /// Lane-wise min, taking b where a is NaN.
         unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
-        /// The lanes, then zeros.
-        unsafe fn to_array(v: Self::V) -> [f32; 16];
         /// The first L elements.
         unsafe fn from_array(a: &[f32; 16]) -> Self::V;
     }
@@ -1522,10 +1652,6 @@ mod simd {
         #[inline(always)]
         unsafe fn min(a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| if a[l] < b[l] { a[l] } else { b[l] })
-        }
-        #[inline(always)]
-        unsafe fn to_array(v: Self::V) -> [f32; 16] {
-            std::array::from_fn(|l| if l < 8 { v[l] } else { 0.0 })
         }
         #[inline(always)]
         unsafe fn from_array(a: &[f32; 16]) -> Self::V {
@@ -1701,13 +1827,6 @@ mod simd {
                 unsafe { _mm256_min_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn to_array(v: __m256) -> [f32; 16] {
-                let mut a = [0f32; 16];
-                // SAFETY: see the impl; a holds 16 elements.
-                unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) };
-                a
-            }
-            #[inline(always)]
             unsafe fn from_array(a: &[f32; 16]) -> __m256 {
                 // SAFETY: see the impl; a holds 16 elements.
                 unsafe { _mm256_loadu_ps(a.as_ptr()) }
@@ -1747,6 +1866,47 @@ mod simd {
                     let lo = _mm512_maskz_loadu_ps(m0 as __mmask16, p);
                     let hi = _mm512_maskz_loadu_ps(m1 as __mmask16, p.wrapping_add(16));
                     _mm512_permutex2var_ps(lo, evens, hi)
+                }
+            }
+            #[inline(always)]
+            unsafe fn windows3_s1(p: *const f32, raw: u32) -> [__m512; 3] {
+                // SAFETY: see the impl. Elements 0..18: two loads, two lane shifts.
+                unsafe {
+                    let a = _mm512_castps_si512(_mm512_maskz_loadu_ps(raw as __mmask16, p));
+                    let b = _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                        (raw >> 16) as __mmask16 & 3,
+                        p.wrapping_add(16),
+                    ));
+                    [
+                        _mm512_castsi512_ps(a),
+                        _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(b, a)),
+                        _mm512_castsi512_ps(_mm512_alignr_epi32::<2>(b, a)),
+                    ]
+                }
+            }
+            #[inline(always)]
+            unsafe fn windows3(p: *const f32, raw: u64) -> [__m512; 3] {
+                // SAFETY: see the impl. Elements 0..32 are two loads; element 32 (window 2's
+                // lane 15) one masked lane of a third.
+                unsafe {
+                    let ev = _mm512_setr_epi32(
+                        0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                    );
+                    let od = _mm512_setr_epi32(
+                        1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                    );
+                    let e2 = _mm512_setr_epi32(
+                        2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 0,
+                    );
+                    let a = _mm512_maskz_loadu_ps(raw as __mmask16, p);
+                    let b = _mm512_maskz_loadu_ps((raw >> 16) as __mmask16, p.wrapping_add(16));
+                    let w2 = _mm512_maskz_permutex2var_ps(0x7fff, a, e2, b);
+                    let last = ((raw >> 32) as __mmask16 & 1) << 15;
+                    [
+                        _mm512_permutex2var_ps(a, ev, b),
+                        _mm512_permutex2var_ps(a, od, b),
+                        _mm512_mask_loadu_ps(w2, last, p.wrapping_add(17)),
+                    ]
                 }
             }
             #[inline(always)]
@@ -1816,13 +1976,6 @@ mod simd {
             unsafe fn min(a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_min_ps(a, b) }
-            }
-            #[inline(always)]
-            unsafe fn to_array(v: __m512) -> [f32; 16] {
-                let mut a = [0f32; 16];
-                // SAFETY: see the impl; a holds 16 elements.
-                unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) };
-                a
             }
             #[inline(always)]
             unsafe fn from_array(a: &[f32; 16]) -> __m512 {
