@@ -248,7 +248,7 @@ fn epilogue_of(args: &ConvArgs, real: bool) -> CliResult<Epilogue> {
     })
 }
 
-fn make_handle(threads: Option<usize>) -> CliResult<Handle> {
+pub fn make_handle(threads: Option<usize>) -> CliResult<Handle> {
     Ok(Handle::with_threads(
         threads.unwrap_or_else(crate::default_threads),
     )?)
@@ -296,8 +296,21 @@ fn select_algorithms(arg: &str) -> CliResult<Vec<&'static dyn ConvAlgorithm>> {
 
 /// Parses the PROBLEM arguments or looks up `--model`, and applies `--mb`.
 fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
+    problem_specs(args.model.as_deref(), &args.problems, args.mb)
+}
+
+/// The problems of PROBLEM arguments (strings or files) or of a built-in model, with `mb`
+/// applied (a model's default batch is 1, a problem's its own).
+///
+/// # Errors
+/// Bad input for both or neither, an unknown model, a bad string or an unreadable file.
+pub fn problem_specs(
+    model: Option<&str>,
+    problems: &[String],
+    mb: Option<usize>,
+) -> CliResult<Vec<ProblemSpec>> {
     let specs =
-        match (&args.model, args.problems.is_empty()) {
+        match (model, problems.is_empty()) {
             (Some(_), false) => {
                 return Err(CliError::bad(
                     "bad arguments: give PROBLEMs or --model, not both",
@@ -309,7 +322,7 @@ fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
             )),
             (Some(model), true) => {
                 let known = autodnn::models::names();
-                if !known.contains(&model.as_str()) {
+                if !known.contains(&model) {
                     let list = if known.is_empty() {
                         "none".to_string()
                     } else {
@@ -319,7 +332,7 @@ fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
                         "bad --model = {model}: unknown model (known: {list})"
                     )));
                 }
-                let mb = args.mb.unwrap_or(1);
+                let mb = mb.unwrap_or(1);
                 autodnn::models::layers(model)?
                     .into_iter()
                     .map(|s| s.with_mb(mb))
@@ -327,7 +340,7 @@ fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
             }
             (None, false) => {
                 let mut all = Vec::new();
-                for arg in &args.problems {
+                for arg in problems {
                     let specs = read_problems(arg)?;
                     if specs.is_empty() {
                         return Err(CliError::bad(format!(
@@ -336,7 +349,7 @@ fn collect_specs(args: &ConvArgs) -> CliResult<Vec<ProblemSpec>> {
                     }
                     all.extend(specs);
                 }
-                match args.mb {
+                match mb {
                     Some(mb) => all.into_iter().map(|s| s.with_mb(mb)).collect(),
                     None => all,
                 }
@@ -356,7 +369,7 @@ fn read_problems(arg: &str) -> CliResult<Vec<ProblemSpec>> {
 
 /// Largest |y - ref| over the elements of y, relative to max(max |ref|, 1e-30). NaN when y holds
 /// a NaN where it should not.
-fn max_rel_err(p: &ConvProblem, y: &[f32], reference: &[f64]) -> f64 {
+pub fn max_rel_err(p: &ConvProblem, y: &[f32], reference: &[f64]) -> f64 {
     let yd = p.y();
     let [n, k, oh, ow] = yd.dims();
     let (mut max_diff, mut max_ref) = (0.0f64, 0.0f64);
@@ -378,7 +391,7 @@ fn max_rel_err(p: &ConvProblem, y: &[f32], reference: &[f64]) -> f64 {
     max_diff / max_ref.max(1e-30)
 }
 
-fn median_ms(times: &mut [f64]) -> f64 {
+pub fn median_ms(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     let n = times.len();
     if n % 2 == 1 {
@@ -706,7 +719,7 @@ fn bench(
     }
 }
 
-fn to_json<T: Serialize>(v: &T) -> CliResult<String> {
+pub fn to_json<T: Serialize>(v: &T) -> CliResult<String> {
     serde_json::to_string(v).map_err(|e| CliError::fail(format!("encoding JSON: {e}")))
 }
 

@@ -19,6 +19,12 @@ pub struct Info {
     pub isa: &'static str,
     /// The tuning cache's path.
     pub cache_path: String,
+    /// The cost model's path (written by `autodnn calibrate`), and whether it exists.
+    pub cost_model_path: String,
+    /// True when this machine has been calibrated (the cost model file exists).
+    pub calibrated: bool,
+    /// The CPU model string tuning-cache keys carry.
+    pub cpu_model: String,
     /// Registered forward-convolution algorithms, in preference order.
     pub algorithms: Vec<&'static str>,
 }
@@ -34,6 +40,11 @@ pub fn gather() -> CliResult<Info> {
         cpu_features: autodnn::cpu::features(),
         isa: autodnn::cpu::Isa::from_env()?.name(),
         cache_path: autodnn::default_cache_path().display().to_string(),
+        cost_model_path: autodnn::select::heuristic::default_cost_model_path()
+            .display()
+            .to_string(),
+        calibrated: autodnn::select::heuristic::default_cost_model_path().exists(),
+        cpu_model: autodnn::select::cache::cpu_model(),
         algorithms: autodnn::conv::names(),
     })
 }
@@ -60,7 +71,18 @@ pub fn run(json: bool, out: &mut impl Write) -> CliResult {
         writeln!(out, "threads:      {}", info.threads)?;
         writeln!(out, "cpu features: {}", none(&info.cpu_features))?;
         writeln!(out, "isa:          {}", info.isa)?;
+        writeln!(out, "cpu model:    {}", info.cpu_model)?;
         writeln!(out, "cache path:   {}", info.cache_path)?;
+        writeln!(
+            out,
+            "cost model:   {} ({})",
+            info.cost_model_path,
+            if info.calibrated {
+                "calibrated"
+            } else {
+                "not calibrated: shipped defaults"
+            }
+        )?;
         writeln!(out, "algorithms:   {}", none(&info.algorithms))?;
     }
     out.flush()?;

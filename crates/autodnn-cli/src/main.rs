@@ -4,6 +4,8 @@
 //! stdout carries results only; diagnostics go to stderr, one line each. Exit status: 0 on
 //! success, 2 for bad input, 1 for any other failure.
 
+mod cache_cmd;
+mod calibrate_cmd;
 mod conv_cmd;
 mod data;
 mod error;
@@ -11,6 +13,7 @@ mod gemm_cmd;
 mod info;
 mod npy;
 mod peak;
+mod tune_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -38,6 +41,13 @@ enum Command {
     /// Run convolution problems with each algorithm: time them and, with --check, compare
     /// against the f64 reference; or run once on .npy data
     Conv(Box<conv_cmd::ConvArgs>),
+    /// Select (and, by policy, time) an algorithm for every distinct layer, run each choice
+    /// with the fallback chain, and report choices, sources, times and totals
+    Tune(Box<tune_cmd::TuneArgs>),
+    /// Show, clear or merge the tuning cache
+    Cache(cache_cmd::CacheArgs),
+    /// Measure the calibration problems and fit the heuristic's cost model
+    Calibrate(calibrate_cmd::CalibrateArgs),
     /// Time one GEMM call (or one strided-batched call) and report GFLOP/s
     Gemm(gemm_cmd::GemmArgs),
     /// Measure the f32 FMA peak of this machine (GFLOP/s)
@@ -55,6 +65,9 @@ fn run(cli: Cli) -> CliResult {
     match cli.command {
         Command::Info { json } => info::run(json, &mut out),
         Command::Conv(args) => conv_cmd::run(&args, &mut out),
+        Command::Tune(args) => tune_cmd::run(&args, &mut out),
+        Command::Cache(args) => cache_cmd::run(&args, &mut out),
+        Command::Calibrate(args) => calibrate_cmd::run(&args, &mut out),
         Command::Gemm(args) => gemm_cmd::run(&args, &mut out),
         Command::Peak(args) => peak::run(&args, &mut out),
     }

@@ -134,6 +134,9 @@ fn info_json_has_every_key() {
             "cpu_features",
             "isa",
             "cache_path",
+            "cost_model_path",
+            "calibrated",
+            "cpu_model",
             "algorithms"
         ])
     );

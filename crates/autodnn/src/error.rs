@@ -90,6 +90,14 @@ pub enum Error {
         /// What they were for, and why the request failed.
         what: String,
     },
+    /// Every algorithm of a fallback chain failed (see [`crate::select`]).
+    #[error("every algorithm tried failed: {}", tried.join("; "))]
+    AllFailed {
+        /// The algorithms tried, in order, each with why it failed.
+        tried: Vec<String>,
+        /// The last algorithm's error.
+        last: Box<Error>,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {message}")]
     Io {
@@ -126,7 +134,8 @@ impl Error {
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::Declined { .. }
             | Error::WorkspaceTooSmall { .. }
-            | Error::OutOfMemory { .. } => ErrorKind::Runtime,
+            | Error::OutOfMemory { .. }
+            | Error::AllFailed { .. } => ErrorKind::Runtime,
             Error::Io { .. } => ErrorKind::Io,
         }
     }

@@ -1,7 +1,8 @@
-//! The handle: worker threads, instruction-set cap, workspace budget and (later) the tuning
-//! cache, as cuDNN's `cudnnHandle_t` holds a device context and stream.
+//! The handle: worker threads, instruction-set cap, workspace budget, selection settings and
+//! the tuning cache, as cuDNN's `cudnnHandle_t` holds a device context and stream.
 
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use crate::conv::{
     self, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, PreparedWeights, Weights,
@@ -9,6 +10,12 @@ use crate::conv::{
 use crate::cpu::Isa;
 use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
+use crate::select::heuristic::Machine;
+use crate::select::workspace::{Workspace, WorkspacePool};
+use crate::select::{
+    self, AlgoPerf, CacheEntry, CacheKey, ConvPlan, CostModel, Data, FailAlloc, Mode, Policy,
+    Ranked, RunReport, Settings, Source, TuningCache,
+};
 
 /// Where a handle's work runs. Buffers and streams belong to a backend; the CPU backend takes
 /// host slices and runs on the handle's thread pool. A CUDA backend will join this list, with
@@ -47,6 +54,26 @@ pub struct Handle {
     isa: Isa,
     workspace_limit: Option<usize>,
     backend: Backend,
+    settings: Settings,
+    shared: Arc<Shared>,
+}
+
+/// State shared by a handle and its clones: the tuning cache, the cost model and the cached
+/// workspace.
+#[derive(Debug, Default)]
+struct Shared {
+    cache: RwLock<TuningCache>,
+    cache_path: RwLock<Option<PathBuf>>,
+    cost_model: RwLock<Option<Arc<CostModel>>>,
+    workspace: WorkspacePool,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    // Nothing behind these locks is left half-updated by a panic.
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Handle {
@@ -60,11 +87,13 @@ impl Handle {
     }
 
     /// A CPU handle with `threads` worker threads. The instruction set is the widest this
-    /// machine has, capped by `AUTODNN_ISA` when set.
+    /// machine has, capped by `AUTODNN_ISA` when set. Selection settings start from their
+    /// defaults (policy `benchmark`, no determinism requirement, an empty tuning cache) with
+    /// `AUTODNN_ALGO`, `AUTODNN_FAIL_ALLOC` and `AUTODNN_LOG` applied.
     ///
     /// # Errors
-    /// [`Error::BadParam`] for 0 threads or a bad `AUTODNN_ISA`; [`Error::OutOfMemory`] when
-    /// the threads cannot be started.
+    /// [`Error::BadParam`] for 0 threads, a bad `AUTODNN_ISA` or `AUTODNN_FAIL_ALLOC`;
+    /// [`Error::OutOfMemory`] when the threads cannot be started.
     pub fn with_threads(threads: usize) -> Result<Handle> {
         if threads == 0 {
             return Err(Error::bad("threads", 0, "must be at least 1"));
@@ -73,6 +102,7 @@ impl Handle {
             return Err(Error::bad("threads", threads, "must be at most 4096"));
         }
         let isa = Isa::from_env()?;
+        let settings = Settings::from_env()?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("autodnn-{i}"))
@@ -87,6 +117,8 @@ impl Handle {
             isa,
             workspace_limit: None,
             backend: Backend::Cpu,
+            settings,
+            shared: Arc::new(Shared::default()),
         })
     }
 
@@ -111,9 +143,15 @@ impl Handle {
     pub fn workspace_limit(&self) -> Option<usize> {
         self.workspace_limit
     }
-    /// Sets the workspace budget.
+    /// Sets the workspace budget: no algorithm the handle runs receives more. Cached workspace
+    /// beyond it is released.
     pub fn set_workspace_limit(&mut self, bytes: Option<usize>) {
         self.workspace_limit = bytes;
+        if let Some(b) = bytes {
+            if self.shared.workspace.cached_bytes() > b {
+                self.shared.workspace.release();
+            }
+        }
     }
 
     pub(crate) fn exec_context(&self) -> ExecContext<'_> {
@@ -230,8 +268,8 @@ impl Handle {
                 a.run(&ctx, problem, x, weights, y, ws, &epi)
             }
             None => {
-                let mut ws = self.allocate_workspace(needed, a.name())?;
-                a.run(&ctx, problem, x, weights, y, &mut ws, &epi)
+                let mut ws = self.reserve_workspace(needed, a.name())?;
+                a.run(&ctx, problem, x, weights, y, ws.slice(), &epi)
             }
         }
     }
@@ -268,22 +306,402 @@ impl Handle {
         })
     }
 
-    fn allocate_workspace(&self, bytes: usize, what: &str) -> Result<Vec<u8>> {
-        if let Some(limit) = self.workspace_limit {
-            if bytes > limit {
-                return Err(Error::OutOfMemory {
-                    bytes,
-                    what: format!("{what}'s workspace: over the handle's budget of {limit} bytes"),
-                });
-            }
+    /// A workspace of exactly `bytes` for `algo` from the handle's allocator: within the
+    /// budget, subject to fault injection, allocated fallibly, reusing the cached buffer.
+    pub(crate) fn reserve_workspace(&self, bytes: usize, algo: &str) -> Result<Workspace<'_>> {
+        self.shared
+            .workspace
+            .reserve(bytes, algo, self.workspace_limit, &self.settings.fail_alloc)
+    }
+
+    /// Frees the cached workspace buffer.
+    pub(crate) fn release_workspace(&self) {
+        self.shared.workspace.release();
+    }
+
+    /// Bytes of workspace the handle keeps cached between calls.
+    pub fn cached_workspace_bytes(&self) -> usize {
+        self.shared.workspace.cached_bytes()
+    }
+}
+
+/// Algorithm selection: settings, the tuning cache, the cost model, and the selecting calls.
+impl Handle {
+    /// The selection policy.
+    pub fn policy(&self) -> Policy {
+        self.settings.policy
+    }
+    /// Sets the selection policy.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.settings.policy = policy;
+    }
+    /// True when only deterministic algorithms are selected.
+    pub fn deterministic(&self) -> bool {
+        self.settings.deterministic
+    }
+    /// Selects only algorithms whose output bits do not depend on thread scheduling.
+    pub fn set_deterministic(&mut self, on: bool) {
+        self.settings.deterministic = on;
+    }
+    /// Most candidates a `benchmark` race times (the best-predicted ones).
+    pub fn max_timed(&self) -> usize {
+        self.settings.max_timed
+    }
+    /// Sets the most candidates a race times (at least 1).
+    pub fn set_max_timed(&mut self, n: usize) {
+        self.settings.max_timed = n.max(1);
+    }
+    /// The fault-injection setting (from `AUTODNN_FAIL_ALLOC` when the handle was made).
+    pub fn fail_alloc(&self) -> &FailAlloc {
+        &self.settings.fail_alloc
+    }
+    /// Makes workspace reservations fail on purpose, to rehearse low-memory deployments.
+    pub fn set_fail_alloc(&mut self, f: FailAlloc) {
+        self.settings.fail_alloc = f;
+    }
+    /// The algorithm forced wherever it accepts the problem (from `AUTODNN_ALGO`).
+    pub fn forced_algo(&self) -> Option<&str> {
+        self.settings.forced.as_deref()
+    }
+    /// Forces an algorithm wherever it accepts the problem (and fits the budget); `None`
+    /// selects by policy.
+    pub fn set_forced_algo(&mut self, name: Option<&str>) {
+        self.settings.forced = name.map(str::to_string);
+    }
+    /// True when decisions are printed on stderr (`AUTODNN_LOG=dispatch`).
+    pub fn log_dispatch(&self) -> bool {
+        self.settings.log
+    }
+    /// Prints (or stops printing) each decision on stderr.
+    pub fn set_log_dispatch(&mut self, on: bool) {
+        self.settings.log = on;
+    }
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// What predictions and cache keys depend on besides the problem.
+    pub fn machine(&self) -> Machine {
+        Machine {
+            cpu: select::cache::cpu_model(),
+            isa: self.isa,
+            threads: self.threads,
         }
-        let mut v = Vec::new();
-        v.try_reserve_exact(bytes).map_err(|e| Error::OutOfMemory {
-            bytes,
-            what: format!("{what}'s workspace: {e}"),
-        })?;
-        v.resize(bytes, 0);
-        Ok(v)
+    }
+
+    /// The cost model: the one set with [`Handle::set_cost_model`]; else the file beside the
+    /// tuning cache (`cost_model.json`, written by `autodnn calibrate`) when there is one;
+    /// else the shipped defaults.
+    pub fn cost_model(&self) -> Arc<CostModel> {
+        if let Some(m) = read(&self.shared.cost_model).as_ref() {
+            return m.clone();
+        }
+        let path = match read(&self.shared.cache_path).as_ref() {
+            Some(p) => select::heuristic::cost_model_path_beside(p),
+            None => select::heuristic::default_cost_model_path(),
+        };
+        let model = if path.exists() {
+            CostModel::load(&path).unwrap_or_else(|e| {
+                eprintln!("autodnn: warning: {e}; using the shipped cost model");
+                CostModel::shipped()
+            })
+        } else {
+            CostModel::shipped()
+        };
+        let model = Arc::new(model);
+        *write(&self.shared.cost_model) = Some(model.clone());
+        model
+    }
+
+    /// Sets the cost model the heuristic uses.
+    pub fn set_cost_model(&self, model: CostModel) {
+        *write(&self.shared.cost_model) = Some(Arc::new(model));
+    }
+
+    /// A copy of the in-memory tuning cache.
+    pub fn tuning_cache(&self) -> TuningCache {
+        read(&self.shared.cache).clone()
+    }
+    /// Replaces the in-memory tuning cache.
+    pub fn set_tuning_cache(&self, cache: TuningCache) {
+        *write(&self.shared.cache) = cache;
+    }
+    /// The file [`Handle::save_tuning_cache`] writes: the one last loaded, else `None`.
+    pub fn tuning_cache_path(&self) -> Option<PathBuf> {
+        read(&self.shared.cache_path).clone()
+    }
+
+    /// Loads the tuning cache from `path` (see [`TuningCache::load`]: a missing file is an
+    /// empty cache, a bad one is set aside with a warning) and remembers the path for
+    /// [`Handle::save_tuning_cache`]; the cost model is looked for beside it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file exists but cannot be read.
+    pub fn load_tuning_cache(&self, path: &Path) -> Result<()> {
+        let loaded = TuningCache::load(path)?;
+        *write(&self.shared.cache) = loaded;
+        *write(&self.shared.cache_path) = Some(path.to_path_buf());
+        *write(&self.shared.cost_model) = None;
+        Ok(())
+    }
+
+    /// Writes the tuning cache to the path it was loaded from (else
+    /// [`crate::default_cache_path`]), merging with what other processes wrote meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Io`].
+    pub fn save_tuning_cache(&self) -> Result<PathBuf> {
+        let path = self
+            .tuning_cache_path()
+            .unwrap_or_else(crate::default_cache_path);
+        write(&self.shared.cache).save(&path)?;
+        Ok(path)
+    }
+
+    /// The cached entry for `key` when it covers every eligible algorithm.
+    pub(crate) fn cache_lookup(
+        &self,
+        key: &CacheKey,
+        eligible: &[&'static str],
+    ) -> Option<CacheEntry> {
+        read(&self.shared.cache)
+            .get(key)
+            .filter(|e| select::entry_covers(e, eligible))
+            .cloned()
+    }
+
+    /// Stores a measurement (through the noise guard) and returns the entry kept.
+    pub(crate) fn cache_store(&self, key: CacheKey, entry: CacheEntry) -> CacheEntry {
+        let mut c = write(&self.shared.cache);
+        c.insert(key.clone(), entry.clone());
+        c.get(&key).cloned().unwrap_or(entry)
+    }
+
+    /// The heuristic ranking (cuDNN's `Get`): every registered algorithm that accepts
+    /// `problem`, fastest predicted first, with its workspace, without running anything.
+    /// Algorithms over the workspace budget, or not deterministic when the handle asks for
+    /// determinism, are listed with `eligible: false`.
+    ///
+    /// # Errors
+    /// None today; the `Result` leaves room for backends whose queries can fail.
+    pub fn get_conv_algorithms(&self, problem: &ConvProblem) -> Result<Vec<Ranked>> {
+        self.get_conv_algorithms_with(conv::algorithms(), problem)
+    }
+
+    #[doc(hidden)]
+    /// [`Handle::get_conv_algorithms`] over a caller's list (tests of the machinery).
+    pub fn get_conv_algorithms_with(
+        &self,
+        algos: &[&dyn ConvAlgorithm],
+        problem: &ConvProblem,
+    ) -> Result<Vec<Ranked>> {
+        Ok(select::rank(self, algos, problem).0)
+    }
+
+    /// Measured selection (cuDNN's `Find`): times the eligible algorithms on `problem` with
+    /// `x` and `w` (into a scratch output), racing them (every one to the end under
+    /// [`Policy::Exhaustive`]), stores the ranking in the tuning cache and returns the
+    /// records, fastest first.
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward`] for the buffers and epilogue values; [`Error::Declined`]
+    /// when no algorithm is eligible.
+    pub fn find_conv_algorithms(
+        &self,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<Vec<AlgoPerf>> {
+        self.find_conv_algorithms_with(conv::algorithms(), problem, x, w, epilogue)
+    }
+
+    #[doc(hidden)]
+    /// [`Handle::find_conv_algorithms`] over a caller's list (tests of the machinery).
+    pub fn find_conv_algorithms_with(
+        &self,
+        algos: &[&dyn ConvAlgorithm],
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<Vec<AlgoPerf>> {
+        check_call(problem, x.len(), w.len(), problem.y().span())?;
+        let data = Data {
+            x,
+            w,
+            epi: epilogue,
+        };
+        let plan = select::plan(self, algos, problem, Some(data), Mode::Find)?;
+        Ok(plan.records)
+    }
+
+    /// Selects by the handle's policy (see [`Policy`]) and returns the plan: the chain of
+    /// algorithms to try, where the choice came from and what selecting cost. `x`, `w` and
+    /// the epilogue values are what the candidates are timed on when the policy times.
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward_ex`] for the buffers and epilogue values;
+    /// [`Error::UnknownAlgorithm`] when a forced algorithm is not registered;
+    /// [`Error::Declined`] when no algorithm is eligible.
+    pub fn plan_conv(
+        &self,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<ConvPlan> {
+        self.plan_conv_with(conv::algorithms(), problem, x, w, epilogue)
+    }
+
+    #[doc(hidden)]
+    /// [`Handle::plan_conv`] over a caller's list (tests of the machinery).
+    pub fn plan_conv_with(
+        &self,
+        algos: &[&dyn ConvAlgorithm],
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<ConvPlan> {
+        check_call(problem, x.len(), w.len(), problem.y().span())?;
+        epilogue.check(problem.epilogue(), problem.w().k(), problem.y().span())?;
+        let data = Data {
+            x,
+            w,
+            epi: epilogue,
+        };
+        select::plan(self, algos, problem, Some(data), Mode::Policy)
+    }
+
+    /// Runs a plan with the fallback chain (see [`crate::select`]): y = the problem's
+    /// convolution and epilogue, computed by the first algorithm of the chain that succeeds.
+    /// The workspace is the caller's (`Some`: algorithms needing more are stepped past, each
+    /// with a fallback event) or the handle's (`None`, within its budget).
+    ///
+    /// # Errors
+    /// Bad input at once ([`crate::ErrorKind::BadInput`]); [`Error::AllFailed`] when every
+    /// algorithm of the chain failed.
+    pub fn conv_forward_plan(
+        &self,
+        plan: &ConvPlan,
+        x: &[f32],
+        w: Weights<'_>,
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<RunReport> {
+        self.conv_forward_plan_with(conv::algorithms(), plan, x, w, y, epilogue, workspace)
+    }
+
+    #[doc(hidden)]
+    /// [`Handle::conv_forward_plan`] over a caller's list (tests of the machinery).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_forward_plan_with(
+        &self,
+        algos: &[&dyn ConvAlgorithm],
+        plan: &ConvPlan,
+        x: &[f32],
+        w: Weights<'_>,
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<RunReport> {
+        select::execute(
+            self,
+            algos,
+            plan,
+            plan.problem(),
+            x,
+            w,
+            y,
+            epilogue,
+            workspace,
+        )
+    }
+
+    /// y = act(alpha · conv(x, w) + bias + beta · z) with an algorithm chosen by the handle's
+    /// policy, run with the fallback chain; the report says which algorithm ran, where the
+    /// choice came from, what selecting cost and every fallback. Prepared weights pin the
+    /// algorithm they were made for (or, when they hold the plain filter, select as usual).
+    ///
+    /// # Errors
+    /// As [`Handle::plan_conv`] and [`Handle::conv_forward_plan`].
+    pub fn conv_forward_auto(
+        &self,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: Weights<'_>,
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<RunReport> {
+        self.conv_forward_auto_with(conv::algorithms(), problem, x, w, y, epilogue)
+    }
+
+    #[doc(hidden)]
+    /// [`Handle::conv_forward_auto`] over a caller's list (tests of the machinery).
+    pub fn conv_forward_auto_with(
+        &self,
+        algos: &[&dyn ConvAlgorithm],
+        problem: &ConvProblem,
+        x: &[f32],
+        w: Weights<'_>,
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<RunReport> {
+        let plain = match w {
+            Weights::Plain(w) => w,
+            Weights::Prepared(pw) => {
+                if *pw.problem() != problem.with_epilogue(Default::default()) {
+                    return Err(Error::bad(
+                        "prepared.problem",
+                        "a different problem",
+                        "these weights were prepared for another problem",
+                    ));
+                }
+                match pw.plain() {
+                    Some(data) => data,
+                    None => {
+                        // Transformed weights only suit the algorithm that made them.
+                        let a = algos
+                            .iter()
+                            .copied()
+                            .find(|a| a.name() == pw.algo())
+                            .ok_or_else(|| Error::UnknownAlgorithm {
+                                name: pw.algo().into(),
+                                known: conv::names().join(", "),
+                            })?;
+                        let plan = ConvPlan {
+                            problem: *problem,
+                            chain: vec![a.name()],
+                            source: Source::Prepared,
+                            selection_ms: 0.0,
+                            cache_hit: false,
+                            records: Vec::new(),
+                            timed: 0,
+                            declined: Vec::new(),
+                        };
+                        return select::execute(
+                            self, algos, &plan, problem, x, w, y, epilogue, None,
+                        );
+                    }
+                }
+            }
+        };
+        let plan = self.plan_conv_with(algos, problem, x, plain, epilogue)?;
+        let mut report = select::execute(
+            self,
+            algos,
+            &plan,
+            problem,
+            x,
+            Weights::Plain(plain),
+            y,
+            epilogue,
+            None,
+        )?;
+        report.selection_ms = plan.selection_ms;
+        Ok(report)
     }
 }
 

@@ -40,6 +40,7 @@ pub mod models;
 mod parallel;
 mod problem_string;
 pub mod reference;
+pub mod select;
 
 pub use activation::Activation;
 pub use desc::{

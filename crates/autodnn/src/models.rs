@@ -4,6 +4,12 @@
 //! library): the distinct convolution layers of the network at the list's own minibatch, each
 //! name ending in `*N` when the layer occurs N times ([`ProblemSpec::count`]).
 //!
+//! `mobilenet_v1` is not from benchdnn: it is written from the published architecture
+//! (Howard et al., "MobileNets", 2017, Table 1; 1.0 width, 224×224, batch 1): a strided 3×3
+//! convolution, thirteen depthwise-separable blocks (a 3×3 depthwise convolution, `g` = the
+//! channels, then a 1×1 pointwise one; TensorFlow's SAME padding), and the classifier as the
+//! reference implementation's 1×1 convolution (1024 → 1001) on the pooled 1×1 map.
+//!
 //! ```
 //! let layers = autodnn::models::layers("resnet50")?;
 //! assert_eq!(layers.len(), 20);
@@ -17,9 +23,13 @@ use crate::error::{Error, Result};
 use crate::problem_string::{parse_problem_list, ProblemSpec};
 
 /// (name, list text) of each built-in model.
-const MODELS: [(&str, &str); 7] = [
+const MODELS: [(&str, &str); 8] = [
     ("resnet50", include_str!("../data/shapes/shapes_resnet_50")),
     ("mobilenet", include_str!("../data/shapes/shapes_mobilenet")),
+    (
+        "mobilenet_v1",
+        include_str!("../data/shapes/shapes_mobilenet_v1"),
+    ),
     (
         "mobilenet_dw",
         include_str!("../data/shapes/shapes_mobilenet_dw"),
@@ -33,7 +43,7 @@ const MODELS: [(&str, &str); 7] = [
     ("yolov2", include_str!("../data/shapes/shapes_yolov2")),
 ];
 
-const NAMES: [&str; 7] = [
+const NAMES: [&str; 8] = [
     MODELS[0].0,
     MODELS[1].0,
     MODELS[2].0,
@@ -41,10 +51,11 @@ const NAMES: [&str; 7] = [
     MODELS[4].0,
     MODELS[5].0,
     MODELS[6].0,
+    MODELS[7].0,
 ];
 
-/// Names of the built-in models: `resnet50`, `mobilenet`, `mobilenet_dw`, `googlenet_v1`,
-/// `vgg11`, `alexnet`, `yolov2`.
+/// Names of the built-in models: `resnet50`, `mobilenet`, `mobilenet_v1`, `mobilenet_dw`,
+/// `googlenet_v1`, `vgg11`, `alexnet`, `yolov2`.
 pub fn names() -> &'static [&'static str] {
     &NAMES
 }

@@ -629,7 +629,7 @@ fn every_shipped_problem_round_trips() {
         })
         .collect();
     files.sort();
-    assert_eq!(files.len(), 13, "{files:?}");
+    assert_eq!(files.len(), 14, "{files:?}");
     let mut ok = 0;
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
@@ -658,7 +658,7 @@ fn every_shipped_problem_round_trips() {
         let list = parse_problem_list(&text).unwrap();
         assert_eq!(list.len(), text.lines().count(), "{}", file.display());
     }
-    assert_eq!(ok, 2899);
+    assert_eq!(ok, 2919);
 }
 
 #[test]
@@ -690,6 +690,7 @@ fn built_in_models() {
         [
             "resnet50",
             "mobilenet",
+            "mobilenet_v1",
             "mobilenet_dw",
             "googlenet_v1",
             "vgg11",
@@ -715,6 +716,7 @@ fn built_in_models() {
     assert_eq!(parse_problem_list(&file).unwrap(), resnet);
     let counts: Vec<usize> = [
         "mobilenet",
+        "mobilenet_v1",
         "mobilenet_dw",
         "googlenet_v1",
         "vgg11",
@@ -724,7 +726,14 @@ fn built_in_models() {
     .iter()
     .map(|n| models::layers(n).unwrap().len())
     .collect();
-    assert_eq!(counts, [11, 9, 51, 10, 5, 14]);
+    assert_eq!(counts, [11, 20, 9, 51, 10, 5, 14]);
+    let v1 = models::layers("mobilenet_v1").unwrap();
+    assert_eq!(v1.iter().map(ProblemSpec::count).sum::<usize>(), 28);
+    assert_eq!(v1[0].oh, 112);
+    assert!(v1
+        .iter()
+        .filter(|l| l.g > 1)
+        .all(|l| l.g == l.ic && l.ic == l.oc));
 
     match models::layers("resnet_51") {
         Err(Error::BadParam {

@@ -141,6 +141,7 @@ list_tests!(
     shapes_googlenet_v1
     shapes_mobilenet
     shapes_mobilenet_dw
+    shapes_mobilenet_v1
     shapes_regression_padding
     shapes_regression_small_spatial
     shapes_resnet_50

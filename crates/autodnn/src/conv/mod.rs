@@ -68,6 +68,16 @@ pub trait ConvAlgorithm: Send + Sync {
         Accuracy::Exact
     }
 
+    /// What the heuristic's cost model predicts this algorithm's time from: a vector of
+    /// [`COST_FEATURES`] non-negative quantities of the problem, each multiplied by a
+    /// per-algorithm coefficient fitted on measurements (`autodnn calibrate`) and summed.
+    /// The default, [`default_cost_features`], suits most algorithms; one whose time follows
+    /// other quantities (transformed-domain FLOPs, tile counts) returns those instead, in the
+    /// same units (a constant, GFLOP, MB).
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        default_cost_features(problem, self.workspace_bytes(problem))
+    }
+
     /// Transforms the filter once into the form this algorithm consumes (Winograd or FFT
     /// domain, the GEMM engine's packed panels, ...), for reuse on many calls; `None` when the
     /// algorithm has nothing to prepare and runs on the plain filter.
@@ -103,6 +113,43 @@ pub trait ConvAlgorithm: Send + Sync {
         workspace: &mut [u8],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<()>;
+}
+
+/// Length of [`ConvAlgorithm::cost_features`].
+pub const COST_FEATURES: usize = 8;
+
+/// The default cost features of a problem whose algorithm uses `workspace_bytes`:
+///
+/// 0. 1 (a fixed cost per call),
+/// 1. GFLOP of the direct definition,
+/// 2. MB of x, w and y (what any algorithm reads or writes at least once),
+/// 3. MB of workspace,
+/// 4. GFLOP × 16 / (16 + C·R·S per group): the FLOPs of short reductions (depthwise, few
+///    channels), which no algorithm runs at its peak rate,
+/// 5. GFLOP of strided windows (stride above 1 with a kernel above 1×1), whose inputs are not
+///    contiguous,
+/// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images),
+/// 7. GFLOP × 8 / (8 + K per group): the FLOPs of narrow outputs (depthwise, few output
+///    channels per group), which leave output-channel blocking idle.
+pub fn default_cost_features(
+    problem: &ConvProblem,
+    workspace_bytes: usize,
+) -> [f64; COST_FEATURES] {
+    let gflop = problem.flops() / 1e9;
+    let w = problem.w();
+    let reduction = (problem.c_per_group() * w.r() * w.s()) as f64;
+    let strided = problem.conv().stride() != [1, 1] && w.r() * w.s() > 1;
+    let [n, k, _, _] = problem.y().dims();
+    [
+        1.0,
+        gflop,
+        problem.bytes() / 1e6,
+        workspace_bytes as f64 / 1e6,
+        gflop * 16.0 / (16.0 + reduction),
+        if strided { gflop } else { 0.0 },
+        (n * k) as f64 / 1e3,
+        gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
+    ]
 }
 
 /// An algorithm's documented error bound, tested on every problem it accepts.

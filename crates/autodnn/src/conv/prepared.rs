@@ -49,6 +49,12 @@ impl PreparedWeights {
         self.transformed
     }
 
+    /// The plain filter, when this holds one (the algorithm had nothing to prepare): any
+    /// algorithm can then run on it.
+    pub(crate) fn plain(&self) -> Option<&[f32]> {
+        (!self.transformed).then_some(self.data.as_slice())
+    }
+
     /// The data to hand to the algorithm, after checking that problem and algorithm match.
     pub(crate) fn for_call(&self, problem: &ConvProblem, algo: &str) -> Result<AlgoWeights<'_>> {
         if algo != self.algo {

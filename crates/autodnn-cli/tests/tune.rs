@@ -1,0 +1,573 @@
+//! End-to-end tests of `autodnn tune`, `autodnn cache` and `autodnn calibrate`: the JSON Lines
+//! schema, policies, the cache file shared by concurrent processes, bad cache files, the
+//! workspace limit, fault injection, and the environment knobs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_autodnn");
+
+/// A fresh directory, removed on drop; the tuning cache and cost model live in it.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "autodnn-tune-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+    fn cache(&self) -> PathBuf {
+        self.path("tuning.json")
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The command with a clean environment: the default cache inside `dir`, no knobs set.
+fn cmd(dir: &Dir, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env("AUTODNN_CACHE", dir.cache())
+        .env_remove("AUTODNN_ISA")
+        .env_remove("AUTODNN_ALGO")
+        .env_remove("AUTODNN_FAIL_ALLOC")
+        .env_remove("AUTODNN_LOG");
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    let o = c.output().expect("run autodnn");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    o
+}
+
+fn ok(dir: &Dir, args: &[&str]) -> (String, String) {
+    let o = run(&mut cmd(dir, args));
+    let (out, err) = (
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    );
+    assert_eq!(o.status.code(), Some(0), "autodnn {args:?}: {err}");
+    (out, err)
+}
+
+fn bad(dir: &Dir, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut c = cmd(dir, args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run(&mut c);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(2), "autodnn {args:?}: {err}");
+    assert!(o.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
+fn lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+        .collect()
+}
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    k.sort();
+    k
+}
+
+fn sorted(k: &[&str]) -> Vec<String> {
+    let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
+}
+
+const A: &str = r#"mb1ic4ih8oc8kh3ph1n"a*2""#;
+const B: &str = r#"mb2ic8ih6oc4kh1n"b""#;
+const C: &str = r#"mb1g4ic4ih9oc4kh3ph1sh2n"c*3""#;
+
+const LAYER_KEYS: [&str; 7] = [
+    "problem",
+    "count",
+    "algo",
+    "source",
+    "ms",
+    "workspace_bytes",
+    "fallbacks",
+];
+const TOTAL_KEYS: [&str; 7] = [
+    "total",
+    "total_ms",
+    "tuning_ms",
+    "cache_hits",
+    "layers",
+    "instances",
+    "fallbacks",
+];
+
+fn tune_json(dir: &Dir, extra: &[&str]) -> (Vec<Value>, Value) {
+    let mut args = vec!["tune", A, B, C, "--json", "--reps", "2", "--threads", "1"];
+    args.extend_from_slice(extra);
+    let (out, _) = ok(dir, &args);
+    let mut v = lines(&out);
+    let total = v.pop().unwrap();
+    (v, total)
+}
+
+fn check_schema(layers: &[Value], total: &Value) {
+    for l in layers {
+        assert_eq!(keys(l), sorted(&LAYER_KEYS), "{l}");
+        assert!(l["ms"].as_f64().unwrap() >= 0.0);
+        assert!(l["workspace_bytes"].is_u64());
+        let algo = l["algo"].as_str().unwrap();
+        assert!(autodnn::conv::names().contains(&algo), "{algo}");
+        let source = l["source"].as_str().unwrap();
+        assert!(
+            ["cache", "heuristic", "benchmark", "exhaustive", "forced"].contains(&source),
+            "{source}"
+        );
+    }
+    assert_eq!(keys(total), sorted(&TOTAL_KEYS), "{total}");
+    assert_eq!(total["total"], true);
+    let sum: f64 = layers
+        .iter()
+        .map(|l| l["ms"].as_f64().unwrap() * l["count"].as_f64().unwrap())
+        .sum();
+    let t = total["total_ms"].as_f64().unwrap();
+    assert!((sum - t).abs() <= 1e-9 * t.max(1.0), "{sum} vs {t}");
+    assert_eq!(total["layers"], layers.len());
+    let instances: u64 = layers.iter().map(|l| l["count"].as_u64().unwrap()).sum();
+    assert_eq!(total["instances"], instances);
+    let fallbacks: u64 = layers
+        .iter()
+        .map(|l| l["fallbacks"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total["fallbacks"], fallbacks);
+}
+
+#[test]
+fn tune_json_schema_then_a_second_run_hits_the_cache() {
+    let dir = Dir::new("schema");
+    let (layers, total) = tune_json(&dir, &[]);
+    check_schema(&layers, &total);
+    assert_eq!(layers.len(), 3);
+    assert_eq!(
+        layers
+            .iter()
+            .map(|l| l["count"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [2, 1, 3]
+    );
+    assert!(layers[0]["problem"]
+        .as_str()
+        .unwrap()
+        .starts_with("mb1g1ic4ih8iw8oc8"));
+    assert!(
+        layers[1]["problem"].as_str().unwrap().starts_with("mb2"),
+        "own batch kept"
+    );
+    assert!(layers.iter().all(|l| l["source"] == "benchmark"));
+    assert_eq!(total["cache_hits"], 0);
+    assert!(dir.cache().exists(), "the cache is written");
+    // Second run: every layer from the cache, nothing timed.
+    let (layers, total) = tune_json(&dir, &[]);
+    check_schema(&layers, &total);
+    assert!(layers.iter().all(|l| l["source"] == "cache"));
+    assert_eq!(total["cache_hits"], 3);
+    // An explicit --cache file elsewhere starts empty.
+    let other = dir.path("other.json");
+    let (layers, _) = tune_json(&dir, &["--cache", other.to_str().unwrap()]);
+    assert!(layers.iter().all(|l| l["source"] == "benchmark"));
+    assert!(other.exists());
+}
+
+#[test]
+fn tune_policies_and_repeated_layers() {
+    let dir = Dir::new("policies");
+    let (layers, total) = tune_json(&dir, &["--policy", "heuristic"]);
+    check_schema(&layers, &total);
+    assert!(layers.iter().all(|l| l["source"] == "heuristic"));
+    assert!(
+        !dir.cache().exists(),
+        "the heuristic measures and stores nothing"
+    );
+    let (layers, _) = tune_json(&dir, &["--policy", "cached_only"]);
+    assert!(layers.iter().all(|l| l["source"] == "heuristic"));
+    let (layers, total) = tune_json(&dir, &["--policy", "exhaustive"]);
+    check_schema(&layers, &total);
+    assert!(layers.iter().all(|l| l["source"] == "exhaustive"));
+    let (layers, total) = tune_json(&dir, &["--policy", "cached-only", "--deterministic"]);
+    assert!(layers.iter().all(|l| l["source"] == "cache"));
+    assert_eq!(total["cache_hits"], 3);
+    // The same problem twice is one layer with the counts summed.
+    let (out, _) = ok(
+        &dir,
+        &[
+            "tune",
+            A,
+            A,
+            "--json",
+            "--reps",
+            "1",
+            "--policy",
+            "heuristic",
+        ],
+    );
+    let v = lines(&out);
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[0]["count"], 4);
+    assert_eq!(v[1]["instances"], 4);
+    assert_eq!(v[1]["layers"], 1);
+}
+
+#[test]
+fn tune_a_model_at_batch_1_by_default() {
+    let dir = Dir::new("model");
+    let (out, _) = ok(
+        &dir,
+        &[
+            "tune",
+            "--model",
+            "mobilenet_v1",
+            "--json",
+            "--reps",
+            "1",
+            "--policy",
+            "heuristic",
+        ],
+    );
+    let mut v = lines(&out);
+    let total = v.pop().unwrap();
+    check_schema(&v, &total);
+    assert!(v
+        .iter()
+        .all(|l| l["problem"].as_str().unwrap().starts_with("mb1")));
+    // The text form: a header, one row per layer, a total line.
+    let (out, _) = ok(&dir, &["tune", A, "--reps", "1", "--policy", "heuristic"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.lines().last().unwrap().starts_with("total:"), "{out}");
+}
+
+#[test]
+fn tune_with_a_zero_workspace_limit() {
+    let dir = Dir::new("limit0");
+    for policy in ["benchmark", "exhaustive", "heuristic"] {
+        let (layers, total) = tune_json(&dir, &["--workspace-limit", "0", "--policy", policy]);
+        check_schema(&layers, &total);
+        assert!(
+            layers.iter().all(|l| l["workspace_bytes"] == 0),
+            "{layers:?}"
+        );
+        assert_eq!(total["fallbacks"], 0);
+    }
+}
+
+#[test]
+fn tune_under_fault_injection_of_the_first_choice() {
+    let dir = Dir::new("faults");
+    let (layers, _) = tune_json(&dir, &["--policy", "heuristic"]);
+    let first = layers[0]["algo"].as_str().unwrap().to_string();
+    let mut c = cmd(
+        &dir,
+        &[
+            "tune",
+            A,
+            "--json",
+            "--reps",
+            "1",
+            "--policy",
+            "heuristic",
+            "--check",
+        ],
+    );
+    c.env("AUTODNN_FAIL_ALLOC", &first)
+        .env("AUTODNN_LOG", "dispatch");
+    let o = run(&mut c);
+    let out = String::from_utf8(o.stdout).unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    let v = lines(&out);
+    assert_eq!(v.len(), 2, "{out}");
+    assert!(v[0]["fallbacks"].as_u64().unwrap() >= 1, "{out}");
+    assert!(err.contains(&format!("fallback: {first} failed")), "{err}");
+    let p = autodnn::ProblemSpec::parse(A)
+        .unwrap()
+        .to_problem(autodnn::Layout::Nchw)
+        .unwrap();
+    let others = autodnn::conv::algorithms()
+        .iter()
+        .filter(|a| a.name() != first && a.check(&p).is_ok())
+        .count();
+    if others > 0 {
+        // Another algorithm ran, and its output is right (--check).
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert_ne!(v[0]["algo"], first.as_str());
+        assert!(v[0]["max_rel_err"].as_f64().unwrap() <= 1e-3);
+    } else {
+        // Nothing left to fall back to: the layer fails, reported, exit 1.
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            v[0]["error"].as_str().unwrap().contains("injected"),
+            "{out}"
+        );
+        assert_eq!(v[0]["fallbacks"], 1);
+        assert_eq!(v[1]["fallbacks"], 1);
+        assert!(err.contains("1 of 1 layers failed"), "{err}");
+    }
+    // >BYTES: nothing needing more runs.
+    let mut c = cmd(&dir, &["tune", A, B, C, "--json", "--reps", "1", "--check"]);
+    c.env("AUTODNN_FAIL_ALLOC", ">0");
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(0));
+    let v = lines(&String::from_utf8(o.stdout).unwrap());
+    assert!(v[..3].iter().all(|l| l["workspace_bytes"] == 0));
+}
+
+#[test]
+fn tune_refuses_bad_input() {
+    let dir = Dir::new("bad");
+    let e = bad(&dir, &["tune", A, "--policy", "fastest"], &[]);
+    assert!(e.contains("policy") && e.contains("fastest"), "{e}");
+    bad(&dir, &["tune", "--model", "nosuch"], &[]);
+    bad(&dir, &["tune"], &[]);
+    bad(&dir, &["tune", A, "--mb", "0"], &[]);
+    bad(&dir, &["tune", A, "--threads", "0"], &[]);
+    bad(&dir, &["tune", A, "--reps", "0"], &[]);
+    let e = bad(&dir, &["tune", A], &[("AUTODNN_FAIL_ALLOC", ">lots")]);
+    assert!(e.contains("AUTODNN_FAIL_ALLOC"), "{e}");
+    let e = bad(&dir, &["tune", A], &[("AUTODNN_ALGO", "nosuch")]);
+    assert!(e.contains("nosuch"), "{e}");
+}
+
+#[test]
+fn forced_algorithm_and_dispatch_log() {
+    let dir = Dir::new("forced");
+    let name = *autodnn::conv::names().last().unwrap();
+    let mut c = cmd(&dir, &["tune", A, "--json", "--reps", "1"]);
+    c.env("AUTODNN_ALGO", name).env("AUTODNN_LOG", "dispatch");
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(0));
+    let v = lines(&String::from_utf8(o.stdout).unwrap());
+    assert_eq!(v[0]["source"], "forced");
+    assert_eq!(v[0]["algo"], name);
+    let err = String::from_utf8(o.stderr).unwrap();
+    for needle in [
+        "autodnn dispatch: problem mb1",
+        "candidate",
+        "chose",
+        "forced",
+    ] {
+        assert!(err.contains(needle), "{needle} in {err}");
+    }
+    assert!(
+        err.lines().all(|l| l.starts_with("autodnn dispatch:")),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_cache_files_warn_and_are_rebuilt() {
+    let dir = Dir::new("badfile");
+    tune_json(&dir, &[]);
+    let good = std::fs::read_to_string(dir.cache()).unwrap();
+    for content in [
+        "garbage{".to_string(),
+        good[..good.len() / 3].to_string(),
+        good.replacen("\"version\": 1", "\"version\": 2", 1),
+    ] {
+        std::fs::write(dir.cache(), &content).unwrap();
+        let (layers, total) = {
+            let (out, err) = ok(&dir, &["tune", A, B, C, "--json", "--reps", "1"]);
+            assert!(
+                err.contains("warning") && err.contains("set aside"),
+                "{err}"
+            );
+            let mut v = lines(&out);
+            let t = v.pop().unwrap();
+            (v, t)
+        };
+        check_schema(&layers, &total);
+        assert!(layers.iter().all(|l| l["source"] == "benchmark"));
+        let bak = PathBuf::from(format!("{}.bak", dir.cache().display()));
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), content);
+        // Rebuilt: valid again, with the three entries.
+        let (out, err) = ok(&dir, &["cache", "show", "--json"]);
+        assert!(err.is_empty(), "{err}");
+        assert_eq!(out.lines().count(), 3);
+    }
+}
+
+#[test]
+fn concurrent_processes_share_one_cache_file() {
+    let dir = Dir::new("procs");
+    let sets: [Vec<String>; 2] = [
+        (5..11).map(|i| format!("mb1ic3ih{i}oc5kh3ph1")).collect(),
+        (5..11).map(|i| format!("mb1ic5ih{i}oc3kh1")).collect(),
+    ];
+    for _round in 0..2 {
+        let children: Vec<_> = sets
+            .iter()
+            .map(|set| {
+                let mut args = vec!["tune", "--json", "--reps", "1", "--threads", "1"];
+                args.extend(set.iter().map(String::as_str));
+                cmd(&dir, &args)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{err}");
+            assert!(!err.contains("warning"), "{err}");
+        }
+        let (out, _) = ok(&dir, &["cache", "show", "--json"]);
+        assert_eq!(out.lines().count(), 12, "both processes' entries are kept");
+    }
+}
+
+#[test]
+fn cache_show_clear_merge() {
+    let dir = Dir::new("cachecmd");
+    let other = dir.path("shipped.json");
+    ok(&dir, &["tune", A, "--reps", "1", "--threads", "1"]);
+    ok(
+        &dir,
+        &[
+            "tune",
+            "--threads",
+            "1",
+            B,
+            C,
+            "--reps",
+            "1",
+            "--cache",
+            other.to_str().unwrap(),
+        ],
+    );
+    let (out, _) = ok(&dir, &["cache", "show"]);
+    assert!(
+        out.starts_with(&format!("cache: {}", dir.cache().display())),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (out, _) = ok(&dir, &["cache", "merge", other.to_str().unwrap()]);
+    assert!(out.contains("merged 2 of 2 entries"), "{out}");
+    let (out, _) = ok(&dir, &["cache", "show", "--json"]);
+    let v = lines(&out);
+    assert_eq!(v.len(), 3);
+    for e in &v {
+        for k in [
+            "problem",
+            "threads",
+            "cpu",
+            "isa",
+            "version",
+            "this_machine",
+            "records",
+        ] {
+            assert!(e.get(k).is_some(), "{k} in {e}");
+        }
+        assert_eq!(e["this_machine"], true);
+        let r = &e["records"][0];
+        for k in ["algo", "status", "ms", "workspace_bytes", "deterministic"] {
+            assert!(r.get(k).is_some(), "{k} in {r}");
+        }
+    }
+    // A merged file lets a run time nothing.
+    let (layers, total) = tune_json(&dir, &[]);
+    assert!(layers.iter().all(|l| l["source"] == "cache"));
+    assert_eq!(total["cache_hits"], 3);
+    // Merging a file that is not a cache is bad input and changes nothing.
+    let junk = dir.path("junk.json");
+    std::fs::write(&junk, "nope").unwrap();
+    let e = bad(&dir, &["cache", "merge", junk.to_str().unwrap()], &[]);
+    assert!(e.contains("junk.json"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(&junk).unwrap(),
+        "nope",
+        "left where it is"
+    );
+    let (out, _) = ok(&dir, &["cache", "clear"]);
+    assert!(out.contains("3 entries removed"), "{out}");
+    let (out, _) = ok(&dir, &["cache", "show", "--json"]);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn info_shows_the_cache_path_in_use() {
+    let dir = Dir::new("info");
+    let (out, _) = ok(&dir, &["info", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cache_path"], dir.cache().to_str().unwrap());
+    assert_eq!(
+        v["cost_model_path"],
+        dir.path("cost_model.json").to_str().unwrap()
+    );
+    assert_eq!(v["calibrated"], false);
+}
+
+fn calibrate(dir: &Dir, out: &Path) -> Vec<Value> {
+    let (text, _) = ok(
+        dir,
+        &[
+            "calibrate",
+            "--json",
+            "--threads",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    lines(&text)
+}
+
+#[test]
+fn calibrate_fits_every_algorithm_and_reports_the_error() {
+    let dir = Dir::new("calibrate");
+    let out = dir.path("cost_model.json");
+    let v = calibrate(&dir, &out);
+    let (total, algos) = v.split_last().unwrap();
+    assert_eq!(total["total"], true);
+    assert_eq!(
+        total["problems"],
+        autodnn::select::heuristic::calibration_problems().len()
+    );
+    let names: Vec<&str> = algos.iter().map(|a| a["algo"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), autodnn::conv::names().len());
+    for a in algos {
+        assert!(a["samples"].as_u64().unwrap() > 0);
+        let coef = a["coef"].as_array().unwrap();
+        assert_eq!(coef.len(), autodnn::conv::COST_FEATURES);
+        assert!(coef.iter().all(|c| c.as_f64().unwrap() >= 0.0));
+        let med = a["median_rel_err"].as_f64().unwrap();
+        let max = a["max_rel_err"].as_f64().unwrap();
+        assert!(med >= 0.0 && med <= max, "{a}");
+    }
+    let model = autodnn::select::CostModel::load(&out).unwrap();
+    assert_eq!(model.fits.len(), 1);
+    assert_eq!(model.fits[0].threads, 2);
+    // The default location is beside the cache, and `info` sees it.
+    let (_, _) = ok(&dir, &["calibrate", "--threads", "2"]);
+    let (info, _) = ok(&dir, &["info", "--json"]);
+    let v: Value = serde_json::from_str(&info).unwrap();
+    assert_eq!(v["calibrated"], true);
+}

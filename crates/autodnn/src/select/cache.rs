@@ -1,0 +1,504 @@
+//! The tuning cache: measured rankings keyed by everything that decides them, persisted as a
+//! readable JSON file.
+//!
+//! - **Key** ([`CacheKey`]): the operation kind, the problem (shapes, layouts and strides,
+//!   element type, groups, padding, stride, dilation, mode, epilogue kind), the thread count,
+//!   the CPU model string, the instruction set, and the library version.
+//! - **Value** ([`CacheEntry`]): the ranked records `{algo, status, ms, workspace_bytes,
+//!   deterministic}` of every algorithm that accepted the problem, and how they were made.
+//! - **File**: `{"format": "autodnn-tuning-cache", "version": 1, "entries": [...]}`, written
+//!   atomically (a temporary file in the same directory, then a rename) while holding an
+//!   advisory lock on `FILE.lock`; the writer reads the file again under the lock and merges,
+//!   so several processes sharing one file keep each other's entries. A corrupt or truncated
+//!   file, or one of another format version, is renamed to `FILE.bak` with a warning on
+//!   stderr, and the cache starts empty. Entries for other machines, thread counts or library
+//!   versions are kept (and written back) but never match.
+//! - **Noise guard**: a new measurement replaces a cached choice only when its winner beats
+//!   the cached winner, measured in the same run, by more than [`NOISE_MARGIN`].
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AlgoPerf, PerfStatus, Source};
+use crate::cpu::Isa;
+use crate::desc::{ConvDesc, ConvProblem, FilterDesc, OpKind, TensorDesc};
+use crate::error::{Error, Result};
+
+/// The `format` field of a tuning-cache file.
+pub const CACHE_FORMAT: &str = "autodnn-tuning-cache";
+/// The version of the file format this build reads and writes.
+pub const CACHE_FORMAT_VERSION: u32 = 1;
+/// A cached choice is replaced only when a new measurement beats it by more than this fraction.
+pub const NOISE_MARGIN: f64 = 0.05;
+
+/// What a cached ranking depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CacheKey {
+    /// The operation.
+    pub op: OpKind,
+    /// The problem, with its layouts, strides and epilogue kind.
+    pub problem: ConvProblem,
+    /// Worker threads.
+    pub threads: usize,
+    /// The CPU's model string.
+    pub cpu: String,
+    /// The instruction set the kernels use.
+    pub isa: Isa,
+    /// The library version.
+    pub version: String,
+}
+
+impl CacheKey {
+    /// The key of `problem` on this machine with `threads` and `isa`, for this library version.
+    pub fn new(problem: &ConvProblem, threads: usize, isa: Isa) -> CacheKey {
+        CacheKey {
+            op: problem.op(),
+            problem: *problem,
+            threads,
+            cpu: cpu_model(),
+            isa,
+            version: crate::VERSION.into(),
+        }
+    }
+
+    /// True when the key was made on this CPU with this library version.
+    pub fn is_this_machine(&self) -> bool {
+        self.cpu == cpu_model() && self.version == crate::VERSION
+    }
+}
+
+/// A cached ranking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheEntry {
+    /// How it was measured: `benchmark` or `exhaustive`.
+    pub source: Source,
+    /// Every algorithm that accepted the problem, the choice first.
+    pub records: Vec<AlgoPerf>,
+    /// Milliseconds the measurement took.
+    pub tuning_ms: f64,
+}
+
+impl CacheEntry {
+    /// The chosen algorithm's record.
+    pub fn best(&self) -> Option<&AlgoPerf> {
+        self.records.first().filter(|r| r.status == PerfStatus::Ok)
+    }
+    fn ms_of(&self, algo: &str) -> Option<f64> {
+        self.records
+            .iter()
+            .find(|r| r.algo == algo && r.status != PerfStatus::Failed)
+            .and_then(|r| r.ms)
+    }
+}
+
+/// The entry to keep when `new` is measured for a key that holds `old`: `new`, unless its
+/// winner differs from `old`'s and does not beat it by more than [`NOISE_MARGIN`] in `new`'s
+/// own measurements, in which case `new` is kept with `old`'s winner moved to the front.
+pub fn noise_guard(old: &CacheEntry, mut new: CacheEntry) -> CacheEntry {
+    let (Some(old_best), Some(new_best)) = (old.best(), new.best()) else {
+        return new;
+    };
+    if old_best.algo == new_best.algo {
+        return new;
+    }
+    let new_ms = new_best.ms.unwrap_or(f64::INFINITY);
+    // The old winner's time in the same run; eliminated or unmeasured counts as beaten.
+    let Some(old_now) = new.ms_of(&old_best.algo) else {
+        return new;
+    };
+    let old_pos = new.records.iter().position(|r| r.algo == old_best.algo);
+    match old_pos {
+        Some(i)
+            if new_ms >= old_now * (1.0 - NOISE_MARGIN)
+                && new.records[i].status != PerfStatus::Failed =>
+        {
+            let mut r = new.records.remove(i);
+            r.status = PerfStatus::Ok;
+            new.records.insert(0, r);
+            new
+        }
+        _ => new,
+    }
+}
+
+/// The tuning cache: in memory, loaded from and saved to a file.
+#[derive(Debug, Clone, Default)]
+pub struct TuningCache {
+    entries: HashMap<CacheKey, CacheEntry>,
+    /// Keys changed since loading: these win when merging with the file on save.
+    dirty: HashSet<CacheKey>,
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FileEntry {
+    key: CacheKey,
+    value: CacheEntry,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FileHeader {
+    format: String,
+    version: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CacheFile {
+    format: String,
+    version: u32,
+    entries: Vec<FileEntry>,
+}
+
+impl TuningCache {
+    /// An empty cache.
+    pub fn new() -> TuningCache {
+        TuningCache::default()
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// True when no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry for `key`.
+    pub fn get(&self, key: &CacheKey) -> Option<&CacheEntry> {
+        self.entries.get(key)
+    }
+
+    /// Every entry, in a stable order (by the key's JSON).
+    pub fn entries(&self) -> Vec<(&CacheKey, &CacheEntry)> {
+        let mut v: Vec<(String, &CacheKey, &CacheEntry)> = self
+            .entries
+            .iter()
+            .map(|(k, e)| (serde_json::to_string(k).unwrap_or_default(), k, e))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().map(|(_, k, e)| (k, e)).collect()
+    }
+
+    /// Warnings from loading (a file set aside, entries dropped); each was also printed on
+    /// stderr.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Stores a new measurement for `key`, through the [`noise_guard`] when an entry exists.
+    pub fn insert(&mut self, key: CacheKey, entry: CacheEntry) {
+        let entry = match self.entries.get(&key) {
+            Some(old) => noise_guard(old, entry),
+            None => entry,
+        };
+        self.dirty.insert(key.clone());
+        self.entries.insert(key, entry);
+    }
+
+    /// Adds the entries of `other`: new keys are taken; for a key both hold, the entry whose
+    /// choice is faster is kept. Returns the number of entries taken from `other`.
+    pub fn merge(&mut self, other: &TuningCache) -> usize {
+        let mut taken = 0;
+        for (k, e) in &other.entries {
+            let take = match self.entries.get(k) {
+                None => true,
+                Some(mine) => {
+                    let ms = |e: &CacheEntry| e.best().and_then(|b| b.ms).unwrap_or(f64::INFINITY);
+                    ms(e) < ms(mine)
+                }
+            };
+            if take {
+                self.entries.insert(k.clone(), e.clone());
+                self.dirty.insert(k.clone());
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// Removes every entry (the file is emptied on the next save).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.dirty.clear();
+    }
+
+    fn warn(&mut self, msg: String) {
+        eprintln!("autodnn: warning: {msg}");
+        self.warnings.push(msg);
+    }
+
+    /// Reads the cache at `path`. A missing file gives an empty cache. A corrupt or truncated
+    /// file, or one of another format version, is renamed to `path.bak` with a warning, and
+    /// the cache starts empty; entries whose problem is not valid are dropped with a warning.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file exists but cannot be read, or the lock cannot be taken.
+    pub fn load(path: &Path) -> Result<TuningCache> {
+        if !path.exists() {
+            // Nothing to read: no lock file, no directory is made.
+            return Ok(TuningCache::new());
+        }
+        let _lock = FileLock::acquire(path)?;
+        let mut cache = TuningCache::new();
+        cache.read_merge(path)?;
+        cache.dirty.clear();
+        Ok(cache)
+    }
+
+    /// Reads a cache file strictly, leaving it where it is: for files to merge or inspect.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it cannot be read, is not a cache file of this format version, or
+    /// holds an invalid problem.
+    pub fn read(path: &Path) -> Result<TuningCache> {
+        let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
+        let file = parse_file(&bytes).map_err(|m| io_error(path, m))?;
+        let mut cache = TuningCache::new();
+        for FileEntry { key, value } in file.entries {
+            if !problem_is_valid(&key.problem) {
+                return Err(io_error(path, "an entry holds an invalid problem"));
+            }
+            cache.entries.insert(key, value);
+        }
+        Ok(cache)
+    }
+
+    /// Reads the file at `path` (under the caller's lock) and adds its entries for the keys
+    /// this cache has not changed.
+    fn read_merge(&mut self, path: &Path) -> Result<()> {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_error(path, e)),
+        };
+        let file = match parse_file(&bytes) {
+            Ok(f) => f,
+            Err(why) => {
+                let bak = backup_path(path);
+                match std::fs::rename(path, &bak) {
+                    Ok(()) => self.warn(format!(
+                        "tuning cache {}: {why}; set aside as {} and rebuilt",
+                        path.display(),
+                        bak.display()
+                    )),
+                    Err(e) => self.warn(format!(
+                        "tuning cache {}: {why}; could not set it aside ({e}); it will be \
+                         rebuilt",
+                        path.display()
+                    )),
+                }
+                return Ok(());
+            }
+        };
+        let mut dropped = 0;
+        for FileEntry { key, value } in file.entries {
+            if !problem_is_valid(&key.problem) {
+                dropped += 1;
+                continue;
+            }
+            if !self.dirty.contains(&key) {
+                self.entries.insert(key, value);
+            }
+        }
+        if dropped > 0 {
+            self.warn(format!(
+                "tuning cache {}: dropped {dropped} entries with invalid problems",
+                path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes the cache to `path`: under the lock, the file is read again and merged (this
+    /// cache's changes win), then replaced atomically. Afterwards this cache holds the merged
+    /// entries.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the directory, the lock or the file cannot be written.
+    pub fn save(&mut self, path: &Path) -> Result<()> {
+        let _lock = FileLock::acquire(path)?;
+        self.read_merge(path)?;
+        let text = self.to_json()?;
+        write_atomically(path, text.as_bytes())?;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// Replaces the file at `path` with this cache's entries alone (no merge), under the lock.
+    ///
+    /// # Errors
+    /// As [`TuningCache::save`].
+    pub fn overwrite(&mut self, path: &Path) -> Result<()> {
+        let _lock = FileLock::acquire(path)?;
+        let text = self.to_json()?;
+        write_atomically(path, text.as_bytes())?;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    /// The file's text.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if encoding fails.
+    pub fn to_json(&self) -> Result<String> {
+        let file = CacheFile {
+            format: CACHE_FORMAT.into(),
+            version: CACHE_FORMAT_VERSION,
+            entries: self
+                .entries()
+                .into_iter()
+                .map(|(k, v)| FileEntry {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+        };
+        serde_json::to_string_pretty(&file).map_err(|e| Error::Io {
+            path: "tuning cache".into(),
+            message: e.to_string(),
+        })
+    }
+}
+
+fn parse_file(bytes: &[u8]) -> std::result::Result<CacheFile, String> {
+    let header: FileHeader =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a valid cache file ({e})"))?;
+    if header.format != CACHE_FORMAT {
+        return Err(format!(
+            "format {:?}, expected {CACHE_FORMAT:?}",
+            header.format
+        ));
+    }
+    if header.version != CACHE_FORMAT_VERSION {
+        return Err(format!(
+            "file format version {}, this build reads version {CACHE_FORMAT_VERSION}",
+            header.version
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|e| format!("not a valid cache file ({e})"))
+}
+
+/// True when the problem, rebuilt through the validating constructors, is the same: a file
+/// cannot smuggle in descriptors the library would refuse.
+fn problem_is_valid(p: &ConvProblem) -> bool {
+    let rebuild = || -> Result<ConvProblem> {
+        let x = TensorDesc::with_strides(p.x().dtype(), p.x().dims(), p.x().strides())?;
+        let y = TensorDesc::with_strides(p.y().dtype(), p.y().dims(), p.y().strides())?;
+        let w = FilterDesc::new(p.w().dtype(), p.w().layout(), p.w().dims())?;
+        let c = p.conv();
+        let conv = ConvDesc::new(c.padding(), c.stride(), c.dilation(), c.groups(), c.mode())?;
+        Ok(ConvProblem::forward(x, w, conv, y)?.with_epilogue(*p.epilogue()))
+    };
+    rebuild().is_ok_and(|q| q == *p)
+}
+
+fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Where a bad file is set aside: `FILE.bak`.
+pub fn backup_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".bak");
+    PathBuf::from(s)
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// An advisory exclusive lock on `FILE.lock`, held until dropped.
+struct FileLock(File);
+
+impl FileLock {
+    fn acquire(path: &Path) -> Result<FileLock> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+        }
+        let lock_path = sibling(path, ".lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_error(&lock_path, e))?;
+        f.lock().map_err(|e| io_error(&lock_path, e))?;
+        Ok(FileLock(f))
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
+/// disk, then renamed over `path`. Creates the directory.
+///
+/// # Errors
+/// [`Error::Io`].
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = sibling(path, &format!(".tmp.{}.{nanos}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_error(path, e)
+    })
+}
+
+/// The CPU's model string (the CPUID brand string on x86-64), e.g. `AMD EPYC 9R14`.
+pub fn cpu_model() -> String {
+    static MODEL: OnceLock<String> = OnceLock::new();
+    MODEL.get_or_init(detect_cpu_model).clone()
+}
+
+fn detect_cpu_model() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        let max = __cpuid(0x8000_0000).eax;
+        if max >= 0x8000_0004 {
+            let mut bytes = Vec::with_capacity(48);
+            for leaf in 0x8000_0002u32..=0x8000_0004 {
+                let r = __cpuid(leaf);
+                for v in [r.eax, r.ebx, r.ecx, r.edx] {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            let s: String = String::from_utf8_lossy(&bytes)
+                .trim_matches(char::from(0))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !s.is_empty() {
+                return s;
+            }
+        }
+    }
+    format!("unknown {}", std::env::consts::ARCH)
+}

@@ -1,0 +1,309 @@
+//! Algorithm selection: which registered algorithm runs a problem, and what happens when it
+//! cannot.
+//!
+//! The machinery works over the [registry](crate::conv::algorithms) and never names an
+//! algorithm: adding one is a file and a registry line, and selection picks it up.
+//!
+//! - **Heuristic** ([`heuristic`], cuDNN's `Get`): [`Handle::get_conv_algorithms`] ranks every
+//!   algorithm that accepts a problem by the time a calibrated linear cost model predicts,
+//!   without running anything. `autodnn calibrate` fits the model on this machine; shipped
+//!   defaults serve until then.
+//! - **Measured** ([`benchmark`], cuDNN's `Find`): [`Handle::find_conv_algorithms`] times the
+//!   candidates on the real problem, racing them so that clear losers stop early.
+//! - **Cache** ([`cache`]): measured rankings keyed by problem, threads, CPU, instruction set
+//!   and library version, persisted in a JSON file ([`crate::default_cache_path`]).
+//! - **Policies** ([`Policy`]): `heuristic`, `benchmark` (the default), `cached_only`,
+//!   `exhaustive`; the deterministic option excludes algorithms whose bits depend on
+//!   scheduling; a limit on how many candidates are timed.
+//! - **Execution** ([`Handle::conv_forward_auto`]): the choice runs with a fallback chain: on
+//!   out-of-memory, a too-small workspace or an algorithm failure, a [`FallbackEvent`] is
+//!   recorded, cached workspace is released, and the next ranked algorithm that fits the
+//!   memory left is tried, down to the registry's last entry, which needs no workspace. Bad
+//!   input is returned at once. The workspace budget ([`Handle::set_workspace_limit`]) is
+//!   enforced by the handle's allocator ([`workspace`]), with fault injection for rehearsals.
+//! - **Visibility**: `AUTODNN_LOG=dispatch` prints each decision on stderr;
+//!   `AUTODNN_ALGO=name` forces an algorithm wherever it accepts the problem.
+//!
+//! ```
+//! use autodnn::{Handle, Layout, ProblemSpec};
+//! use autodnn::conv::{EpilogueArgs, Weights};
+//! use autodnn::select::Policy;
+//! let p = ProblemSpec::parse("mb1ic8ih10oc8kh3ph1")?.to_problem(Layout::Nchw)?;
+//! let mut handle = Handle::with_threads(1)?;
+//! handle.set_policy(Policy::Benchmark);
+//! let ranking = handle.get_conv_algorithms(&p)?;
+//! assert!(!ranking.is_empty());
+//! let x = vec![1.0f32; p.x().span()];
+//! let w = vec![1.0f32; p.w().elements()];
+//! let mut y = vec![0.0f32; p.y().span()];
+//! let report = handle.conv_forward_auto(&p, &x, Weights::Plain(&w), &mut y, &EpilogueArgs::default())?;
+//! assert!(report.events.is_empty());
+//! // The second call finds the measured choice in the tuning cache.
+//! let again = handle.conv_forward_auto(&p, &x, Weights::Plain(&w), &mut y, &EpilogueArgs::default())?;
+//! assert_eq!(again.source, autodnn::select::Source::Cache);
+//! # Ok::<(), autodnn::Error>(())
+//! ```
+//!
+//! [`Handle::get_conv_algorithms`]: crate::Handle::get_conv_algorithms
+//! [`Handle::find_conv_algorithms`]: crate::Handle::find_conv_algorithms
+//! [`Handle::conv_forward_auto`]: crate::Handle::conv_forward_auto
+//! [`Handle::set_workspace_limit`]: crate::Handle::set_workspace_limit
+
+pub mod benchmark;
+pub mod cache;
+mod fallback;
+pub mod heuristic;
+mod policy;
+pub mod workspace;
+
+use serde::{Deserialize, Serialize};
+
+pub use cache::{CacheEntry, CacheKey, TuningCache};
+pub use heuristic::CostModel;
+pub use policy::Policy;
+pub use workspace::FailAlloc;
+
+pub(crate) use fallback::execute;
+pub(crate) use policy::{entry_covers, plan, rank, Data, Mode};
+
+use crate::conv::Accuracy;
+use crate::desc::ConvProblem;
+use crate::error::{Error, Result};
+
+/// Environment variable read when a handle is made: `dispatch` prints each selection decision
+/// on stderr.
+pub const LOG_ENV: &str = "AUTODNN_LOG";
+/// Environment variable read when a handle is made: the name of an algorithm to run wherever it
+/// accepts the problem.
+pub const ALGO_ENV: &str = "AUTODNN_ALGO";
+
+/// Where a choice came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A measured ranking from the tuning cache.
+    Cache,
+    /// The cost model's ranking.
+    Heuristic,
+    /// A race among the candidates, just now.
+    Benchmark,
+    /// Every candidate timed to the end, just now.
+    Exhaustive,
+    /// `AUTODNN_ALGO` or [`crate::Handle::set_forced_algo`].
+    Forced,
+    /// The algorithm prepared weights were made for.
+    Prepared,
+}
+
+impl Source {
+    /// The name used in reports (`cache`, `heuristic`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Cache => "cache",
+            Source::Heuristic => "heuristic",
+            Source::Benchmark => "benchmark",
+            Source::Exhaustive => "exhaustive",
+            Source::Forced => "forced",
+            Source::Prepared => "prepared",
+        }
+    }
+}
+
+/// How a candidate fared in a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PerfStatus {
+    /// Timed to the end of the measurement.
+    Ok,
+    /// Stopped early: clearly slower than the best (its time so far is kept).
+    Eliminated,
+    /// Its workspace could not be had, or it failed.
+    Failed,
+    /// Not timed: beyond the limit on timed candidates.
+    NotTimed,
+}
+
+/// One algorithm's measurement on one problem: the record of measured selection and of the
+/// tuning cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlgoPerf {
+    /// The algorithm's name.
+    pub algo: String,
+    /// How it fared.
+    pub status: PerfStatus,
+    /// Median milliseconds (for eliminated ones, over the runs it got); none when not timed.
+    pub ms: Option<f64>,
+    /// Workspace bytes it needs.
+    pub workspace_bytes: usize,
+    /// Whether its bits are independent of scheduling.
+    pub deterministic: bool,
+    /// Why it failed or was not timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One entry of the heuristic ranking.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    /// The algorithm's name.
+    pub algo: &'static str,
+    /// Predicted milliseconds.
+    pub predicted_ms: f64,
+    /// Workspace bytes it needs.
+    pub workspace_bytes: usize,
+    /// Whether its bits are independent of scheduling.
+    pub deterministic: bool,
+    /// Its documented error bound.
+    pub accuracy: Accuracy,
+    /// Whether the handle would run it: within the workspace budget, and deterministic when
+    /// the handle asks for that.
+    pub eligible: bool,
+}
+
+/// An algorithm left out of a selection, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declined {
+    /// The algorithm's name.
+    pub algo: &'static str,
+    /// Why (its own reason for declining, or the handle's: budget, determinism).
+    pub reason: String,
+}
+
+/// The outcome of selection for one problem: the chain of algorithms to try, in order.
+#[derive(Debug, Clone)]
+pub struct ConvPlan {
+    pub(crate) problem: ConvProblem,
+    pub(crate) chain: Vec<&'static str>,
+    /// Where the first choice came from.
+    pub source: Source,
+    /// Milliseconds spent selecting (cache look-up, the heuristic, candidate timing).
+    pub selection_ms: f64,
+    /// True when the ranking came from the tuning cache.
+    pub cache_hit: bool,
+    /// The measurement behind the choice (timed now or cached); empty for the heuristic.
+    pub records: Vec<AlgoPerf>,
+    /// Candidates timed now.
+    pub timed: usize,
+    /// Algorithms left out, and why.
+    pub declined: Vec<Declined>,
+}
+
+impl ConvPlan {
+    /// The first choice.
+    pub fn algo(&self) -> &'static str {
+        self.chain[0]
+    }
+    /// Every algorithm to try, in order.
+    pub fn chain(&self) -> &[&'static str] {
+        &self.chain
+    }
+    /// The problem it was made for.
+    pub fn problem(&self) -> &ConvProblem {
+        &self.problem
+    }
+    /// The same plan with the chain starting at `algo` (for instance the algorithm that
+    /// finally ran after a fallback), the algorithms before it dropped. Unchanged when `algo`
+    /// is not in the chain.
+    pub fn starting_at(&self, algo: &str) -> ConvPlan {
+        let mut p = self.clone();
+        if let Some(i) = p.chain.iter().position(|a| *a == algo) {
+            p.chain.drain(..i);
+        }
+        p
+    }
+}
+
+/// A failure the fallback chain stepped past.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FallbackEvent {
+    /// The algorithm that failed.
+    pub algo: &'static str,
+    /// Why.
+    pub error: Error,
+    /// The algorithm tried next (none when the chain was exhausted).
+    pub next: Option<&'static str>,
+}
+
+/// What one automatic call did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The algorithm that computed the output.
+    pub algo: &'static str,
+    /// Where the first choice came from.
+    pub source: Source,
+    /// Workspace bytes the algorithm that ran used.
+    pub workspace_bytes: usize,
+    /// Milliseconds spent selecting (0 when a plan was given).
+    pub selection_ms: f64,
+    /// True when the ranking came from the tuning cache.
+    pub cache_hit: bool,
+    /// Failures stepped past, in order.
+    pub events: Vec<FallbackEvent>,
+}
+
+/// The handle's selection settings.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Settings {
+    pub policy: Policy,
+    pub deterministic: bool,
+    pub max_timed: usize,
+    pub fail_alloc: FailAlloc,
+    pub forced: Option<String>,
+    pub log: bool,
+}
+
+impl Settings {
+    /// Defaults, with `AUTODNN_ALGO`, `AUTODNN_FAIL_ALLOC` and `AUTODNN_LOG` applied.
+    pub(crate) fn from_env() -> Result<Settings> {
+        let forced = std::env::var(ALGO_ENV)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        let log = std::env::var(LOG_ENV)
+            .map(|v| v.split(',').any(|t| t.trim() == "dispatch"))
+            .unwrap_or(false);
+        Ok(Settings {
+            policy: Policy::default(),
+            deterministic: false,
+            max_timed: benchmark::DEFAULT_MAX_TIMED,
+            fail_alloc: FailAlloc::from_env()?,
+            forced,
+            log,
+        })
+    }
+}
+
+/// One line on stderr per entry, prefixed, written at once so that lines of concurrent calls
+/// do not interleave.
+pub(crate) fn log_lines(lines: &[String]) {
+    use std::io::Write;
+    let mut s = String::new();
+    for l in lines {
+        s.push_str("autodnn dispatch: ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    let _ = std::io::stderr().lock().write_all(s.as_bytes());
+}
+
+/// A short description of a problem for logs: its benchdnn string, layouts and epilogue.
+pub fn describe(p: &ConvProblem) -> String {
+    let spec = crate::ProblemSpec::from_problem(p, "");
+    let layout = |l: Option<crate::Layout>| l.map_or("strided", |l| l.name());
+    let mut s = format!(
+        "{spec} x:{} w:{} y:{}",
+        layout(p.x().layout()),
+        p.w().layout().name(),
+        layout(p.y().layout())
+    );
+    if !p.epilogue().is_none() {
+        let e = p.epilogue();
+        s.push_str(&format!(
+            " epilogue(bias:{} residual:{} act:{})",
+            e.bias,
+            e.residual,
+            e.act.name()
+        ));
+    }
+    s
+}

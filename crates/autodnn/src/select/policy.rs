@@ -1,0 +1,356 @@
+//! Policies, and selection by policy: from the registry (or a caller's list) to a
+//! [`ConvPlan`].
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::benchmark::{self, Timer};
+use super::cache::{CacheEntry, CacheKey};
+use super::{describe, log_lines, ConvPlan, Declined, PerfStatus, Ranked, Source};
+use crate::conv::{ConvAlgorithm, EpilogueArgs};
+use crate::desc::ConvProblem;
+use crate::error::{Error, Result};
+use crate::Handle;
+
+/// How a handle chooses an algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// The cost model's ranking; never times, never reads the cache.
+    Heuristic,
+    /// The tuning cache; on a miss, a race among the candidates, whose result is cached.
+    #[default]
+    Benchmark,
+    /// The tuning cache; on a miss, the heuristic (never times: for latency-critical serving
+    /// and changing shapes).
+    CachedOnly,
+    /// Every candidate timed to the end (one warm-up, ten timed runs, median), every time;
+    /// the result is cached. The yardstick for the others.
+    Exhaustive,
+}
+
+impl Policy {
+    /// Every policy.
+    pub const ALL: [Policy; 4] = [
+        Policy::Heuristic,
+        Policy::Benchmark,
+        Policy::CachedOnly,
+        Policy::Exhaustive,
+    ];
+
+    /// The policy's name: `heuristic`, `benchmark`, `cached_only`, `exhaustive`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Heuristic => "heuristic",
+            Policy::Benchmark => "benchmark",
+            Policy::CachedOnly => "cached_only",
+            Policy::Exhaustive => "exhaustive",
+        }
+    }
+
+    /// Parses a policy's name (`cached-only` is accepted too).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `policy`.
+    pub fn parse(s: &str) -> Result<Policy> {
+        let t = s.trim().to_ascii_lowercase().replace('-', "_");
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == t)
+            .ok_or_else(|| {
+                Error::bad(
+                    "policy",
+                    s,
+                    "expected heuristic, benchmark, cached_only or exhaustive",
+                )
+            })
+    }
+}
+
+/// The algorithms of `algos` that accept `p`, ranked by predicted time (ties keep list order),
+/// each marked eligible or not under the handle's budget and determinism setting; and those
+/// that declined or are not eligible, with why.
+pub(crate) fn rank(
+    h: &Handle,
+    algos: &[&dyn ConvAlgorithm],
+    p: &ConvProblem,
+) -> (Vec<Ranked>, Vec<Declined>) {
+    let model = h.cost_model();
+    let machine = h.machine();
+    let mut ranked = Vec::new();
+    let mut declined = Vec::new();
+    for &a in algos {
+        if let Err(reason) = a.check(p) {
+            declined.push(Declined {
+                algo: a.name(),
+                reason,
+            });
+            continue;
+        }
+        let ws = a.workspace_bytes(p);
+        let mut eligible = true;
+        if let Some(limit) = h.workspace_limit() {
+            if ws > limit {
+                eligible = false;
+                declined.push(Declined {
+                    algo: a.name(),
+                    reason: format!("needs {ws} workspace bytes, over the budget of {limit}"),
+                });
+            }
+        }
+        if h.deterministic() && !a.deterministic() {
+            eligible = false;
+            declined.push(Declined {
+                algo: a.name(),
+                reason: "not deterministic, and the handle asks for determinism".into(),
+            });
+        }
+        ranked.push(Ranked {
+            algo: a.name(),
+            predicted_ms: model.predict_ms(a, p, &machine),
+            workspace_bytes: ws,
+            deterministic: a.deterministic(),
+            accuracy: a.accuracy(),
+            eligible,
+        });
+    }
+    ranked.sort_by(|a, b| a.predicted_ms.total_cmp(&b.predicted_ms));
+    (ranked, declined)
+}
+
+/// What selection may time with.
+pub(crate) struct Data<'a, 'e> {
+    pub x: &'a [f32],
+    pub w: &'a [f32],
+    pub epi: &'a EpilogueArgs<'e>,
+}
+
+/// How selection is asked for: by the handle's policy, or as a measurement (`find`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Policy,
+    Find,
+}
+
+/// Selects for `p` among `algos` by the handle's settings.
+pub(crate) fn plan(
+    h: &Handle,
+    algos: &[&dyn ConvAlgorithm],
+    p: &ConvProblem,
+    data: Option<Data<'_, '_>>,
+    mode: Mode,
+) -> Result<ConvPlan> {
+    let t0 = Instant::now();
+    let settings = h.settings();
+    let mut log = Vec::new();
+    let (ranked, declined) = rank(h, algos, p);
+    if settings.log {
+        log.push(format!("problem {}", describe(p)));
+        for d in &declined {
+            log.push(format!("  declined {}: {}", d.algo, d.reason));
+        }
+        for r in &ranked {
+            log.push(format!(
+                "  candidate {}: predicted {:.4} ms, workspace {} bytes{}",
+                r.algo,
+                r.predicted_ms,
+                r.workspace_bytes,
+                if r.eligible { "" } else { " (not eligible)" }
+            ));
+        }
+    }
+    let find = |name: &str| algos.iter().copied().find(|a| a.name() == name);
+    let eligible: Vec<&dyn ConvAlgorithm> = ranked
+        .iter()
+        .filter(|r| r.eligible)
+        .filter_map(|r| find(r.algo))
+        .collect();
+    if eligible.is_empty() {
+        let why: Vec<String> = declined
+            .iter()
+            .map(|d| format!("{}: {}", d.algo, d.reason))
+            .collect();
+        if settings.log {
+            log.push("  no algorithm can run this problem".into());
+            log_lines(&log);
+        }
+        return Err(Error::Declined {
+            algo: "every algorithm".into(),
+            reason: why.join("; "),
+        });
+    }
+    let heuristic_chain: Vec<&'static str> = eligible.iter().map(|a| a.name()).collect();
+    let mut out = ConvPlan {
+        problem: *p,
+        chain: heuristic_chain.clone(),
+        source: Source::Heuristic,
+        selection_ms: 0.0,
+        cache_hit: false,
+        records: Vec::new(),
+        timed: 0,
+        declined,
+    };
+
+    let forced = match (&settings.forced, mode) {
+        (Some(name), Mode::Policy) => Some(name.as_str()),
+        _ => None,
+    };
+    let mut decided = false;
+    if let Some(name) = forced {
+        if let Some(i) = out.chain.iter().position(|a| *a == name) {
+            let a = out.chain.remove(i);
+            out.chain.insert(0, a);
+            out.source = Source::Forced;
+            decided = true;
+        } else if find(name).is_none() {
+            return Err(Error::UnknownAlgorithm {
+                name: name.into(),
+                known: algos
+                    .iter()
+                    .map(|a| a.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        } else if settings.log {
+            let why = out
+                .declined
+                .iter()
+                .find(|d| d.algo == name)
+                .map_or("not eligible".to_string(), |d| d.reason.clone());
+            log.push(format!(
+                "  {} = {name} does not apply ({why}); selecting by policy",
+                super::ALGO_ENV
+            ));
+        }
+    }
+
+    if !decided {
+        let policy = match mode {
+            Mode::Find if settings.policy == super::Policy::Exhaustive => super::Policy::Exhaustive,
+            Mode::Find => super::Policy::Benchmark,
+            Mode::Policy => settings.policy,
+        };
+        let key = CacheKey::new(p, h.threads(), h.isa());
+        let use_cache = matches!(policy, super::Policy::Benchmark | super::Policy::CachedOnly)
+            && mode == Mode::Policy;
+        let cached = if use_cache {
+            h.cache_lookup(&key, &heuristic_chain)
+        } else {
+            None
+        };
+        if let Some(entry) = cached {
+            out.chain = chain_from_records(&entry, &heuristic_chain);
+            out.records = entry.records;
+            out.source = Source::Cache;
+            out.cache_hit = true;
+        } else if let (super::Policy::Benchmark | super::Policy::Exhaustive, Some(d)) =
+            (policy, data)
+        {
+            let exhaustive = policy == super::Policy::Exhaustive;
+            let t = Instant::now();
+            let records = if !exhaustive && eligible.len() == 1 {
+                // Nothing to choose between: nothing to time.
+                vec![super::AlgoPerf {
+                    algo: eligible[0].name().into(),
+                    status: PerfStatus::Ok,
+                    ms: None,
+                    workspace_bytes: eligible[0].workspace_bytes(p),
+                    deterministic: eligible[0].deterministic(),
+                    note: Some("the only candidate".into()),
+                }]
+            } else {
+                let mut timer = Timer::new(h, p, d.x, d.w, d.epi)?;
+                if exhaustive {
+                    benchmark::exhaustive(&mut timer, &eligible)
+                } else {
+                    benchmark::race(&mut timer, &eligible, settings.max_timed)
+                }
+            };
+            out.timed = records
+                .iter()
+                .filter(|r| matches!(r.status, PerfStatus::Ok | PerfStatus::Eliminated))
+                .filter(|r| r.ms.is_some())
+                .count();
+            let entry = CacheEntry {
+                source: if exhaustive {
+                    Source::Exhaustive
+                } else {
+                    Source::Benchmark
+                },
+                records,
+                tuning_ms: t.elapsed().as_secs_f64() * 1e3,
+            };
+            let stored = h.cache_store(key, entry);
+            out.chain = chain_from_records(&stored, &heuristic_chain);
+            out.records = stored.records;
+            out.source = if exhaustive {
+                Source::Exhaustive
+            } else {
+                Source::Benchmark
+            };
+            if settings.log {
+                for r in &out.records {
+                    log.push(format!(
+                        "  timed {}: {:?}{}{}",
+                        r.algo,
+                        r.status,
+                        r.ms.map_or(String::new(), |m| format!(" {m:.4} ms")),
+                        r.note.as_ref().map_or(String::new(), |n| format!(" ({n})"))
+                    ));
+                }
+            }
+        }
+    }
+    out.selection_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if settings.log {
+        log.push(format!(
+            "  chose {} (source: {}; chain: {}) in {:.3} ms",
+            out.algo(),
+            out.source.name(),
+            out.chain.join(" > "),
+            out.selection_ms
+        ));
+        log_lines(&log);
+    }
+    Ok(out)
+}
+
+/// The chain a cached or measured ranking gives: its records in order, failed ones last, then
+/// any eligible algorithm it lacks in heuristic order; only eligible algorithms.
+fn chain_from_records(entry: &CacheEntry, heuristic: &[&'static str]) -> Vec<&'static str> {
+    let mut chain: Vec<&'static str> = Vec::new();
+    let ok = entry
+        .records
+        .iter()
+        .filter(|r| r.status != PerfStatus::Failed);
+    let failed = entry
+        .records
+        .iter()
+        .filter(|r| r.status == PerfStatus::Failed);
+    for r in ok.chain(failed) {
+        if let Some(&a) = heuristic.iter().find(|a| **a == r.algo) {
+            if !chain.contains(&a) {
+                chain.push(a);
+            }
+        }
+    }
+    for &a in heuristic {
+        if !chain.contains(&a) {
+            chain.push(a);
+        }
+    }
+    chain
+}
+
+/// True when a cached entry covers every eligible algorithm: a new or newly eligible one, or
+/// one whose measurement failed (memory may have been short, or a fault injected, at the
+/// time), means the ranking must be measured again.
+pub(crate) fn entry_covers(entry: &CacheEntry, eligible: &[&'static str]) -> bool {
+    eligible.iter().all(|a| {
+        entry
+            .records
+            .iter()
+            .any(|r| r.algo == *a && r.status != PerfStatus::Failed)
+    })
+}

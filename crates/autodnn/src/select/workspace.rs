@@ -1,0 +1,228 @@
+//! The handle's workspace allocator: a byte budget, fallible allocation, one cached buffer
+//! reused across calls, and fault injection for rehearsing low-memory deployments.
+//!
+//! Every workspace an algorithm receives from the handle comes from [`WorkspacePool::reserve`]:
+//! a request past the budget, an injected failure and a failing system allocation are all
+//! [`Error::OutOfMemory`], never an abort. The slice handed out is exactly the bytes asked
+//! for, so no algorithm ever sees more than the budget allows.
+
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Environment variable read when a handle is made: `algo[,algo...]` makes those algorithms'
+/// workspace reservations fail, `>BYTES` makes every reservation of more than BYTES fail.
+pub const FAIL_ALLOC_ENV: &str = "AUTODNN_FAIL_ALLOC";
+
+/// Which workspace reservations fail on purpose (see [`FAIL_ALLOC_ENV`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum FailAlloc {
+    /// None: only the budget and the system can refuse.
+    #[default]
+    Never,
+    /// Every reservation for these algorithms fails, whatever its size (zero bytes included,
+    /// so that the fallback past any algorithm can be rehearsed).
+    Algorithms(Vec<String>),
+    /// Every reservation of more than this many bytes fails.
+    Above(usize),
+}
+
+impl FailAlloc {
+    /// Parses `algo[,algo...]`, `>BYTES`, or an empty string (no injection).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming [`FAIL_ALLOC_ENV`] for a bad byte count or an empty name.
+    pub fn parse(s: &str) -> Result<FailAlloc> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Ok(FailAlloc::Never);
+        }
+        if let Some(n) = t.strip_prefix('>') {
+            let bytes = n.trim().parse::<usize>().map_err(|_| {
+                Error::bad(
+                    FAIL_ALLOC_ENV,
+                    s,
+                    "expected >BYTES with a whole number of bytes",
+                )
+            })?;
+            return Ok(FailAlloc::Above(bytes));
+        }
+        let names: Vec<String> = t.split(',').map(|n| n.trim().to_string()).collect();
+        if names.iter().any(String::is_empty) {
+            return Err(Error::bad(
+                FAIL_ALLOC_ENV,
+                s,
+                "expected algorithm names separated by commas, or >BYTES",
+            ));
+        }
+        Ok(FailAlloc::Algorithms(names))
+    }
+
+    /// The setting in [`FAIL_ALLOC_ENV`] (none when unset).
+    ///
+    /// # Errors
+    /// As [`FailAlloc::parse`].
+    pub fn from_env() -> Result<FailAlloc> {
+        match std::env::var(FAIL_ALLOC_ENV) {
+            Ok(v) => FailAlloc::parse(&v),
+            Err(_) => Ok(FailAlloc::Never),
+        }
+    }
+
+    /// True when a reservation of `bytes` for `algo` is to fail.
+    pub fn fails(&self, algo: &str, bytes: usize) -> bool {
+        match self {
+            FailAlloc::Never => false,
+            FailAlloc::Algorithms(names) => names.iter().any(|n| n == algo),
+            FailAlloc::Above(limit) => bytes > *limit,
+        }
+    }
+}
+
+/// One cached buffer, lent out for one call at a time and given back when the call ends; a
+/// call that finds it lent out (another thread's call) allocates its own.
+#[derive(Debug, Default)]
+pub(crate) struct WorkspacePool {
+    cached: Mutex<Vec<u8>>,
+}
+
+/// A workspace of exactly the requested size, on loan from the pool.
+#[derive(Debug)]
+pub(crate) struct Workspace<'p> {
+    buf: Vec<u8>,
+    len: usize,
+    pool: &'p WorkspacePool,
+}
+
+impl Workspace<'_> {
+    /// The bytes an algorithm may use: exactly the reservation's size.
+    pub(crate) fn slice(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
+
+impl Drop for Workspace<'_> {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.capacity() == 0 {
+            return;
+        }
+        let mut cached = self.pool.lock();
+        if buf.capacity() > cached.capacity() {
+            *cached = buf;
+        }
+    }
+}
+
+impl WorkspacePool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        // The buffer holds no invariant a panicking thread could break.
+        self.cached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A workspace of `bytes` for `algo`, within `limit`, unless `fail` injects a failure.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] saying whether the budget, the injection or the system refused.
+    pub(crate) fn reserve(
+        &self,
+        bytes: usize,
+        algo: &str,
+        limit: Option<usize>,
+        fail: &FailAlloc,
+    ) -> Result<Workspace<'_>> {
+        if let Some(limit) = limit {
+            if bytes > limit {
+                return Err(Error::OutOfMemory {
+                    bytes,
+                    what: format!("{algo}'s workspace: over the handle's budget of {limit} bytes"),
+                });
+            }
+        }
+        if fail.fails(algo, bytes) {
+            return Err(Error::OutOfMemory {
+                bytes,
+                what: format!("{algo}'s workspace: injected failure ({FAIL_ALLOC_ENV})"),
+            });
+        }
+        let mut buf = std::mem::take(&mut *self.lock());
+        if buf.len() < bytes {
+            if buf.capacity() < bytes {
+                // Free the cached buffer before asking for a bigger one.
+                buf = Vec::new();
+                buf.try_reserve_exact(bytes)
+                    .map_err(|e| Error::OutOfMemory {
+                        bytes,
+                        what: format!("{algo}'s workspace: {e}"),
+                    })?;
+            }
+            // Bytes are initialised once, when the buffer first grows past them; later calls
+            // reuse them as they are (algorithms must not assume a zeroed workspace).
+            buf.resize(bytes, 0);
+        }
+        Ok(Workspace {
+            buf,
+            len: bytes,
+            pool: self,
+        })
+    }
+
+    /// Frees the cached buffer (after an allocation failure, or when the budget shrinks).
+    pub(crate) fn release(&self) {
+        *self.lock() = Vec::new();
+    }
+
+    /// Bytes held by the cached buffer.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.lock().capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_forms() {
+        assert_eq!(FailAlloc::parse("").unwrap(), FailAlloc::Never);
+        assert_eq!(FailAlloc::parse(" >1024 ").unwrap(), FailAlloc::Above(1024));
+        assert_eq!(
+            FailAlloc::parse("a, b").unwrap(),
+            FailAlloc::Algorithms(vec!["a".into(), "b".into()])
+        );
+        assert!(FailAlloc::parse(">x").is_err());
+        assert!(FailAlloc::parse("a,,b").is_err());
+        let f = FailAlloc::parse(">10").unwrap();
+        assert!(!f.fails("any", 10) && f.fails("any", 11));
+        let f = FailAlloc::parse("a").unwrap();
+        assert!(f.fails("a", 0) && !f.fails("b", 1 << 40));
+    }
+
+    #[test]
+    fn budget_injection_reuse_and_release() {
+        let pool = WorkspacePool::default();
+        let never = FailAlloc::Never;
+        assert!(matches!(
+            pool.reserve(101, "a", Some(100), &never),
+            Err(Error::OutOfMemory { bytes: 101, .. })
+        ));
+        {
+            let mut ws = pool.reserve(100, "a", Some(100), &never).unwrap();
+            assert_eq!(ws.slice().len(), 100);
+        }
+        assert_eq!(pool.cached_bytes(), 100);
+        {
+            let mut ws = pool.reserve(10, "a", None, &never).unwrap();
+            assert_eq!(ws.slice().len(), 10);
+        }
+        assert_eq!(pool.cached_bytes(), 100, "the bigger buffer stays cached");
+        let inject = FailAlloc::Algorithms(vec!["b".into()]);
+        assert!(pool.reserve(0, "b", None, &inject).is_err());
+        assert!(pool.reserve(0, "a", None, &inject).is_ok());
+        // A request the system cannot satisfy is an error, not an abort.
+        let e = pool.reserve(usize::MAX / 2, "a", None, &never).unwrap_err();
+        assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
+        pool.release();
+        assert_eq!(pool.cached_bytes(), 0);
+    }
+}

@@ -1,0 +1,1263 @@
+//! Algorithm selection: the heuristic ranking, measured selection, the tuning cache and its
+//! file, policies, the workspace budget and the fallback chain.
+//!
+//! The registry may hold a single algorithm, so the machinery is also exercised over lists of
+//! test algorithms ([`Fake`]): each wraps the registry's last algorithm (which accepts every
+//! problem with no workspace) and adds a name, a workspace size, a delay that makes it slower,
+//! an acceptance rule, a determinism flag or a failure, and records the workspace it received.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use autodnn::conv::{
+    self, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, Weights,
+};
+use autodnn::select::heuristic::{AlgoFit, Fit};
+use autodnn::select::{
+    cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, Source, TuningCache,
+};
+use autodnn::{reference, ConvProblem, Error, ErrorKind, Handle, Layout, ProblemSpec};
+use common::{assert_exact, int_data, random_problem, Rng};
+
+/// A test algorithm wrapping the registry's last (zero-workspace, accept-everything) one.
+struct Fake {
+    name: &'static str,
+    ws: usize,
+    delay: Duration,
+    deterministic: bool,
+    accept: fn(&ConvProblem) -> Result<(), String>,
+    fail: Option<fn() -> Error>,
+    max_ws_seen: AtomicUsize,
+    runs: AtomicUsize,
+}
+
+fn accept_all(_: &ConvProblem) -> Result<(), String> {
+    Ok(())
+}
+
+fn accept_3x3(p: &ConvProblem) -> Result<(), String> {
+    if p.w().r() == 3 && p.w().s() == 3 {
+        Ok(())
+    } else {
+        Err(format!(
+            "needs a 3x3 kernel, got {}x{}",
+            p.w().r(),
+            p.w().s()
+        ))
+    }
+}
+
+fn accept_stride1(p: &ConvProblem) -> Result<(), String> {
+    if p.conv().stride() == [1, 1] {
+        Ok(())
+    } else {
+        Err("needs stride 1".into())
+    }
+}
+
+impl Fake {
+    fn new(name: &'static str, ws: usize, delay_ms: f64) -> Fake {
+        Fake {
+            name,
+            ws,
+            delay: Duration::from_secs_f64(delay_ms / 1e3),
+            deterministic: true,
+            accept: accept_all,
+            fail: None,
+            max_ws_seen: AtomicUsize::new(0),
+            runs: AtomicUsize::new(0),
+        }
+    }
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+    fn max_ws(&self) -> usize {
+        self.max_ws_seen.load(Ordering::SeqCst)
+    }
+}
+
+fn base() -> &'static dyn ConvAlgorithm {
+    *conv::algorithms().last().unwrap()
+}
+
+impl ConvAlgorithm for Fake {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn check(&self, p: &ConvProblem) -> Result<(), String> {
+        (self.accept)(p)
+    }
+    fn workspace_bytes(&self, _: &ConvProblem) -> usize {
+        self.ws
+    }
+    fn deterministic(&self) -> bool {
+        self.deterministic
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> autodnn::Result<()> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.max_ws_seen
+            .fetch_max(workspace.len(), Ordering::SeqCst);
+        if workspace.len() < self.ws {
+            return Err(Error::WorkspaceTooSmall {
+                algo: self.name.into(),
+                needed: self.ws,
+                got: workspace.len(),
+            });
+        }
+        workspace.fill(0xAB);
+        if let Some(f) = self.fail {
+            return Err(f());
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        base().run(ctx, p, x, w, y, &mut [], epi)
+    }
+}
+
+/// A cost model predicting `ms[i]` for `names[i]` on this handle's machine.
+fn model_for(h: &Handle, entries: &[(&str, f64)]) -> CostModel {
+    let m = h.machine();
+    let algorithms = entries
+        .iter()
+        .map(|(n, ms)| {
+            (
+                n.to_string(),
+                AlgoFit {
+                    coef: vec![*ms, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                    samples: 1,
+                    median_rel_err: 0.0,
+                    max_rel_err: 0.0,
+                },
+            )
+        })
+        .collect();
+    CostModel::new(vec![Fit {
+        cpu: m.cpu,
+        isa: m.isa,
+        threads: m.threads,
+        library_version: autodnn::VERSION.into(),
+        algorithms,
+    }])
+}
+
+fn problem(s: &str) -> ConvProblem {
+    ProblemSpec::parse(s)
+        .unwrap()
+        .to_problem(Layout::Nchw)
+        .unwrap()
+}
+
+struct Data {
+    x: Vec<f32>,
+    w: Vec<f32>,
+    reference: Vec<f64>,
+}
+
+fn data(p: &ConvProblem, seed: u64) -> Data {
+    let x = int_data(p.x().span(), seed);
+    let w = int_data(p.w().elements(), seed + 1);
+    let reference = reference::conv_forward(p, &x, &w).unwrap();
+    Data { x, w, reference }
+}
+
+fn run_auto(
+    h: &Handle,
+    algos: &[&dyn ConvAlgorithm],
+    p: &ConvProblem,
+    d: &Data,
+) -> (autodnn::select::RunReport, Vec<f32>) {
+    let mut y = vec![f32::NAN; p.y().span()];
+    let r = h
+        .conv_forward_auto_with(
+            algos,
+            p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap();
+    (r, y)
+}
+
+/// Checks y against the reference to the tolerance of the algorithm that ran.
+fn assert_right(p: &ConvProblem, y: &[f32], d: &Data, accuracy: Accuracy, what: &str) {
+    match accuracy {
+        Accuracy::Exact => {
+            assert_exact(p, y, &d.reference, what);
+        }
+        acc => {
+            let max = d
+                .reference
+                .iter()
+                .fold(0.0f64, |m, v| m.max(v.abs()))
+                .max(1e-30);
+            let err = y
+                .iter()
+                .zip(&d.reference)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0f64, f64::max);
+            assert!(err / max <= acc.integer_tolerance(), "{what}: error {err}");
+        }
+    }
+}
+
+fn temp_path(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "autodnn-select-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("tuning.json")
+}
+
+fn handle() -> Handle {
+    let mut h = Handle::with_threads(1).unwrap();
+    h.set_fail_alloc(FailAlloc::Never);
+    h.set_forced_algo(None);
+    h.set_log_dispatch(false);
+    h
+}
+
+const SMALL: &str = "mb1ic4ih8oc4kh3ph1";
+
+#[test]
+fn handle_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Handle>();
+}
+
+#[test]
+fn ranking_holds_exactly_the_accepting_algorithms() {
+    let h = handle();
+    let a = Fake {
+        accept: accept_3x3,
+        ..Fake::new("only_3x3", 100, 0.0)
+    };
+    let b = Fake {
+        accept: accept_stride1,
+        ..Fake::new("only_stride1", 10, 0.0)
+    };
+    let mut lists: Vec<Vec<&dyn ConvAlgorithm>> = vec![conv::algorithms().to_vec()];
+    let mut with_fakes: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
+    with_fakes.extend_from_slice(conv::algorithms());
+    lists.push(with_fakes);
+    let mut rng = Rng(0x5e1ec7);
+    for case in 0..150 {
+        let p = random_problem(&mut rng);
+        for list in &lists {
+            let ranked = h.get_conv_algorithms_with(list, &p).unwrap();
+            let got: BTreeSet<&str> = ranked.iter().map(|r| r.algo).collect();
+            let want: BTreeSet<&str> = list
+                .iter()
+                .filter(|a| a.check(&p).is_ok())
+                .map(|a| a.name())
+                .collect();
+            assert_eq!(got, want, "case {case}");
+            assert_eq!(ranked.len(), want.len(), "case {case}: duplicates");
+            assert!(ranked
+                .windows(2)
+                .all(|w| w[0].predicted_ms <= w[1].predicted_ms));
+            for r in &ranked {
+                let alg = list.iter().find(|a| a.name() == r.algo).unwrap();
+                assert_eq!(r.workspace_bytes, alg.workspace_bytes(&p));
+                assert!(r.predicted_ms > 0.0 && r.predicted_ms.is_finite());
+                assert!(r.eligible);
+            }
+        }
+        // The public call ranks the registry.
+        let public = h.get_conv_algorithms(&p).unwrap();
+        let names: BTreeSet<&str> = public.iter().map(|r| r.algo).collect();
+        let want: BTreeSet<&str> = conv::algorithms()
+            .iter()
+            .filter(|a| a.check(&p).is_ok())
+            .map(|a| a.name())
+            .collect();
+        assert_eq!(names, want);
+    }
+}
+
+#[test]
+fn heuristic_follows_the_cost_model_and_never_times() {
+    let mut h = handle();
+    let fast = Fake::new("fast", 1000, 0.0);
+    let slow = Fake::new("slow", 0, 0.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&slow, &fast];
+    h.set_cost_model(model_for(&h, &[("fast", 1.0), ("slow", 2.0)]));
+    h.set_policy(Policy::Heuristic);
+    let p = problem(SMALL);
+    let d = data(&p, 1);
+    let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
+    assert_eq!(ranked[0].algo, "fast");
+    assert_eq!(ranked[0].predicted_ms, 1.0);
+    let (r, y) = run_auto(&h, &algos, &p, &d);
+    assert_eq!((r.algo, r.source), ("fast", Source::Heuristic));
+    assert_right(&p, &y, &d, Accuracy::Exact, "heuristic");
+    assert_eq!(fast.runs(), 1, "only the call itself ran");
+    assert_eq!(slow.runs(), 0);
+    assert!(h.tuning_cache().is_empty(), "the heuristic stores nothing");
+    // Swapping the model swaps the choice: the coefficients are data.
+    h.set_cost_model(model_for(&h, &[("fast", 3.0), ("slow", 2.0)]));
+    assert_eq!(
+        h.get_conv_algorithms_with(&algos, &p).unwrap()[0].algo,
+        "slow"
+    );
+}
+
+#[test]
+fn benchmark_times_on_a_miss_then_uses_the_cache() {
+    let mut h = handle();
+    // The model predicts the wrong order; measurement must correct it.
+    let a = Fake::new("quick", 4096, 0.0);
+    let b = Fake::new("sluggish", 0, 5.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
+    h.set_cost_model(model_for(&h, &[("quick", 5.0), ("sluggish", 1.0)]));
+    h.set_policy(Policy::Benchmark);
+    let p = problem(SMALL);
+    let d = data(&p, 2);
+    let (r, y) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(
+        (r.algo, r.source, r.cache_hit),
+        ("quick", Source::Benchmark, false)
+    );
+    assert_right(&p, &y, &d, Accuracy::Exact, "benchmark");
+    let entry = h.tuning_cache();
+    assert_eq!(entry.len(), 1);
+    let (_, e) = entry.entries()[0];
+    assert_eq!(e.records[0].algo, "quick");
+    assert_eq!(e.records[0].status, PerfStatus::Ok);
+    assert!(e.records.iter().any(|r| r.algo == "sluggish"));
+    // Second call: a cache hit that times nothing.
+    let runs = (a.runs(), b.runs());
+    let (r, _) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(
+        (r.algo, r.source, r.cache_hit),
+        ("quick", Source::Cache, true)
+    );
+    assert_eq!((a.runs(), b.runs()), (runs.0 + 1, runs.1));
+    // cached_only uses the entry too, and on a miss falls back to the heuristic, untimed.
+    h.set_policy(Policy::CachedOnly);
+    let (r, _) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(r.source, Source::Cache);
+    let q = problem("mb1ic4ih9oc4kh3ph1");
+    let dq = data(&q, 3);
+    let before = b.runs();
+    let (r, y) = run_auto(&h, &algos, &q, &dq);
+    assert_eq!((r.algo, r.source), ("sluggish", Source::Heuristic));
+    assert_eq!(b.runs(), before + 1);
+    assert_right(&q, &y, &dq, Accuracy::Exact, "cached_only");
+    assert_eq!(h.tuning_cache().len(), 1, "cached_only stores nothing");
+}
+
+#[test]
+fn racing_eliminates_losers_and_exhaustive_times_everything() {
+    let mut h = handle();
+    let a = Fake::new("a", 0, 0.0);
+    let b = Fake::new("b", 0, 8.0);
+    let c = Fake::new("c", 0, 16.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b, &c];
+    h.set_cost_model(model_for(&h, &[("a", 1.0), ("b", 1.0), ("c", 1.0)]));
+    let p = problem(SMALL);
+    let d = data(&p, 4);
+    let race = h
+        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .unwrap();
+    assert_eq!(race[0].algo, "a");
+    assert_eq!(race[0].status, PerfStatus::Ok);
+    assert!(
+        race[1..].iter().all(|r| r.status == PerfStatus::Eliminated),
+        "{race:?}"
+    );
+    // The slow ones ran their warm-up and at most one round (only under heavy load would the
+    // warm-up not eliminate them at once).
+    let round = autodnn::select::benchmark::RACE_ROUND_RUNS;
+    assert!(b.runs() <= 1 + round && c.runs() <= 1 + round);
+    assert!(a.runs() > b.runs());
+    let raced = a.runs() + b.runs() + c.runs();
+
+    h.set_policy(Policy::Exhaustive);
+    let all = h
+        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .unwrap();
+    assert!(all.iter().all(|r| r.status == PerfStatus::Ok), "{all:?}");
+    let ms: Vec<f64> = all.iter().map(|r| r.ms.unwrap()).collect();
+    assert!(ms.windows(2).all(|w| w[0] <= w[1]), "sorted: {ms:?}");
+    assert_eq!(all[0].algo, "a");
+    assert!(ms[2] >= 16.0, "c sleeps 16 ms: {ms:?}");
+    // 1 warm-up + 10 timed runs each.
+    let exhaustive = a.runs() + b.runs() + c.runs() - raced;
+    assert_eq!(
+        exhaustive,
+        3 * (1 + autodnn::select::benchmark::EXHAUSTIVE_RUNS)
+    );
+    assert!(
+        raced * 2 < exhaustive,
+        "race ran {raced}, exhaustive {exhaustive}"
+    );
+    // Exhaustive as a policy times every call and reports it.
+    let (r, _) = run_auto(&h, &algos, &p, &d);
+    assert_eq!((r.algo, r.source), ("a", Source::Exhaustive));
+}
+
+#[test]
+fn a_limit_on_timed_candidates() {
+    let mut h = handle();
+    let a = Fake::new("first", 0, 0.0);
+    let b = Fake::new("second", 0, 0.0);
+    let c = Fake::new("third", 0, 0.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&c, &b, &a];
+    h.set_cost_model(model_for(
+        &h,
+        &[("first", 1.0), ("second", 2.0), ("third", 3.0)],
+    ));
+    h.set_max_timed(2);
+    let p = problem(SMALL);
+    let d = data(&p, 5);
+    let rec = h
+        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .unwrap();
+    let third = rec.iter().find(|r| r.algo == "third").unwrap();
+    assert_eq!(third.status, PerfStatus::NotTimed);
+    assert_eq!(c.runs(), 0);
+    assert!(a.runs() > 0 && b.runs() > 0);
+}
+
+#[test]
+fn deterministic_option_excludes_nondeterministic_algorithms() {
+    let mut h = handle();
+    let racy = Fake {
+        deterministic: false,
+        ..Fake::new("racy", 0, 0.0)
+    };
+    let steady = Fake::new("steady", 0, 1.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&racy, &steady];
+    h.set_cost_model(model_for(&h, &[("racy", 1.0), ("steady", 2.0)]));
+    let p = problem(SMALL);
+    let d = data(&p, 6);
+    for policy in Policy::ALL {
+        h.set_policy(policy);
+        h.set_deterministic(false);
+        h.set_tuning_cache(TuningCache::new());
+        assert_eq!(run_auto(&h, &algos, &p, &d).0.algo, "racy", "{policy:?}");
+        h.set_deterministic(true);
+        let (r, y) = run_auto(&h, &algos, &p, &d);
+        assert_eq!(r.algo, "steady", "{policy:?}");
+        assert_right(&p, &y, &d, Accuracy::Exact, "deterministic");
+        let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
+        assert!(!ranked.iter().find(|r| r.algo == "racy").unwrap().eligible);
+    }
+    // The registry's algorithms that claim determinism are the only ones left.
+    let p = problem("mb1ic8ih12oc8kh3ph1");
+    let ranked = h.get_conv_algorithms(&p).unwrap();
+    assert!(ranked
+        .iter()
+        .filter(|r| r.eligible)
+        .all(|r| r.deterministic));
+    assert!(base().deterministic());
+}
+
+#[test]
+fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
+    let big = Fake::new("big_ws", 1 << 20, 0.0);
+    let mid = Fake::new("mid_ws", 64 << 10, 2.0);
+    let none = Fake::new("no_ws", 0, 6.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&none, &mid, &big];
+    let p = problem(SMALL);
+    let d = data(&p, 7);
+    for policy in Policy::ALL {
+        for (limit, want) in [
+            (None, "big_ws"),
+            (Some(1 << 20), "big_ws"),
+            (Some((1 << 20) - 1), "mid_ws"),
+            (Some(100_000), "mid_ws"),
+            (Some(65535), "no_ws"),
+            (Some(0), "no_ws"),
+        ] {
+            let mut h = handle();
+            h.set_cost_model(model_for(
+                &h,
+                &[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)],
+            ));
+            h.set_policy(policy);
+            h.set_workspace_limit(limit);
+            for f in [&big, &mid, &none] {
+                f.max_ws_seen.store(0, Ordering::SeqCst);
+            }
+            let (r, y) = run_auto(&h, &algos, &p, &d);
+            assert_eq!(r.algo, want, "{policy:?} limit {limit:?}");
+            assert_right(&p, &y, &d, Accuracy::Exact, "budget");
+            assert!(r.events.is_empty());
+            if let Some(l) = limit {
+                for f in [&big, &mid, &none] {
+                    assert!(
+                        f.max_ws() <= l,
+                        "{} got {} bytes, limit {l}",
+                        f.name,
+                        f.max_ws()
+                    );
+                }
+                assert!(r.workspace_bytes <= l);
+                assert!(h.cached_workspace_bytes() <= l);
+            }
+            if limit == Some(0) {
+                assert_eq!(r.workspace_bytes, 0);
+            }
+            // An explicit algorithm past the budget is refused, not run.
+            if let Some(l) = limit.filter(|l| *l < (1 << 20)) {
+                let _ = l;
+                let mut y = vec![0.0; p.y().span()];
+                let e = h
+                    .conv_forward_auto_with(
+                        &[&big],
+                        &p,
+                        &d.x,
+                        Weights::Plain(&d.w),
+                        &mut y,
+                        &EpilogueArgs::default(),
+                    )
+                    .unwrap_err();
+                assert!(matches!(e, Error::Declined { .. }), "{e}");
+            }
+        }
+    }
+}
+
+/// Every layer of the built-in models, under a limit of 0: every choice needs no workspace; a
+/// few small ones also run and are checked.
+#[test]
+fn a_zero_limit_chooses_zero_workspace_algorithms() {
+    let mut h = handle();
+    h.set_workspace_limit(Some(0));
+    for policy in Policy::ALL {
+        h.set_policy(policy);
+        for model in autodnn::models::names() {
+            for spec in autodnn::models::layers(model).unwrap() {
+                let p = spec.with_mb(1).to_problem(Layout::Nchw).unwrap();
+                let ranked = h.get_conv_algorithms(&p).unwrap();
+                let first = ranked.iter().find(|r| r.eligible).unwrap();
+                assert_eq!(first.workspace_bytes, 0, "{spec}");
+                assert!(ranked
+                    .iter()
+                    .filter(|r| r.workspace_bytes > 0)
+                    .all(|r| !r.eligible));
+            }
+        }
+        for s in [SMALL, "mb2ic6ih11oc10kh5ph2sh2", "mb1g8ic8ih9oc8kh3ph1"] {
+            let p = problem(s);
+            let d = data(&p, 8);
+            let mut y = vec![f32::NAN; p.y().span()];
+            let r = h
+                .conv_forward_auto(
+                    &p,
+                    &d.x,
+                    Weights::Plain(&d.w),
+                    &mut y,
+                    &EpilogueArgs::default(),
+                )
+                .unwrap();
+            assert_eq!(r.workspace_bytes, 0);
+            let acc = conv::find(r.algo).unwrap().accuracy();
+            assert_right(&p, &y, &d, acc, s);
+        }
+    }
+}
+
+/// For each algorithm in turn, forced first with its workspace reservation failing: the call
+/// falls back, reports the event, and the output is right to the tolerance of the algorithm
+/// that finally ran. Over the registry plus test algorithms, so that every registered
+/// algorithm (zero-workspace ones included) is failed once.
+#[test]
+fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
+    let big = Fake::new("fake_big", 1 << 16, 0.0);
+    let small = Fake::new("fake_small", 256, 0.0);
+    let mut algos: Vec<&dyn ConvAlgorithm> = vec![&big, &small];
+    algos.extend_from_slice(conv::algorithms());
+    let mut rng = Rng(0xfa11);
+    let mut problems: Vec<ConvProblem> = (0..6).map(|_| random_problem(&mut rng)).collect();
+    problems.push(problem(SMALL));
+    for (i, p) in problems.iter().enumerate() {
+        let d = data(p, 100 + i as u64);
+        for target in algos.iter().filter(|a| a.check(p).is_ok()) {
+            for policy in [Policy::Heuristic, Policy::Benchmark] {
+                let mut h = handle();
+                h.set_policy(policy);
+                // Fill the handle's cached workspace first.
+                h.set_forced_algo(Some("fake_big"));
+                run_auto(&h, &algos, p, &d);
+                assert_eq!(h.cached_workspace_bytes(), 1 << 16);
+                h.set_forced_algo(Some(target.name()));
+                h.set_fail_alloc(FailAlloc::Algorithms(vec![target.name().into()]));
+                let (r, y) = run_auto(&h, &algos, p, &d);
+                assert_eq!(r.source, Source::Forced);
+                assert_ne!(r.algo, target.name());
+                assert_eq!(r.events[0].algo, target.name());
+                assert!(matches!(r.events[0].error, Error::OutOfMemory { .. }));
+                assert_eq!(r.events.last().unwrap().next, Some(r.algo));
+                // Only algorithms needing less than what failed are tried after it.
+                let ran = algos.iter().find(|a| a.name() == r.algo).unwrap();
+                let (need, failed_need) = (ran.workspace_bytes(p), target.workspace_bytes(p));
+                assert!(need == 0 || failed_need == 0 || need < failed_need);
+                // The cached workspace was released; only what the last run used is cached.
+                assert_eq!(h.cached_workspace_bytes(), need);
+                assert_right(
+                    p,
+                    &y,
+                    &d,
+                    ran.accuracy(),
+                    &format!("{} failed", target.name()),
+                );
+            }
+        }
+    }
+    // `>BYTES` fails every reservation above the size: only small ones run.
+    let p = problem(SMALL);
+    let d = data(&p, 9);
+    let mut h = handle();
+    h.set_cost_model(model_for(
+        &h,
+        &[("fake_big", 1.0), ("fake_small", 2.0), ("*", 5.0)],
+    ));
+    h.set_policy(Policy::Heuristic);
+    h.set_fail_alloc(FailAlloc::Above(1000));
+    let (r, y) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(r.algo, "fake_small");
+    assert_eq!(r.events.len(), 1);
+    assert_eq!(
+        (r.events[0].algo, r.events[0].next),
+        ("fake_big", Some("fake_small"))
+    );
+    assert_right(&p, &y, &d, Accuracy::Exact, ">BYTES");
+}
+
+#[test]
+fn a_caller_workspace_too_small_steps_down_the_chain() {
+    let big = Fake::new("ws_big", 1 << 16, 0.0);
+    let small = Fake::new("ws_small", 256, 0.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&big, &small, base()];
+    let mut h = handle();
+    h.set_policy(Policy::Heuristic);
+    h.set_cost_model(model_for(
+        &h,
+        &[("ws_big", 1.0), ("ws_small", 2.0), ("*", 3.0)],
+    ));
+    let p = problem(SMALL);
+    let d = data(&p, 22);
+    let epi = EpilogueArgs::default();
+    let plan = h.plan_conv_with(&algos, &p, &d.x, &d.w, &epi).unwrap();
+    assert_eq!(plan.chain(), ["ws_big", "ws_small", base().name()]);
+    for (len, want, events) in [
+        (1 << 16, "ws_big", 0),
+        (300, "ws_small", 1),
+        // After the first refusal, what cannot fit the slice is not even tried.
+        (255, base().name(), 1),
+        (0, base().name(), 1),
+    ] {
+        let mut ws = vec![0u8; len];
+        let mut y = vec![f32::NAN; p.y().span()];
+        let r = h
+            .conv_forward_plan_with(
+                &algos,
+                &plan,
+                &d.x,
+                Weights::Plain(&d.w),
+                &mut y,
+                &epi,
+                Some(&mut ws),
+            )
+            .unwrap();
+        assert_eq!((r.algo, r.events.len()), (want, events), "{len} bytes");
+        assert!(r
+            .events
+            .iter()
+            .all(|e| matches!(e.error, Error::WorkspaceTooSmall { .. })));
+        assert_right(&p, &y, &d, Accuracy::Exact, "caller workspace");
+        assert_eq!(
+            h.cached_workspace_bytes(),
+            0,
+            "the handle's workspace is not used"
+        );
+    }
+    assert_eq!(big.max_ws(), 1 << 16);
+    assert_eq!(
+        small.max_ws(),
+        256,
+        "exactly what it needs, not the whole slice"
+    );
+}
+
+#[test]
+fn algorithm_failures_fall_back_and_bad_input_does_not() {
+    let broken = Fake {
+        fail: Some(|| Error::Unsupported {
+            what: "a kernel gave up".into(),
+        }),
+        ..Fake::new("broken", 0, 0.0)
+    };
+    let bad_param = Fake {
+        fail: Some(|| Error::BadParam {
+            field: "x".into(),
+            value: "?".into(),
+            reason: "test".into(),
+        }),
+        ..Fake::new("bad_param", 0, 0.0)
+    };
+    let fine = Fake::new("fine", 0, 0.0);
+    let p = problem(SMALL);
+    let d = data(&p, 10);
+    let mut h = handle();
+    h.set_policy(Policy::Heuristic);
+    h.set_cost_model(model_for(
+        &h,
+        &[("broken", 1.0), ("bad_param", 1.5), ("fine", 2.0)],
+    ));
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&broken, &fine];
+    let (r, y) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(r.algo, "fine");
+    assert_eq!(r.events.len(), 1);
+    assert_eq!(r.events[0].algo, "broken");
+    assert_eq!(r.events[0].error.kind(), ErrorKind::Unsupported);
+    assert_right(&p, &y, &d, Accuracy::Exact, "after failure");
+    // A BadInput error from an algorithm is returned at once, not retried.
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&bad_param, &fine];
+    let before = fine.runs();
+    let mut y = vec![0.0; p.y().span()];
+    let e = h
+        .conv_forward_auto_with(
+            &algos,
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadInput);
+    assert_eq!(fine.runs(), before);
+    // So is the caller's bad input, before anything runs.
+    let e = h
+        .conv_forward_auto_with(
+            &algos,
+            &p,
+            &d.x[1..],
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { .. }));
+    let e = h
+        .conv_forward_auto(
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::new(f32::NAN, 0.0),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadInput);
+    // Every algorithm failing: the last error, after trying them all.
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&broken];
+    let e = h
+        .conv_forward_auto_with(
+            &algos,
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap_err();
+    match e {
+        Error::AllFailed { tried, last } => {
+            assert_eq!(tried.len(), 1);
+            assert!(tried[0].starts_with("broken: "), "{tried:?}");
+            assert!(matches!(*last, Error::Unsupported { .. }));
+        }
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
+    // A failing algorithm that scribbles on y before giving up.
+    struct Scribbler;
+    impl ConvAlgorithm for Scribbler {
+        fn name(&self) -> &'static str {
+            "scribbler"
+        }
+        fn check(&self, _: &ConvProblem) -> Result<(), String> {
+            Ok(())
+        }
+        fn workspace_bytes(&self, _: &ConvProblem) -> usize {
+            0
+        }
+        fn deterministic(&self) -> bool {
+            true
+        }
+        fn run(
+            &self,
+            _: &ExecContext<'_>,
+            _: &ConvProblem,
+            _: &[f32],
+            _: AlgoWeights<'_>,
+            y: &mut [f32],
+            _: &mut [u8],
+            _: &EpilogueArgs<'_>,
+        ) -> autodnn::Result<()> {
+            y.fill(1e6);
+            Err(Error::Unsupported {
+                what: "scribbled".into(),
+            })
+        }
+    }
+    let p = problem(SMALL);
+    let d = data(&p, 11);
+    let mut h = handle();
+    h.set_policy(Policy::Heuristic);
+    h.set_cost_model(model_for(&h, &[("scribbler", 0.001)]));
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&Scribbler, base()];
+    let prior = int_data(p.y().span(), 77);
+    let mut y = prior.clone();
+    let epi = EpilogueArgs::new(1.0, 2.0);
+    let r = h
+        .conv_forward_auto_with(&algos, &p, &d.x, Weights::Plain(&d.w), &mut y, &epi)
+        .unwrap();
+    assert_eq!(r.algo, base().name());
+    let want = reference::conv_forward_fused(&p, &d.x, &d.w, 1.0, 2.0, None, Some(&prior)).unwrap();
+    assert_exact(&p, &y, &want, "beta after fallback");
+}
+
+#[test]
+fn forced_algorithms() {
+    let mut h = handle();
+    let a = Fake::new("alpha", 0, 0.0);
+    let b = Fake {
+        accept: accept_stride1,
+        ..Fake::new("beta_s1", 0, 0.0)
+    };
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
+    h.set_cost_model(model_for(&h, &[("alpha", 1.0), ("beta_s1", 2.0)]));
+    let p = problem(SMALL);
+    let d = data(&p, 12);
+    h.set_forced_algo(Some("beta_s1"));
+    let (r, _) = run_auto(&h, &algos, &p, &d);
+    assert_eq!((r.algo, r.source), ("beta_s1", Source::Forced));
+    // Where it declines, selection goes by policy.
+    let q = problem("mb1ic4ih8oc4kh3ph1sh2");
+    let dq = data(&q, 13);
+    let (r, y) = run_auto(&h, &algos, &q, &dq);
+    assert_eq!(r.algo, "alpha");
+    assert_ne!(r.source, Source::Forced);
+    assert_right(&q, &y, &dq, Accuracy::Exact, "forced declined");
+    h.set_forced_algo(Some("nosuch"));
+    let mut y = vec![0.0; p.y().span()];
+    let e = h
+        .conv_forward_auto_with(
+            &algos,
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::UnknownAlgorithm { .. }));
+}
+
+fn tuned_handle(path: &std::path::Path, problems: &[&str]) -> Handle {
+    let h = handle();
+    h.load_tuning_cache(path).unwrap();
+    for s in problems {
+        let p = problem(s);
+        let d = data(&p, 14);
+        let mut y = vec![0.0; p.y().span()];
+        h.conv_forward_auto(
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap();
+    }
+    h
+}
+
+#[test]
+fn cache_round_trip() {
+    let path = temp_path("roundtrip");
+    let problems = [SMALL, "mb1ic8ih10oc16kh1", "mb1g4ic4ih9oc4kh3ph1sh2"];
+    let h = tuned_handle(&path, &problems);
+    assert_eq!(h.tuning_cache().len(), 3);
+    assert_eq!(h.save_tuning_cache().unwrap(), path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["format"], cache::CACHE_FORMAT);
+    assert_eq!(json["version"], cache::CACHE_FORMAT_VERSION);
+    assert_eq!(json["entries"].as_array().unwrap().len(), 3);
+    let e = &json["entries"][0];
+    for field in ["op", "problem", "threads", "cpu", "isa", "version"] {
+        assert!(!e["key"][field].is_null(), "key.{field}");
+    }
+    for field in ["algo", "status", "ms", "workspace_bytes", "deterministic"] {
+        assert!(
+            e["value"]["records"][0].get(field).is_some(),
+            "record.{field}"
+        );
+    }
+    let loaded = TuningCache::load(&path).unwrap();
+    assert!(loaded.warnings().is_empty());
+    let orig = h.tuning_cache();
+    assert_eq!(loaded.len(), orig.len());
+    for (k, v) in orig.entries() {
+        assert_eq!(loaded.get(k), Some(v));
+    }
+    // A fresh handle on the file selects from the cache and times nothing.
+    let h2 = handle();
+    h2.load_tuning_cache(&path).unwrap();
+    for s in problems {
+        let p = problem(s);
+        let d = data(&p, 15);
+        let plan = h2
+            .plan_conv(&p, &d.x, &d.w, &EpilogueArgs::default())
+            .unwrap();
+        assert_eq!(
+            (plan.source, plan.cache_hit, plan.timed),
+            (Source::Cache, true, 0)
+        );
+    }
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn bad_cache_files_are_set_aside_with_a_warning() {
+    let good = {
+        let path = temp_path("good");
+        let h = tuned_handle(&path, &[SMALL]);
+        h.save_tuning_cache().unwrap();
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let other_version = good.replacen(
+        &format!("\"version\": {}", cache::CACHE_FORMAT_VERSION),
+        "\"version\": 999",
+        1,
+    );
+    assert_ne!(other_version, good);
+    let cases = [
+        ("corrupt", "{ this is not json ]".to_string()),
+        ("truncated", good[..good.len() / 2].to_string()),
+        ("other-version", other_version),
+        ("empty", String::new()),
+        ("wrong-shape", "[1, 2, 3]".to_string()),
+    ];
+    for (tag, content) in cases {
+        let path = temp_path(tag);
+        std::fs::write(&path, &content).unwrap();
+        let h = handle();
+        h.load_tuning_cache(&path).unwrap();
+        let cache = h.tuning_cache();
+        assert_eq!(cache.warnings().len(), 1, "{tag}");
+        assert!(
+            cache.warnings()[0].contains("set aside"),
+            "{tag}: {:?}",
+            cache.warnings()
+        );
+        let bak = cache::backup_path(&path);
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), content, "{tag}");
+        assert!(!path.exists());
+        // A working run, and a rebuilt file.
+        let p = problem(SMALL);
+        let d = data(&p, 16);
+        let mut y = vec![0.0; p.y().span()];
+        h.conv_forward_auto(
+            &p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap();
+        assert_exact(&p, &y, &d.reference, tag);
+        h.save_tuning_cache().unwrap();
+        let again = TuningCache::load(&path).unwrap();
+        assert!(again.warnings().is_empty(), "{tag}");
+        assert_eq!(again.len(), 1, "{tag}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+    // An entry with an impossible problem is dropped, the rest kept.
+    let path = temp_path("badentry");
+    let mut json: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let mut bad_entry = json["entries"][0].clone();
+    bad_entry["key"]["problem"]["x"]["span"] = serde_json::json!(1);
+    json["entries"].as_array_mut().unwrap().push(bad_entry);
+    std::fs::write(&path, json.to_string()).unwrap();
+    let c = TuningCache::load(&path).unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c.warnings().len(), 1);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn entries_of_other_machines_threads_and_versions_are_kept_but_not_used() {
+    let path = temp_path("others");
+    let h = tuned_handle(&path, &[SMALL]);
+    let mine = h.tuning_cache();
+    let (key, entry) = mine.entries()[0];
+    let mut cache = mine.clone();
+    let mut foreign = Vec::new();
+    for change in 0..3 {
+        let mut k = key.clone();
+        match change {
+            0 => k.cpu = "Some Other CPU".into(),
+            1 => k.threads += 7,
+            _ => k.version = "0.0.0-other".into(),
+        }
+        let mut e = entry.clone();
+        e.records[0].algo = "from_elsewhere".into();
+        cache.insert(k.clone(), e);
+        foreign.push(k);
+    }
+    h.set_tuning_cache(cache);
+    h.save_tuning_cache().unwrap();
+    let h2 = handle();
+    h2.load_tuning_cache(&path).unwrap();
+    let loaded = h2.tuning_cache();
+    assert_eq!(loaded.len(), 4);
+    for k in &foreign {
+        assert_eq!(loaded.get(k).unwrap().records[0].algo, "from_elsewhere");
+        assert!(!(k.is_this_machine() && k.threads == 1));
+    }
+    let p = problem(SMALL);
+    let d = data(&p, 17);
+    let plan = h2
+        .plan_conv(&p, &d.x, &d.w, &EpilogueArgs::default())
+        .unwrap();
+    assert_eq!(plan.source, Source::Cache);
+    assert_ne!(plan.algo(), "from_elsewhere");
+    // Saving again keeps them.
+    h2.save_tuning_cache().unwrap();
+    assert_eq!(TuningCache::load(&path).unwrap().len(), 4);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn concurrent_writers_keep_every_entry() {
+    let path = temp_path("concurrent");
+    let sizes: Vec<usize> = (5..21).collect();
+    std::thread::scope(|s| {
+        for part in 0..4 {
+            let path = path.clone();
+            let sizes = sizes.clone();
+            s.spawn(move || {
+                // Each writer has its own handle (its own in-memory cache), as a process would.
+                let h = handle();
+                h.load_tuning_cache(&path).unwrap();
+                for ih in sizes.iter().skip(part).step_by(4) {
+                    let p = problem(&format!("mb1ic2ih{ih}oc2kh1"));
+                    let d = data(&p, 18);
+                    let mut y = vec![0.0; p.y().span()];
+                    h.conv_forward_auto(
+                        &p,
+                        &d.x,
+                        Weights::Plain(&d.w),
+                        &mut y,
+                        &EpilogueArgs::default(),
+                    )
+                    .unwrap();
+                    h.save_tuning_cache().unwrap();
+                }
+            });
+        }
+    });
+    let c = TuningCache::load(&path).unwrap();
+    assert!(c.warnings().is_empty());
+    assert_eq!(c.len(), sizes.len());
+    let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+#[test]
+fn noise_guard_keeps_a_choice_unless_clearly_beaten() {
+    let rec = |algo: &str, ms: f64| autodnn::select::AlgoPerf {
+        algo: algo.into(),
+        status: PerfStatus::Ok,
+        ms: Some(ms),
+        workspace_bytes: 0,
+        deterministic: true,
+        note: None,
+    };
+    let entry = |r: Vec<autodnn::select::AlgoPerf>| CacheEntry {
+        source: Source::Benchmark,
+        records: r,
+        tuning_ms: 1.0,
+    };
+    let old = entry(vec![rec("a", 1.0), rec("b", 1.2)]);
+    // b now measures 2% faster than a: noise, a stays first.
+    let kept = cache::noise_guard(&old, entry(vec![rec("b", 0.98), rec("a", 1.0)]));
+    assert_eq!(kept.records[0].algo, "a");
+    assert_eq!(kept.records.len(), 2);
+    // 10% faster: replaced.
+    let replaced = cache::noise_guard(&old, entry(vec![rec("b", 0.9), rec("a", 1.0)]));
+    assert_eq!(replaced.records[0].algo, "b");
+    // Through the cache.
+    let p = problem(SMALL);
+    let key = CacheKey::new(&p, 1, autodnn::cpu::Isa::Scalar);
+    let mut c = TuningCache::new();
+    c.insert(key.clone(), old.clone());
+    c.insert(key.clone(), entry(vec![rec("b", 0.97), rec("a", 1.0)]));
+    assert_eq!(c.get(&key).unwrap().records[0].algo, "a");
+}
+
+#[test]
+fn a_new_algorithm_makes_a_cached_entry_stale() {
+    let mut h = handle();
+    let a = Fake::new("old_one", 0, 1.0);
+    let b = Fake::new("new_one", 0, 0.0);
+    h.set_cost_model(model_for(&h, &[("old_one", 1.0), ("new_one", 1.0)]));
+    h.set_policy(Policy::Benchmark);
+    let p = problem(SMALL);
+    let d = data(&p, 19);
+    let (r, _) = run_auto(&h, &[&a], &p, &d);
+    assert_eq!(r.algo, "old_one");
+    let (r, _) = run_auto(&h, &[&a], &p, &d);
+    assert_eq!(r.source, Source::Cache);
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("new_one", Source::Benchmark));
+}
+
+#[test]
+fn a_failure_while_tuning_is_not_remembered() {
+    let mut h = handle();
+    let a = Fake::new("usually_fast", 1024, 0.0);
+    let b = Fake::new("always_there", 0, 3.0);
+    h.set_cost_model(model_for(
+        &h,
+        &[("usually_fast", 1.0), ("always_there", 2.0)],
+    ));
+    let p = problem(SMALL);
+    let d = data(&p, 21);
+    h.set_fail_alloc(FailAlloc::Algorithms(vec!["usually_fast".into()]));
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("always_there", Source::Benchmark));
+    let cached = h.tuning_cache();
+    let rec = &cached.entries()[0].1.records;
+    assert_eq!(rec.last().unwrap().status, PerfStatus::Failed);
+    assert!(rec
+        .last()
+        .unwrap()
+        .note
+        .as_ref()
+        .unwrap()
+        .contains("injected"));
+    // Memory is back: the failed measurement does not stand, the ranking is measured again.
+    h.set_fail_alloc(FailAlloc::Never);
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("usually_fast", Source::Benchmark));
+    let (r, _) = run_auto(&h, &[&a, &b], &p, &d);
+    assert_eq!((r.algo, r.source), ("usually_fast", Source::Cache));
+}
+
+#[test]
+fn the_registry_through_the_public_calls() {
+    let mut h = handle();
+    let mut rng = Rng(0xfeed);
+    for policy in Policy::ALL {
+        h.set_policy(policy);
+        for case in 0..8 {
+            let p = random_problem(&mut rng);
+            let d = data(&p, 200 + case);
+            let accepting: BTreeSet<&str> = conv::algorithms()
+                .iter()
+                .filter(|a| a.check(&p).is_ok())
+                .map(|a| a.name())
+                .collect();
+            let found = h
+                .find_conv_algorithms(&p, &d.x, &d.w, &EpilogueArgs::default())
+                .unwrap();
+            let names: BTreeSet<&str> = found.iter().map(|r| r.algo.as_str()).collect();
+            assert_eq!(names, accepting);
+            assert_eq!(found[0].status, PerfStatus::Ok);
+            let (r, y) = run_auto(&h, conv::algorithms(), &p, &d);
+            assert!(accepting.contains(r.algo));
+            assert_right(&p, &y, &d, conv::find(r.algo).unwrap().accuracy(), "public");
+            // Weights prepared for the registry's last algorithm (plain: it has nothing to
+            // prepare) select as usual; transformed ones pin their algorithm.
+            let pw = h.prepare_weights(&p, base().name(), &d.w).unwrap();
+            let mut y = vec![f32::NAN; p.y().span()];
+            let r = h
+                .conv_forward_auto(
+                    &p,
+                    &d.x,
+                    Weights::Prepared(&pw),
+                    &mut y,
+                    &EpilogueArgs::default(),
+                )
+                .unwrap();
+            let source = if pw.is_transformed() {
+                Source::Prepared
+            } else {
+                r.source
+            };
+            assert_eq!(r.source, source);
+            assert_right(
+                &p,
+                &y,
+                &d,
+                conv::find(r.algo).unwrap().accuracy(),
+                "prepared",
+            );
+        }
+    }
+}
+
+#[test]
+fn dispatch_log_and_describe() {
+    let p = problem(SMALL);
+    let s = autodnn::select::describe(&p);
+    assert!(s.starts_with("mb1") && s.contains("nchw"), "{s}");
+    let mut h = handle();
+    h.set_log_dispatch(true);
+    assert!(h.log_dispatch());
+    let d = data(&p, 20);
+    let (r, y) = run_auto(&h, conv::algorithms(), &p, &d);
+    assert_right(&p, &y, &d, conv::find(r.algo).unwrap().accuracy(), "logged");
+}
+
+#[test]
+fn calibration_problems_share_no_layer_with_the_models() {
+    let cal = autodnn::select::heuristic::calibration_problems();
+    assert!(cal.len() >= 20);
+    let key = |s: &ProblemSpec| s.with_name("").with_mb(1);
+    let cal_keys: BTreeSet<String> = cal.iter().map(|s| key(s).to_string()).collect();
+    assert_eq!(cal_keys.len(), cal.len(), "distinct");
+    for model in autodnn::models::names() {
+        for l in autodnn::models::layers(model).unwrap() {
+            assert!(!cal_keys.contains(&key(&l).to_string()), "{model}: {l}");
+        }
+    }
+    let kernels: BTreeSet<usize> = cal.iter().map(|s| s.kh).collect();
+    assert!([1, 3, 5, 7].iter().all(|k| kernels.contains(k)));
+    assert!(cal.iter().any(|s| s.sh == 2) && cal.iter().any(|s| s.g == s.ic && s.g > 1));
+}
