@@ -27,7 +27,10 @@
 //!   one thread in a fixed order whatever the thread count.
 
 use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::desc::ConvProblem;
 use crate::error::Result;
 
@@ -100,6 +103,13 @@ impl ConvAlgorithm for Fft {
 
     fn deterministic(&self) -> bool {
         true
+    }
+
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        spectral(problem).map_or_else(
+            || default_cost_features(problem, 0),
+            |s| s.cost_features(problem),
+        )
     }
 
     fn accuracy(&self) -> Accuracy {

@@ -20,7 +20,10 @@
 //! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic.**
 
 use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::desc::ConvProblem;
 use crate::error::Result;
 
@@ -47,16 +50,8 @@ pub const TILE_ENV: &str = "AUTODNN_FFT_TILE";
 /// grid when it is at most [`MAX_TILE`].
 const SIDES: [usize; 4] = [8, 16, 32, 64];
 
-/// Cost model of the tile choice, in cycles of one core (fitted on Zen 4 at 1 thread):
-/// per complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
-/// transform (times log2 of the side), and per byte of filter spectra streamed from memory
-/// once per pass.
-const CYCLES_PER_CMAC: f64 = 0.25;
-const CYCLES_PER_BIN_LOG: f64 = 3.5;
-const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
-
-/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the cost
-/// model, or the side [`TILE_ENV`] forces.
+/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the
+/// spectral cost model, or the side [`TILE_ENV`] forces.
 fn sides(problem: &ConvProblem) -> [usize; 2] {
     let ext = extent(problem);
     let out = [problem.y().h(), problem.y().w()];
@@ -76,38 +71,25 @@ fn sides(problem: &ConvProblem) -> [usize; 2] {
             .chain([whole[d]])
             .filter(move |&n| n >= ext[d] && n <= MAX_TILE && n <= whole[d])
     };
-    let (n, c, k) = (
-        problem.x().n() as f64,
-        problem.x().c() as f64,
-        problem.w().k() as f64,
-    );
-    let cg = problem.c_per_group() as f64;
     let mut best = (
         [whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)],
         f64::INFINITY,
     );
     for nh in candidates(0) {
         for nw in candidates(1) {
-            let bins = (nh * (nw / 2 + 1)) as f64;
-            let tiles = n
-                * out[0].div_ceil(nh - ext[0] + 1) as f64
-                * out[1].div_ceil(nw - ext[1] + 1) as f64;
-            let passes = (tiles / TILES_PER_PASS as f64).ceil();
-            let log = (nh.max(nw) as f64).log2();
-            let cost =
-                tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
-                    + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
-            if cost < best.1 {
-                best = ([nh, nw], cost);
+            if let Some(sp) = make(problem, [nh, nw]) {
+                let cost = sp.model_cycles(false);
+                if cost < best.1 {
+                    best = ([nh, nw], cost);
+                }
             }
         }
     }
     best.0
 }
 
-fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+fn make(problem: &ConvProblem, [nh, nw]: [usize; 2]) -> Option<Spectral> {
     let ext = extent(problem);
-    let [nh, nw] = sides(problem);
     Spectral::new(
         problem,
         [nh, nw],
@@ -115,6 +97,10 @@ fn spectral(problem: &ConvProblem) -> Option<Spectral> {
         TILES_PER_PASS,
         PlainFilter::Full,
     )
+}
+
+fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+    make(problem, sides(problem))
 }
 
 impl ConvAlgorithm for FftTiling {
@@ -153,6 +139,13 @@ impl ConvAlgorithm for FftTiling {
 
     fn deterministic(&self) -> bool {
         true
+    }
+
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        spectral(problem).map_or_else(
+            || default_cost_features(problem, 0),
+            |s| s.cost_features(problem),
+        )
     }
 
     fn accuracy(&self) -> Accuracy {

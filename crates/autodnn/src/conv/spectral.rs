@@ -73,6 +73,15 @@ pub(crate) fn good_size(n: usize) -> usize {
     }
 }
 
+/// Cost model of one call, in cycles of one core (fitted roughly on Zen 4 at one thread): per
+/// complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
+/// transform (times log2 of the larger side), per byte of filter spectra streamed from memory.
+/// `fft_tiling` chooses its transform sides with it; both algorithms hand it to the selection
+/// heuristic as their cost features.
+pub(crate) const CYCLES_PER_CMAC: f64 = 0.25;
+pub(crate) const CYCLES_PER_BIN_LOG: f64 = 3.5;
+pub(crate) const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
+
 /// How a plain (unprepared) call gets its filter spectra.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PlainFilter {
@@ -182,6 +191,49 @@ impl Spectral {
         sp.workspace_floats()?.checked_mul(4)?;
         sp.filter_floats()?.checked_mul(4)?;
         Some(sp)
+    }
+
+    /// Modelled cycles of one call on one core (see the constants above): the products, the
+    /// transforms of inputs and outputs, streaming the filter spectra once per pass and, for
+    /// a plain call, transforming the filter.
+    pub(crate) fn model_cycles(&self, plain: bool) -> f64 {
+        let tiles = self.tiles() as f64;
+        let bins = (self.nh * self.v) as f64;
+        let (c, k, kc) = (
+            self.c() as f64,
+            self.k() as f64,
+            (self.k() * self.cg) as f64,
+        );
+        let passes = (tiles / self.per_pass as f64).ceil();
+        let log = (self.nh.max(self.nw) as f64).log2();
+        let filter_bytes = kc * (self.blocks * BLOCK * 4) as f64;
+        let mut cycles = tiles * bins * (kc * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
+            + passes * filter_bytes * CYCLES_PER_FILTER_BYTE;
+        if plain {
+            let per_filter =
+                (self.r * self.s * self.v.div_ceil(LANES) * 2 + self.blocks * self.r * 4) as f64;
+            cycles += kc * per_filter + filter_bytes * CYCLES_PER_FILTER_BYTE;
+        }
+        cycles
+    }
+
+    /// The selection heuristic's features: the defaults, with the direct definition's FLOPs
+    /// replaced by the modelled cycles as FLOPs at 64 a cycle (one AVX-512 FMA pair), so that
+    /// a fitted rate per GFLOP applies to what this algorithm really does.
+    pub(crate) fn cost_features(&self, problem: &ConvProblem) -> [f64; super::COST_FEATURES] {
+        let mut f = super::default_cost_features(problem, self.workspace_bytes());
+        let direct = f[1];
+        let equivalent = self.model_cycles(true) * 64.0 / 1e9;
+        let ratio = if direct > 0.0 {
+            equivalent / direct
+        } else {
+            1.0
+        };
+        f[1] = equivalent;
+        for i in [4, 5, 7] {
+            f[i] *= ratio;
+        }
+        f
     }
 
     fn c(&self) -> usize {
