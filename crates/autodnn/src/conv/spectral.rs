@@ -88,9 +88,14 @@ pub(crate) enum PlainFilter {
     /// All of them once per call, into the workspace (what prepared weights hold).
     Full,
     /// Up to this many output channels of one group at a time, each block consumed by the
-    /// products of every tile of the pass before the next is computed. Needs all tiles in
-    /// one pass to avoid transforming the filter twice.
+    /// products of every tile of the pass before the next is computed (passes after the
+    /// first transform the filter again).
     KBlocks(usize),
+    /// Chosen automatically when every tile fits in one pass: the filter's row transforms
+    /// (R·(nw/2 + 1) values per filter, laid out by frequency column) into the workspace,
+    /// and the column transforms of each bin block's filter spectra computed right before
+    /// the products that consume them, a few output channels at a time, never stored whole.
+    Fused,
 }
 
 /// Everything the engine needs: the problem's geometry, the transform grid and the tiling.
@@ -185,7 +190,11 @@ impl Spectral {
             tiles_h,
             tiles_w,
             per_pass: per_pass.clamp(1, tiles),
-            plain,
+            plain: if per_pass >= tiles {
+                PlainFilter::Fused
+            } else {
+                plain
+            },
         };
         // Every size below must fit, in bytes.
         sp.workspace_floats()?.checked_mul(4)?;
@@ -212,7 +221,15 @@ impl Spectral {
         if plain {
             let per_filter =
                 (self.r * self.s * self.v.div_ceil(LANES) * 2 + self.blocks * self.r * 4) as f64;
-            cycles += kc * per_filter + filter_bytes * CYCLES_PER_FILTER_BYTE;
+            cycles += kc * per_filter;
+            cycles += match self.plain {
+                // Row transforms written and read once; no spectra streamed.
+                PlainFilter::Fused => {
+                    (kc * (self.v * self.r * 8) as f64 - passes * filter_bytes)
+                        * CYCLES_PER_FILTER_BYTE
+                }
+                _ => filter_bytes * CYCLES_PER_FILTER_BYTE,
+            };
         }
         cycles
     }
@@ -255,10 +272,20 @@ impl Spectral {
             .checked_mul(BLOCK)
     }
 
+    /// Floats of the filters' row transforms: \[f\]\[k\]\[c\]\[r\]\[re, im\] for the
+    /// `nw/2 + 1` frequency columns f.
+    fn row_floats(&self) -> Option<usize> {
+        self.v
+            .checked_mul(self.k())?
+            .checked_mul(self.cg)?
+            .checked_mul(self.r)?
+            .checked_mul(2)
+    }
+
     /// Output channels per block of plain filter spectra.
     fn plain_kblock(&self) -> usize {
         match self.plain {
-            PlainFilter::Full => self.kg,
+            PlainFilter::Full | PlainFilter::Fused => self.kg,
             PlainFilter::KBlocks(b) => b.clamp(1, self.kg),
         }
     }
@@ -273,6 +300,7 @@ impl Spectral {
         let wf = match self.plain {
             PlainFilter::Full => wf.checked_mul(self.groups)?,
             PlainFilter::KBlocks(_) => wf,
+            PlainFilter::Fused => self.row_floats()?,
         };
         let per_tile = self.blocks.checked_mul(self.per_pass)?.checked_mul(BLOCK)?;
         Some([
@@ -350,6 +378,55 @@ impl Spectral {
             }
         };
         par_items(ctx, kb * self.cg, || FilterScratch::new(tables), item);
+    }
+
+    /// The filters' row transforms (the first stage of [`Spectral::filter_spectra`]) into
+    /// `dst`, laid out \[f\]\[k\]\[c\]\[r\]\[re, im\] so that a bin block's column transforms
+    /// read one contiguous run per frequency column.
+    fn filter_rows(
+        &self,
+        ctx: &ExecContext<'_>,
+        tables: &FilterTables,
+        w: &[f32],
+        dst: &mut [f32],
+    ) {
+        let f_stride = self.k() * self.cg * self.r * 2;
+        assert!(dst.len() >= self.v * f_stride);
+        let out = SharedOut::new(dst);
+        let rows_of = pick_rows_kernel(ctx.isa);
+        let item = |buf: &mut FilterScratch, i: usize| {
+            let (k, c) = (i / self.cg, i % self.cg);
+            let base = k * self.ws[0] + c * self.ws[1];
+            buf.taps.clear();
+            for r in 0..self.r {
+                let fr = if self.flip { self.r - 1 - r } else { r };
+                for s in 0..self.s {
+                    let fs = if self.flip { self.s - 1 - s } else { s };
+                    buf.taps.push(w[base + fr * self.ws[2] + fs * self.ws[3]]);
+                }
+            }
+            rows_of(tables, buf);
+            let vp = tables.vp;
+            let mut run = [0f32; 2 * MAX_ROWS_RUN];
+            for f in 0..self.v {
+                let mut at = 0;
+                let mut r0 = 0;
+                while r0 < self.r {
+                    let rn = MAX_ROWS_RUN.min(self.r - r0);
+                    for j in 0..rn {
+                        let r = r0 + j;
+                        run[2 * j] = buf.rows[r * 2 * vp + f];
+                        run[2 * j + 1] = buf.rows[r * 2 * vp + vp + f];
+                    }
+                    let to = f * f_stride + i * self.r * 2 + at;
+                    // SAFETY: item (k, c) alone writes its R values of every column f.
+                    unsafe { out.write_slice(to, &run[..2 * rn]) };
+                    at += 2 * rn;
+                    r0 += rn;
+                }
+            }
+        };
+        par_items(ctx, self.k() * self.cg, || FilterScratch::new(tables), item);
     }
 
     /// The tables of [`Spectral::filter_spectra`] for this grid.
@@ -571,6 +648,17 @@ impl Spectral {
                     }
                     self.products_all(ctx, wbuf, xbuf, count, ybuf);
                 }
+                (AlgoWeights::Plain(ww), PlainFilter::Fused) => {
+                    let tables = self.filter_tables();
+                    self.filter_rows(ctx, &tables, ww, wbuf);
+                    let src = WSource::Fused {
+                        tables: &tables,
+                        rows: wbuf,
+                    };
+                    for g in 0..self.groups {
+                        self.products(ctx, &src, g, 0, self.kg, xbuf, count, ybuf);
+                    }
+                }
                 (AlgoWeights::Plain(ww), PlainFilter::KBlocks(_)) => {
                     let kb = self.plain_kblock();
                     let tables = self.filter_tables();
@@ -579,11 +667,11 @@ impl Spectral {
                         while k0 < self.kg {
                             let n = kb.min(self.kg - k0);
                             self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf);
-                            let wl = WView {
+                            let wl = WSource::View(WView {
                                 data: wbuf,
                                 base: 0,
                                 bstride: n * self.cg * BLOCK,
-                            };
+                            });
                             self.products(ctx, &wl, g, k0, n, xbuf, count, ybuf);
                             k0 += n;
                         }
@@ -728,11 +816,11 @@ impl Spectral {
         ybuf: &mut [f32],
     ) {
         for g in 0..self.groups {
-            let wl = WView {
+            let wl = WSource::View(WView {
                 data: w,
                 base: g * self.blocks * self.kg * self.cg * BLOCK,
                 bstride: self.kg * self.cg * BLOCK,
-            };
+            });
             self.products(ctx, &wl, g, 0, self.kg, xbuf, count, ybuf);
         }
     }
@@ -743,7 +831,7 @@ impl Spectral {
     fn products(
         &self,
         ctx: &ExecContext<'_>,
-        wl: &WView<'_>,
+        src: &WSource<'_>,
         g: usize,
         k0: usize,
         kb: usize,
@@ -755,17 +843,34 @@ impl Spectral {
         let xb = self.per_pass * c_all * BLOCK;
         let kernels = Kernels::for_isa(ctx.isa);
         let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
-        let per_block = |tmp: &mut Vec<f32>, b: usize| {
+        let fill = pick_wblock_kernel(ctx.isa);
+        let per_block = |(tmp, wblk): &mut (Vec<f32>, Vec<f32>), b: usize| {
             tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
             let mut kk = 0;
             while kk < kb {
                 let kn = kernels.kb(count).min(kb - kk);
+                let (wdata, w_off) = match src {
+                    WSource::View(wl) => (wl.data, wl.base + b * wl.bstride + kk * self.cg * BLOCK),
+                    WSource::Fused { tables, rows } => {
+                        wblk.resize(kn * self.cg * BLOCK, 0.0);
+                        let args = WBlockArgs {
+                            t: tables,
+                            blk: b,
+                            rows,
+                            f_stride: self.k() * self.cg * self.r * 2,
+                            k0: g * self.kg + k0 + kk,
+                            cg: self.cg,
+                        };
+                        fill(&args, &mut wblk[..kn * self.cg * BLOCK]);
+                        (&wblk[..], 0)
+                    }
+                };
                 let mut t = 0;
                 while t < count {
                     let tn = kernels.tb.min(count - t);
                     let args = ProdArgs {
-                        w: wl.data,
-                        w_off: wl.base + b * wl.bstride + kk * self.cg * BLOCK,
+                        w: wdata,
+                        w_off,
                         w_kstride: self.cg * BLOCK,
                         x: xbuf,
                         x_off: b * xb + t * c_all * BLOCK + g * self.cg * BLOCK,
@@ -790,7 +895,7 @@ impl Spectral {
                 kk += kn;
             }
         };
-        par_items(ctx, self.blocks, Vec::new, per_block);
+        par_items(ctx, self.blocks, || (Vec::new(), Vec::new()), per_block);
     }
 
     /// Where bin block `b` of output channel `k` of pass tile `t` sits in Y:
@@ -838,6 +943,149 @@ impl FilterScratch {
     }
 }
 
+/// Rows per contiguous write of [`Spectral::filter_rows`].
+const MAX_ROWS_RUN: usize = 32;
+
+/// One output-channel block of one bin block's filter spectra, from the row transforms.
+struct WBlockArgs<'a> {
+    t: &'a FilterTables,
+    blk: usize,
+    /// Row transforms, \[f\]\[k\]\[c\]\[r\]\[re, im\].
+    rows: &'a [f32],
+    f_stride: usize,
+    /// First (global) output channel of the block.
+    k0: usize,
+    cg: usize,
+}
+
+/// The column stage of the filter transform for one bin block and `out.len() / (cg·32)`
+/// output channels, into `out` (\[k\]\[c\]\[re, im ×16\]).
+#[inline(always)]
+fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
+    let fma = |x: f32, y: f32, acc: f32| {
+        if FUSED {
+            x.mul_add(y, acc)
+        } else {
+            acc + x * y
+        }
+    };
+    let t = a.t;
+    let r2 = t.r * 2;
+    let z = [0f32; LANES];
+    let done = out.len() / (2 * BLOCK) * 2;
+    // Two filters at a time: eight independent FMA chains sharing each factor load.
+    let mut pairs = out.chunks_exact_mut(2 * BLOCK);
+    for (p, pair) in pairs.by_ref().enumerate() {
+        let pair: &mut [f32; 2 * BLOCK] = pair.try_into().expect("2 BLOCK floats");
+        let filter = a.k0 * a.cg + 2 * p;
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
+        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
+            let f = t.seg_v[seg];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
+            for r in 0..t.r {
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                    rc2[l] = fma(tr2, c, rc2[l]);
+                    rs2[l] = fma(ti2, s, rs2[l]);
+                    is2[l] = fma(tr2, s, is2[l]);
+                    ic2[l] = fma(ti2, c, ic2[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            pair[l] = rc[l] - rs[l];
+            pair[LANES + l] = is[l] + ic[l];
+            pair[BLOCK + l] = rc2[l] - rs2[l];
+            pair[BLOCK + LANES + l] = is2[l] + ic2[l];
+        }
+    }
+    if let Ok(chunk) = <&mut [f32; BLOCK]>::try_from(pairs.into_remainder()) {
+        let filter = a.k0 * a.cg + done;
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
+            let f = t.seg_v[seg];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
+            for r in 0..t.r {
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            chunk[l] = rc[l] - rs[l];
+            chunk[LANES + l] = is[l] + ic[l];
+        }
+    }
+}
+
+/// [`wblock_one`] compiled for the widest ISA the cap allows.
+fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |a, o| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
+                wblock_one::<true>(a, o)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(a, o) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |a, o| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
+                wblock_one::<true>(a, o)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(a, o) }
+        },
+        _ => wblock_one::<false>,
+    }
+}
+
+/// The row stage of the filter transform compiled for the widest ISA the cap allows.
+fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |t, b| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_rows_one::<true>(t, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(t, b) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |t, b| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(t: &FilterTables, b: &mut FilterScratch) {
+                filter_rows_one::<true>(t, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(t, b) }
+        },
+        _ => filter_rows_one::<false>,
+    }
+}
+
 /// The filter transform compiled for the widest ISA the cap allows.
 fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
     match isa {
@@ -876,25 +1124,7 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
         }
     };
     let vp = t.vp;
-    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
-    for r in 0..t.r {
-        let taps = &b.taps[r * t.s..(r + 1) * t.s];
-        for f0 in (0..vp).step_by(LANES) {
-            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
-            for (s, &wv) in taps.iter().enumerate() {
-                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
-                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
-                    .try_into()
-                    .expect("16");
-                for l in 0..LANES {
-                    re[l] = fma(wv, cs[l], re[l]);
-                    im[l] = fma(wv, sn[l], im[l]);
-                }
-            }
-            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
-            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
-        }
-    }
+    filter_rows_one::<FUSED>(t, b);
     // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
     for (blk, chunk) in b.chunks.chunks_exact_mut(BLOCK).enumerate() {
         let chunk: &mut [f32; BLOCK] = chunk.try_into().expect("BLOCK floats");
@@ -925,6 +1155,38 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
     }
 }
 
+/// The row stage of the filter transform: `b.taps` into `b.rows`.
+#[inline(always)]
+fn filter_rows_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
+        } else {
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
+    for r in 0..t.r {
+        let taps = &b.taps[r * t.s..(r + 1) * t.s];
+        for f0 in (0..vp).step_by(LANES) {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for (s, &wv) in taps.iter().enumerate() {
+                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
+                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
+                    .try_into()
+                    .expect("16");
+                for l in 0..LANES {
+                    re[l] = fma(wv, cs[l], re[l]);
+                    im[l] = fma(wv, sn[l], im[l]);
+                }
+            }
+            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
+            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
+        }
+    }
+}
+
 /// Bin block `b` of a spectrum as 16 real parts then 16 imaginary parts (zeros past the end).
 #[inline]
 fn deinterleave(spec: &[Complex32], b: usize) -> [f32; BLOCK] {
@@ -951,6 +1213,17 @@ fn touched(i: usize, outs: usize, taps: usize, d: usize) -> bool {
         return i < outs + taps - 1;
     }
     (0..taps).any(|r| i >= r * d && i - r * d < outs)
+}
+
+/// Where the products find the filter spectra.
+enum WSource<'a> {
+    /// Stored (prepared, or computed for the call).
+    View(WView<'a>),
+    /// Computed per bin block and output-channel block from the filters' row transforms.
+    Fused {
+        tables: &'a FilterTables,
+        rows: &'a [f32],
+    },
 }
 
 /// Filter spectra as the products read them: block b's channel block starts at
