@@ -14,10 +14,11 @@
 //!   each, padded to blocks of 16 bins): large (64 MiB for 64×64 channels on 56×56 with 9×9),
 //!   because the grid is the whole image. `fft_tiling` trades some arithmetic for far smaller
 //!   spectra.
-//! - **Workspace:** the spectra of up to [`IMAGES_PER_PASS`] images' inputs and outputs, plus
-//!   the filter spectra of [`PLAIN_KBLOCK`] output channels (computed block by block on plain
-//!   calls; batches of more than [`IMAGES_PER_PASS`] images transform the filter once per
-//!   pass). It grows with the image; `fft_tiling`'s does not.
+//! - **Workspace:** the spectra of up to [`IMAGES_PER_PASS`] images' inputs and outputs, plus,
+//!   on plain calls, the filters' row transforms (K·C/g·R·(nw/2 + 1) complex values) when the
+//!   batch fits in one pass, or else the filter spectra of [`PLAIN_KBLOCK`] output channels
+//!   at a time (transformed again on every pass). It grows with the image; `fft_tiling`'s
+//!   does not.
 //! - **Declines:** strides other than 1 (a strided output samples one point in `stride²` of
 //!   the grid: most of the transform would be thrown away); 1×1 kernels (a plain matrix
 //!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side.

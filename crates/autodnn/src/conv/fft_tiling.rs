@@ -13,7 +13,8 @@
 //!   as small complex GEMMs instead of streaming a whole-image spectrum per image.
 //! - **Prepared weights:** the filter spectra on the tile grid.
 //! - **Workspace:** bounded whatever the image size: the spectra of [`TILES_PER_PASS`] tiles'
-//!   inputs and outputs, and on plain calls the filter spectra (computed once per call).
+//!   inputs and outputs and, on plain calls, the filters' row transforms (every tile in one
+//!   pass) or the whole filter spectra, computed once per call (several passes).
 //! - **Declines:** strides other than 1 (most of the transform would be discarded), 1×1
 //!   kernels (nothing for a transform to save), kernels whose dilated extent exceeds
 //!   [`MAX_TILE`] / 2 (use `fft`). Dilation, groups and both layouts are supported.

@@ -29,12 +29,17 @@
 //!
 //! The filter spectra carry the conjugation (correlation), the flip (convolution mode), the
 //! dilation (taps placed `d` apart) and the 1/(nh·nw) scale of the unnormalised inverse. They
-//! are what prepared weights hold; plain calls compute them into the workspace.
+//! are what prepared weights hold. The R×S taps are few on a large grid, so the filter's DFT is
+//! evaluated directly and separably rather than by FFTs of a mostly-zero grid. Plain calls
+//! whose tiles fit in one pass store only the filters' row transforms and compute each bin
+//! block's spectra just before its products ([`PlainFilter::Fused`]); others compute the
+//! spectra into the workspace, all at once or a block of output channels at a time.
 //!
-//! Workspace: filter spectra (all or a block of output channels, per the caller's plan), then
-//! X and Y spectra of one pass; Y comes last and the products write all of it, so the
-//! reported size is the high-water mark. Each worker thread also allocates a few
-//! transform-sized line buffers (kilobytes) for the 1-D FFTs.
+//! Workspace: filter spectra or row transforms, then X and Y spectra of one pass; Y comes last
+//! and the products write all of it, so the reported size is the high-water mark. Each worker
+//! thread also allocates a few transform-sized line buffers (kilobytes) for the 1-D FFTs and,
+//! on fused plain calls, one output-channel block of a bin block's filter spectra
+//! (12·C/g·128 bytes at most).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
