@@ -386,8 +386,9 @@ impl Spectral {
     }
 
     /// The filters' row transforms (the first stage of [`Spectral::filter_spectra`]) into
-    /// `dst`, laid out \[f\]\[k\]\[c\]\[r\]\[re, im\] so that a bin block's column transforms
-    /// read one contiguous run per frequency column.
+    /// `dst`, laid out \[f\]\[r\]\[re, im\]\[filter\] (filter = k·C/g + c), so that a bin
+    /// block's column transforms read, per frequency column and row, adjacent filters. Sixteen
+    /// filters at a time, one per vector lane.
     fn filter_rows(
         &self,
         ctx: &ExecContext<'_>,
@@ -395,43 +396,49 @@ impl Spectral {
         w: &[f32],
         dst: &mut [f32],
     ) {
-        let f_stride = self.k() * self.cg * self.r * 2;
+        let filters = self.k() * self.cg;
+        let f_stride = self.r * 2 * filters;
         assert!(dst.len() >= self.v * f_stride);
         let out = SharedOut::new(dst);
         let rows_of = pick_rows_kernel(ctx.isa);
-        let item = |buf: &mut FilterScratch, i: usize| {
-            let (k, c) = (i / self.cg, i % self.cg);
-            let base = k * self.ws[0] + c * self.ws[1];
+        let taps = self.r * self.s;
+        let item = |buf: &mut FilterScratch, it: usize| {
+            let i0 = it * LANES;
+            let n = LANES.min(filters - i0);
             buf.taps.clear();
-            for r in 0..self.r {
-                let fr = if self.flip { self.r - 1 - r } else { r };
-                for s in 0..self.s {
-                    let fs = if self.flip { self.s - 1 - s } else { s };
-                    buf.taps.push(w[base + fr * self.ws[2] + fs * self.ws[3]]);
+            buf.taps.resize(taps * LANES, 0.0);
+            for j in 0..n {
+                let (k, c) = ((i0 + j) / self.cg, (i0 + j) % self.cg);
+                let base = k * self.ws[0] + c * self.ws[1];
+                for r in 0..self.r {
+                    let fr = if self.flip { self.r - 1 - r } else { r };
+                    for s in 0..self.s {
+                        let fs = if self.flip { self.s - 1 - s } else { s };
+                        buf.taps[(r * self.s + s) * LANES + j] =
+                            w[base + fr * self.ws[2] + fs * self.ws[3]];
+                    }
                 }
             }
-            rows_of(tables, buf);
-            let vp = tables.vp;
-            let mut run = [0f32; 2 * MAX_ROWS_RUN];
+            buf.run.resize(self.v * self.r * BLOCK, 0.0);
+            rows_of(tables, self.v, buf);
             for f in 0..self.v {
-                let mut at = 0;
-                let mut r0 = 0;
-                while r0 < self.r {
-                    let rn = MAX_ROWS_RUN.min(self.r - r0);
-                    for j in 0..rn {
-                        let r = r0 + j;
-                        run[2 * j] = buf.rows[r * 2 * vp + f];
-                        run[2 * j + 1] = buf.rows[r * 2 * vp + vp + f];
+                for r in 0..self.r {
+                    let src = &buf.run[(f * self.r + r) * BLOCK..][..BLOCK];
+                    let at = f * f_stride + r * 2 * filters + i0;
+                    // SAFETY: this item alone writes filters i0 .. i0 + n of every (f, r).
+                    unsafe {
+                        out.write_slice(at, &src[..n]);
+                        out.write_slice(at + filters, &src[LANES..LANES + n]);
                     }
-                    let to = f * f_stride + i * self.r * 2 + at;
-                    // SAFETY: item (k, c) alone writes its R values of every column f.
-                    unsafe { out.write_slice(to, &run[..2 * rn]) };
-                    at += 2 * rn;
-                    r0 += rn;
                 }
             }
         };
-        par_items(ctx, self.k() * self.cg, || FilterScratch::new(tables), item);
+        par_items(
+            ctx,
+            filters.div_ceil(LANES),
+            || FilterScratch::new(tables),
+            item,
+        );
     }
 
     /// The tables of [`Spectral::filter_spectra`] for this grid.
@@ -863,6 +870,7 @@ impl Spectral {
                             blk: b,
                             rows,
                             f_stride: self.k() * self.cg * self.r * 2,
+                            filters: self.k() * self.cg,
                             k0: g * self.kg + k0 + kk,
                             cg: self.cg,
                         };
@@ -936,6 +944,8 @@ struct FilterScratch {
     rows: Vec<f32>,
     /// The result, \[block\]\[re, im ×16\].
     chunks: Vec<f32>,
+    /// Row transforms of several filters by frequency column (fused plain calls).
+    run: Vec<f32>,
 }
 
 impl FilterScratch {
@@ -944,20 +954,20 @@ impl FilterScratch {
             taps: Vec::with_capacity(t.r * t.s),
             rows: vec![0.0; t.r * 2 * t.vp],
             chunks: vec![0.0; t.blocks * BLOCK],
+            run: Vec::new(),
         }
     }
 }
-
-/// Rows per contiguous write of [`Spectral::filter_rows`].
-const MAX_ROWS_RUN: usize = 32;
 
 /// One output-channel block of one bin block's filter spectra, from the row transforms.
 struct WBlockArgs<'a> {
     t: &'a FilterTables,
     blk: usize,
-    /// Row transforms, \[f\]\[k\]\[c\]\[r\]\[re, im\].
+    /// Row transforms, \[f\]\[r\]\[re, im\]\[filter\].
     rows: &'a [f32],
     f_stride: usize,
+    /// Filters in all (K·C/g).
+    filters: usize,
     /// First (global) output channel of the block.
     k0: usize,
     cg: usize,
@@ -975,7 +985,6 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         }
     };
     let t = a.t;
-    let r2 = t.r * 2;
     let z = [0f32; LANES];
     let done = out.len() / (2 * BLOCK) * 2;
     // Two filters at a time: eight independent FMA chains sharing each factor load.
@@ -987,10 +996,11 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
         for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
             let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
+            let col = &a.rows[f * a.f_stride..][..a.f_stride];
             for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
-                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
+                let re = &col[r * 2 * a.filters + filter..][..2];
+                let im = &col[(r * 2 + 1) * a.filters + filter..][..2];
+                let (tr, ti, tr2, ti2) = (re[0], im[0], re[1], im[1]);
                 let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
                     .try_into()
                     .expect("BLOCK floats");
@@ -1019,9 +1029,12 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
         for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
             let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
+            let col = &a.rows[f * a.f_stride..][..a.f_stride];
             for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let (tr, ti) = (
+                    col[r * 2 * a.filters + filter],
+                    col[(r * 2 + 1) * a.filters + filter],
+                );
                 let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
                     .try_into()
                     .expect("BLOCK floats");
@@ -1066,28 +1079,60 @@ fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
     }
 }
 
-/// The row stage of the filter transform compiled for the widest ISA the cap allows.
-fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
+/// [`rows16_one`] compiled for the widest ISA the cap allows.
+fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |t, b| {
+        Isa::Avx512 => |t, v, b| {
             #[target_feature(enable = "avx512f")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_rows_one::<true>(t, b)
+            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+                rows16_one::<true>(t, v, b)
             }
             // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(t, b) }
+            unsafe { inner(t, v, b) }
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |t, b| {
+        Isa::Avx2 => |t, v, b| {
             #[target_feature(enable = "avx2,fma")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_rows_one::<true>(t, b)
+            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+                rows16_one::<true>(t, v, b)
             }
             // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(t, b) }
+            unsafe { inner(t, v, b) }
         },
-        _ => filter_rows_one::<false>,
+        _ => rows16_one::<false>,
+    }
+}
+
+/// The row stage for sixteen filters, one per lane: `b.taps` (\[r\]\[s\]\[16\]) into `b.run`
+/// (\[f\]\[r\]\[re ×16, im ×16\]) for the first `v` frequency columns. The same operations
+/// in the same order as [`filter_one`]'s row stage, so the spectra are bit-identical.
+#[inline(always)]
+fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
+        } else {
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    for (f, out) in b.run.chunks_exact_mut(t.r * BLOCK).take(v).enumerate() {
+        for (r, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for s in 0..t.s {
+                let (c, sn) = (t.ev[2 * s * vp + f], t.ev[(2 * s + 1) * vp + f]);
+                let tp: &[f32; LANES] = b.taps[(r * t.s + s) * LANES..][..LANES]
+                    .try_into()
+                    .expect("LANES floats");
+                for l in 0..LANES {
+                    re[l] = fma(tp[l], c, re[l]);
+                    im[l] = fma(tp[l], sn, im[l]);
+                }
+            }
+            chunk[..LANES].copy_from_slice(&re);
+            chunk[LANES..].copy_from_slice(&im);
+        }
     }
 }
 
