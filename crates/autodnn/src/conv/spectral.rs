@@ -123,20 +123,20 @@ pub(crate) struct Spectral {
     ys: [usize; 4],
     ws: [usize; 4],
     /// Transform grid.
-    pub nh: usize,
-    pub nw: usize,
+    nh: usize,
+    nw: usize,
     /// Columns of the half spectrum (nw/2 + 1).
     v: usize,
     /// Bin blocks (nh·v bins, rounded up to [`LANES`]).
-    pub blocks: usize,
+    blocks: usize,
     /// Output rows and columns per tile.
     th: usize,
     tw: usize,
     tiles_h: usize,
     tiles_w: usize,
     /// Tiles transformed and multiplied together.
-    pub per_pass: usize,
-    pub plain: PlainFilter,
+    per_pass: usize,
+    plain: PlainFilter,
 }
 
 /// The kernel's dilated extent (rows, columns): (R − 1)·dh + 1, (S − 1)·dw + 1.
@@ -240,7 +240,7 @@ impl Spectral {
     }
 
     /// The selection heuristic's features: the defaults, with the direct definition's FLOPs
-    /// replaced by the modelled cycles as FLOPs at 64 a cycle (one AVX-512 FMA pair), so that
+    /// replaced by the modelled cycles as FLOPs at 64 a cycle (two 16-lane FMAs), so that
     /// a fitted rate per GFLOP applies to what this algorithm really does.
     pub(crate) fn cost_features(&self, problem: &ConvProblem) -> [f64; super::COST_FEATURES] {
         let mut f = super::default_cost_features(problem, self.workspace_bytes());
@@ -386,9 +386,10 @@ impl Spectral {
     }
 
     /// The filters' row transforms (the first stage of [`Spectral::filter_spectra`]) into
-    /// `dst`, laid out \[f\]\[r\]\[re, im\]\[filter\] (filter = k·C/g + c), so that a bin
-    /// block's column transforms read, per frequency column and row, adjacent filters. Sixteen
-    /// filters at a time, one per vector lane.
+    /// `dst`, laid out \[f\]\[filter\]\[r\]\[re, im\] (filter = k·C/g + c), so that a bin
+    /// block's column transforms read each filter's rows as one short run (a layout with the
+    /// filters innermost puts the rows 4 KiB-multiples apart, and they evict each other from
+    /// L1). Sixteen filters at a time, one per vector lane.
     fn filter_rows(
         &self,
         ctx: &ExecContext<'_>,
@@ -421,17 +422,21 @@ impl Spectral {
             }
             buf.run.resize(self.v * self.r * BLOCK, 0.0);
             rows_of(tables, self.v, buf);
+            let r2 = self.r * 2;
+            let mut line = std::mem::take(&mut buf.chunks);
+            line.resize(LANES * r2, 0.0);
             for f in 0..self.v {
                 for r in 0..self.r {
                     let src = &buf.run[(f * self.r + r) * BLOCK..][..BLOCK];
-                    let at = f * f_stride + r * 2 * filters + i0;
-                    // SAFETY: this item alone writes filters i0 .. i0 + n of every (f, r).
-                    unsafe {
-                        out.write_slice(at, &src[..n]);
-                        out.write_slice(at + filters, &src[LANES..LANES + n]);
+                    for j in 0..n {
+                        line[j * r2 + 2 * r] = src[j];
+                        line[j * r2 + 2 * r + 1] = src[LANES + j];
                     }
                 }
+                // SAFETY: this item alone writes filters i0 .. i0 + n of every column f.
+                unsafe { out.write_slice(f * f_stride + i0 * r2, &line[..n * r2]) };
             }
+            buf.chunks = line;
         };
         par_items(
             ctx,
@@ -870,7 +875,6 @@ impl Spectral {
                             blk: b,
                             rows,
                             f_stride: self.k() * self.cg * self.r * 2,
-                            filters: self.k() * self.cg,
                             k0: g * self.kg + k0 + kk,
                             cg: self.cg,
                         };
@@ -963,11 +967,9 @@ impl FilterScratch {
 struct WBlockArgs<'a> {
     t: &'a FilterTables,
     blk: usize,
-    /// Row transforms, \[f\]\[r\]\[re, im\]\[filter\].
+    /// Row transforms, \[f\]\[filter\]\[r\]\[re, im\].
     rows: &'a [f32],
     f_stride: usize,
-    /// Filters in all (K·C/g).
-    filters: usize,
     /// First (global) output channel of the block.
     k0: usize,
     cg: usize,
@@ -985,6 +987,7 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         }
     };
     let t = a.t;
+    let r2 = t.r * 2;
     let z = [0f32; LANES];
     let done = out.len() / (2 * BLOCK) * 2;
     // Two filters at a time: eight independent FMA chains sharing each factor load.
@@ -996,11 +999,10 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
         for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
             let f = t.seg_v[seg];
-            let col = &a.rows[f * a.f_stride..][..a.f_stride];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
             for r in 0..t.r {
-                let re = &col[r * 2 * a.filters + filter..][..2];
-                let im = &col[(r * 2 + 1) * a.filters + filter..][..2];
-                let (tr, ti, tr2, ti2) = (re[0], im[0], re[1], im[1]);
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
                 let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
                     .try_into()
                     .expect("BLOCK floats");
@@ -1029,12 +1031,9 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
         let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
         for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
             let f = t.seg_v[seg];
-            let col = &a.rows[f * a.f_stride..][..a.f_stride];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
             for r in 0..t.r {
-                let (tr, ti) = (
-                    col[r * 2 * a.filters + filter],
-                    col[(r * 2 + 1) * a.filters + filter],
-                );
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
                 let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
                     .try_into()
                     .expect("BLOCK floats");
