@@ -929,7 +929,12 @@ fn epilogue_flags_are_checked() {
         "1",
     ]);
     let lines = json_lines(&out);
-    assert_eq!(lines[0]["results"][0]["max_rel_err"], 0.0, "{out}");
+    // Exact algorithms exactly; transform-domain ones within their documented bound.
+    for r in lines[0]["results"].as_array().unwrap() {
+        let a = autodnn::conv::find(r["algo"].as_str().unwrap()).unwrap();
+        let err = r["max_rel_err"].as_f64().unwrap();
+        assert!(err <= a.accuracy().integer_tolerance(), "{out}");
+    }
 }
 
 #[test]
