@@ -8,8 +8,11 @@
 //! (see [`super::spectral`]).
 //!
 //! - **Wins** on large kernels with many channels: the cost per output is nearly independent
-//!   of R·S, so from 7×7 or 9×9 with 64 channels (56×56 images) it beats the direct and
-//!   GEMM algorithms, by far with prepared weights. Loses on small kernels and few channels.
+//!   of R·S. With prepared weights it beats `direct` from 5×5 at 64 channels; `fft_tiling`,
+//!   whose candidates include this whole-image grid, is usually as fast or faster at batch 1.
+//!   `fft` remains for kernels wider than `fft_tiling` takes (extent above 32) and batches,
+//!   where one whole-image spectrum serves several images (at batch 8 and 64 channels, 9×9,
+//!   8× faster than `direct` and onnxruntime). Loses on small kernels and few channels.
 //! - **Prepared weights:** the filter spectra, K·C·nh·(nw/2 + 1) complex values (8 bytes
 //!   each, padded to blocks of 16 bins): large (64 MiB for 64×64 channels on 56×56 with 9×9),
 //!   because the grid is the whole image. `fft_tiling` trades some arithmetic for far smaller

@@ -3,14 +3,18 @@
 //! The output is cut into tiles of (nt − R' + 1) × (nt − S' + 1) positions (R', S' the
 //! dilated kernel extent); each tile's nt × nt input window (overlapping its neighbours by
 //! the kernel's extent) is transformed, multiplied by the filter spectra on the same grid and
-//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The transform side
-//! is the smallest power of two at least twice the kernel's extent, between 8 and
-//! [`MAX_TILE`], and no larger than the whole image's grid.
+//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The sides (rows and
+//! columns apart) are 8, 16, 32 or 64, or the whole image's grid when that is at most
+//! [`MAX_TILE`], whichever the spectral cost model finds cheapest with prepared weights:
+//! larger tiles waste less overlap, smaller ones keep the filter spectra small enough to
+//! stream once per pass and reuse across its tiles. [`TILE_ENV`] forces a side.
 //!
-//! - **Wins** where `fft` does (large kernels, many channels), and beyond: the filter spectra
-//!   are small (K·C·nt·(nt/2 + 1) complex values: 17 MiB for 64×64 channels and 9×9 on a
-//!   32×32 grid) and each is reused by every tile of a pass, so the products run from cache
-//!   as small complex GEMMs instead of streaming a whole-image spectrum per image.
+//! - **Wins** on kernels from 5×5 with 64 or more channels (measured at 56×56 and 28×28, one
+//!   thread: with prepared weights 0.13 to 0.45 of `direct`'s time and of onnxruntime's, 0.15
+//!   at 64 channels and 9×9 on 56×56); on plain calls from 5×5 (56×56) or 7×7 (28×28), where
+//!   the filter transform is paid on every call. About even with `direct` on 3×3.
+//!   Loses on small images with very many channels (ResNet-50's 7×7 layers): the filter
+//!   spectra are then several times the filter's size and must be streamed on every call.
 //! - **Prepared weights:** the filter spectra on the tile grid.
 //! - **Workspace:** bounded whatever the image size: the spectra of [`TILES_PER_PASS`] tiles'
 //!   inputs and outputs and, on plain calls, the filters' row transforms (every tile in one

@@ -22,7 +22,9 @@
 //!    of `KB` output channels × `TB` tiles accumulates over the channels with 4 FMAs per
 //!    complex product and no shuffles, streaming the filter spectra sequentially. (Handing
 //!    each bin to the real GEMM engine as a 4M product would mean thousands of GEMMs of
-//!    (2K × 2C)·(2C × T) with T as small as 1: packing and call overhead would dominate.)
+//!    (2K × 2C)·(2C × T) with T as small as 1: packing and call overhead would dominate. The
+//!    3M method would save a quarter of the FMAs but needs a third plane of filter spectra,
+//!    half as much again to stream, and with one tile the products are bound by that stream.)
 //! 3. **Inverse transforms** of every (tile, output channel): column FFTs, then rows two at a
 //!    time, only the rows and columns of the tile's outputs; the epilogue is applied as each
 //!    row is written.
