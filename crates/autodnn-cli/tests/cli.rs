@@ -939,6 +939,12 @@ fn epilogue_flags_are_checked() {
         results.iter().filter(|r| r["status"] == "ok").count() > 1,
         "{out}"
     );
+    // Exact algorithms exactly; transform-domain ones within their documented bound.
+    for r in results.iter().filter(|r| r["status"] == "ok") {
+        let a = autodnn::conv::find(r["algo"].as_str().unwrap()).unwrap();
+        let err = r["max_rel_err"].as_f64().unwrap();
+        assert!(err <= a.accuracy().integer_tolerance(), "{out}");
+    }
 }
 
 #[test]

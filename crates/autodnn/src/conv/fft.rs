@@ -8,16 +8,20 @@
 //! (see [`super::spectral`]).
 //!
 //! - **Wins** on large kernels with many channels: the cost per output is nearly independent
-//!   of R·S, so from 7×7 or 9×9 with 64 channels (56×56 images) it beats the direct and
-//!   GEMM algorithms, by far with prepared weights. Loses on small kernels and few channels.
+//!   of R·S. With prepared weights it beats `direct` from 5×5 at 64 channels; `fft_tiling`,
+//!   whose candidates include this whole-image grid, is usually as fast or faster at batch 1.
+//!   `fft` remains for kernels wider than `fft_tiling` takes (extent above 32) and batches,
+//!   where one whole-image spectrum serves several images (at batch 8 and 64 channels, 9×9,
+//!   8× faster than `direct` and onnxruntime). Loses on small kernels and few channels.
 //! - **Prepared weights:** the filter spectra, K·C·nh·(nw/2 + 1) complex values (8 bytes
 //!   each, padded to blocks of 16 bins): large (64 MiB for 64×64 channels on 56×56 with 9×9),
 //!   because the grid is the whole image. `fft_tiling` trades some arithmetic for far smaller
 //!   spectra.
-//! - **Workspace:** the spectra of up to [`IMAGES_PER_PASS`] images' inputs and outputs, plus
-//!   the filter spectra of [`PLAIN_KBLOCK`] output channels (computed block by block on plain
-//!   calls; batches of more than [`IMAGES_PER_PASS`] images transform the filter once per
-//!   pass). It grows with the image; `fft_tiling`'s does not.
+//! - **Workspace:** the spectra of up to [`IMAGES_PER_PASS`] images' inputs and outputs, plus,
+//!   on plain calls, the filters' row transforms (K·C/g·R·(nw/2 + 1) complex values) when the
+//!   batch fits in one pass, or else the filter spectra of [`PLAIN_KBLOCK`] output channels
+//!   at a time (transformed again on every pass). It grows with the image; `fft_tiling`'s
+//!   does not.
 //! - **Declines:** strides other than 1 (a strided output samples one point in `stride²` of
 //!   the grid: most of the transform would be thrown away); 1×1 kernels (a plain matrix
 //!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side.
@@ -27,7 +31,10 @@
 //!   one thread in a fixed order whatever the thread count.
 
 use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::desc::ConvProblem;
 use crate::error::Result;
 
@@ -100,6 +107,13 @@ impl ConvAlgorithm for Fft {
 
     fn deterministic(&self) -> bool {
         true
+    }
+
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        spectral(problem).map_or_else(
+            || default_cost_features(problem, 0),
+            |s| s.cost_features(problem),
+        )
     }
 
     fn accuracy(&self) -> Accuracy {

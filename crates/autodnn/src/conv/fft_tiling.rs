@@ -3,24 +3,32 @@
 //! The output is cut into tiles of (nt − R' + 1) × (nt − S' + 1) positions (R', S' the
 //! dilated kernel extent); each tile's nt × nt input window (overlapping its neighbours by
 //! the kernel's extent) is transformed, multiplied by the filter spectra on the same grid and
-//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The transform side
-//! is the smallest power of two at least twice the kernel's extent, between 8 and
-//! [`MAX_TILE`], and no larger than the whole image's grid.
+//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The sides (rows and
+//! columns apart) are 8, 16, 32 or 64, or the whole image's grid when that is at most
+//! [`MAX_TILE`], whichever the spectral cost model finds cheapest with prepared weights:
+//! larger tiles waste less overlap, smaller ones keep the filter spectra small enough to
+//! stream once per pass and reuse across its tiles. [`TILE_ENV`] forces a side.
 //!
-//! - **Wins** where `fft` does (large kernels, many channels), and beyond: the filter spectra
-//!   are small (K·C·nt·(nt/2 + 1) complex values: 17 MiB for 64×64 channels and 9×9 on a
-//!   32×32 grid) and each is reused by every tile of a pass, so the products run from cache
-//!   as small complex GEMMs instead of streaming a whole-image spectrum per image.
+//! - **Wins** on kernels from 5×5 with 64 or more channels (measured at 56×56 and 28×28, one
+//!   thread: with prepared weights 0.13 to 0.45 of `direct`'s time and of onnxruntime's, 0.15
+//!   at 64 channels and 9×9 on 56×56); on plain calls from 5×5 (56×56) or 7×7 (28×28), where
+//!   the filter transform is paid on every call. About even with `direct` on 3×3.
+//!   Loses on small images with very many channels (ResNet-50's 7×7 layers): the filter
+//!   spectra are then several times the filter's size and must be streamed on every call.
 //! - **Prepared weights:** the filter spectra on the tile grid.
 //! - **Workspace:** bounded whatever the image size: the spectra of [`TILES_PER_PASS`] tiles'
-//!   inputs and outputs, and on plain calls the filter spectra (computed once per call).
+//!   inputs and outputs and, on plain calls, the filters' row transforms (every tile in one
+//!   pass) or the whole filter spectra, computed once per call (several passes).
 //! - **Declines:** strides other than 1 (most of the transform would be discarded), 1×1
 //!   kernels (nothing for a transform to save), kernels whose dilated extent exceeds
 //!   [`MAX_TILE`] / 2 (use `fft`). Dilation, groups and both layouts are supported.
 //! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic.**
 
 use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::desc::ConvProblem;
 use crate::error::Result;
 
@@ -47,16 +55,8 @@ pub const TILE_ENV: &str = "AUTODNN_FFT_TILE";
 /// grid when it is at most [`MAX_TILE`].
 const SIDES: [usize; 4] = [8, 16, 32, 64];
 
-/// Cost model of the tile choice, in cycles of one core (fitted on Zen 4 at 1 thread):
-/// per complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
-/// transform (times log2 of the side), and per byte of filter spectra streamed from memory
-/// once per pass.
-const CYCLES_PER_CMAC: f64 = 0.25;
-const CYCLES_PER_BIN_LOG: f64 = 3.5;
-const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
-
-/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the cost
-/// model, or the side [`TILE_ENV`] forces.
+/// The transform sides (rows, columns) for `problem`: the candidates' cheapest by the
+/// spectral cost model, or the side [`TILE_ENV`] forces.
 fn sides(problem: &ConvProblem) -> [usize; 2] {
     let ext = extent(problem);
     let out = [problem.y().h(), problem.y().w()];
@@ -76,38 +76,25 @@ fn sides(problem: &ConvProblem) -> [usize; 2] {
             .chain([whole[d]])
             .filter(move |&n| n >= ext[d] && n <= MAX_TILE && n <= whole[d])
     };
-    let (n, c, k) = (
-        problem.x().n() as f64,
-        problem.x().c() as f64,
-        problem.w().k() as f64,
-    );
-    let cg = problem.c_per_group() as f64;
     let mut best = (
         [whole[0].min(MAX_TILE), whole[1].min(MAX_TILE)],
         f64::INFINITY,
     );
     for nh in candidates(0) {
         for nw in candidates(1) {
-            let bins = (nh * (nw / 2 + 1)) as f64;
-            let tiles = n
-                * out[0].div_ceil(nh - ext[0] + 1) as f64
-                * out[1].div_ceil(nw - ext[1] + 1) as f64;
-            let passes = (tiles / TILES_PER_PASS as f64).ceil();
-            let log = (nh.max(nw) as f64).log2();
-            let cost =
-                tiles * bins * (k * cg * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
-                    + passes * k * cg * bins * 8.0 * CYCLES_PER_FILTER_BYTE;
-            if cost < best.1 {
-                best = ([nh, nw], cost);
+            if let Some(sp) = make(problem, [nh, nw]) {
+                let cost = sp.model_cycles(false);
+                if cost < best.1 {
+                    best = ([nh, nw], cost);
+                }
             }
         }
     }
     best.0
 }
 
-fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+fn make(problem: &ConvProblem, [nh, nw]: [usize; 2]) -> Option<Spectral> {
     let ext = extent(problem);
-    let [nh, nw] = sides(problem);
     Spectral::new(
         problem,
         [nh, nw],
@@ -115,6 +102,10 @@ fn spectral(problem: &ConvProblem) -> Option<Spectral> {
         TILES_PER_PASS,
         PlainFilter::Full,
     )
+}
+
+fn spectral(problem: &ConvProblem) -> Option<Spectral> {
+    make(problem, sides(problem))
 }
 
 impl ConvAlgorithm for FftTiling {
@@ -153,6 +144,13 @@ impl ConvAlgorithm for FftTiling {
 
     fn deterministic(&self) -> bool {
         true
+    }
+
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        spectral(problem).map_or_else(
+            || default_cost_features(problem, 0),
+            |s| s.cost_features(problem),
+        )
     }
 
     fn accuracy(&self) -> Accuracy {

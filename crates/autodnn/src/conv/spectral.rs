@@ -22,19 +22,26 @@
 //!    of `KB` output channels × `TB` tiles accumulates over the channels with 4 FMAs per
 //!    complex product and no shuffles, streaming the filter spectra sequentially. (Handing
 //!    each bin to the real GEMM engine as a 4M product would mean thousands of GEMMs of
-//!    (2K × 2C)·(2C × T) with T as small as 1: packing and call overhead would dominate.)
+//!    (2K × 2C)·(2C × T) with T as small as 1: packing and call overhead would dominate. The
+//!    3M method would save a quarter of the FMAs but needs a third plane of filter spectra,
+//!    half as much again to stream, and with one tile the products are bound by that stream.)
 //! 3. **Inverse transforms** of every (tile, output channel): column FFTs, then rows two at a
 //!    time, only the rows and columns of the tile's outputs; the epilogue is applied as each
 //!    row is written.
 //!
 //! The filter spectra carry the conjugation (correlation), the flip (convolution mode), the
 //! dilation (taps placed `d` apart) and the 1/(nh·nw) scale of the unnormalised inverse. They
-//! are what prepared weights hold; plain calls compute them into the workspace.
+//! are what prepared weights hold. The R×S taps are few on a large grid, so the filter's DFT is
+//! evaluated directly and separably rather than by FFTs of a mostly-zero grid. Plain calls
+//! whose tiles fit in one pass store only the filters' row transforms and compute each bin
+//! block's spectra just before its products ([`PlainFilter::Fused`]); others compute the
+//! spectra into the workspace, all at once or a block of output channels at a time.
 //!
-//! Workspace: filter spectra (all or a block of output channels, per the caller's plan), then
-//! X and Y spectra of one pass; Y comes last and the products write all of it, so the
-//! reported size is the high-water mark. Each worker thread also allocates a few
-//! transform-sized line buffers (kilobytes) for the 1-D FFTs.
+//! Workspace: filter spectra or row transforms, then X and Y spectra of one pass; Y comes last
+//! and the products write all of it, so the reported size is the high-water mark. Each worker
+//! thread also allocates a few transform-sized line buffers (kilobytes) for the 1-D FFTs and,
+//! on fused plain calls, one output-channel block of a bin block's filter spectra
+//! (12·C/g·128 bytes at most).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -73,15 +80,29 @@ pub(crate) fn good_size(n: usize) -> usize {
     }
 }
 
+/// Cost model of one call, in cycles of one core (fitted roughly on Zen 4 at one thread): per
+/// complex multiply-add of the products (16 lanes, 4 FMAs), per bin and channel of a
+/// transform (times log2 of the larger side), per byte of filter spectra streamed from memory.
+/// `fft_tiling` chooses its transform sides with it; both algorithms hand it to the selection
+/// heuristic as their cost features.
+pub(crate) const CYCLES_PER_CMAC: f64 = 0.25;
+pub(crate) const CYCLES_PER_BIN_LOG: f64 = 3.5;
+pub(crate) const CYCLES_PER_FILTER_BYTE: f64 = 0.12;
+
 /// How a plain (unprepared) call gets its filter spectra.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PlainFilter {
     /// All of them once per call, into the workspace (what prepared weights hold).
     Full,
     /// Up to this many output channels of one group at a time, each block consumed by the
-    /// products of every tile of the pass before the next is computed. Needs all tiles in
-    /// one pass to avoid transforming the filter twice.
+    /// products of every tile of the pass before the next is computed (passes after the
+    /// first transform the filter again).
     KBlocks(usize),
+    /// Chosen automatically when every tile fits in one pass: the filter's row transforms
+    /// (R·(nw/2 + 1) values per filter, laid out by frequency column) into the workspace,
+    /// and the column transforms of each bin block's filter spectra computed right before
+    /// the products that consume them, a few output channels at a time, never stored whole.
+    Fused,
 }
 
 /// Everything the engine needs: the problem's geometry, the transform grid and the tiling.
@@ -104,20 +125,20 @@ pub(crate) struct Spectral {
     ys: [usize; 4],
     ws: [usize; 4],
     /// Transform grid.
-    pub nh: usize,
-    pub nw: usize,
+    nh: usize,
+    nw: usize,
     /// Columns of the half spectrum (nw/2 + 1).
     v: usize,
     /// Bin blocks (nh·v bins, rounded up to [`LANES`]).
-    pub blocks: usize,
+    blocks: usize,
     /// Output rows and columns per tile.
     th: usize,
     tw: usize,
     tiles_h: usize,
     tiles_w: usize,
     /// Tiles transformed and multiplied together.
-    pub per_pass: usize,
-    pub plain: PlainFilter,
+    per_pass: usize,
+    plain: PlainFilter,
 }
 
 /// The kernel's dilated extent (rows, columns): (R − 1)·dh + 1, (S − 1)·dw + 1.
@@ -176,12 +197,67 @@ impl Spectral {
             tiles_h,
             tiles_w,
             per_pass: per_pass.clamp(1, tiles),
-            plain,
+            plain: if per_pass >= tiles {
+                PlainFilter::Fused
+            } else {
+                plain
+            },
         };
         // Every size below must fit, in bytes.
         sp.workspace_floats()?.checked_mul(4)?;
         sp.filter_floats()?.checked_mul(4)?;
         Some(sp)
+    }
+
+    /// Modelled cycles of one call on one core (see the constants above): the products, the
+    /// transforms of inputs and outputs, streaming the filter spectra once per pass and, for
+    /// a plain call, transforming the filter.
+    pub(crate) fn model_cycles(&self, plain: bool) -> f64 {
+        let tiles = self.tiles() as f64;
+        let bins = (self.nh * self.v) as f64;
+        let (c, k, kc) = (
+            self.c() as f64,
+            self.k() as f64,
+            (self.k() * self.cg) as f64,
+        );
+        let passes = (tiles / self.per_pass as f64).ceil();
+        let log = (self.nh.max(self.nw) as f64).log2();
+        let filter_bytes = kc * (self.blocks * BLOCK * 4) as f64;
+        let mut cycles = tiles * bins * (kc * CYCLES_PER_CMAC + (c + k) * CYCLES_PER_BIN_LOG * log)
+            + passes * filter_bytes * CYCLES_PER_FILTER_BYTE;
+        if plain {
+            let per_filter =
+                (self.r * self.s * self.v.div_ceil(LANES) * 2 + self.blocks * self.r * 4) as f64;
+            cycles += kc * per_filter;
+            cycles += match self.plain {
+                // Row transforms written and read once; no spectra streamed.
+                PlainFilter::Fused => {
+                    (kc * (self.v * self.r * 8) as f64 - passes * filter_bytes)
+                        * CYCLES_PER_FILTER_BYTE
+                }
+                _ => filter_bytes * CYCLES_PER_FILTER_BYTE,
+            };
+        }
+        cycles
+    }
+
+    /// The selection heuristic's features: the defaults, with the direct definition's FLOPs
+    /// replaced by the modelled cycles as FLOPs at 64 a cycle (two 16-lane FMAs), so that
+    /// a fitted rate per GFLOP applies to what this algorithm really does.
+    pub(crate) fn cost_features(&self, problem: &ConvProblem) -> [f64; super::COST_FEATURES] {
+        let mut f = super::default_cost_features(problem, self.workspace_bytes());
+        let direct = f[1];
+        let equivalent = self.model_cycles(true) * 64.0 / 1e9;
+        let ratio = if direct > 0.0 {
+            equivalent / direct
+        } else {
+            1.0
+        };
+        f[1] = equivalent;
+        for i in [4, 5, 7] {
+            f[i] *= ratio;
+        }
+        f
     }
 
     fn c(&self) -> usize {
@@ -203,10 +279,20 @@ impl Spectral {
             .checked_mul(BLOCK)
     }
 
+    /// Floats of the filters' row transforms: \[f\]\[k\]\[c\]\[r\]\[re, im\] for the
+    /// `nw/2 + 1` frequency columns f.
+    fn row_floats(&self) -> Option<usize> {
+        self.v
+            .checked_mul(self.k())?
+            .checked_mul(self.cg)?
+            .checked_mul(self.r)?
+            .checked_mul(2)
+    }
+
     /// Output channels per block of plain filter spectra.
     fn plain_kblock(&self) -> usize {
         match self.plain {
-            PlainFilter::Full => self.kg,
+            PlainFilter::Full | PlainFilter::Fused => self.kg,
             PlainFilter::KBlocks(b) => b.clamp(1, self.kg),
         }
     }
@@ -221,6 +307,7 @@ impl Spectral {
         let wf = match self.plain {
             PlainFilter::Full => wf.checked_mul(self.groups)?,
             PlainFilter::KBlocks(_) => wf,
+            PlainFilter::Fused => self.row_floats()?,
         };
         let per_tile = self.blocks.checked_mul(self.per_pass)?.checked_mul(BLOCK)?;
         Some([
@@ -298,6 +385,67 @@ impl Spectral {
             }
         };
         par_items(ctx, kb * self.cg, || FilterScratch::new(tables), item);
+    }
+
+    /// The filters' row transforms (the first stage of [`Spectral::filter_spectra`]) into
+    /// `dst`, laid out \[f\]\[filter\]\[r\]\[re, im\] (filter = k·C/g + c), so that a bin
+    /// block's column transforms read each filter's rows as one short run (a layout with the
+    /// filters innermost puts the rows 4 KiB-multiples apart, and they evict each other from
+    /// L1). Sixteen filters at a time, one per vector lane.
+    fn filter_rows(
+        &self,
+        ctx: &ExecContext<'_>,
+        tables: &FilterTables,
+        w: &[f32],
+        dst: &mut [f32],
+    ) {
+        let filters = self.k() * self.cg;
+        let f_stride = self.r * 2 * filters;
+        assert!(dst.len() >= self.v * f_stride);
+        let out = SharedOut::new(dst);
+        let rows_of = pick_rows_kernel(ctx.isa);
+        let taps = self.r * self.s;
+        let item = |buf: &mut FilterScratch, it: usize| {
+            let i0 = it * LANES;
+            let n = LANES.min(filters - i0);
+            buf.taps.clear();
+            buf.taps.resize(taps * LANES, 0.0);
+            for j in 0..n {
+                let (k, c) = ((i0 + j) / self.cg, (i0 + j) % self.cg);
+                let base = k * self.ws[0] + c * self.ws[1];
+                for r in 0..self.r {
+                    let fr = if self.flip { self.r - 1 - r } else { r };
+                    for s in 0..self.s {
+                        let fs = if self.flip { self.s - 1 - s } else { s };
+                        buf.taps[(r * self.s + s) * LANES + j] =
+                            w[base + fr * self.ws[2] + fs * self.ws[3]];
+                    }
+                }
+            }
+            buf.run.resize(self.v * self.r * BLOCK, 0.0);
+            rows_of(tables, self.v, buf);
+            let r2 = self.r * 2;
+            let mut line = std::mem::take(&mut buf.chunks);
+            line.resize(LANES * r2, 0.0);
+            for f in 0..self.v {
+                for r in 0..self.r {
+                    let src = &buf.run[(f * self.r + r) * BLOCK..][..BLOCK];
+                    for j in 0..n {
+                        line[j * r2 + 2 * r] = src[j];
+                        line[j * r2 + 2 * r + 1] = src[LANES + j];
+                    }
+                }
+                // SAFETY: this item alone writes filters i0 .. i0 + n of every column f.
+                unsafe { out.write_slice(f * f_stride + i0 * r2, &line[..n * r2]) };
+            }
+            buf.chunks = line;
+        };
+        par_items(
+            ctx,
+            filters.div_ceil(LANES),
+            || FilterScratch::new(tables),
+            item,
+        );
     }
 
     /// The tables of [`Spectral::filter_spectra`] for this grid.
@@ -519,6 +667,17 @@ impl Spectral {
                     }
                     self.products_all(ctx, wbuf, xbuf, count, ybuf);
                 }
+                (AlgoWeights::Plain(ww), PlainFilter::Fused) => {
+                    let tables = self.filter_tables();
+                    self.filter_rows(ctx, &tables, ww, wbuf);
+                    let src = WSource::Fused {
+                        tables: &tables,
+                        rows: wbuf,
+                    };
+                    for g in 0..self.groups {
+                        self.products(ctx, &src, g, 0, self.kg, xbuf, count, ybuf);
+                    }
+                }
                 (AlgoWeights::Plain(ww), PlainFilter::KBlocks(_)) => {
                     let kb = self.plain_kblock();
                     let tables = self.filter_tables();
@@ -527,11 +686,11 @@ impl Spectral {
                         while k0 < self.kg {
                             let n = kb.min(self.kg - k0);
                             self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf);
-                            let wl = WView {
+                            let wl = WSource::View(WView {
                                 data: wbuf,
                                 base: 0,
                                 bstride: n * self.cg * BLOCK,
-                            };
+                            });
                             self.products(ctx, &wl, g, k0, n, xbuf, count, ybuf);
                             k0 += n;
                         }
@@ -676,11 +835,11 @@ impl Spectral {
         ybuf: &mut [f32],
     ) {
         for g in 0..self.groups {
-            let wl = WView {
+            let wl = WSource::View(WView {
                 data: w,
                 base: g * self.blocks * self.kg * self.cg * BLOCK,
                 bstride: self.kg * self.cg * BLOCK,
-            };
+            });
             self.products(ctx, &wl, g, 0, self.kg, xbuf, count, ybuf);
         }
     }
@@ -691,7 +850,7 @@ impl Spectral {
     fn products(
         &self,
         ctx: &ExecContext<'_>,
-        wl: &WView<'_>,
+        src: &WSource<'_>,
         g: usize,
         k0: usize,
         kb: usize,
@@ -703,17 +862,34 @@ impl Spectral {
         let xb = self.per_pass * c_all * BLOCK;
         let kernels = Kernels::for_isa(ctx.isa);
         let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
-        let per_block = |tmp: &mut Vec<f32>, b: usize| {
+        let fill = pick_wblock_kernel(ctx.isa);
+        let per_block = |(tmp, wblk): &mut (Vec<f32>, Vec<f32>), b: usize| {
             tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
             let mut kk = 0;
             while kk < kb {
                 let kn = kernels.kb(count).min(kb - kk);
+                let (wdata, w_off) = match src {
+                    WSource::View(wl) => (wl.data, wl.base + b * wl.bstride + kk * self.cg * BLOCK),
+                    WSource::Fused { tables, rows } => {
+                        wblk.resize(kn * self.cg * BLOCK, 0.0);
+                        let args = WBlockArgs {
+                            t: tables,
+                            blk: b,
+                            rows,
+                            f_stride: self.k() * self.cg * self.r * 2,
+                            k0: g * self.kg + k0 + kk,
+                            cg: self.cg,
+                        };
+                        fill(&args, &mut wblk[..kn * self.cg * BLOCK]);
+                        (&wblk[..], 0)
+                    }
+                };
                 let mut t = 0;
                 while t < count {
                     let tn = kernels.tb.min(count - t);
                     let args = ProdArgs {
-                        w: wl.data,
-                        w_off: wl.base + b * wl.bstride + kk * self.cg * BLOCK,
+                        w: wdata,
+                        w_off,
                         w_kstride: self.cg * BLOCK,
                         x: xbuf,
                         x_off: b * xb + t * c_all * BLOCK + g * self.cg * BLOCK,
@@ -738,7 +914,7 @@ impl Spectral {
                 kk += kn;
             }
         };
-        par_items(ctx, self.blocks, Vec::new, per_block);
+        par_items(ctx, self.blocks, || (Vec::new(), Vec::new()), per_block);
     }
 
     /// Where bin block `b` of output channel `k` of pass tile `t` sits in Y:
@@ -774,6 +950,8 @@ struct FilterScratch {
     rows: Vec<f32>,
     /// The result, \[block\]\[re, im ×16\].
     chunks: Vec<f32>,
+    /// Row transforms of several filters by frequency column (fused plain calls).
+    run: Vec<f32>,
 }
 
 impl FilterScratch {
@@ -782,6 +960,179 @@ impl FilterScratch {
             taps: Vec::with_capacity(t.r * t.s),
             rows: vec![0.0; t.r * 2 * t.vp],
             chunks: vec![0.0; t.blocks * BLOCK],
+            run: Vec::new(),
+        }
+    }
+}
+
+/// One output-channel block of one bin block's filter spectra, from the row transforms.
+struct WBlockArgs<'a> {
+    t: &'a FilterTables,
+    blk: usize,
+    /// Row transforms, \[f\]\[filter\]\[r\]\[re, im\].
+    rows: &'a [f32],
+    f_stride: usize,
+    /// First (global) output channel of the block.
+    k0: usize,
+    cg: usize,
+}
+
+/// The column stage of the filter transform for one bin block and `out.len() / (cg·32)`
+/// output channels, into `out` (\[k\]\[c\]\[re, im ×16\]).
+#[inline(always)]
+fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
+    let fma = |x: f32, y: f32, acc: f32| {
+        if FUSED {
+            x.mul_add(y, acc)
+        } else {
+            acc + x * y
+        }
+    };
+    let t = a.t;
+    let r2 = t.r * 2;
+    let z = [0f32; LANES];
+    let done = out.len() / (2 * BLOCK) * 2;
+    // Two filters at a time: eight independent FMA chains sharing each factor load.
+    let mut pairs = out.chunks_exact_mut(2 * BLOCK);
+    for (p, pair) in pairs.by_ref().enumerate() {
+        let pair: &mut [f32; 2 * BLOCK] = pair.try_into().expect("2 BLOCK floats");
+        let filter = a.k0 * a.cg + 2 * p;
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
+        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
+            let f = t.seg_v[seg];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
+            for r in 0..t.r {
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                    rc2[l] = fma(tr2, c, rc2[l]);
+                    rs2[l] = fma(ti2, s, rs2[l]);
+                    is2[l] = fma(tr2, s, is2[l]);
+                    ic2[l] = fma(ti2, c, ic2[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            pair[l] = rc[l] - rs[l];
+            pair[LANES + l] = is[l] + ic[l];
+            pair[BLOCK + l] = rc2[l] - rs2[l];
+            pair[BLOCK + LANES + l] = is2[l] + ic2[l];
+        }
+    }
+    if let Ok(chunk) = <&mut [f32; BLOCK]>::try_from(pairs.into_remainder()) {
+        let filter = a.k0 * a.cg + done;
+        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
+        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
+            let f = t.seg_v[seg];
+            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
+            for r in 0..t.r {
+                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
+                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    rc[l] = fma(tr, c, rc[l]);
+                    rs[l] = fma(ti, s, rs[l]);
+                    is[l] = fma(tr, s, is[l]);
+                    ic[l] = fma(ti, c, ic[l]);
+                }
+            }
+        }
+        for l in 0..LANES {
+            chunk[l] = rc[l] - rs[l];
+            chunk[LANES + l] = is[l] + ic[l];
+        }
+    }
+}
+
+/// [`wblock_one`] compiled for the widest ISA the cap allows.
+fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |a, o| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
+                wblock_one::<true>(a, o)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(a, o) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |a, o| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
+                wblock_one::<true>(a, o)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(a, o) }
+        },
+        _ => wblock_one::<false>,
+    }
+}
+
+/// [`rows16_one`] compiled for the widest ISA the cap allows.
+fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => |t, v, b| {
+            #[target_feature(enable = "avx512f")]
+            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+                rows16_one::<true>(t, v, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX-512F.
+            unsafe { inner(t, v, b) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => |t, v, b| {
+            #[target_feature(enable = "avx2,fma")]
+            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+                rows16_one::<true>(t, v, b)
+            }
+            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+            unsafe { inner(t, v, b) }
+        },
+        _ => rows16_one::<false>,
+    }
+}
+
+/// The row stage for sixteen filters, one per lane: `b.taps` (\[r\]\[s\]\[16\]) into `b.run`
+/// (\[f\]\[r\]\[re ×16, im ×16\]) for the first `v` frequency columns. The same operations
+/// in the same order as [`filter_one`]'s row stage, so the spectra are bit-identical.
+#[inline(always)]
+fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
+        } else {
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    for (f, out) in b.run.chunks_exact_mut(t.r * BLOCK).take(v).enumerate() {
+        for (r, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for s in 0..t.s {
+                let (c, sn) = (t.ev[2 * s * vp + f], t.ev[(2 * s + 1) * vp + f]);
+                let tp: &[f32; LANES] = b.taps[(r * t.s + s) * LANES..][..LANES]
+                    .try_into()
+                    .expect("LANES floats");
+                for l in 0..LANES {
+                    re[l] = fma(tp[l], c, re[l]);
+                    im[l] = fma(tp[l], sn, im[l]);
+                }
+            }
+            chunk[..LANES].copy_from_slice(&re);
+            chunk[LANES..].copy_from_slice(&im);
         }
     }
 }
@@ -824,25 +1175,7 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
         }
     };
     let vp = t.vp;
-    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
-    for r in 0..t.r {
-        let taps = &b.taps[r * t.s..(r + 1) * t.s];
-        for f0 in (0..vp).step_by(LANES) {
-            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
-            for (s, &wv) in taps.iter().enumerate() {
-                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
-                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
-                    .try_into()
-                    .expect("16");
-                for l in 0..LANES {
-                    re[l] = fma(wv, cs[l], re[l]);
-                    im[l] = fma(wv, sn[l], im[l]);
-                }
-            }
-            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
-            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
-        }
-    }
+    filter_rows_one::<FUSED>(t, b);
     // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
     for (blk, chunk) in b.chunks.chunks_exact_mut(BLOCK).enumerate() {
         let chunk: &mut [f32; BLOCK] = chunk.try_into().expect("BLOCK floats");
@@ -873,6 +1206,38 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
     }
 }
 
+/// The row stage of the filter transform: `b.taps` into `b.rows`.
+#[inline(always)]
+fn filter_rows_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
+    let fma = |a: f32, x: f32, acc: f32| {
+        if FUSED {
+            a.mul_add(x, acc)
+        } else {
+            acc + a * x
+        }
+    };
+    let vp = t.vp;
+    // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
+    for r in 0..t.r {
+        let taps = &b.taps[r * t.s..(r + 1) * t.s];
+        for f0 in (0..vp).step_by(LANES) {
+            let (mut re, mut im) = ([0f32; LANES], [0f32; LANES]);
+            for (s, &wv) in taps.iter().enumerate() {
+                let cs: &[f32; LANES] = t.ev[2 * s * vp + f0..][..LANES].try_into().expect("16");
+                let sn: &[f32; LANES] = t.ev[(2 * s + 1) * vp + f0..][..LANES]
+                    .try_into()
+                    .expect("16");
+                for l in 0..LANES {
+                    re[l] = fma(wv, cs[l], re[l]);
+                    im[l] = fma(wv, sn[l], im[l]);
+                }
+            }
+            b.rows[r * 2 * vp + f0..][..LANES].copy_from_slice(&re);
+            b.rows[r * 2 * vp + vp + f0..][..LANES].copy_from_slice(&im);
+        }
+    }
+}
+
 /// Bin block `b` of a spectrum as 16 real parts then 16 imaginary parts (zeros past the end).
 #[inline]
 fn deinterleave(spec: &[Complex32], b: usize) -> [f32; BLOCK] {
@@ -899,6 +1264,17 @@ fn touched(i: usize, outs: usize, taps: usize, d: usize) -> bool {
         return i < outs + taps - 1;
     }
     (0..taps).any(|r| i >= r * d && i - r * d < outs)
+}
+
+/// Where the products find the filter spectra.
+enum WSource<'a> {
+    /// Stored (prepared, or computed for the call).
+    View(WView<'a>),
+    /// Computed per bin block and output-channel block from the filters' row transforms.
+    Fused {
+        tables: &'a FilterTables,
+        rows: &'a [f32],
+    },
 }
 
 /// Filter spectra as the products read them: block b's channel block starts at
