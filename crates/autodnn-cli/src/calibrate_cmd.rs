@@ -88,7 +88,7 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
         writeln!(
             out,
             "{:<16}  {:>7}  {:>14}  {:>14}  coefficients (ms per: call, GFLOP, MB moved, MB \
-             workspace, short-reduction GFLOP, strided GFLOP, 1000 output planes, narrow-output GFLOP)",
+             workspace, short-reduction GFLOP, strided GFLOP, 1000 output planes, narrow-output GFLOP, filter MB, lowered MB)",
             "algo", "samples", "median rel err", "max rel err"
         )?;
     }

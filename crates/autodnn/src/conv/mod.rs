@@ -125,7 +125,7 @@ pub trait ConvAlgorithm: Send + Sync {
 }
 
 /// Length of [`ConvAlgorithm::cost_features`].
-pub const COST_FEATURES: usize = 8;
+pub const COST_FEATURES: usize = 10;
 
 /// The default cost features of a problem whose algorithm uses `workspace_bytes`:
 ///
@@ -139,7 +139,11 @@ pub const COST_FEATURES: usize = 8;
 ///    contiguous,
 /// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images),
 /// 7. GFLOP × 8 / (8 + K per group): the FLOPs of narrow outputs (depthwise, few output
-///    channels per group), which leave output-channel blocking idle.
+///    channels per group), which leave output-channel blocking idle,
+/// 8. MB of the filter (what a plain call packs or transforms before it computes),
+/// 9. MB of the lowered input, N·C·R·S·OH·OW elements, when the windows are not the image
+///    itself (any kernel above 1×1, stride or padding): what an im2col writes or an
+///    implicit packing gathers.
 pub fn default_cost_features(
     problem: &ConvProblem,
     workspace_bytes: usize,
@@ -158,7 +162,24 @@ pub fn default_cost_features(
         if strided { gflop } else { 0.0 },
         (n * k) as f64 / 1e3,
         gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
+        problem.w().elements() as f64 * 4.0 / 1e6,
+        lowered_mb(problem),
     ]
+}
+
+/// MB of the lowered input (feature 9 of [`default_cost_features`]).
+fn lowered_mb(problem: &ConvProblem) -> f64 {
+    let w = problem.w();
+    let conv = problem.conv();
+    let pad = conv.padding();
+    let identity = w.r() * w.s() == 1
+        && conv.stride() == [1, 1]
+        && [pad.top, pad.bottom, pad.left, pad.right] == [0; 4];
+    if identity {
+        return 0.0;
+    }
+    let [n, _, oh, ow] = problem.y().dims();
+    (n * problem.x().c() * w.r() * w.s()) as f64 * (oh * ow) as f64 * 4.0 / 1e6
 }
 
 /// An algorithm's documented error bound, tested on every problem it accepts.

@@ -70,7 +70,10 @@ use std::marker::PhantomData;
 use rayon::prelude::*;
 
 use super::winograd_simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
-use super::{Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::activation::Activation;
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
@@ -287,6 +290,26 @@ impl Plan {
     fn workspace_bytes(&self) -> Option<usize> {
         self.floats()?.checked_mul(4)?.checked_add(ALIGN)
     }
+
+    /// The selection heuristic's features: the defaults with the direct definition's FLOPs
+    /// replaced by those of the transformed-domain products (channels padded to the
+    /// register tile), the filter's MB by the transformed filter's (what a plain call
+    /// writes), and the lowered input's MB by the transformed tiles' (input and output
+    /// transforms).
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        let mut f = default_cost_features(p, self.workspace_bytes().unwrap_or(usize::MAX));
+        let kpp = (self.kpn * KP) as f64;
+        let tiles = (self.groups * self.all_tiles * self.p) as f64;
+        let products = 2.0 * tiles * self.cp as f64 * kpp / 1e9;
+        let ratio = if f[1] > 0.0 { products / f[1] } else { 1.0 };
+        f[1] = products;
+        for i in [4, 5, 7] {
+            f[i] *= ratio;
+        }
+        f[8] = self.u_len as f64 * 4.0 / 1e6;
+        f[9] = tiles * (self.cp as f64 + kpp) * 4.0 / 1e6;
+        f
+    }
 }
 
 impl<T: Tile> Winograd<T> {
@@ -335,6 +358,13 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
 
     fn accuracy(&self) -> Accuracy {
         self.accuracy
+    }
+
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        match Plan::new(p, T::M) {
+            Some(plan) => plan.cost_features(p),
+            None => default_cost_features(p, usize::MAX),
+        }
     }
 
     fn prepare(

@@ -25,10 +25,13 @@ use crate::problem_string::ProblemSpec;
 /// The `format` field of a cost-model file.
 pub const COST_MODEL_FORMAT: &str = "autodnn-cost-model";
 /// The version of the cost-model file format this build reads and writes.
-pub const COST_MODEL_VERSION: u32 = 1;
+pub const COST_MODEL_VERSION: u32 = 2;
 /// Timed runs per problem and algorithm when calibrating (after one warm-up); the median is
 /// fitted.
 pub const CALIBRATION_RUNS: usize = 7;
+/// Predictions within this fraction of each other count as a tie, which the ranking breaks in
+/// favour of the candidate with less workspace.
+pub const PREDICTION_TIE: f64 = 0.03;
 /// The name of the entry used for algorithms without coefficients of their own.
 pub const ANY_ALGORITHM: &str = "*";
 
@@ -237,7 +240,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 49] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 65] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -287,6 +290,24 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (2048, 40, 3, 1, 1, 1, 0),
         (1000, 24, 1, 1, 1, 1, 0),
         (24, 1000, 1, 1, 1, 1, 0),
+        // Deep layers on small images, where per-call filter work weighs most.
+        (384, 384, 7, 3, 1, 1, 0),
+        (320, 448, 11, 3, 1, 1, 0),
+        (768, 512, 5, 3, 1, 1, 0),
+        (160, 224, 13, 3, 1, 1, 0),
+        (96, 80, 61, 3, 1, 1, 0),
+        (48, 64, 71, 3, 1, 1, 0),
+        (768, 384, 7, 1, 1, 1, 0),
+        (384, 1536, 7, 1, 1, 1, 0),
+        (1280, 320, 11, 1, 1, 1, 0),
+        (160, 640, 27, 1, 1, 1, 0),
+        (96, 384, 41, 1, 1, 1, 0),
+        // Strided 1x1 projections and a strided 3x3 on a mid-sized image.
+        (256, 512, 29, 1, 2, 1, 0),
+        (704, 1408, 13, 1, 2, 1, 0),
+        (128, 320, 57, 1, 2, 1, 0),
+        (448, 448, 15, 3, 2, 1, 0),
+        (32, 96, 119, 3, 2, 1, 0),
     ];
     SET.iter()
         .enumerate()

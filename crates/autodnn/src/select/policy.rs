@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::benchmark::{self, Timer};
 use super::cache::{CacheEntry, CacheKey};
+use super::heuristic;
 use super::{describe, log_lines, ConvPlan, Declined, PerfStatus, Ranked, Source};
 use crate::conv::{ConvAlgorithm, EpilogueArgs};
 use crate::desc::ConvProblem;
@@ -116,7 +117,26 @@ pub(crate) fn rank(
         });
     }
     ranked.sort_by(|a, b| a.predicted_ms.total_cmp(&b.predicted_ms));
+    prefer_less_workspace_on_ties(&mut ranked);
     (ranked, declined)
+}
+
+/// Among candidates whose predictions differ by at most [`heuristic::PREDICTION_TIE`], moves
+/// the one needing less workspace first: the model cannot tell them apart, and less workspace
+/// is the safer choice.
+fn prefer_less_workspace_on_ties(ranked: &mut [Ranked]) {
+    for i in 1..ranked.len() {
+        let mut j = i;
+        while j > 0 {
+            let (a, b) = (&ranked[j - 1], &ranked[j]);
+            let tie = b.predicted_ms <= a.predicted_ms * (1.0 + heuristic::PREDICTION_TIE);
+            if !(tie && b.workspace_bytes < a.workspace_bytes) {
+                break;
+            }
+            ranked.swap(j - 1, j);
+            j -= 1;
+        }
+    }
 }
 
 /// What selection may time with.
@@ -353,4 +373,38 @@ pub(crate) fn entry_covers(entry: &CacheEntry, eligible: &[&'static str]) -> boo
             .iter()
             .any(|r| r.algo == *a && r.status != PerfStatus::Failed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conv::Accuracy;
+
+    fn r(algo: &'static str, ms: f64, ws: usize) -> Ranked {
+        Ranked {
+            algo,
+            predicted_ms: ms,
+            workspace_bytes: ws,
+            deterministic: true,
+            accuracy: Accuracy::Exact,
+            eligible: true,
+        }
+    }
+
+    #[test]
+    fn ties_go_to_less_workspace() {
+        let mut v = vec![
+            r("a", 1.0, 100),
+            r("b", 1.02, 0),
+            r("c", 1.029, 50),
+            r("d", 1.2, 0),
+        ];
+        prefer_less_workspace_on_ties(&mut v);
+        let order: Vec<_> = v.iter().map(|x| x.algo).collect();
+        assert_eq!(order, ["b", "c", "a", "d"]);
+        // Outside the tie, prediction order stands.
+        let mut v = vec![r("a", 1.0, 100), r("b", 1.05, 0)];
+        prefer_less_workspace_on_ties(&mut v);
+        assert_eq!(v[0].algo, "a");
+    }
 }
