@@ -240,7 +240,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 65] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 67] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -308,6 +308,9 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (128, 320, 57, 1, 2, 1, 0),
         (448, 448, 15, 3, 2, 1, 0),
         (32, 96, 119, 3, 2, 1, 0),
+        // Few input channels at stride 1 (a network's first layer).
+        (3, 32, 127, 3, 1, 1, 0),
+        (4, 16, 191, 3, 1, 1, 0),
     ];
     SET.iter()
         .enumerate()
