@@ -33,9 +33,10 @@
 //! M = 1) have unrolled kernels whose accumulators stay in registers; other geometries run
 //! generic kernels with runtime taps. The epilogue (alpha, bias, beta·z, relu or clip) is
 //! applied to each vector as it is stored; sigmoid, tanh, gelu and silu (libm, lane by lane)
-//! in a pass over each work item's outputs right after its kernel. Masked-off lanes are never given an address outside the
-//! tensor's rows (some CPUs run a slow microcode assist for a masked access to an unmapped
-//! page), except for partial vectors at the very start or end of a buffer.
+//! in a pass over each work item's outputs right after its kernel. Masked-off lanes are never
+//! given an address outside the tensor's rows (some CPUs run a slow microcode assist for a
+//! masked access to an unmapped page), except for partial vectors at the very start or end of
+//! a buffer.
 
 use std::ptr;
 
