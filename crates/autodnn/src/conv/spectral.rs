@@ -1493,150 +1493,120 @@ fn portable(a: &ProdArgs<'_>, y: &mut [f32]) {
     }
 }
 
+/// An x86 product kernel family: `run` dispatches the call's block shape to a monomorphised
+/// `kernel`, which keeps a register tile of `KB` output channels × `TB` tiles of `vector`
+/// lanes and is called once per `halves` offset (a 16-lane vector covers a bin block, two
+/// 8-lane ones cover it as halves).
+#[cfg(target_arch = "x86_64")]
+macro_rules! product_family {
+    (
+        feature: $feature:literal,
+        vector: $vector:ident,
+        zero: $zero:ident,
+        load: $load:ident,
+        store: $store:ident,
+        fmadd: $fmadd:ident,
+        fnmadd: $fnmadd:ident,
+        halves: $halves:expr,
+        shapes: [$(($k:literal, $t:literal))*]
+    ) => {
+        use std::arch::x86_64::*;
+
+        use super::{ProdArgs, BLOCK, LANES};
+
+        /// Dispatches the call's block shape to a monomorphised kernel, once per half block.
+        pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
+            a.check(y);
+            match (a.kb, a.tb) {
+                $(($k, $t) => for half in $halves {
+                    // SAFETY: this family is only chosen when the CPU has its target features,
+                    // and the accesses were bounds-checked above.
+                    unsafe { kernel::<$k, $t>(a, y, half) }
+                })*
+                _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
+            }
+        }
+
+        /// # Safety
+        /// The family's target features; `a.check(y)` holds; `half` is one of its halves.
+        #[target_feature(enable = $feature)]
+        unsafe fn kernel<const KB: usize, const TB: usize>(
+            a: &ProdArgs<'_>,
+            y: &mut [f32],
+            half: usize,
+        ) {
+            let zero: $vector = $zero();
+            let mut re = [[zero; TB]; KB];
+            let mut im = [[zero; TB]; KB];
+            let wp = a.w.as_ptr().wrapping_add(a.w_off + half);
+            let xp = a.x.as_ptr().wrapping_add(a.x_off + half);
+            for c in 0..a.cg {
+                let mut xr = [zero; TB];
+                let mut xi = [zero; TB];
+                for t in 0..TB {
+                    let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
+                    // SAFETY: inside x (checked by the caller; half + vector lanes <= 16).
+                    unsafe {
+                        xr[t] = $load(p);
+                        xi[t] = $load(p.add(LANES));
+                    }
+                }
+                for k in 0..KB {
+                    let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
+                    // SAFETY: inside w (checked by the caller).
+                    let (wr, wi) = unsafe { ($load(p), $load(p.add(LANES))) };
+                    for t in 0..TB {
+                        re[k][t] = $fmadd(wr, xr[t], re[k][t]);
+                        re[k][t] = $fnmadd(wi, xi[t], re[k][t]);
+                        im[k][t] = $fmadd(wr, xi[t], im[k][t]);
+                        im[k][t] = $fmadd(wi, xr[t], im[k][t]);
+                    }
+                }
+            }
+            let yp = y.as_mut_ptr().wrapping_add(half);
+            for k in 0..KB {
+                for t in 0..TB {
+                    let p = yp.wrapping_add((k * TB + t) * BLOCK);
+                    // SAFETY: inside y (checked by the caller).
+                    unsafe {
+                        $store(p, re[k][t]);
+                        $store(p.add(LANES), im[k][t]);
+                    }
+                }
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::{ProdArgs, BLOCK, LANES};
-
-    /// Dispatches the call's block shape to a monomorphised kernel.
-    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
-        a.check(y);
-        macro_rules! dispatch {
-            ($(($k:literal, $t:literal))*) => {
-                match (a.kb, a.tb) {
-                    $(($k, $t) => {
-                        // SAFETY: this family is only chosen when the CPU has AVX-512F, and
-                        // the accesses were bounds-checked above.
-                        unsafe { kernel::<$k, $t>(a, y) }
-                    })*
-                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
-                }
-            };
-        }
-        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(
-            10, 1
-        )(11, 1)(12, 1)(1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(
-            3, 3
-        )(4, 3))
-    }
-
-    /// # Safety
-    /// AVX-512F; `a.check(y)` holds.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn kernel<const KB: usize, const TB: usize>(a: &ProdArgs<'_>, y: &mut [f32]) {
-        let zero = _mm512_setzero_ps();
-        let mut re = [[zero; TB]; KB];
-        let mut im = [[zero; TB]; KB];
-        let wp = a.w.as_ptr().wrapping_add(a.w_off);
-        let xp = a.x.as_ptr().wrapping_add(a.x_off);
-        for c in 0..a.cg {
-            let mut xr = [zero; TB];
-            let mut xi = [zero; TB];
-            for t in 0..TB {
-                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
-                // SAFETY: inside x (checked by the caller).
-                unsafe {
-                    xr[t] = _mm512_loadu_ps(p);
-                    xi[t] = _mm512_loadu_ps(p.add(LANES));
-                }
-            }
-            for k in 0..KB {
-                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
-                // SAFETY: inside w (checked by the caller).
-                let (wr, wi) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(LANES))) };
-                for t in 0..TB {
-                    re[k][t] = _mm512_fmadd_ps(wr, xr[t], re[k][t]);
-                    re[k][t] = _mm512_fnmadd_ps(wi, xi[t], re[k][t]);
-                    im[k][t] = _mm512_fmadd_ps(wr, xi[t], im[k][t]);
-                    im[k][t] = _mm512_fmadd_ps(wi, xr[t], im[k][t]);
-                }
-            }
-        }
-        let yp = y.as_mut_ptr();
-        for k in 0..KB {
-            for t in 0..TB {
-                let p = yp.wrapping_add((k * TB + t) * BLOCK);
-                // SAFETY: inside y (checked by the caller).
-                unsafe {
-                    _mm512_storeu_ps(p, re[k][t]);
-                    _mm512_storeu_ps(p.add(LANES), im[k][t]);
-                }
-            }
-        }
+    product_family! {
+        feature: "avx512f",
+        vector: __m512,
+        zero: _mm512_setzero_ps,
+        load: _mm512_loadu_ps,
+        store: _mm512_storeu_ps,
+        fmadd: _mm512_fmadd_ps,
+        fnmadd: _mm512_fnmadd_ps,
+        halves: [0],
+        shapes: [
+            (1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(10, 1)(11, 1)(12, 1)
+            (1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(3, 3)(4, 3)
+        ]
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{ProdArgs, BLOCK, LANES};
-
-    /// Dispatches the call's block shape to a monomorphised kernel, once per half block.
-    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
-        a.check(y);
-        macro_rules! dispatch {
-            ($(($k:literal, $t:literal))*) => {
-                match (a.kb, a.tb) {
-                    $(($k, $t) => for half in [0, 8] {
-                        // SAFETY: this family is only chosen when the CPU has AVX2 and FMA,
-                        // and the accesses were bounds-checked above.
-                        unsafe { kernel::<$k, $t>(a, y, half) }
-                    })*
-                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
-                }
-            };
-        }
-        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2))
-    }
-
-    /// # Safety
-    /// AVX2 and FMA; `a.check(y)` holds; `half` is 0 or 8.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn kernel<const KB: usize, const TB: usize>(
-        a: &ProdArgs<'_>,
-        y: &mut [f32],
-        half: usize,
-    ) {
-        let zero = _mm256_setzero_ps();
-        let mut re = [[zero; TB]; KB];
-        let mut im = [[zero; TB]; KB];
-        let wp = a.w.as_ptr().wrapping_add(a.w_off + half);
-        let xp = a.x.as_ptr().wrapping_add(a.x_off + half);
-        for c in 0..a.cg {
-            let mut xr = [zero; TB];
-            let mut xi = [zero; TB];
-            for t in 0..TB {
-                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
-                // SAFETY: inside x (checked by the caller; half + 8 <= 16).
-                unsafe {
-                    xr[t] = _mm256_loadu_ps(p);
-                    xi[t] = _mm256_loadu_ps(p.add(LANES));
-                }
-            }
-            for k in 0..KB {
-                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
-                // SAFETY: inside w (checked by the caller).
-                let (wr, wi) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(LANES))) };
-                for t in 0..TB {
-                    re[k][t] = _mm256_fmadd_ps(wr, xr[t], re[k][t]);
-                    re[k][t] = _mm256_fnmadd_ps(wi, xi[t], re[k][t]);
-                    im[k][t] = _mm256_fmadd_ps(wr, xi[t], im[k][t]);
-                    im[k][t] = _mm256_fmadd_ps(wi, xr[t], im[k][t]);
-                }
-            }
-        }
-        let yp = y.as_mut_ptr().wrapping_add(half);
-        for k in 0..KB {
-            for t in 0..TB {
-                let p = yp.wrapping_add((k * TB + t) * BLOCK);
-                // SAFETY: inside y (checked by the caller).
-                unsafe {
-                    _mm256_storeu_ps(p, re[k][t]);
-                    _mm256_storeu_ps(p.add(LANES), im[k][t]);
-                }
-            }
-        }
+    product_family! {
+        feature: "avx2,fma",
+        vector: __m256,
+        zero: _mm256_setzero_ps,
+        load: _mm256_loadu_ps,
+        store: _mm256_storeu_ps,
+        fmadd: _mm256_fmadd_ps,
+        fnmadd: _mm256_fnmadd_ps,
+        halves: [0, 8],
+        shapes: [(1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2)]
     }
 }
