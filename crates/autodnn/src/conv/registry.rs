@@ -3,8 +3,8 @@
 
 use super::depthwise::Depthwise;
 use super::direct::Direct;
-use super::fft::Fft;
-use super::fft_tiling::FftTiling;
+use super::fft::FFT;
+use super::fft_tiling::FFT_TILING;
 use super::gemm::GemmConv;
 use super::implicit_gemm::ImplicitGemm;
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
@@ -16,8 +16,8 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &WINOGRAD_4X4,
     &WINOGRAD_6X6,
     &WINOGRAD_2X2,
-    &FftTiling,
-    &Fft,
+    &FFT_TILING,
+    &FFT,
     &ImplicitGemm,
     &GemmConv,
     &Direct,
