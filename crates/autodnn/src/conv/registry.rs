@@ -5,8 +5,8 @@ use super::depthwise::Depthwise;
 use super::direct::Direct;
 use super::fft::FFT;
 use super::fft_tiling::FFT_TILING;
-use super::gemm::GemmConv;
-use super::implicit_gemm::ImplicitGemm;
+use super::gemm::GEMM;
+use super::implicit_gemm::IMPLICIT_GEMM;
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
@@ -18,8 +18,8 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &WINOGRAD_2X2,
     &FFT_TILING,
     &FFT,
-    &ImplicitGemm,
-    &GemmConv,
+    &IMPLICIT_GEMM,
+    &GEMM,
     &Direct,
 ];
 
