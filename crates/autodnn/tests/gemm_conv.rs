@@ -7,23 +7,12 @@
 
 mod common;
 
-use autodnn::conv::{self, Activation, ConvAlgorithm, Epilogue, EpilogueArgs, Weights};
+use autodnn::conv::{Activation, Epilogue, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
-use autodnn::{reference, ConvMode, ConvProblem, Error, Handle, Layout, ProblemSpec};
-use common::{assert_exact, int_data, Rng};
+use autodnn::{reference, ConvMode, ConvProblem, Error, Handle, Layout};
+use common::{algo, assert_exact, int_data, problem, Rng};
 
 const ALGOS: [&str; 2] = ["gemm", "implicit_gemm"];
-
-fn algo(name: &str) -> &'static dyn ConvAlgorithm {
-    conv::find(name).unwrap()
-}
-
-fn problem(spec: &str, layout: Layout) -> ConvProblem {
-    ProblemSpec::parse(spec)
-        .unwrap()
-        .to_problem(layout)
-        .unwrap()
-}
 
 /// The same problem in convolution mode (the filter flipped).
 fn flipped(p: &ConvProblem) -> ConvProblem {
