@@ -194,6 +194,47 @@ fn run_auto(
     (r, y)
 }
 
+/// The error of an automatic call over `algos` (plain weights, the default epilogue).
+fn auto_err(
+    h: &Handle,
+    algos: &[&dyn ConvAlgorithm],
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+) -> Error {
+    let mut y = vec![0.0; p.y().span()];
+    h.conv_forward_auto_with(
+        algos,
+        p,
+        x,
+        Weights::Plain(w),
+        &mut y,
+        &EpilogueArgs::default(),
+    )
+    .unwrap_err()
+}
+
+/// An automatic call over the registry (plain weights, the default epilogue), y starting as
+/// `fill`.
+fn run_public(
+    h: &Handle,
+    p: &ConvProblem,
+    d: &Data,
+    fill: f32,
+) -> (autodnn::select::RunReport, Vec<f32>) {
+    let mut y = vec![fill; p.y().span()];
+    let r = h
+        .conv_forward_auto(
+            p,
+            &d.x,
+            Weights::Plain(&d.w),
+            &mut y,
+            &EpilogueArgs::default(),
+        )
+        .unwrap();
+    (r, y)
+}
+
 /// Checks y against the reference to the tolerance of the algorithm that ran.
 fn assert_right(p: &ConvProblem, y: &[f32], d: &Data, accuracy: Accuracy, what: &str) {
     match accuracy {
@@ -522,17 +563,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
             // An explicit algorithm past the budget is refused, not run.
             if let Some(l) = limit.filter(|l| *l < (1 << 20)) {
                 let _ = l;
-                let mut y = vec![0.0; p.y().span()];
-                let e = h
-                    .conv_forward_auto_with(
-                        &[&big],
-                        &p,
-                        &d.x,
-                        Weights::Plain(&d.w),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                    )
-                    .unwrap_err();
+                let e = auto_err(&h, &[&big], &p, &d.x, &d.w);
                 assert!(matches!(e, Error::Declined { .. }), "{e}");
             }
         }
@@ -562,16 +593,7 @@ fn a_zero_limit_chooses_zero_workspace_algorithms() {
         for s in [SMALL, "mb2ic6ih11oc10kh5ph2sh2", "mb1g8ic8ih9oc8kh3ph1"] {
             let p = problem(s);
             let d = data(&p, 8);
-            let mut y = vec![f32::NAN; p.y().span()];
-            let r = h
-                .conv_forward_auto(
-                    &p,
-                    &d.x,
-                    Weights::Plain(&d.w),
-                    &mut y,
-                    &EpilogueArgs::default(),
-                )
-                .unwrap();
+            let (r, y) = run_public(&h, &p, &d, f32::NAN);
             assert_eq!(r.workspace_bytes, 0);
             let acc = conv::find(r.algo).unwrap().accuracy();
             assert_right(&p, &y, &d, acc, s);
@@ -737,31 +759,13 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     // A BadInput error from an algorithm is returned at once, not retried.
     let algos: Vec<&dyn ConvAlgorithm> = vec![&bad_param, &fine];
     let before = fine.runs();
-    let mut y = vec![0.0; p.y().span()];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     assert_eq!(e.kind(), ErrorKind::BadInput);
     assert_eq!(fine.runs(), before);
     // So is the caller's bad input, before anything runs.
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x[1..],
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x[1..], &d.w);
     assert!(matches!(e, Error::BufferTooSmall { .. }));
+    let mut y = vec![0.0; p.y().span()];
     let e = h
         .conv_forward_auto(
             &p,
@@ -774,16 +778,7 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     assert_eq!(e.kind(), ErrorKind::BadInput);
     // Every algorithm failing: the last error, after trying them all.
     let algos: Vec<&dyn ConvAlgorithm> = vec![&broken];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     match e {
         Error::AllFailed { tried, last } => {
             assert_eq!(tried.len(), 1);
@@ -867,17 +862,7 @@ fn forced_algorithms() {
     assert_ne!(r.source, Source::Forced);
     assert_right(&q, &y, &dq, Accuracy::Exact, "forced declined");
     h.set_forced_algo(Some("nosuch"));
-    let mut y = vec![0.0; p.y().span()];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     assert!(matches!(e, Error::UnknownAlgorithm { .. }));
 }
 
@@ -887,15 +872,7 @@ fn tuned_handle(path: &std::path::Path, problems: &[&str]) -> Handle {
     for s in problems {
         let p = problem(s);
         let d = data(&p, 14);
-        let mut y = vec![0.0; p.y().span()];
-        h.conv_forward_auto(
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
+        run_public(&h, &p, &d, 0.0);
     }
     h
 }
@@ -985,15 +962,7 @@ fn bad_cache_files_are_set_aside_with_a_warning() {
         // A working run, and a rebuilt file.
         let p = problem(SMALL);
         let d = data(&p, 16);
-        let mut y = vec![0.0; p.y().span()];
-        h.conv_forward_auto(
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
+        let (_, y) = run_public(&h, &p, &d, 0.0);
         assert_exact(&p, &y, &d.reference, tag);
         h.save_tuning_cache().unwrap();
         let again = TuningCache::load(&path).unwrap();
@@ -1072,15 +1041,7 @@ fn concurrent_writers_keep_every_entry() {
                 for ih in sizes.iter().skip(part).step_by(4) {
                     let p = problem(&format!("mb1ic2ih{ih}oc2kh1"));
                     let d = data(&p, 18);
-                    let mut y = vec![0.0; p.y().span()];
-                    h.conv_forward_auto(
-                        &p,
-                        &d.x,
-                        Weights::Plain(&d.w),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                    )
-                    .unwrap();
+                    run_public(&h, &p, &d, 0.0);
                     h.save_tuning_cache().unwrap();
                 }
             });
