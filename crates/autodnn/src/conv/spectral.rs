@@ -1050,6 +1050,17 @@ impl FilterScratch {
     }
 }
 
+/// a·x + acc: one fused multiply-add when `FUSED` (only where FMA instructions exist:
+/// elsewhere `mul_add` is a slow library call), else a multiply and an add.
+#[inline(always)]
+fn mul_add<const FUSED: bool>(a: f32, x: f32, acc: f32) -> f32 {
+    if FUSED {
+        a.mul_add(x, acc)
+    } else {
+        acc + a * x
+    }
+}
+
 /// One output-channel block of one bin block's filter spectra, from the row transforms.
 struct WBlockArgs<'a> {
     t: &'a FilterTables,
@@ -1066,13 +1077,7 @@ struct WBlockArgs<'a> {
 /// output channels, into `out` (\[k\]\[c\]\[re, im ×16\]).
 #[inline(always)]
 fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
-    let fma = |x: f32, y: f32, acc: f32| {
-        if FUSED {
-            x.mul_add(y, acc)
-        } else {
-            acc + x * y
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let t = a.t;
     let r2 = t.r * 2;
     let z = [0f32; LANES];
@@ -1140,54 +1145,42 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
     }
 }
 
+/// `$one::<true>` compiled for the widest ISA the cap allows (its body vectorised by the
+/// compiler for those target features), `$one::<false>` where FMA instructions do not exist.
+macro_rules! pick_kernel {
+    ($isa:expr, $one:ident, |$($arg:ident: $ty:ty),*|) => {
+        match $isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => |$($arg),*| {
+                #[target_feature(enable = "avx512f")]
+                fn inner($($arg: $ty),*) {
+                    $one::<true>($($arg),*)
+                }
+                // SAFETY: this family is only chosen when the CPU has AVX-512F.
+                unsafe { inner($($arg),*) }
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |$($arg),*| {
+                #[target_feature(enable = "avx2,fma")]
+                fn inner($($arg: $ty),*) {
+                    $one::<true>($($arg),*)
+                }
+                // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+                unsafe { inner($($arg),*) }
+            },
+            _ => $one::<false>,
+        }
+    };
+}
+
 /// [`wblock_one`] compiled for the widest ISA the cap allows.
 fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |a, o| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
-                wblock_one::<true>(a, o)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(a, o) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |a, o| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
-                wblock_one::<true>(a, o)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(a, o) }
-        },
-        _ => wblock_one::<false>,
-    }
+    pick_kernel!(isa, wblock_one, |a: &WBlockArgs<'_>, o: &mut [f32]|)
 }
 
 /// [`rows16_one`] compiled for the widest ISA the cap allows.
 fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |t, v, b| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-                rows16_one::<true>(t, v, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(t, v, b) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |t, v, b| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-                rows16_one::<true>(t, v, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(t, v, b) }
-        },
-        _ => rows16_one::<false>,
-    }
+    pick_kernel!(isa, rows16_one, |t: &FilterTables, v: usize, b: &mut FilterScratch|)
 }
 
 /// The row stage for sixteen filters, one per lane: `b.taps` (\[r\]\[s\]\[16\]) into `b.run`
@@ -1195,13 +1188,7 @@ fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
 /// in the same order as [`filter_one`]'s row stage, so the spectra are bit-identical.
 #[inline(always)]
 fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     for (f, out) in b.run.chunks_exact_mut(t.r * BLOCK).take(v).enumerate() {
         for (r, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
@@ -1224,27 +1211,7 @@ fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScrat
 
 /// The filter transform compiled for the widest ISA the cap allows.
 fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |t, b| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_one::<true>(t, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(t, b) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |t, b| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_one::<true>(t, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(t, b) }
-        },
-        _ => filter_one::<false>,
-    }
+    pick_kernel!(isa, filter_one, |t: &FilterTables, b: &mut FilterScratch|)
 }
 
 /// The separable DFT of one filter (`b.taps`) into `b.chunks`; plain Rust on fixed-size
@@ -1252,13 +1219,7 @@ fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
 /// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
 #[inline(always)]
 fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     filter_rows_one::<FUSED>(t, b);
     // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
@@ -1294,13 +1255,7 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
 /// The row stage of the filter transform: `b.taps` into `b.rows`.
 #[inline(always)]
 fn filter_rows_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
     for r in 0..t.r {
