@@ -636,31 +636,79 @@ const GROUPED: Geom = Geom {
     pad: [1, 1],
 };
 
-fn npy_round_trip(geom: Geom, layout: &str) {
-    let nhwc = layout == "nhwc";
-    let dir = TempDir::new(layout);
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, ys] = geom.shapes(nhwc);
-    let x = ints(xs.iter().product(), 1);
-    let w = ints(ws.iter().product(), 2);
-    write_f32_npy(&xp, &xs, &x);
-    write_f32_npy(&wp, &ws, &w);
-    let problem = geom.problem();
-    let out = ok(&[
+/// x and w of a geometry written as integer .npy files (seeds `seed` and `seed + 1`) in a
+/// fresh temporary directory, with the path y is to be written to.
+struct Npy {
+    dir: TempDir,
+    xp: PathBuf,
+    wp: PathBuf,
+    yp: PathBuf,
+    /// x's, w's and y's shapes.
+    shapes: [Vec<usize>; 3],
+    x: Vec<f32>,
+    w: Vec<f32>,
+}
+
+impl Npy {
+    fn new(tag: &str, geom: Geom, nhwc: bool, seed: u64) -> Npy {
+        let dir = TempDir::new(tag);
+        let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+        let shapes = geom.shapes(nhwc);
+        let x = ints(shapes[0].iter().product(), seed);
+        let w = ints(shapes[1].iter().product(), seed + 1);
+        write_f32_npy(&xp, &shapes[0], &x);
+        write_f32_npy(&wp, &shapes[1], &w);
+        Npy {
+            dir,
+            xp,
+            wp,
+            yp,
+            shapes,
+            x,
+            w,
+        }
+    }
+}
+
+/// `conv PROBLEM --algo direct --input X --weights W --output Y`, then `extra`.
+fn npy_conv_args<'a>(
+    problem: &'a str,
+    [x, w, y]: [&'a Path; 3],
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
         "conv",
-        &problem,
+        problem,
         "--algo",
         "direct",
-        "--layout",
-        layout,
         "--input",
-        s(&xp),
+        s(x),
         "--weights",
-        s(&wp),
+        s(w),
         "--output",
-        s(&yp),
-        "--check",
-    ]);
+        s(y),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+fn npy_round_trip(geom: Geom, layout: &str) {
+    let nhwc = layout == "nhwc";
+    let Npy {
+        dir: _dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        x,
+        w,
+    } = Npy::new(layout, geom, nhwc, 1);
+    let problem = geom.problem();
+    let out = ok(&npy_conv_args(
+        &problem,
+        [&xp, &wp, &yp],
+        &["--layout", layout, "--check"],
+    ));
     assert!(out.contains("max_rel_err"), "{out}");
     let (shape, y) = read_f32_npy(&yp);
     let want: Vec<u64> = ys.iter().map(|&d| d as u64).collect();
@@ -692,25 +740,19 @@ fn npy_grouped_both_layouts() {
 
 #[test]
 fn npy_json_report() {
-    let dir = TempDir::new("json");
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, ys] = GEOM.shapes(false);
-    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 3));
-    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 4));
-    let out = ok(&[
-        "conv",
+    let Npy {
+        dir: _dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        ..
+    } = Npy::new("json", GEOM, false, 3);
+    let out = ok(&npy_conv_args(
         &GEOM.problem(),
-        "--algo",
-        "direct",
-        "--json",
-        "--check",
-        "--input",
-        s(&xp),
-        "--weights",
-        s(&wp),
-        "--output",
-        s(&yp),
-    ]);
+        [&xp, &wp, &yp],
+        &["--json", "--check"],
+    ));
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 1, "{out}");
     assert_eq!(lines[0]["algo"], "direct");
@@ -726,28 +768,17 @@ fn npy_json_report() {
 
 #[test]
 fn npy_bad_files_exit_2_naming_the_file() {
-    let dir = TempDir::new("badnpy");
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, _] = GEOM.shapes(false);
-    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 5));
-    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 6));
+    let Npy {
+        dir,
+        xp,
+        wp,
+        yp,
+        shapes: [xs, _, _],
+        ..
+    } = Npy::new("badnpy", GEOM, false, 5);
     let problem = GEOM.problem();
-    let run = |x: &Path, w: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "conv",
-            &problem,
-            "--algo",
-            "direct",
-            "--input",
-            s(x),
-            "--weights",
-            s(w),
-            "--output",
-            s(&yp),
-        ];
-        args.extend_from_slice(extra);
-        bad(&args)
-    };
+    let run =
+        |x: &Path, w: &Path, extra: &[&str]| bad(&npy_conv_args(&problem, [x, w, &yp], extra));
 
     // Shapes of the other layout.
     let err = run(&xp, &wp, &["--layout", "nhwc"]);
@@ -833,44 +864,40 @@ fn npy_needs_one_problem_and_one_algorithm() {
 fn npy_fused(layout: &str, prepared: bool) {
     let nhwc = layout == "nhwc";
     let geom = GEOM;
-    let dir = TempDir::new(&format!("fused-{layout}-{prepared}"));
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let Npy {
+        dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        x,
+        w,
+    } = Npy::new(&format!("fused-{layout}-{prepared}"), geom, nhwc, 1);
     let (bp, zp) = (dir.path("b.npy"), dir.path("z.npy"));
-    let [xs, ws, ys] = geom.shapes(nhwc);
-    let x = ints(xs.iter().product(), 1);
-    let w = ints(ws.iter().product(), 2);
     let b = ints(geom.k, 3);
     let z = ints(ys.iter().product(), 4);
-    write_f32_npy(&xp, &xs, &x);
-    write_f32_npy(&wp, &ws, &w);
     write_f32_npy(&bp, &[geom.k], &b);
     write_f32_npy(&zp, &ys, &z);
     let problem = geom.problem();
-    let mut args = vec![
-        "conv",
+    let mut args = npy_conv_args(
         &problem,
-        "--algo",
-        "direct",
-        "--layout",
-        layout,
-        "--input",
-        s(&xp),
-        "--weights",
-        s(&wp),
-        "--output",
-        s(&yp),
-        "--bias",
-        s(&bp),
-        "--residual",
-        s(&zp),
-        "--act",
-        "relu",
-        "--alpha",
-        "2",
-        "--beta",
-        "-1",
-        "--check",
-    ];
+        [&xp, &wp, &yp],
+        &[
+            "--layout",
+            layout,
+            "--bias",
+            s(&bp),
+            "--residual",
+            s(&zp),
+            "--act",
+            "relu",
+            "--alpha",
+            "2",
+            "--beta",
+            "-1",
+            "--check",
+        ],
+    );
     if prepared {
         args.push("--prepared");
     }
