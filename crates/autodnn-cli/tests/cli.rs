@@ -82,6 +82,19 @@ fn keys(v: &Value) -> Vec<String> {
     k
 }
 
+/// The strings of the array `v[key]`.
+fn strings<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} is not an array: {v}"))
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .unwrap_or_else(|| panic!("{key} holds a non-string {s}"))
+        })
+        .collect()
+}
+
 fn sorted(k: &[&str]) -> Vec<String> {
     let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
     k.sort();
@@ -145,21 +158,11 @@ fn info_json_has_every_key() {
     let threads = v["threads"].as_u64().expect("threads is a number");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(threads, cores as u64);
-    let features: Vec<&str> = v["cpu_features"]
-        .as_array()
-        .expect("cpu_features is an array")
-        .iter()
-        .map(|f| f.as_str().expect("feature names are strings"))
-        .collect();
+    let features = strings(&v, "cpu_features");
     assert_eq!(features, autodnn::cpu::features());
     assert_eq!(v["isa"], autodnn::cpu::Isa::best_available().name());
     assert!(!v["cache_path"].as_str().expect("cache_path").is_empty());
-    let algos: Vec<&str> = v["algorithms"]
-        .as_array()
-        .expect("algorithms is an array")
-        .iter()
-        .map(|a| a.as_str().expect("names are strings"))
-        .collect();
+    let algos = strings(&v, "algorithms");
     assert_eq!(algos, autodnn::conv::names());
     assert!(algos.contains(&"direct"));
 }
