@@ -4,7 +4,8 @@
 //! The registry may hold a single algorithm, so the machinery is also exercised over lists of
 //! test algorithms ([`Fake`]): each wraps the registry's last algorithm (which accepts every
 //! problem with no workspace) and adds a name, a workspace size, a delay that makes it slower,
-//! an acceptance rule, a determinism flag or a failure, and records the workspace it received.
+//! an acceptance rule, a determinism flag or a failure (optionally after scribbling on y), and
+//! records the workspace it received.
 
 mod common;
 
@@ -31,6 +32,8 @@ struct Fake {
     deterministic: bool,
     accept: fn(&ConvProblem) -> Result<(), String>,
     fail: Option<fn() -> Error>,
+    /// Fill y with this before failing.
+    scribble: Option<f32>,
     max_ws_seen: AtomicUsize,
     runs: AtomicUsize,
 }
@@ -68,6 +71,7 @@ impl Fake {
             deterministic: true,
             accept: accept_all,
             fail: None,
+            scribble: None,
             max_ws_seen: AtomicUsize::new(0),
             runs: AtomicUsize::new(0),
         }
@@ -119,6 +123,9 @@ impl ConvAlgorithm for Fake {
         }
         workspace.fill(0xAB);
         if let Some(f) = self.fail {
+            if let Some(v) = self.scribble {
+                y.fill(v);
+            }
             return Err(f());
         }
         if !self.delay.is_zero() {
@@ -792,42 +799,19 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
 #[test]
 fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
     // A failing algorithm that scribbles on y before giving up.
-    struct Scribbler;
-    impl ConvAlgorithm for Scribbler {
-        fn name(&self) -> &'static str {
-            "scribbler"
-        }
-        fn check(&self, _: &ConvProblem) -> Result<(), String> {
-            Ok(())
-        }
-        fn workspace_bytes(&self, _: &ConvProblem) -> usize {
-            0
-        }
-        fn deterministic(&self) -> bool {
-            true
-        }
-        fn run(
-            &self,
-            _: &ExecContext<'_>,
-            _: &ConvProblem,
-            _: &[f32],
-            _: AlgoWeights<'_>,
-            y: &mut [f32],
-            _: &mut [u8],
-            _: &EpilogueArgs<'_>,
-        ) -> autodnn::Result<()> {
-            y.fill(1e6);
-            Err(Error::Unsupported {
-                what: "scribbled".into(),
-            })
-        }
-    }
+    let scribbler = Fake {
+        fail: Some(|| Error::Unsupported {
+            what: "scribbled".into(),
+        }),
+        scribble: Some(1e6),
+        ..Fake::new("scribbler", 0, 0.0)
+    };
     let p = problem(SMALL);
     let d = data(&p, 11);
     let mut h = handle();
     h.set_policy(Policy::Heuristic);
     h.set_cost_model(model_for(&h, &[("scribbler", 0.001)]));
-    let algos: Vec<&dyn ConvAlgorithm> = vec![&Scribbler, base()];
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&scribbler, base()];
     let prior = int_data(p.y().span(), 77);
     let mut y = prior.clone();
     let epi = EpilogueArgs::new(1.0, 2.0);
@@ -835,6 +819,7 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
         .conv_forward_auto_with(&algos, &p, &d.x, Weights::Plain(&d.w), &mut y, &epi)
         .unwrap();
     assert_eq!(r.algo, base().name());
+    assert_eq!(scribbler.runs(), 1, "the scribbler ran first");
     let want = reference::conv_forward_fused(&p, &d.x, &d.w, 1.0, 2.0, None, Some(&prior)).unwrap();
     assert_exact(&p, &y, &want, "beta after fallback");
 }
