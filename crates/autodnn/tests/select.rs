@@ -19,7 +19,8 @@ use autodnn::conv::{
 };
 use autodnn::select::heuristic::{AlgoFit, Fit};
 use autodnn::select::{
-    cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, Source, TuningCache,
+    cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, RunReport, Source,
+    TuningCache,
 };
 use autodnn::{reference, ConvProblem, Error, ErrorKind, Handle, Layout, ProblemSpec};
 use common::{assert_exact, int_data, random_problem, Rng};
@@ -181,27 +182,37 @@ fn data(p: &ConvProblem, seed: u64) -> Data {
     Data { x, w, reference }
 }
 
+/// An automatic call with plain weights and the default epilogue: over `algos`, or over the
+/// registry through the public call when `None`; y starts as `fill`.
+fn auto_call(
+    h: &Handle,
+    algos: Option<&[&dyn ConvAlgorithm]>,
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    fill: f32,
+) -> (autodnn::Result<RunReport>, Vec<f32>) {
+    let mut y = vec![fill; p.y().span()];
+    let epi = EpilogueArgs::default();
+    let r = match algos {
+        Some(algos) => h.conv_forward_auto_with(algos, p, x, Weights::Plain(w), &mut y, &epi),
+        None => h.conv_forward_auto(p, x, Weights::Plain(w), &mut y, &epi),
+    };
+    (r, y)
+}
+
+/// A successful call over `algos`, y starting as NaN.
 fn run_auto(
     h: &Handle,
     algos: &[&dyn ConvAlgorithm],
     p: &ConvProblem,
     d: &Data,
-) -> (autodnn::select::RunReport, Vec<f32>) {
-    let mut y = vec![f32::NAN; p.y().span()];
-    let r = h
-        .conv_forward_auto_with(
-            algos,
-            p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
-    (r, y)
+) -> (RunReport, Vec<f32>) {
+    let (r, y) = auto_call(h, Some(algos), p, &d.x, &d.w, f32::NAN);
+    (r.unwrap(), y)
 }
 
-/// The error of an automatic call over `algos` (plain weights, the default epilogue).
+/// The error of a call over `algos`.
 fn auto_err(
     h: &Handle,
     algos: &[&dyn ConvAlgorithm],
@@ -209,37 +220,13 @@ fn auto_err(
     x: &[f32],
     w: &[f32],
 ) -> Error {
-    let mut y = vec![0.0; p.y().span()];
-    h.conv_forward_auto_with(
-        algos,
-        p,
-        x,
-        Weights::Plain(w),
-        &mut y,
-        &EpilogueArgs::default(),
-    )
-    .unwrap_err()
+    auto_call(h, Some(algos), p, x, w, 0.0).0.unwrap_err()
 }
 
-/// An automatic call over the registry (plain weights, the default epilogue), y starting as
-/// `fill`.
-fn run_public(
-    h: &Handle,
-    p: &ConvProblem,
-    d: &Data,
-    fill: f32,
-) -> (autodnn::select::RunReport, Vec<f32>) {
-    let mut y = vec![fill; p.y().span()];
-    let r = h
-        .conv_forward_auto(
-            p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
-    (r, y)
+/// A successful call over the registry, y starting as `fill`.
+fn run_public(h: &Handle, p: &ConvProblem, d: &Data, fill: f32) -> (RunReport, Vec<f32>) {
+    let (r, y) = auto_call(h, None, p, &d.x, &d.w, fill);
+    (r.unwrap(), y)
 }
 
 /// Checks y against the reference to the tolerance of the algorithm that ran.
@@ -274,6 +261,20 @@ fn temp_path(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir.join("tuning.json")
+}
+
+/// A test handle whose cost model predicts the entries (see [`model_for`]).
+fn modelled_handle(entries: &[(&str, f64)]) -> Handle {
+    let h = handle();
+    h.set_cost_model(model_for(&h, entries));
+    h
+}
+
+/// [`modelled_handle`] under `policy`.
+fn handle_with(policy: Policy, entries: &[(&str, f64)]) -> Handle {
+    let mut h = modelled_handle(entries);
+    h.set_policy(policy);
+    h
 }
 
 fn handle() -> Handle {
@@ -344,12 +345,10 @@ fn ranking_holds_exactly_the_accepting_algorithms() {
 
 #[test]
 fn heuristic_follows_the_cost_model_and_never_times() {
-    let mut h = handle();
+    let h = handle_with(Policy::Heuristic, &[("fast", 1.0), ("slow", 2.0)]);
     let fast = Fake::new("fast", 1000, 0.0);
     let slow = Fake::new("slow", 0, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&slow, &fast];
-    h.set_cost_model(model_for(&h, &[("fast", 1.0), ("slow", 2.0)]));
-    h.set_policy(Policy::Heuristic);
     let p = problem(SMALL);
     let d = data(&p, 1);
     let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
@@ -371,13 +370,11 @@ fn heuristic_follows_the_cost_model_and_never_times() {
 
 #[test]
 fn benchmark_times_on_a_miss_then_uses_the_cache() {
-    let mut h = handle();
+    let mut h = handle_with(Policy::Benchmark, &[("quick", 5.0), ("sluggish", 1.0)]);
     // The model predicts the wrong order; measurement must correct it.
     let a = Fake::new("quick", 4096, 0.0);
     let b = Fake::new("sluggish", 0, 5.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
-    h.set_cost_model(model_for(&h, &[("quick", 5.0), ("sluggish", 1.0)]));
-    h.set_policy(Policy::Benchmark);
     let p = problem(SMALL);
     let d = data(&p, 2);
     let (r, y) = run_auto(&h, &algos, &p, &d);
@@ -416,12 +413,11 @@ fn benchmark_times_on_a_miss_then_uses_the_cache() {
 
 #[test]
 fn racing_eliminates_losers_and_exhaustive_times_everything() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]);
     let a = Fake::new("a", 0, 0.0);
     let b = Fake::new("b", 0, 8.0);
     let c = Fake::new("c", 0, 16.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b, &c];
-    h.set_cost_model(model_for(&h, &[("a", 1.0), ("b", 1.0), ("c", 1.0)]));
     let p = problem(SMALL);
     let d = data(&p, 4);
     let race = h
@@ -466,15 +462,11 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
 
 #[test]
 fn a_limit_on_timed_candidates() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("first", 1.0), ("second", 2.0), ("third", 3.0)]);
     let a = Fake::new("first", 0, 0.0);
     let b = Fake::new("second", 0, 0.0);
     let c = Fake::new("third", 0, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&c, &b, &a];
-    h.set_cost_model(model_for(
-        &h,
-        &[("first", 1.0), ("second", 2.0), ("third", 3.0)],
-    ));
     h.set_max_timed(2);
     let p = problem(SMALL);
     let d = data(&p, 5);
@@ -489,14 +481,13 @@ fn a_limit_on_timed_candidates() {
 
 #[test]
 fn deterministic_option_excludes_nondeterministic_algorithms() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("racy", 1.0), ("steady", 2.0)]);
     let racy = Fake {
         deterministic: false,
         ..Fake::new("racy", 0, 0.0)
     };
     let steady = Fake::new("steady", 0, 1.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&racy, &steady];
-    h.set_cost_model(model_for(&h, &[("racy", 1.0), ("steady", 2.0)]));
     let p = problem(SMALL);
     let d = data(&p, 6);
     for policy in Policy::ALL {
@@ -538,11 +529,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
             (Some(65535), "no_ws"),
             (Some(0), "no_ws"),
         ] {
-            let mut h = handle();
-            h.set_cost_model(model_for(
-                &h,
-                &[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)],
-            ));
+            let mut h = modelled_handle(&[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)]);
             h.set_policy(policy);
             h.set_workspace_limit(limit);
             for f in [&big, &mid, &none] {
@@ -658,12 +645,10 @@ fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
     // `>BYTES` fails every reservation above the size: only small ones run.
     let p = problem(SMALL);
     let d = data(&p, 9);
-    let mut h = handle();
-    h.set_cost_model(model_for(
-        &h,
+    let mut h = handle_with(
+        Policy::Heuristic,
         &[("fake_big", 1.0), ("fake_small", 2.0), ("*", 5.0)],
-    ));
-    h.set_policy(Policy::Heuristic);
+    );
     h.set_fail_alloc(FailAlloc::Above(1000));
     let (r, y) = run_auto(&h, &algos, &p, &d);
     assert_eq!(r.algo, "fake_small");
@@ -680,12 +665,10 @@ fn a_caller_workspace_too_small_steps_down_the_chain() {
     let big = Fake::new("ws_big", 1 << 16, 0.0);
     let small = Fake::new("ws_small", 256, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&big, &small, base()];
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(
-        &h,
+    let h = handle_with(
+        Policy::Heuristic,
         &[("ws_big", 1.0), ("ws_small", 2.0), ("*", 3.0)],
-    ));
+    );
     let p = problem(SMALL);
     let d = data(&p, 22);
     let epi = EpilogueArgs::default();
@@ -750,12 +733,10 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     let fine = Fake::new("fine", 0, 0.0);
     let p = problem(SMALL);
     let d = data(&p, 10);
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(
-        &h,
+    let h = handle_with(
+        Policy::Heuristic,
         &[("broken", 1.0), ("bad_param", 1.5), ("fine", 2.0)],
-    ));
+    );
     let algos: Vec<&dyn ConvAlgorithm> = vec![&broken, &fine];
     let (r, y) = run_auto(&h, &algos, &p, &d);
     assert_eq!(r.algo, "fine");
@@ -808,9 +789,7 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
     };
     let p = problem(SMALL);
     let d = data(&p, 11);
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(&h, &[("scribbler", 0.001)]));
+    let h = handle_with(Policy::Heuristic, &[("scribbler", 0.001)]);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&scribbler, base()];
     let prior = int_data(p.y().span(), 77);
     let mut y = prior.clone();
@@ -826,14 +805,13 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
 
 #[test]
 fn forced_algorithms() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("alpha", 1.0), ("beta_s1", 2.0)]);
     let a = Fake::new("alpha", 0, 0.0);
     let b = Fake {
         accept: accept_stride1,
         ..Fake::new("beta_s1", 0, 0.0)
     };
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
-    h.set_cost_model(model_for(&h, &[("alpha", 1.0), ("beta_s1", 2.0)]));
     let p = problem(SMALL);
     let d = data(&p, 12);
     h.set_forced_algo(Some("beta_s1"));
@@ -1078,11 +1056,9 @@ fn noise_guard_keeps_a_choice_unless_clearly_beaten() {
 
 #[test]
 fn a_new_algorithm_makes_a_cached_entry_stale() {
-    let mut h = handle();
+    let h = handle_with(Policy::Benchmark, &[("old_one", 1.0), ("new_one", 1.0)]);
     let a = Fake::new("old_one", 0, 1.0);
     let b = Fake::new("new_one", 0, 0.0);
-    h.set_cost_model(model_for(&h, &[("old_one", 1.0), ("new_one", 1.0)]));
-    h.set_policy(Policy::Benchmark);
     let p = problem(SMALL);
     let d = data(&p, 19);
     let (r, _) = run_auto(&h, &[&a], &p, &d);
@@ -1095,13 +1071,9 @@ fn a_new_algorithm_makes_a_cached_entry_stale() {
 
 #[test]
 fn a_failure_while_tuning_is_not_remembered() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("usually_fast", 1.0), ("always_there", 2.0)]);
     let a = Fake::new("usually_fast", 1024, 0.0);
     let b = Fake::new("always_there", 0, 3.0);
-    h.set_cost_model(model_for(
-        &h,
-        &[("usually_fast", 1.0), ("always_there", 2.0)],
-    ));
     let p = problem(SMALL);
     let d = data(&p, 21);
     h.set_fail_alloc(FailAlloc::Algorithms(vec!["usually_fast".into()]));
