@@ -84,6 +84,11 @@ pub fn run_prepared(
 
 /// (max|y − ref|, max|ref|) over the output tensor's elements; panics on a NaN.
 pub fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
+    max_errors(p, y, r, "y")
+}
+
+/// [`errors`], naming `what` when it panics on a NaN.
+pub fn max_errors(p: &ConvProblem, y: &[f32], r: &[f64], what: &str) -> (f64, f64) {
     let [n, k, oh, ow] = p.y().dims();
     let (mut diff, mut max) = (0.0f64, 0.0f64);
     for b in 0..n {
@@ -92,7 +97,7 @@ pub fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
                 for j in 0..ow {
                     let o = p.y().offset(b, c, i, j);
                     let d = (y[o] as f64 - r[o]).abs();
-                    assert!(!d.is_nan(), "NaN at {b},{c},{i},{j}");
+                    assert!(!d.is_nan(), "{what}: y[{b},{c},{i},{j}] = {}", y[o]);
                     diff = diff.max(d);
                     max = max.max(r[o].abs());
                 }
@@ -135,21 +140,8 @@ pub fn assert_accurate(p: &ConvProblem, y: &[f32], reference: &[f64], acc: Accur
         assert_exact(p, y, reference, what);
         return;
     }
-    let [n, k, oh, ow] = p.y().dims();
-    let (mut diff, mut max) = (0.0f64, 1.0f64);
-    for b in 0..n {
-        for c in 0..k {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let o = p.y().offset(b, c, i, j);
-                    let d = (y[o] as f64 - reference[o]).abs();
-                    assert!(!d.is_nan(), "{what}: y[{b},{c},{i},{j}] = {}", y[o]);
-                    diff = diff.max(d);
-                    max = max.max(reference[o].abs());
-                }
-            }
-        }
-    }
+    let (diff, max) = max_errors(p, y, reference, what);
+    let max = max.max(1.0);
     let tol = acc.integer_tolerance();
     assert!(
         diff <= tol * max,
