@@ -8,7 +8,10 @@ mod common;
 use autodnn::conv::{self, Accuracy, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle, Layout};
-use common::{algo, errors, int_data, problem, real_data, run_plain, run_prepared};
+use common::{
+    algo, assert_integer_bound, errors, int_data, prepared_err, problem, real_data, run_plain,
+    run_prepared,
+};
 
 const ALGOS: [&str; 2] = ["fft", "fft_tiling"];
 
@@ -133,17 +136,10 @@ fn integer_bound_holds_on_large_problems() {
             let mut h = Handle::with_threads(2).unwrap();
             h.set_isa_cap(isa);
             for name in ALGOS {
-                let a = algo(name);
-                if a.check(&p).is_err() {
+                if algo(name).check(&p).is_err() {
                     continue;
                 }
-                let y = run_plain(&h, name, &p, &x, &w);
-                let (diff, max) = errors(&p, &y, &r);
-                let tol = a.accuracy().integer_tolerance();
-                assert!(
-                    diff <= tol * max,
-                    "{name} {s} {isa:?}: {diff} > {tol} * {max}"
-                );
+                assert_integer_bound(&h, name, &p, &x, &w, &r, &format!("{s} {isa:?}"));
             }
         }
     }
@@ -262,18 +258,7 @@ fn prepared_weights_match_plain_calls() {
             );
             let other = problem("mb1ic24ih31oc20kh7ph3", Layout::Nchw);
             let xo = int_data(other.x().span(), 1);
-            let mut yo = vec![0.0; other.y().span()];
-            let e = h
-                .conv_forward_ex(
-                    &other,
-                    name,
-                    &xo,
-                    Weights::Prepared(&prepared),
-                    &mut yo,
-                    &EpilogueArgs::default(),
-                    None,
-                )
-                .unwrap_err();
+            let e = prepared_err(&h, name, &other, &xo, &prepared);
             assert!(matches!(e, Error::BadParam { .. }), "{e:?}");
         }
     }

@@ -10,7 +10,7 @@ mod common;
 use autodnn::conv::{Activation, Epilogue, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvMode, ConvProblem, Error, Handle, Layout};
-use common::{algo, assert_exact, int_data, problem, Rng};
+use common::{algo, assert_exact, int_data, prepared_err, problem, run_prepared, Rng};
 
 const ALGOS: [&str; 2] = ["gemm", "implicit_gemm"];
 
@@ -333,17 +333,7 @@ fn prepared_weights_are_packed_panels() {
                 // than it was packed for (the panels are then read element by element).
                 for isa in isas() {
                     let hi = handle(2, isa);
-                    let mut y = vec![f32::NAN; p.y().span()];
-                    hi.conv_forward_ex(
-                        &p,
-                        name,
-                        &x,
-                        Weights::Prepared(&pw),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                        None,
-                    )
-                    .unwrap();
+                    let y = run_prepared(&hi, name, &p, &x, &pw);
                     assert_exact(
                         &p,
                         &y,
@@ -353,18 +343,7 @@ fn prepared_weights_are_packed_panels() {
                 }
                 // Bound to their algorithm.
                 let other = ALGOS.iter().find(|a| **a != name).unwrap();
-                let mut y = vec![0.0; p.y().span()];
-                let e = h
-                    .conv_forward_ex(
-                        &p,
-                        other,
-                        &x,
-                        Weights::Prepared(&pw),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                        None,
-                    )
-                    .unwrap_err();
+                let e = prepared_err(&h, other, &p, &x, &pw);
                 assert!(matches!(&e, Error::BadParam { field, .. } if field == "prepared.algo"));
             }
         }

@@ -4,10 +4,13 @@
 
 mod common;
 
-use autodnn::conv::{Accuracy, EpilogueArgs, Weights};
+use autodnn::conv::Accuracy;
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle, Layout};
-use common::{algo, errors, int_data, problem, real_data, run_plain, run_prepared, Rng};
+use common::{
+    algo, assert_integer_bound, errors, int_data, prepared_err, problem, real_data, run_plain,
+    run_prepared, Rng,
+};
 
 const ALGOS: [&str; 3] = ["winograd_2x2", "winograd_4x4", "winograd_6x6"];
 
@@ -63,15 +66,8 @@ fn accepts_every_dense_3x3_stride_1_problem() {
             let w = int_data(p.w().elements(), 2);
             let r = reference::conv_forward(&p, &x, &w).unwrap();
             for name in ALGOS {
-                let a = algo(name);
-                assert_eq!(a.check(&p), Ok(()), "{name} declined {s}");
-                let y = run_plain(&h, name, &p, &x, &w);
-                let (diff, max) = errors(&p, &y, &r);
-                let tol = a.accuracy().integer_tolerance();
-                assert!(
-                    diff <= tol * max,
-                    "{name} {s} {layout:?}: max|y − ref| = {diff}, max|ref| = {max}"
-                );
+                assert_eq!(algo(name).check(&p), Ok(()), "{name} declined {s}");
+                assert_integer_bound(&h, name, &p, &x, &w, &r, &format!("{s} {layout:?}"));
             }
         }
     }
@@ -188,11 +184,8 @@ fn integer_tolerance_on_layer_shapes() {
         let w = int_data(p.w().elements(), 10 + i as u64);
         let r = reference::conv_forward(&p, &x, &w).unwrap();
         for name in ALGOS {
-            let y = run_plain(&h, name, &p, &x, &w);
-            let (diff, max) = errors(&p, &y, &r);
-            let tol = algo(name).accuracy().integer_tolerance();
+            let (diff, max) = assert_integer_bound(&h, name, &p, &x, &w, &r, s);
             println!("{name} {s}: max|y − ref| / max|ref| = {:.3e}", diff / max);
-            assert!(diff <= tol * max, "{name} {s}: {diff} > {tol} · {max}");
         }
     }
 }
@@ -224,7 +217,7 @@ fn prepared_weights_transform_the_filter_once() {
         // Per group: K padded to 32, C to 16, tile² positions; a 16-float header.
         let floats = 2 * 64 * 32 * tile * tile + 16;
         assert_eq!(prepared.bytes(), floats * 4, "{name}");
-        let mut y = run_prepared(&h, name, &p, &x, &prepared);
+        let y = run_prepared(&h, name, &p, &x, &prepared);
         let plain = run_plain(&h, name, &p, &x, &w);
         let bound = normwise_c(name) * f32::EPSILON as f64 * 20.0 * 9.0;
         for (name, y) in [("prepared", &y), ("plain", &plain)] {
@@ -237,17 +230,7 @@ fn prepared_weights_transform_the_filter_once() {
         } else {
             "winograd_2x2"
         };
-        let e = h
-            .conv_forward_ex(
-                &p,
-                other,
-                &x,
-                Weights::Prepared(&prepared),
-                &mut y,
-                &EpilogueArgs::default(),
-                None,
-            )
-            .unwrap_err();
+        let e = prepared_err(&h, other, &p, &x, &prepared);
         assert!(matches!(e, Error::BadParam { ref field, .. } if field == "prepared.algo"));
     }
 }

@@ -33,14 +33,6 @@
 use super::spectral::{extent, good_size, PlainFilter, Spectral, SpectralConv};
 use crate::desc::ConvProblem;
 
-/// The whole-image FFT convolution.
-pub(crate) const FFT: SpectralConv = SpectralConv {
-    name: "fft",
-    plan: spectral,
-    limit,
-    normwise_c: NORMWISE_C,
-};
-
 /// Images transformed and multiplied together (more reuse each filter spectrum across the
 /// batch; the workspace grows with it).
 pub const IMAGES_PER_PASS: usize = 8;
@@ -55,6 +47,14 @@ pub const MAX_SIDE: usize = 2048;
 /// and 5×5 to 11×11); the largest, 2.1, is a 1×2 kernel on a 512-point grid (FFT rounding
 /// grows with log2 of the grid, the bound only with C·R·S). Twice that, documented.
 pub const NORMWISE_C: f64 = 4.0;
+
+/// The whole-image FFT convolution.
+pub(crate) const FFT: SpectralConv = SpectralConv {
+    name: "fft",
+    plan: spectral,
+    limit,
+    normwise_c: NORMWISE_C,
+};
 
 fn grid(problem: &ConvProblem) -> [usize; 2] {
     let ext = extent(problem);

@@ -4,8 +4,8 @@
 
 use autodnn::conv::{self, Accuracy, ConvAlgorithm, EpilogueArgs, PreparedWeights, Weights};
 use autodnn::{
-    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Handle, Layout, Padding,
-    ProblemSpec, TensorDesc,
+    ConvDesc, ConvMode, ConvProblem, DataType, Error, FilterDesc, FilterLayout, Handle, Layout,
+    Padding, ProblemSpec, TensorDesc,
 };
 
 /// splitmix64: a small deterministic generator.
@@ -60,6 +60,28 @@ pub fn run_plain(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) 
     y
 }
 
+/// A call of `name` with prepared weights and the default epilogue, y starting as `fill`.
+fn call_prepared(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    prepared: &PreparedWeights,
+    fill: f32,
+) -> (autodnn::Result<()>, Vec<f32>) {
+    let mut y = vec![fill; p.y().span()];
+    let r = h.conv_forward_ex(
+        p,
+        name,
+        x,
+        Weights::Prepared(prepared),
+        &mut y,
+        &EpilogueArgs::default(),
+        None,
+    );
+    (r, y)
+}
+
 /// y of a call of `name` with prepared weights and the default epilogue (y starts as NaN).
 pub fn run_prepared(
     h: &Handle,
@@ -68,18 +90,41 @@ pub fn run_prepared(
     x: &[f32],
     prepared: &PreparedWeights,
 ) -> Vec<f32> {
-    let mut y = vec![f32::NAN; p.y().span()];
-    h.conv_forward_ex(
-        p,
-        name,
-        x,
-        Weights::Prepared(prepared),
-        &mut y,
-        &EpilogueArgs::default(),
-        None,
-    )
-    .unwrap();
+    let (r, y) = call_prepared(h, name, p, x, prepared, f32::NAN);
+    r.unwrap();
     y
+}
+
+/// The error of a call of `name` with prepared weights and the default epilogue.
+pub fn prepared_err(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    prepared: &PreparedWeights,
+) -> Error {
+    call_prepared(h, name, p, x, prepared, 0.0).0.unwrap_err()
+}
+
+/// Runs `name` plainly and checks max|y − ref| ≤ its integer tolerance · max|ref|; returns
+/// (max|y − ref|, max|ref|).
+pub fn assert_integer_bound(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    r: &[f64],
+    what: &str,
+) -> (f64, f64) {
+    let y = run_plain(h, name, p, x, w);
+    let (diff, max) = errors(p, &y, r);
+    let tol = algo(name).accuracy().integer_tolerance();
+    assert!(
+        diff <= tol * max,
+        "{name} {what}: max|y − ref| = {diff} > {tol} · max|ref| = {max}"
+    );
+    (diff, max)
 }
 
 /// (max|y − ref|, max|ref|) over the output tensor's elements; panics on a NaN.
