@@ -1073,6 +1073,44 @@ struct WBlockArgs<'a> {
     cg: usize,
 }
 
+/// The column stage of [`wblock_one`] for the filters from `$filter` on, whose row transforms
+/// take `$span` floats of each frequency's: per filter, its row transform `$off` floats on,
+/// four independent FMA chains (re = Σ tr·c − Σ ti·s, im = Σ tr·s + Σ ti·c) sharing each
+/// factor load, and the result `$at` floats into `$out`.
+macro_rules! wblock_filters {
+    (
+        $a:ident, $t:ident, $r2:ident, $z:ident, $fma:ident, $filter:expr, $span:expr;
+        $([$($off:tt)*] => $out:ident[$($at:tt)*], $tr:ident $ti:ident $rc:ident $rs:ident $is:ident $ic:ident);+
+    ) => {{
+        $(let (mut $rc, mut $rs, mut $is, mut $ic) = ($z, $z, $z, $z);)+
+        for seg in $t.seg_start[$a.blk]..$t.seg_start[$a.blk + 1] {
+            let f = $t.seg_v[seg];
+            let tt = &$a.rows[f * $a.f_stride + $filter * $r2..][..$span];
+            for r in 0..$t.r {
+                $(let ($tr, $ti) = (tt[$($off)* 2 * r], tt[$($off)* 2 * r + 1]);)+
+                let fu: &[f32; BLOCK] = $t.fu[(seg * $t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    $(
+                        $rc[l] = $fma($tr, c, $rc[l]);
+                        $rs[l] = $fma($ti, s, $rs[l]);
+                        $is[l] = $fma($tr, s, $is[l]);
+                        $ic[l] = $fma($ti, c, $ic[l]);
+                    )+
+                }
+            }
+        }
+        for l in 0..LANES {
+            $(
+                $out[$($at)* l] = $rc[l] - $rs[l];
+                $out[$($at)* LANES + l] = $is[l] + $ic[l];
+            )+
+        }
+    }};
+}
+
 /// The column stage of the filter transform for one bin block and `out.len() / (cg·32)`
 /// output channels, into `out` (\[k\]\[c\]\[re, im ×16\]).
 #[inline(always)]
@@ -1086,62 +1124,12 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
     let mut pairs = out.chunks_exact_mut(2 * BLOCK);
     for (p, pair) in pairs.by_ref().enumerate() {
         let pair: &mut [f32; 2 * BLOCK] = pair.try_into().expect("2 BLOCK floats");
-        let filter = a.k0 * a.cg + 2 * p;
-        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
-        let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
-        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
-            let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
-            for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
-                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
-                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
-                    .try_into()
-                    .expect("BLOCK floats");
-                for l in 0..LANES {
-                    let (c, s) = (fu[l], fu[LANES + l]);
-                    rc[l] = fma(tr, c, rc[l]);
-                    rs[l] = fma(ti, s, rs[l]);
-                    is[l] = fma(tr, s, is[l]);
-                    ic[l] = fma(ti, c, ic[l]);
-                    rc2[l] = fma(tr2, c, rc2[l]);
-                    rs2[l] = fma(ti2, s, rs2[l]);
-                    is2[l] = fma(tr2, s, is2[l]);
-                    ic2[l] = fma(ti2, c, ic2[l]);
-                }
-            }
-        }
-        for l in 0..LANES {
-            pair[l] = rc[l] - rs[l];
-            pair[LANES + l] = is[l] + ic[l];
-            pair[BLOCK + l] = rc2[l] - rs2[l];
-            pair[BLOCK + LANES + l] = is2[l] + ic2[l];
-        }
+        wblock_filters!(a, t, r2, z, fma, a.k0 * a.cg + 2 * p, 2 * r2;
+            [] => pair[], tr ti rc rs is ic;
+            [r2 +] => pair[BLOCK +], tr2 ti2 rc2 rs2 is2 ic2);
     }
     if let Ok(chunk) = <&mut [f32; BLOCK]>::try_from(pairs.into_remainder()) {
-        let filter = a.k0 * a.cg + done;
-        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
-        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
-            let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
-            for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
-                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
-                    .try_into()
-                    .expect("BLOCK floats");
-                for l in 0..LANES {
-                    let (c, s) = (fu[l], fu[LANES + l]);
-                    rc[l] = fma(tr, c, rc[l]);
-                    rs[l] = fma(ti, s, rs[l]);
-                    is[l] = fma(tr, s, is[l]);
-                    ic[l] = fma(ti, c, ic[l]);
-                }
-            }
-        }
-        for l in 0..LANES {
-            chunk[l] = rc[l] - rs[l];
-            chunk[LANES + l] = is[l] + ic[l];
-        }
+        wblock_filters!(a, t, r2, z, fma, a.k0 * a.cg + done, r2; [] => chunk[], tr ti rc rs is ic);
     }
 }
 
