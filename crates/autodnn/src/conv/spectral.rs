@@ -1523,8 +1523,8 @@ fn portable(a: &ProdArgs<'_>, y: &mut [f32]) {
 
 /// An x86 product kernel family: `run` dispatches the call's block shape to a monomorphised
 /// `kernel`, which keeps a register tile of `KB` output channels × `TB` tiles of `vector`
-/// lanes and is called once per `halves` offset (a 16-lane vector covers a bin block, two
-/// 8-lane ones cover it as halves).
+/// lanes. A 16-lane vector covers a bin block; a family of 8-lane vectors names its `halves`
+/// (the lane offsets 0 and 8), and its kernel takes the half and is called once per half.
 #[cfg(target_arch = "x86_64")]
 macro_rules! product_family {
     (
@@ -1535,39 +1535,52 @@ macro_rules! product_family {
         store: $store:ident,
         fmadd: $fmadd:ident,
         fnmadd: $fnmadd:ident,
-        halves: $halves:expr,
+        $(halves: $half:ident in $halves:expr,)?
         shapes: [$(($k:literal, $t:literal))*]
     ) => {
         use std::arch::x86_64::*;
 
         use super::{ProdArgs, BLOCK, LANES};
 
-        /// Dispatches the call's block shape to a monomorphised kernel, once per half block.
+        /// Dispatches the call's block shape to a monomorphised kernel.
         pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
             a.check(y);
             match (a.kb, a.tb) {
-                $(($k, $t) => for half in $halves {
+                $(($k, $t) => {
                     // SAFETY: this family is only chosen when the CPU has its target features,
                     // and the accesses were bounds-checked above.
-                    unsafe { kernel::<$k, $t>(a, y, half) }
+                    unsafe { call::<$k, $t>(a, y) }
                 })*
                 _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
             }
         }
 
+        /// The kernel for the block shape, once per half block where the family has halves.
+        ///
         /// # Safety
-        /// The family's target features; `a.check(y)` holds; `half` is one of its halves.
+        /// The family's target features; `a.check(y)` holds.
+        #[inline(always)]
+        unsafe fn call<const KB: usize, const TB: usize>(a: &ProdArgs<'_>, y: &mut [f32]) {
+            $(for $half in $halves)? {
+                // SAFETY: as for this function.
+                unsafe { kernel::<KB, TB>(a, y $(, $half)?) }
+            }
+        }
+
+        /// # Safety
+        /// The family's target features; `a.check(y)` holds; the half, where the family has
+        /// halves, is one of them.
         #[target_feature(enable = $feature)]
         unsafe fn kernel<const KB: usize, const TB: usize>(
             a: &ProdArgs<'_>,
             y: &mut [f32],
-            half: usize,
+            $($half: usize,)?
         ) {
             let zero: $vector = $zero();
             let mut re = [[zero; TB]; KB];
             let mut im = [[zero; TB]; KB];
-            let wp = a.w.as_ptr().wrapping_add(a.w_off + half);
-            let xp = a.x.as_ptr().wrapping_add(a.x_off + half);
+            let wp = a.w.as_ptr().wrapping_add(a.w_off $(+ $half)?);
+            let xp = a.x.as_ptr().wrapping_add(a.x_off $(+ $half)?);
             for c in 0..a.cg {
                 let mut xr = [zero; TB];
                 let mut xi = [zero; TB];
@@ -1591,7 +1604,7 @@ macro_rules! product_family {
                     }
                 }
             }
-            let yp = y.as_mut_ptr().wrapping_add(half);
+            let yp = y.as_mut_ptr() $(.wrapping_add($half))?;
             for k in 0..KB {
                 for t in 0..TB {
                     let p = yp.wrapping_add((k * TB + t) * BLOCK);
@@ -1616,7 +1629,6 @@ mod avx512 {
         store: _mm512_storeu_ps,
         fmadd: _mm512_fmadd_ps,
         fnmadd: _mm512_fnmadd_ps,
-        halves: [0],
         shapes: [
             (1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(10, 1)(11, 1)(12, 1)
             (1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(3, 3)(4, 3)
@@ -1634,7 +1646,7 @@ mod avx2 {
         store: _mm256_storeu_ps,
         fmadd: _mm256_fmadd_ps,
         fnmadd: _mm256_fnmadd_ps,
-        halves: [0, 8],
+        halves: half in [0, 8],
         shapes: [(1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2)]
     }
 }
