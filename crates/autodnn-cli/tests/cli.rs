@@ -44,6 +44,14 @@ fn ok(args: &[&str]) -> String {
     stdout(&o)
 }
 
+/// Runs a command expected to succeed and print `n` JSON lines, returning them.
+fn ok_json(args: &[&str], n: usize) -> Vec<Value> {
+    let out = ok(args);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), n, "{out}");
+    lines
+}
+
 /// Runs a command expected to be refused as bad input: exit 2, nothing on stdout, one line on
 /// stderr, which is returned.
 fn bad(args: &[&str]) -> String {
@@ -248,18 +256,19 @@ fn check_result_schema(r: &Value) {
 
 #[test]
 fn conv_json_schema_with_check() {
-    let out = ok(&[
-        "conv",
-        TINY,
-        "--json",
-        "--check",
-        "--reps",
-        "3",
-        "--threads",
-        "1",
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 2, "{out}");
+    let lines = ok_json(
+        &[
+            "conv",
+            TINY,
+            "--json",
+            "--check",
+            "--reps",
+            "3",
+            "--threads",
+            "1",
+        ],
+        2,
+    );
     let p = &lines[0];
     assert_eq!(keys(p), sorted(&["problem", "count", "flops", "results"]));
     assert_eq!(p["problem"], TINY_CANONICAL);
@@ -298,9 +307,10 @@ fn conv_json_schema_with_check() {
 
 #[test]
 fn conv_json_without_check_has_null_error_and_named_algo() {
-    let out = ok(&["conv", TINY, "--json", "--algo", "direct", "--reps", "1"]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 2);
+    let lines = ok_json(
+        &["conv", TINY, "--json", "--algo", "direct", "--reps", "1"],
+        2,
+    );
     let results = lines[0]["results"].as_array().unwrap();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["algo"], "direct");
@@ -318,23 +328,24 @@ fn conv_file_of_problems_keeps_input_order_and_mb_overrides() {
         "# two layers\nmb4ic2ih5oc3kh3 # first\n\nmb3ic3ih4oc2kh1n\"second*2\"\n",
     )
     .unwrap();
-    let out = ok(&[
-        "conv",
-        s(&list),
-        "mb1ic1ih3oc1kh3ph1",
-        "--json",
-        "--algo",
-        "direct",
-        "--reps",
-        "1",
-        "--mb",
-        "1",
-        "--layout",
-        "nhwc",
-        "--check",
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 4, "{out}");
+    let lines = ok_json(
+        &[
+            "conv",
+            s(&list),
+            "mb1ic1ih3oc1kh3ph1",
+            "--json",
+            "--algo",
+            "direct",
+            "--reps",
+            "1",
+            "--mb",
+            "1",
+            "--layout",
+            "nhwc",
+            "--check",
+        ],
+        4,
+    );
     let problems: Vec<&str> = lines[..3]
         .iter()
         .map(|l| l["problem"].as_str().unwrap())
@@ -751,13 +762,10 @@ fn npy_json_report() {
         shapes: [_, _, ys],
         ..
     } = Npy::new("json", GEOM, false, 3);
-    let out = ok(&npy_conv_args(
-        &GEOM.problem(),
-        [&xp, &wp, &yp],
-        &["--json", "--check"],
-    ));
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 1, "{out}");
+    let lines = ok_json(
+        &npy_conv_args(&GEOM.problem(), [&xp, &wp, &yp], &["--json", "--check"]),
+        1,
+    );
     assert_eq!(lines[0]["algo"], "direct");
     assert_eq!(lines[0]["max_rel_err"].as_f64(), Some(0.0));
     let shape: Vec<usize> = lines[0]["shape"]
@@ -987,9 +995,7 @@ fn gemm_json_reports_the_call() {
         let mut args = vec!["gemm", "--m", "7", "--n", "5", "--k", "3", "--threads", "2"];
         args.extend_from_slice(&["--reps", "3", "--json"]);
         args.extend_from_slice(extra);
-        let out = ok(&args);
-        let lines = json_lines(&out);
-        assert_eq!(lines.len(), 1, "{out}");
+        let lines = ok_json(&args, 1);
         let v = &lines[0];
         assert_eq!(
             keys(v),
