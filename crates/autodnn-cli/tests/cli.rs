@@ -44,6 +44,14 @@ fn ok(args: &[&str]) -> String {
     stdout(&o)
 }
 
+/// Runs a command expected to succeed and print `n` JSON lines, returning them.
+fn ok_json(args: &[&str], n: usize) -> Vec<Value> {
+    let out = ok(args);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), n, "{out}");
+    lines
+}
+
 /// Runs a command expected to be refused as bad input: exit 2, nothing on stdout, one line on
 /// stderr, which is returned.
 fn bad(args: &[&str]) -> String {
@@ -80,6 +88,19 @@ fn keys(v: &Value) -> Vec<String> {
         .collect();
     k.sort();
     k
+}
+
+/// The strings of the array `v[key]`.
+fn strings<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} is not an array: {v}"))
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .unwrap_or_else(|| panic!("{key} holds a non-string {s}"))
+        })
+        .collect()
 }
 
 fn sorted(k: &[&str]) -> Vec<String> {
@@ -145,21 +166,11 @@ fn info_json_has_every_key() {
     let threads = v["threads"].as_u64().expect("threads is a number");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(threads, cores as u64);
-    let features: Vec<&str> = v["cpu_features"]
-        .as_array()
-        .expect("cpu_features is an array")
-        .iter()
-        .map(|f| f.as_str().expect("feature names are strings"))
-        .collect();
+    let features = strings(&v, "cpu_features");
     assert_eq!(features, autodnn::cpu::features());
     assert_eq!(v["isa"], autodnn::cpu::Isa::best_available().name());
     assert!(!v["cache_path"].as_str().expect("cache_path").is_empty());
-    let algos: Vec<&str> = v["algorithms"]
-        .as_array()
-        .expect("algorithms is an array")
-        .iter()
-        .map(|a| a.as_str().expect("names are strings"))
-        .collect();
+    let algos = strings(&v, "algorithms");
     assert_eq!(algos, autodnn::conv::names());
     assert!(algos.contains(&"direct"));
 }
@@ -245,18 +256,19 @@ fn check_result_schema(r: &Value) {
 
 #[test]
 fn conv_json_schema_with_check() {
-    let out = ok(&[
-        "conv",
-        TINY,
-        "--json",
-        "--check",
-        "--reps",
-        "3",
-        "--threads",
-        "1",
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 2, "{out}");
+    let lines = ok_json(
+        &[
+            "conv",
+            TINY,
+            "--json",
+            "--check",
+            "--reps",
+            "3",
+            "--threads",
+            "1",
+        ],
+        2,
+    );
     let p = &lines[0];
     assert_eq!(keys(p), sorted(&["problem", "count", "flops", "results"]));
     assert_eq!(p["problem"], TINY_CANONICAL);
@@ -295,9 +307,10 @@ fn conv_json_schema_with_check() {
 
 #[test]
 fn conv_json_without_check_has_null_error_and_named_algo() {
-    let out = ok(&["conv", TINY, "--json", "--algo", "direct", "--reps", "1"]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 2);
+    let lines = ok_json(
+        &["conv", TINY, "--json", "--algo", "direct", "--reps", "1"],
+        2,
+    );
     let results = lines[0]["results"].as_array().unwrap();
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["algo"], "direct");
@@ -315,23 +328,24 @@ fn conv_file_of_problems_keeps_input_order_and_mb_overrides() {
         "# two layers\nmb4ic2ih5oc3kh3 # first\n\nmb3ic3ih4oc2kh1n\"second*2\"\n",
     )
     .unwrap();
-    let out = ok(&[
-        "conv",
-        s(&list),
-        "mb1ic1ih3oc1kh3ph1",
-        "--json",
-        "--algo",
-        "direct",
-        "--reps",
-        "1",
-        "--mb",
-        "1",
-        "--layout",
-        "nhwc",
-        "--check",
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 4, "{out}");
+    let lines = ok_json(
+        &[
+            "conv",
+            s(&list),
+            "mb1ic1ih3oc1kh3ph1",
+            "--json",
+            "--algo",
+            "direct",
+            "--reps",
+            "1",
+            "--mb",
+            "1",
+            "--layout",
+            "nhwc",
+            "--check",
+        ],
+        4,
+    );
     let problems: Vec<&str> = lines[..3]
         .iter()
         .map(|l| l["problem"].as_str().unwrap())
@@ -636,31 +650,79 @@ const GROUPED: Geom = Geom {
     pad: [1, 1],
 };
 
-fn npy_round_trip(geom: Geom, layout: &str) {
-    let nhwc = layout == "nhwc";
-    let dir = TempDir::new(layout);
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, ys] = geom.shapes(nhwc);
-    let x = ints(xs.iter().product(), 1);
-    let w = ints(ws.iter().product(), 2);
-    write_f32_npy(&xp, &xs, &x);
-    write_f32_npy(&wp, &ws, &w);
-    let problem = geom.problem();
-    let out = ok(&[
+/// x and w of a geometry written as integer .npy files (seeds `seed` and `seed + 1`) in a
+/// fresh temporary directory, with the path y is to be written to.
+struct Npy {
+    dir: TempDir,
+    xp: PathBuf,
+    wp: PathBuf,
+    yp: PathBuf,
+    /// x's, w's and y's shapes.
+    shapes: [Vec<usize>; 3],
+    x: Vec<f32>,
+    w: Vec<f32>,
+}
+
+impl Npy {
+    fn new(tag: &str, geom: Geom, nhwc: bool, seed: u64) -> Npy {
+        let dir = TempDir::new(tag);
+        let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+        let shapes = geom.shapes(nhwc);
+        let x = ints(shapes[0].iter().product(), seed);
+        let w = ints(shapes[1].iter().product(), seed + 1);
+        write_f32_npy(&xp, &shapes[0], &x);
+        write_f32_npy(&wp, &shapes[1], &w);
+        Npy {
+            dir,
+            xp,
+            wp,
+            yp,
+            shapes,
+            x,
+            w,
+        }
+    }
+}
+
+/// `conv PROBLEM --algo direct --input X --weights W --output Y`, then `extra`.
+fn npy_conv_args<'a>(
+    problem: &'a str,
+    [x, w, y]: [&'a Path; 3],
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut args = vec![
         "conv",
-        &problem,
+        problem,
         "--algo",
         "direct",
-        "--layout",
-        layout,
         "--input",
-        s(&xp),
+        s(x),
         "--weights",
-        s(&wp),
+        s(w),
         "--output",
-        s(&yp),
-        "--check",
-    ]);
+        s(y),
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+fn npy_round_trip(geom: Geom, layout: &str) {
+    let nhwc = layout == "nhwc";
+    let Npy {
+        dir: _dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        x,
+        w,
+    } = Npy::new(layout, geom, nhwc, 1);
+    let problem = geom.problem();
+    let out = ok(&npy_conv_args(
+        &problem,
+        [&xp, &wp, &yp],
+        &["--layout", layout, "--check"],
+    ));
     assert!(out.contains("max_rel_err"), "{out}");
     let (shape, y) = read_f32_npy(&yp);
     let want: Vec<u64> = ys.iter().map(|&d| d as u64).collect();
@@ -692,27 +754,18 @@ fn npy_grouped_both_layouts() {
 
 #[test]
 fn npy_json_report() {
-    let dir = TempDir::new("json");
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, ys] = GEOM.shapes(false);
-    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 3));
-    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 4));
-    let out = ok(&[
-        "conv",
-        &GEOM.problem(),
-        "--algo",
-        "direct",
-        "--json",
-        "--check",
-        "--input",
-        s(&xp),
-        "--weights",
-        s(&wp),
-        "--output",
-        s(&yp),
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 1, "{out}");
+    let Npy {
+        dir: _dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        ..
+    } = Npy::new("json", GEOM, false, 3);
+    let lines = ok_json(
+        &npy_conv_args(&GEOM.problem(), [&xp, &wp, &yp], &["--json", "--check"]),
+        1,
+    );
     assert_eq!(lines[0]["algo"], "direct");
     assert_eq!(lines[0]["max_rel_err"].as_f64(), Some(0.0));
     let shape: Vec<usize> = lines[0]["shape"]
@@ -726,28 +779,17 @@ fn npy_json_report() {
 
 #[test]
 fn npy_bad_files_exit_2_naming_the_file() {
-    let dir = TempDir::new("badnpy");
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
-    let [xs, ws, _] = GEOM.shapes(false);
-    write_f32_npy(&xp, &xs, &ints(xs.iter().product(), 5));
-    write_f32_npy(&wp, &ws, &ints(ws.iter().product(), 6));
+    let Npy {
+        dir,
+        xp,
+        wp,
+        yp,
+        shapes: [xs, _, _],
+        ..
+    } = Npy::new("badnpy", GEOM, false, 5);
     let problem = GEOM.problem();
-    let run = |x: &Path, w: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "conv",
-            &problem,
-            "--algo",
-            "direct",
-            "--input",
-            s(x),
-            "--weights",
-            s(w),
-            "--output",
-            s(&yp),
-        ];
-        args.extend_from_slice(extra);
-        bad(&args)
-    };
+    let run =
+        |x: &Path, w: &Path, extra: &[&str]| bad(&npy_conv_args(&problem, [x, w, &yp], extra));
 
     // Shapes of the other layout.
     let err = run(&xp, &wp, &["--layout", "nhwc"]);
@@ -833,44 +875,40 @@ fn npy_needs_one_problem_and_one_algorithm() {
 fn npy_fused(layout: &str, prepared: bool) {
     let nhwc = layout == "nhwc";
     let geom = GEOM;
-    let dir = TempDir::new(&format!("fused-{layout}-{prepared}"));
-    let (xp, wp, yp) = (dir.path("x.npy"), dir.path("w.npy"), dir.path("y.npy"));
+    let Npy {
+        dir,
+        xp,
+        wp,
+        yp,
+        shapes: [_, _, ys],
+        x,
+        w,
+    } = Npy::new(&format!("fused-{layout}-{prepared}"), geom, nhwc, 1);
     let (bp, zp) = (dir.path("b.npy"), dir.path("z.npy"));
-    let [xs, ws, ys] = geom.shapes(nhwc);
-    let x = ints(xs.iter().product(), 1);
-    let w = ints(ws.iter().product(), 2);
     let b = ints(geom.k, 3);
     let z = ints(ys.iter().product(), 4);
-    write_f32_npy(&xp, &xs, &x);
-    write_f32_npy(&wp, &ws, &w);
     write_f32_npy(&bp, &[geom.k], &b);
     write_f32_npy(&zp, &ys, &z);
     let problem = geom.problem();
-    let mut args = vec![
-        "conv",
+    let mut args = npy_conv_args(
         &problem,
-        "--algo",
-        "direct",
-        "--layout",
-        layout,
-        "--input",
-        s(&xp),
-        "--weights",
-        s(&wp),
-        "--output",
-        s(&yp),
-        "--bias",
-        s(&bp),
-        "--residual",
-        s(&zp),
-        "--act",
-        "relu",
-        "--alpha",
-        "2",
-        "--beta",
-        "-1",
-        "--check",
-    ];
+        [&xp, &wp, &yp],
+        &[
+            "--layout",
+            layout,
+            "--bias",
+            s(&bp),
+            "--residual",
+            s(&zp),
+            "--act",
+            "relu",
+            "--alpha",
+            "2",
+            "--beta",
+            "-1",
+            "--check",
+        ],
+    );
     if prepared {
         args.push("--prepared");
     }
@@ -957,9 +995,7 @@ fn gemm_json_reports_the_call() {
         let mut args = vec!["gemm", "--m", "7", "--n", "5", "--k", "3", "--threads", "2"];
         args.extend_from_slice(&["--reps", "3", "--json"]);
         args.extend_from_slice(extra);
-        let out = ok(&args);
-        let lines = json_lines(&out);
-        assert_eq!(lines.len(), 1, "{out}");
+        let lines = ok_json(&args, 1);
         let v = &lines[0];
         assert_eq!(
             keys(v),

@@ -8,7 +8,7 @@ mod common;
 use autodnn::conv::{self, Accuracy, ConvAlgorithm};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle};
-use common::{assert_exact, int_data, random_problem, Rng};
+use common::{assert_exact, int_data, max_errors, random_problem, Rng};
 
 fn handles() -> Vec<(Isa, usize, Handle)> {
     let mut out = Vec::new();
@@ -28,28 +28,6 @@ fn run(h: &Handle, a: &dyn ConvAlgorithm, p: &ConvProblem, x: &[f32], w: &[f32])
     let mut y = vec![f32::NAN; p.y().span()];
     h.conv_forward(p, a.name(), x, w, &mut y).unwrap();
     y
-}
-
-/// max|y - ref| / max|ref| over the tensor's elements (NaN if y has a NaN).
-fn rel_err(p: &ConvProblem, y: &[f32], r: &[f64]) -> f64 {
-    let [n, k, oh, ow] = p.y().dims();
-    let (mut diff, mut max) = (0.0f64, 0.0f64);
-    for b in 0..n {
-        for c in 0..k {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let o = p.y().offset(b, c, i, j);
-                    let d = (y[o] as f64 - r[o]).abs();
-                    if d.is_nan() {
-                        return f64::NAN;
-                    }
-                    diff = diff.max(d);
-                    max = max.max(r[o].abs());
-                }
-            }
-        }
-    }
-    diff / max.max(1e-30)
 }
 
 #[test]
@@ -76,7 +54,8 @@ fn every_algorithm_on_random_problems() {
                         assert_exact(&p, &y, &r, &what);
                     }
                     acc => {
-                        let e = rel_err(&p, &y, &r);
+                        let (diff, max) = max_errors(&p, &y, &r, &what);
+                        let e = diff / max.max(1e-30);
                         assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
                     }
                 }

@@ -80,6 +80,14 @@ fn accuracy(label: &str) -> Accuracy {
         .accuracy()
 }
 
+/// y after running `algo` on the case with `weights`, starting from `start`.
+fn run_with(h: &Handle, c: &Case, algo: &str, weights: Weights<'_>, start: &[f32]) -> Vec<f32> {
+    let mut y = start.to_vec();
+    h.conv_forward_ex(&c.p, algo, &c.x, weights, &mut y, &args(c), None)
+        .unwrap();
+    y
+}
+
 /// Runs every accepting algorithm, plain and with prepared weights; y starts as the prior
 /// contents (or NaN when beta = 0 and nothing may be read).
 fn run_all(h: &Handle, c: &Case, mut check: impl FnMut(&str, &[f32])) {
@@ -94,31 +102,11 @@ fn run_all(h: &Handle, c: &Case, mut check: impl FnMut(&str, &[f32])) {
         } else {
             c.prior.clone()
         };
-        let mut y = start.clone();
-        h.conv_forward_ex(
-            &c.p,
-            a.name(),
-            &c.x,
-            Weights::Plain(&c.w),
-            &mut y,
-            &args(c),
-            None,
-        )
-        .unwrap();
+        let y = run_with(h, c, a.name(), Weights::Plain(&c.w), &start);
         check(a.name(), &y);
         let prepared = h.prepare_weights(&c.p, a.name(), &c.w).unwrap();
         assert_eq!(prepared.algo(), a.name());
-        let mut y = start;
-        h.conv_forward_ex(
-            &c.p,
-            a.name(),
-            &c.x,
-            Weights::Prepared(&prepared),
-            &mut y,
-            &args(c),
-            None,
-        )
-        .unwrap();
+        let y = run_with(h, c, a.name(), Weights::Prepared(&prepared), &start);
         check(&format!("{} prepared", a.name()), &y);
     }
 }
@@ -206,31 +194,23 @@ fn epilogue_values_must_match_the_problem() {
         Error::BadParam { field, .. } | Error::BufferTooSmall { field, .. } => field,
         other => panic!("unexpected {other:?}"),
     };
+    // The field named by the error of a plain `direct` call.
+    let rejected = |p: &ConvProblem, args: EpilogueArgs<'_>| {
+        let mut y = vec![0.0; p.y().span()];
+        let e = h
+            .conv_forward_ex(p, "direct", &x, Weights::Plain(&w), &mut y, &args, None)
+            .unwrap_err();
+        field(e)
+    };
     // Bias given, problem has none; residual given, problem has none.
-    let e = h
-        .conv_forward_ex(
-            &p,
-            "direct",
-            &x,
-            Weights::Plain(&w),
-            &mut y,
-            &EpilogueArgs::new(1.0, 0.0).with_bias(&bias),
-            None,
-        )
-        .unwrap_err();
-    assert_eq!(field(e), "bias");
-    let e = h
-        .conv_forward_ex(
-            &p,
-            "direct",
-            &x,
-            Weights::Plain(&w),
-            &mut y,
-            &EpilogueArgs::new(1.0, 1.0).with_residual(&z),
-            None,
-        )
-        .unwrap_err();
-    assert_eq!(field(e), "residual");
+    assert_eq!(
+        rejected(&p, EpilogueArgs::new(1.0, 0.0).with_bias(&bias)),
+        "bias"
+    );
+    assert_eq!(
+        rejected(&p, EpilogueArgs::new(1.0, 1.0).with_residual(&z)),
+        "residual"
+    );
     // Problem wants them, none given; or too short.
     let pb = p.with_epilogue(Epilogue {
         bias: true,
@@ -240,44 +220,20 @@ fn epilogue_values_must_match_the_problem() {
     let e = h.conv_forward(&pb, "direct", &x, &w, &mut y).unwrap_err();
     assert_eq!(field(e), "bias");
     let short = vec![0.0; p.w().k() - 1];
-    let e = h
-        .conv_forward_ex(
+    assert_eq!(
+        rejected(
             &pb,
-            "direct",
-            &x,
-            Weights::Plain(&w),
-            &mut y,
-            &EpilogueArgs::new(1.0, 1.0)
+            EpilogueArgs::new(1.0, 1.0)
                 .with_bias(&short)
-                .with_residual(&z),
-            None,
-        )
-        .unwrap_err();
-    assert_eq!(field(e), "bias");
-    let e = h
-        .conv_forward_ex(
-            &pb,
-            "direct",
-            &x,
-            Weights::Plain(&w),
-            &mut y,
-            &EpilogueArgs::new(1.0, 1.0).with_bias(&bias),
-            None,
-        )
-        .unwrap_err();
-    assert_eq!(field(e), "residual");
-    let e = h
-        .conv_forward_ex(
-            &p,
-            "direct",
-            &x,
-            Weights::Plain(&w),
-            &mut y,
-            &EpilogueArgs::new(f32::NAN, 0.0),
-            None,
-        )
-        .unwrap_err();
-    assert_eq!(field(e), "alpha");
+                .with_residual(&z)
+        ),
+        "bias"
+    );
+    assert_eq!(
+        rejected(&pb, EpilogueArgs::new(1.0, 1.0).with_bias(&bias)),
+        "residual"
+    );
+    assert_eq!(rejected(&p, EpilogueArgs::new(f32::NAN, 0.0)), "alpha");
     // Prepared weights are bound to their problem and algorithm.
     let prepared = h.prepare_weights(&p, "direct", &w).unwrap();
     assert_eq!(prepared.bytes(), p.w().elements() * 4);

@@ -5,53 +5,15 @@
 
 mod common;
 
-use autodnn::conv::{self, Accuracy, ConvAlgorithm, EpilogueArgs, Weights};
+use autodnn::conv::{self, Accuracy, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
-use autodnn::{reference, ConvProblem, Error, Handle, Layout, ProblemSpec};
-use common::{int_data, Rng};
+use autodnn::{reference, ConvProblem, Error, Handle, Layout};
+use common::{
+    algo, assert_integer_bound, errors, int_data, prepared_err, problem, real_data, run_plain,
+    run_prepared,
+};
 
 const ALGOS: [&str; 2] = ["fft", "fft_tiling"];
-
-fn problem(s: &str, layout: Layout) -> ConvProblem {
-    ProblemSpec::parse(s).unwrap().to_problem(layout).unwrap()
-}
-
-fn algo(name: &str) -> &'static dyn ConvAlgorithm {
-    conv::find(name).unwrap()
-}
-
-fn real_data(len: usize, seed: u64) -> Vec<f32> {
-    let mut r = Rng(seed);
-    (0..len)
-        .map(|_| r.range(-100_000, 100_000) as f32 / 100_000.0)
-        .collect()
-}
-
-fn run(h: &Handle, p: &ConvProblem, name: &str, x: &[f32], w: &[f32]) -> Vec<f32> {
-    let mut y = vec![f32::NAN; p.y().span()];
-    h.conv_forward(p, name, x, w, &mut y).unwrap();
-    y
-}
-
-/// (max|y − ref|, max|ref|) over the tensor's elements.
-fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
-    let [n, k, oh, ow] = p.y().dims();
-    let (mut diff, mut max) = (0.0f64, 0.0f64);
-    for b in 0..n {
-        for c in 0..k {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let o = p.y().offset(b, c, i, j);
-                    let d = (y[o] as f64 - r[o]).abs();
-                    assert!(!d.is_nan(), "NaN at {b},{c},{i},{j}");
-                    diff = diff.max(d);
-                    max = max.max(r[o].abs());
-                }
-            }
-        }
-    }
-    (diff, max)
-}
 
 #[test]
 fn accepts_what_it_should() {
@@ -134,10 +96,10 @@ fn normwise_bound_holds_across_channel_counts() {
             if algo(name).check(&p).is_err() {
                 continue;
             }
-            let x = real_data(p.x().span(), 10 + i as u64);
-            let w = real_data(p.w().elements(), 20 + i as u64);
+            let x = real_data(p.x().span(), 10 + i as u64, 100_000);
+            let w = real_data(p.w().elements(), 20 + i as u64, 100_000);
             let r = reference::conv_forward(&p, &x, &w).unwrap();
-            let y = run(&h, &p, name, &x, &w);
+            let y = run_plain(&h, name, &p, &x, &w);
             let (diff, _) = errors(&p, &y, &r);
             let mx = x.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
             let mw = w.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
@@ -174,17 +136,10 @@ fn integer_bound_holds_on_large_problems() {
             let mut h = Handle::with_threads(2).unwrap();
             h.set_isa_cap(isa);
             for name in ALGOS {
-                let a = algo(name);
-                if a.check(&p).is_err() {
+                if algo(name).check(&p).is_err() {
                     continue;
                 }
-                let y = run(&h, &p, name, &x, &w);
-                let (diff, max) = errors(&p, &y, &r);
-                let tol = a.accuracy().integer_tolerance();
-                assert!(
-                    diff <= tol * max,
-                    "{name} {s} {isa:?}: {diff} > {tol} * {max}"
-                );
+                assert_integer_bound(&h, name, &p, &x, &w, &r, &format!("{s} {isa:?}"));
             }
         }
     }
@@ -288,23 +243,13 @@ fn prepared_weights_match_plain_calls() {
         let x = int_data(p.x().span(), 500 + i as u64);
         let w = int_data(p.w().elements(), 600 + i as u64);
         for name in ALGOS {
-            let plain = run(&h, &p, name, &x, &w);
+            let plain = run_plain(&h, name, &p, &x, &w);
             let prepared = h.prepare_weights(&p, name, &w).unwrap();
             assert!(prepared.is_transformed());
             // At least K·C/g·nh·(nw/2+1) complex values for a grid covering the kernel.
             let (r, c) = (p.w().r(), p.w().s());
             assert!(prepared.bytes() >= p.w().elements() / (r * c) * r * (c / 2 + 1) * 8);
-            let mut y = vec![f32::NAN; p.y().span()];
-            h.conv_forward_ex(
-                &p,
-                name,
-                &x,
-                Weights::Prepared(&prepared),
-                &mut y,
-                &EpilogueArgs::default(),
-                None,
-            )
-            .unwrap();
+            let y = run_prepared(&h, name, &p, &x, &prepared);
             assert!(
                 y.iter()
                     .zip(&plain)
@@ -313,18 +258,7 @@ fn prepared_weights_match_plain_calls() {
             );
             let other = problem("mb1ic24ih31oc20kh7ph3", Layout::Nchw);
             let xo = int_data(other.x().span(), 1);
-            let mut yo = vec![0.0; other.y().span()];
-            let e = h
-                .conv_forward_ex(
-                    &other,
-                    name,
-                    &xo,
-                    Weights::Prepared(&prepared),
-                    &mut yo,
-                    &EpilogueArgs::default(),
-                    None,
-                )
-                .unwrap_err();
+            let e = prepared_err(&h, name, &other, &xo, &prepared);
             assert!(matches!(e, Error::BadParam { .. }), "{e:?}");
         }
     }

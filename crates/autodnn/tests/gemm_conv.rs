@@ -7,23 +7,12 @@
 
 mod common;
 
-use autodnn::conv::{self, Activation, ConvAlgorithm, Epilogue, EpilogueArgs, Weights};
+use autodnn::conv::{Activation, Epilogue, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
-use autodnn::{reference, ConvMode, ConvProblem, Error, Handle, Layout, ProblemSpec};
-use common::{assert_exact, int_data, Rng};
+use autodnn::{reference, ConvMode, ConvProblem, Error, Handle, Layout};
+use common::{algo, assert_exact, int_data, prepared_err, problem, run_prepared, Rng};
 
 const ALGOS: [&str; 2] = ["gemm", "implicit_gemm"];
-
-fn algo(name: &str) -> &'static dyn ConvAlgorithm {
-    conv::find(name).unwrap()
-}
-
-fn problem(spec: &str, layout: Layout) -> ConvProblem {
-    ProblemSpec::parse(spec)
-        .unwrap()
-        .to_problem(layout)
-        .unwrap()
-}
 
 /// The same problem in convolution mode (the filter flipped).
 fn flipped(p: &ConvProblem) -> ConvProblem {
@@ -344,17 +333,7 @@ fn prepared_weights_are_packed_panels() {
                 // than it was packed for (the panels are then read element by element).
                 for isa in isas() {
                     let hi = handle(2, isa);
-                    let mut y = vec![f32::NAN; p.y().span()];
-                    hi.conv_forward_ex(
-                        &p,
-                        name,
-                        &x,
-                        Weights::Prepared(&pw),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                        None,
-                    )
-                    .unwrap();
+                    let y = run_prepared(&hi, name, &p, &x, &pw);
                     assert_exact(
                         &p,
                         &y,
@@ -364,18 +343,7 @@ fn prepared_weights_are_packed_panels() {
                 }
                 // Bound to their algorithm.
                 let other = ALGOS.iter().find(|a| **a != name).unwrap();
-                let mut y = vec![0.0; p.y().span()];
-                let e = h
-                    .conv_forward_ex(
-                        &p,
-                        other,
-                        &x,
-                        Weights::Prepared(&pw),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                        None,
-                    )
-                    .unwrap_err();
+                let e = prepared_err(&h, other, &p, &x, &pw);
                 assert!(matches!(&e, Error::BadParam { field, .. } if field == "prepared.algo"));
             }
         }

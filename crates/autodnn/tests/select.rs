@@ -4,7 +4,8 @@
 //! The registry may hold a single algorithm, so the machinery is also exercised over lists of
 //! test algorithms ([`Fake`]): each wraps the registry's last algorithm (which accepts every
 //! problem with no workspace) and adds a name, a workspace size, a delay that makes it slower,
-//! an acceptance rule, a determinism flag or a failure, and records the workspace it received.
+//! an acceptance rule, a determinism flag or a failure (optionally after scribbling on y), and
+//! records the workspace it received.
 
 mod common;
 
@@ -18,7 +19,8 @@ use autodnn::conv::{
 };
 use autodnn::select::heuristic::{AlgoFit, Fit};
 use autodnn::select::{
-    cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, Source, TuningCache,
+    cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, RunReport, Source,
+    TuningCache,
 };
 use autodnn::{reference, ConvProblem, Error, ErrorKind, Handle, Layout, ProblemSpec};
 use common::{assert_exact, int_data, random_problem, Rng};
@@ -31,6 +33,8 @@ struct Fake {
     deterministic: bool,
     accept: fn(&ConvProblem) -> Result<(), String>,
     fail: Option<fn() -> Error>,
+    /// Fill y with this before failing.
+    scribble: Option<f32>,
     max_ws_seen: AtomicUsize,
     runs: AtomicUsize,
 }
@@ -68,6 +72,7 @@ impl Fake {
             deterministic: true,
             accept: accept_all,
             fail: None,
+            scribble: None,
             max_ws_seen: AtomicUsize::new(0),
             runs: AtomicUsize::new(0),
         }
@@ -119,6 +124,9 @@ impl ConvAlgorithm for Fake {
         }
         workspace.fill(0xAB);
         if let Some(f) = self.fail {
+            if let Some(v) = self.scribble {
+                y.fill(v);
+            }
             return Err(f());
         }
         if !self.delay.is_zero() {
@@ -174,24 +182,51 @@ fn data(p: &ConvProblem, seed: u64) -> Data {
     Data { x, w, reference }
 }
 
+/// An automatic call with plain weights and the default epilogue: over `algos`, or over the
+/// registry through the public call when `None`; y starts as `fill`.
+fn auto_call(
+    h: &Handle,
+    algos: Option<&[&dyn ConvAlgorithm]>,
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    fill: f32,
+) -> (autodnn::Result<RunReport>, Vec<f32>) {
+    let mut y = vec![fill; p.y().span()];
+    let epi = EpilogueArgs::default();
+    let r = match algos {
+        Some(algos) => h.conv_forward_auto_with(algos, p, x, Weights::Plain(w), &mut y, &epi),
+        None => h.conv_forward_auto(p, x, Weights::Plain(w), &mut y, &epi),
+    };
+    (r, y)
+}
+
+/// A successful call over `algos`, y starting as NaN.
 fn run_auto(
     h: &Handle,
     algos: &[&dyn ConvAlgorithm],
     p: &ConvProblem,
     d: &Data,
-) -> (autodnn::select::RunReport, Vec<f32>) {
-    let mut y = vec![f32::NAN; p.y().span()];
-    let r = h
-        .conv_forward_auto_with(
-            algos,
-            p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
-    (r, y)
+) -> (RunReport, Vec<f32>) {
+    let (r, y) = auto_call(h, Some(algos), p, &d.x, &d.w, f32::NAN);
+    (r.unwrap(), y)
+}
+
+/// The error of a call over `algos`.
+fn auto_err(
+    h: &Handle,
+    algos: &[&dyn ConvAlgorithm],
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+) -> Error {
+    auto_call(h, Some(algos), p, x, w, 0.0).0.unwrap_err()
+}
+
+/// A successful call over the registry, y starting as `fill`.
+fn run_public(h: &Handle, p: &ConvProblem, d: &Data, fill: f32) -> (RunReport, Vec<f32>) {
+    let (r, y) = auto_call(h, None, p, &d.x, &d.w, fill);
+    (r.unwrap(), y)
 }
 
 /// Checks y against the reference to the tolerance of the algorithm that ran.
@@ -226,6 +261,20 @@ fn temp_path(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir.join("tuning.json")
+}
+
+/// A test handle whose cost model predicts the entries (see [`model_for`]).
+fn modelled_handle(entries: &[(&str, f64)]) -> Handle {
+    let h = handle();
+    h.set_cost_model(model_for(&h, entries));
+    h
+}
+
+/// [`modelled_handle`] under `policy`.
+fn handle_with(policy: Policy, entries: &[(&str, f64)]) -> Handle {
+    let mut h = modelled_handle(entries);
+    h.set_policy(policy);
+    h
 }
 
 fn handle() -> Handle {
@@ -300,12 +349,10 @@ fn ranking_holds_exactly_the_accepting_algorithms() {
 
 #[test]
 fn heuristic_follows_the_cost_model_and_never_times() {
-    let mut h = handle();
+    let h = handle_with(Policy::Heuristic, &[("fast", 1.0), ("slow", 2.0)]);
     let fast = Fake::new("fast", 1000, 0.0);
     let slow = Fake::new("slow", 0, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&slow, &fast];
-    h.set_cost_model(model_for(&h, &[("fast", 1.0), ("slow", 2.0)]));
-    h.set_policy(Policy::Heuristic);
     let p = problem(SMALL);
     let d = data(&p, 1);
     let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
@@ -327,13 +374,11 @@ fn heuristic_follows_the_cost_model_and_never_times() {
 
 #[test]
 fn benchmark_times_on_a_miss_then_uses_the_cache() {
-    let mut h = handle();
+    let mut h = handle_with(Policy::Benchmark, &[("quick", 5.0), ("sluggish", 1.0)]);
     // The model predicts the wrong order; measurement must correct it.
     let a = Fake::new("quick", 4096, 0.0);
     let b = Fake::new("sluggish", 0, 5.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
-    h.set_cost_model(model_for(&h, &[("quick", 5.0), ("sluggish", 1.0)]));
-    h.set_policy(Policy::Benchmark);
     let p = problem(SMALL);
     let d = data(&p, 2);
     let (r, y) = run_auto(&h, &algos, &p, &d);
@@ -372,12 +417,11 @@ fn benchmark_times_on_a_miss_then_uses_the_cache() {
 
 #[test]
 fn racing_eliminates_losers_and_exhaustive_times_everything() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]);
     let a = Fake::new("a", 0, 0.0);
     let b = Fake::new("b", 0, 8.0);
     let c = Fake::new("c", 0, 16.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b, &c];
-    h.set_cost_model(model_for(&h, &[("a", 1.0), ("b", 1.0), ("c", 1.0)]));
     let p = problem(SMALL);
     let d = data(&p, 4);
     let race = h
@@ -422,15 +466,11 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
 
 #[test]
 fn a_limit_on_timed_candidates() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("first", 1.0), ("second", 2.0), ("third", 3.0)]);
     let a = Fake::new("first", 0, 0.0);
     let b = Fake::new("second", 0, 0.0);
     let c = Fake::new("third", 0, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&c, &b, &a];
-    h.set_cost_model(model_for(
-        &h,
-        &[("first", 1.0), ("second", 2.0), ("third", 3.0)],
-    ));
     h.set_max_timed(2);
     let p = problem(SMALL);
     let d = data(&p, 5);
@@ -445,14 +485,13 @@ fn a_limit_on_timed_candidates() {
 
 #[test]
 fn deterministic_option_excludes_nondeterministic_algorithms() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("racy", 1.0), ("steady", 2.0)]);
     let racy = Fake {
         deterministic: false,
         ..Fake::new("racy", 0, 0.0)
     };
     let steady = Fake::new("steady", 0, 1.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&racy, &steady];
-    h.set_cost_model(model_for(&h, &[("racy", 1.0), ("steady", 2.0)]));
     let p = problem(SMALL);
     let d = data(&p, 6);
     for policy in Policy::ALL {
@@ -494,11 +533,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
             (Some(65535), "no_ws"),
             (Some(0), "no_ws"),
         ] {
-            let mut h = handle();
-            h.set_cost_model(model_for(
-                &h,
-                &[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)],
-            ));
+            let mut h = modelled_handle(&[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)]);
             h.set_policy(policy);
             h.set_workspace_limit(limit);
             for f in [&big, &mid, &none] {
@@ -526,17 +561,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
             // An explicit algorithm past the budget is refused, not run.
             if let Some(l) = limit.filter(|l| *l < (1 << 20)) {
                 let _ = l;
-                let mut y = vec![0.0; p.y().span()];
-                let e = h
-                    .conv_forward_auto_with(
-                        &[&big],
-                        &p,
-                        &d.x,
-                        Weights::Plain(&d.w),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                    )
-                    .unwrap_err();
+                let e = auto_err(&h, &[&big], &p, &d.x, &d.w);
                 assert!(matches!(e, Error::Declined { .. }), "{e}");
             }
         }
@@ -566,16 +591,7 @@ fn a_zero_limit_chooses_zero_workspace_algorithms() {
         for s in [SMALL, "mb2ic6ih11oc10kh5ph2sh2", "mb1g8ic8ih9oc8kh3ph1"] {
             let p = problem(s);
             let d = data(&p, 8);
-            let mut y = vec![f32::NAN; p.y().span()];
-            let r = h
-                .conv_forward_auto(
-                    &p,
-                    &d.x,
-                    Weights::Plain(&d.w),
-                    &mut y,
-                    &EpilogueArgs::default(),
-                )
-                .unwrap();
+            let (r, y) = run_public(&h, &p, &d, f32::NAN);
             assert_eq!(r.workspace_bytes, 0);
             let acc = conv::find(r.algo).unwrap().accuracy();
             assert_right(&p, &y, &d, acc, s);
@@ -633,12 +649,10 @@ fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
     // `>BYTES` fails every reservation above the size: only small ones run.
     let p = problem(SMALL);
     let d = data(&p, 9);
-    let mut h = handle();
-    h.set_cost_model(model_for(
-        &h,
+    let mut h = handle_with(
+        Policy::Heuristic,
         &[("fake_big", 1.0), ("fake_small", 2.0), ("*", 5.0)],
-    ));
-    h.set_policy(Policy::Heuristic);
+    );
     h.set_fail_alloc(FailAlloc::Above(1000));
     let (r, y) = run_auto(&h, &algos, &p, &d);
     assert_eq!(r.algo, "fake_small");
@@ -655,12 +669,10 @@ fn a_caller_workspace_too_small_steps_down_the_chain() {
     let big = Fake::new("ws_big", 1 << 16, 0.0);
     let small = Fake::new("ws_small", 256, 0.0);
     let algos: Vec<&dyn ConvAlgorithm> = vec![&big, &small, base()];
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(
-        &h,
+    let h = handle_with(
+        Policy::Heuristic,
         &[("ws_big", 1.0), ("ws_small", 2.0), ("*", 3.0)],
-    ));
+    );
     let p = problem(SMALL);
     let d = data(&p, 22);
     let epi = EpilogueArgs::default();
@@ -725,12 +737,10 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     let fine = Fake::new("fine", 0, 0.0);
     let p = problem(SMALL);
     let d = data(&p, 10);
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(
-        &h,
+    let h = handle_with(
+        Policy::Heuristic,
         &[("broken", 1.0), ("bad_param", 1.5), ("fine", 2.0)],
-    ));
+    );
     let algos: Vec<&dyn ConvAlgorithm> = vec![&broken, &fine];
     let (r, y) = run_auto(&h, &algos, &p, &d);
     assert_eq!(r.algo, "fine");
@@ -741,31 +751,13 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     // A BadInput error from an algorithm is returned at once, not retried.
     let algos: Vec<&dyn ConvAlgorithm> = vec![&bad_param, &fine];
     let before = fine.runs();
-    let mut y = vec![0.0; p.y().span()];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     assert_eq!(e.kind(), ErrorKind::BadInput);
     assert_eq!(fine.runs(), before);
     // So is the caller's bad input, before anything runs.
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x[1..],
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x[1..], &d.w);
     assert!(matches!(e, Error::BufferTooSmall { .. }));
+    let mut y = vec![0.0; p.y().span()];
     let e = h
         .conv_forward_auto(
             &p,
@@ -778,16 +770,7 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
     assert_eq!(e.kind(), ErrorKind::BadInput);
     // Every algorithm failing: the last error, after trying them all.
     let algos: Vec<&dyn ConvAlgorithm> = vec![&broken];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     match e {
         Error::AllFailed { tried, last } => {
             assert_eq!(tried.len(), 1);
@@ -801,42 +784,17 @@ fn algorithm_failures_fall_back_and_bad_input_does_not() {
 #[test]
 fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
     // A failing algorithm that scribbles on y before giving up.
-    struct Scribbler;
-    impl ConvAlgorithm for Scribbler {
-        fn name(&self) -> &'static str {
-            "scribbler"
-        }
-        fn check(&self, _: &ConvProblem) -> Result<(), String> {
-            Ok(())
-        }
-        fn workspace_bytes(&self, _: &ConvProblem) -> usize {
-            0
-        }
-        fn deterministic(&self) -> bool {
-            true
-        }
-        fn run(
-            &self,
-            _: &ExecContext<'_>,
-            _: &ConvProblem,
-            _: &[f32],
-            _: AlgoWeights<'_>,
-            y: &mut [f32],
-            _: &mut [u8],
-            _: &EpilogueArgs<'_>,
-        ) -> autodnn::Result<()> {
-            y.fill(1e6);
-            Err(Error::Unsupported {
-                what: "scribbled".into(),
-            })
-        }
-    }
+    let scribbler = Fake {
+        fail: Some(|| Error::Unsupported {
+            what: "scribbled".into(),
+        }),
+        scribble: Some(1e6),
+        ..Fake::new("scribbler", 0, 0.0)
+    };
     let p = problem(SMALL);
     let d = data(&p, 11);
-    let mut h = handle();
-    h.set_policy(Policy::Heuristic);
-    h.set_cost_model(model_for(&h, &[("scribbler", 0.001)]));
-    let algos: Vec<&dyn ConvAlgorithm> = vec![&Scribbler, base()];
+    let h = handle_with(Policy::Heuristic, &[("scribbler", 0.001)]);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&scribbler, base()];
     let prior = int_data(p.y().span(), 77);
     let mut y = prior.clone();
     let epi = EpilogueArgs::new(1.0, 2.0);
@@ -844,20 +802,20 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
         .conv_forward_auto_with(&algos, &p, &d.x, Weights::Plain(&d.w), &mut y, &epi)
         .unwrap();
     assert_eq!(r.algo, base().name());
+    assert_eq!(scribbler.runs(), 1, "the scribbler ran first");
     let want = reference::conv_forward_fused(&p, &d.x, &d.w, 1.0, 2.0, None, Some(&prior)).unwrap();
     assert_exact(&p, &y, &want, "beta after fallback");
 }
 
 #[test]
 fn forced_algorithms() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("alpha", 1.0), ("beta_s1", 2.0)]);
     let a = Fake::new("alpha", 0, 0.0);
     let b = Fake {
         accept: accept_stride1,
         ..Fake::new("beta_s1", 0, 0.0)
     };
     let algos: Vec<&dyn ConvAlgorithm> = vec![&a, &b];
-    h.set_cost_model(model_for(&h, &[("alpha", 1.0), ("beta_s1", 2.0)]));
     let p = problem(SMALL);
     let d = data(&p, 12);
     h.set_forced_algo(Some("beta_s1"));
@@ -871,17 +829,7 @@ fn forced_algorithms() {
     assert_ne!(r.source, Source::Forced);
     assert_right(&q, &y, &dq, Accuracy::Exact, "forced declined");
     h.set_forced_algo(Some("nosuch"));
-    let mut y = vec![0.0; p.y().span()];
-    let e = h
-        .conv_forward_auto_with(
-            &algos,
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap_err();
+    let e = auto_err(&h, &algos, &p, &d.x, &d.w);
     assert!(matches!(e, Error::UnknownAlgorithm { .. }));
 }
 
@@ -891,15 +839,7 @@ fn tuned_handle(path: &std::path::Path, problems: &[&str]) -> Handle {
     for s in problems {
         let p = problem(s);
         let d = data(&p, 14);
-        let mut y = vec![0.0; p.y().span()];
-        h.conv_forward_auto(
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
+        run_public(&h, &p, &d, 0.0);
     }
     h
 }
@@ -989,15 +929,7 @@ fn bad_cache_files_are_set_aside_with_a_warning() {
         // A working run, and a rebuilt file.
         let p = problem(SMALL);
         let d = data(&p, 16);
-        let mut y = vec![0.0; p.y().span()];
-        h.conv_forward_auto(
-            &p,
-            &d.x,
-            Weights::Plain(&d.w),
-            &mut y,
-            &EpilogueArgs::default(),
-        )
-        .unwrap();
+        let (_, y) = run_public(&h, &p, &d, 0.0);
         assert_exact(&p, &y, &d.reference, tag);
         h.save_tuning_cache().unwrap();
         let again = TuningCache::load(&path).unwrap();
@@ -1076,15 +1008,7 @@ fn concurrent_writers_keep_every_entry() {
                 for ih in sizes.iter().skip(part).step_by(4) {
                     let p = problem(&format!("mb1ic2ih{ih}oc2kh1"));
                     let d = data(&p, 18);
-                    let mut y = vec![0.0; p.y().span()];
-                    h.conv_forward_auto(
-                        &p,
-                        &d.x,
-                        Weights::Plain(&d.w),
-                        &mut y,
-                        &EpilogueArgs::default(),
-                    )
-                    .unwrap();
+                    run_public(&h, &p, &d, 0.0);
                     h.save_tuning_cache().unwrap();
                 }
             });
@@ -1136,11 +1060,9 @@ fn noise_guard_keeps_a_choice_unless_clearly_beaten() {
 
 #[test]
 fn a_new_algorithm_makes_a_cached_entry_stale() {
-    let mut h = handle();
+    let h = handle_with(Policy::Benchmark, &[("old_one", 1.0), ("new_one", 1.0)]);
     let a = Fake::new("old_one", 0, 1.0);
     let b = Fake::new("new_one", 0, 0.0);
-    h.set_cost_model(model_for(&h, &[("old_one", 1.0), ("new_one", 1.0)]));
-    h.set_policy(Policy::Benchmark);
     let p = problem(SMALL);
     let d = data(&p, 19);
     let (r, _) = run_auto(&h, &[&a], &p, &d);
@@ -1153,13 +1075,9 @@ fn a_new_algorithm_makes_a_cached_entry_stale() {
 
 #[test]
 fn a_failure_while_tuning_is_not_remembered() {
-    let mut h = handle();
+    let mut h = modelled_handle(&[("usually_fast", 1.0), ("always_there", 2.0)]);
     let a = Fake::new("usually_fast", 1024, 0.0);
     let b = Fake::new("always_there", 0, 3.0);
-    h.set_cost_model(model_for(
-        &h,
-        &[("usually_fast", 1.0), ("always_there", 2.0)],
-    ));
     let p = problem(SMALL);
     let d = data(&p, 21);
     h.set_fail_alloc(FailAlloc::Algorithms(vec!["usually_fast".into()]));

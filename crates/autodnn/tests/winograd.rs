@@ -4,53 +4,15 @@
 
 mod common;
 
-use autodnn::conv::{self, Accuracy, ConvAlgorithm, EpilogueArgs, Weights};
+use autodnn::conv::Accuracy;
 use autodnn::cpu::Isa;
-use autodnn::{reference, ConvProblem, Error, Handle, Layout, ProblemSpec};
-use common::{int_data, Rng};
+use autodnn::{reference, ConvProblem, Error, Handle, Layout};
+use common::{
+    algo, assert_integer_bound, errors, int_data, prepared_err, problem, real_data, run_plain,
+    run_prepared, Rng,
+};
 
 const ALGOS: [&str; 3] = ["winograd_2x2", "winograd_4x4", "winograd_6x6"];
-
-fn algo(name: &str) -> &'static dyn ConvAlgorithm {
-    conv::find(name).unwrap()
-}
-
-fn problem(s: &str, layout: Layout) -> ConvProblem {
-    ProblemSpec::parse(s).unwrap().to_problem(layout).unwrap()
-}
-
-fn real_data(len: usize, seed: u64) -> Vec<f32> {
-    let mut r = Rng(seed);
-    (0..len)
-        .map(|_| r.range(-1_000_000, 1_000_000) as f32 / 1_000_000.0)
-        .collect()
-}
-
-fn run(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) -> Vec<f32> {
-    let mut y = vec![f32::NAN; p.y().span()];
-    h.conv_forward(p, name, x, w, &mut y).unwrap();
-    y
-}
-
-/// (max|y − ref|, max|ref|) over the output tensor's elements.
-fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
-    let [n, k, oh, ow] = p.y().dims();
-    let (mut diff, mut max) = (0.0f64, 0.0f64);
-    for b in 0..n {
-        for c in 0..k {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let o = p.y().offset(b, c, i, j);
-                    let d = (y[o] as f64 - r[o]).abs();
-                    assert!(!d.is_nan(), "NaN at {b},{c},{i},{j}");
-                    diff = diff.max(d);
-                    max = max.max(r[o].abs());
-                }
-            }
-        }
-    }
-    (diff, max)
-}
 
 fn max_abs(v: &[f32]) -> f64 {
     v.iter().fold(0.0f64, |m, &x| m.max(x.abs() as f64))
@@ -104,15 +66,8 @@ fn accepts_every_dense_3x3_stride_1_problem() {
             let w = int_data(p.w().elements(), 2);
             let r = reference::conv_forward(&p, &x, &w).unwrap();
             for name in ALGOS {
-                let a = algo(name);
-                assert_eq!(a.check(&p), Ok(()), "{name} declined {s}");
-                let y = run(&h, name, &p, &x, &w);
-                let (diff, max) = errors(&p, &y, &r);
-                let tol = a.accuracy().integer_tolerance();
-                assert!(
-                    diff <= tol * max,
-                    "{name} {s} {layout:?}: max|y − ref| = {diff}, max|ref| = {max}"
-                );
+                assert_eq!(algo(name).check(&p), Ok(()), "{name} declined {s}");
+                assert_integer_bound(&h, name, &p, &x, &w, &r, &format!("{s} {layout:?}"));
             }
         }
     }
@@ -176,11 +131,11 @@ fn normwise_bound_holds_across_channel_counts() {
                 Layout::Nhwc
             };
             let p = problem(&s, layout);
-            let x = real_data(p.x().span(), 100 * ci as u64 + seed);
-            let w = real_data(p.w().elements(), 7 + 100 * ci as u64 + seed);
+            let x = real_data(p.x().span(), 100 * ci as u64 + seed, 1_000_000);
+            let w = real_data(p.w().elements(), 7 + 100 * ci as u64 + seed, 1_000_000);
             let r = reference::conv_forward(&p, &x, &w).unwrap();
             for (i, name) in ALGOS.iter().enumerate() {
-                let y = run(&h, name, &p, &x, &w);
+                let y = run_plain(&h, name, &p, &x, &w);
                 row[i] = row[i].max(measured_c(&p, &y, &r, &x, &w));
             }
         }
@@ -229,11 +184,8 @@ fn integer_tolerance_on_layer_shapes() {
         let w = int_data(p.w().elements(), 10 + i as u64);
         let r = reference::conv_forward(&p, &x, &w).unwrap();
         for name in ALGOS {
-            let y = run(&h, name, &p, &x, &w);
-            let (diff, max) = errors(&p, &y, &r);
-            let tol = algo(name).accuracy().integer_tolerance();
+            let (diff, max) = assert_integer_bound(&h, name, &p, &x, &w, &r, s);
             println!("{name} {s}: max|y − ref| / max|ref| = {:.3e}", diff / max);
-            assert!(diff <= tol * max, "{name} {s}: {diff} > {tol} · {max}");
         }
     }
 }
@@ -246,7 +198,7 @@ fn winograd_2x2_is_exact_on_small_integers() {
     let x = int_data(p.x().span(), 3);
     let w = int_data(p.w().elements(), 4);
     let r = reference::conv_forward(&p, &x, &w).unwrap();
-    let y = run(&h, "winograd_2x2", &p, &x, &w);
+    let y = run_plain(&h, "winograd_2x2", &p, &x, &w);
     common::assert_exact(&p, &y, &r, "winograd_2x2");
 }
 
@@ -256,8 +208,8 @@ fn winograd_2x2_is_exact_on_small_integers() {
 fn prepared_weights_transform_the_filter_once() {
     let h = Handle::with_threads(2).unwrap();
     let p = problem("g2mb1ic40ih11oc72kh3ph1", Layout::Nhwc);
-    let x = real_data(p.x().span(), 5);
-    let w = real_data(p.w().elements(), 6);
+    let x = real_data(p.x().span(), 5, 1_000_000);
+    let w = real_data(p.w().elements(), 6, 1_000_000);
     let r = reference::conv_forward(&p, &x, &w).unwrap();
     for (name, tile) in ALGOS.iter().zip([4usize, 6, 8]) {
         let prepared = h.prepare_weights(&p, name, &w).unwrap();
@@ -265,18 +217,8 @@ fn prepared_weights_transform_the_filter_once() {
         // Per group: K padded to 32, C to 16, tile² positions; a 16-float header.
         let floats = 2 * 64 * 32 * tile * tile + 16;
         assert_eq!(prepared.bytes(), floats * 4, "{name}");
-        let mut y = vec![f32::NAN; p.y().span()];
-        h.conv_forward_ex(
-            &p,
-            name,
-            &x,
-            Weights::Prepared(&prepared),
-            &mut y,
-            &EpilogueArgs::default(),
-            None,
-        )
-        .unwrap();
-        let plain = run(&h, name, &p, &x, &w);
+        let y = run_prepared(&h, name, &p, &x, &prepared);
+        let plain = run_plain(&h, name, &p, &x, &w);
         let bound = normwise_c(name) * f32::EPSILON as f64 * 20.0 * 9.0;
         for (name, y) in [("prepared", &y), ("plain", &plain)] {
             let (diff, _) = errors(&p, y, &r);
@@ -288,17 +230,7 @@ fn prepared_weights_transform_the_filter_once() {
         } else {
             "winograd_2x2"
         };
-        let e = h
-            .conv_forward_ex(
-                &p,
-                other,
-                &x,
-                Weights::Prepared(&prepared),
-                &mut y,
-                &EpilogueArgs::default(),
-                None,
-            )
-            .unwrap_err();
+        let e = prepared_err(&h, other, &p, &x, &prepared);
         assert!(matches!(e, Error::BadParam { ref field, .. } if field == "prepared.algo"));
     }
 }
@@ -308,8 +240,8 @@ fn prepared_weights_transform_the_filter_once() {
 #[test]
 fn blocks_threads_and_workspace() {
     let p = problem("mb2ic48ih40iw37oc70kh3ph1", Layout::Nchw);
-    let x = real_data(p.x().span(), 8);
-    let w = real_data(p.w().elements(), 9);
+    let x = real_data(p.x().span(), 8, 1_000_000);
+    let w = real_data(p.w().elements(), 9, 1_000_000);
     for name in ALGOS {
         let a = algo(name);
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {

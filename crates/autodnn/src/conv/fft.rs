@@ -27,19 +27,11 @@
 //!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side.
 //!   Dilation is handled by spreading the kernel's taps on the grid; groups and both layouts
 //!   are supported.
-//! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic:** every value is computed by
+//! - **Accuracy:** normwise (see [`Accuracy`](super::Accuracy)); **deterministic:** every value is computed by
 //!   one thread in a fixed order whatever the thread count.
 
-use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{
-    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
-    COST_FEATURES,
-};
+use super::spectral::{extent, good_size, PlainFilter, Spectral, SpectralConv};
 use crate::desc::ConvProblem;
-use crate::error::Result;
-
-/// The whole-image FFT convolution.
-pub struct Fft;
 
 /// Images transformed and multiplied together (more reuse each filter spectrum across the
 /// batch; the workspace grows with it).
@@ -55,6 +47,14 @@ pub const MAX_SIDE: usize = 2048;
 /// and 5×5 to 11×11); the largest, 2.1, is a 1×2 kernel on a 512-point grid (FFT rounding
 /// grows with log2 of the grid, the bound only with C·R·S). Twice that, documented.
 pub const NORMWISE_C: f64 = 4.0;
+
+/// The whole-image FFT convolution.
+pub(crate) const FFT: SpectralConv = SpectralConv {
+    name: "fft",
+    plan: spectral,
+    limit,
+    normwise_c: NORMWISE_C,
+};
 
 fn grid(problem: &ConvProblem) -> [usize; 2] {
     let ext = extent(problem);
@@ -74,76 +74,12 @@ fn spectral(problem: &ConvProblem) -> Option<Spectral> {
     )
 }
 
-impl ConvAlgorithm for Fft {
-    fn name(&self) -> &'static str {
-        "fft"
+fn limit(problem: &ConvProblem) -> std::result::Result<(), String> {
+    let [nh, nw] = grid(problem);
+    if nh.max(nw) > MAX_SIDE {
+        return Err(format!(
+            "the transform grid {nh}x{nw} is larger than {MAX_SIDE} on a side"
+        ));
     }
-
-    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String> {
-        let st = problem.conv().stride();
-        if st != [1, 1] {
-            return Err(format!(
-                "needs stride 1, got {}x{} (a strided output discards most of the transform)",
-                st[0], st[1]
-            ));
-        }
-        if problem.w().r() * problem.w().s() == 1 {
-            return Err("a 1x1 kernel is a plain matrix product: nothing to transform".into());
-        }
-        let [nh, nw] = grid(problem);
-        if nh.max(nw) > MAX_SIDE {
-            return Err(format!(
-                "the transform grid {nh}x{nw} is larger than {MAX_SIDE} on a side"
-            ));
-        }
-        spectral(problem)
-            .map(|_| ())
-            .ok_or_else(|| "the spectra's sizes overflow".into())
-    }
-
-    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        spectral(problem).map_or(0, |s| s.workspace_bytes())
-    }
-
-    fn deterministic(&self) -> bool {
-        true
-    }
-
-    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
-        spectral(problem).map_or_else(
-            || default_cost_features(problem, 0),
-            |s| s.cost_features(problem),
-        )
-    }
-
-    fn accuracy(&self) -> Accuracy {
-        Accuracy::Normwise {
-            c: NORMWISE_C,
-            int_rel: 1e-4,
-        }
-    }
-
-    fn prepare(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        w: &[f32],
-    ) -> Result<Option<Vec<f32>>> {
-        let sp = spectral(problem).expect("accepted by check");
-        Ok(Some(sp.prepare(ctx, w)?))
-    }
-
-    fn run(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        x: &[f32],
-        w: AlgoWeights<'_>,
-        y: &mut [f32],
-        workspace: &mut [u8],
-        epilogue: &EpilogueArgs<'_>,
-    ) -> Result<()> {
-        let sp = spectral(problem).expect("accepted by check");
-        sp.run(self.name(), ctx, x, w, y, workspace, epilogue)
-    }
+    Ok(())
 }

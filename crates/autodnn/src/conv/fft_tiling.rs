@@ -22,18 +22,18 @@
 //! - **Declines:** strides other than 1 (most of the transform would be discarded), 1×1
 //!   kernels (nothing for a transform to save), kernels whose dilated extent exceeds
 //!   [`MAX_TILE`] / 2 (use `fft`). Dilation, groups and both layouts are supported.
-//! - **Accuracy:** normwise (see [`Accuracy`]); **deterministic.**
+//! - **Accuracy:** normwise (see [`Accuracy`](super::Accuracy)); **deterministic.**
 
-use super::spectral::{extent, good_size, PlainFilter, Spectral};
-use super::{
-    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
-    COST_FEATURES,
-};
+use super::spectral::{extent, good_size, PlainFilter, Spectral, SpectralConv};
 use crate::desc::ConvProblem;
-use crate::error::Result;
 
 /// The tiled FFT convolution.
-pub struct FftTiling;
+pub(crate) const FFT_TILING: SpectralConv = SpectralConv {
+    name: "fft_tiling",
+    plan: spectral,
+    limit,
+    normwise_c: NORMWISE_C,
+};
 
 /// Largest transform side.
 pub const MAX_TILE: usize = 64;
@@ -108,79 +108,15 @@ fn spectral(problem: &ConvProblem) -> Option<Spectral> {
     make(problem, sides(problem))
 }
 
-impl ConvAlgorithm for FftTiling {
-    fn name(&self) -> &'static str {
-        "fft_tiling"
+fn limit(problem: &ConvProblem) -> std::result::Result<(), String> {
+    let ext = extent(problem);
+    if ext[0].max(ext[1]) > MAX_TILE / 2 {
+        return Err(format!(
+            "needs a (dilated) kernel extent of at most {}, got {}x{}",
+            MAX_TILE / 2,
+            ext[0],
+            ext[1]
+        ));
     }
-
-    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String> {
-        let st = problem.conv().stride();
-        if st != [1, 1] {
-            return Err(format!(
-                "needs stride 1, got {}x{} (a strided output discards most of the transform)",
-                st[0], st[1]
-            ));
-        }
-        if problem.w().r() * problem.w().s() == 1 {
-            return Err("a 1x1 kernel is a plain matrix product: nothing to transform".into());
-        }
-        let ext = extent(problem);
-        if ext[0].max(ext[1]) > MAX_TILE / 2 {
-            return Err(format!(
-                "needs a (dilated) kernel extent of at most {}, got {}x{}",
-                MAX_TILE / 2,
-                ext[0],
-                ext[1]
-            ));
-        }
-        spectral(problem)
-            .map(|_| ())
-            .ok_or_else(|| "the spectra's sizes overflow".into())
-    }
-
-    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        spectral(problem).map_or(0, |s| s.workspace_bytes())
-    }
-
-    fn deterministic(&self) -> bool {
-        true
-    }
-
-    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
-        spectral(problem).map_or_else(
-            || default_cost_features(problem, 0),
-            |s| s.cost_features(problem),
-        )
-    }
-
-    fn accuracy(&self) -> Accuracy {
-        Accuracy::Normwise {
-            c: NORMWISE_C,
-            int_rel: 1e-4,
-        }
-    }
-
-    fn prepare(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        w: &[f32],
-    ) -> Result<Option<Vec<f32>>> {
-        let sp = spectral(problem).expect("accepted by check");
-        Ok(Some(sp.prepare(ctx, w)?))
-    }
-
-    fn run(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        x: &[f32],
-        w: AlgoWeights<'_>,
-        y: &mut [f32],
-        workspace: &mut [u8],
-        epilogue: &EpilogueArgs<'_>,
-    ) -> Result<()> {
-        let sp = spectral(problem).expect("accepted by check");
-        sp.run(self.name(), ctx, x, w, y, workspace, epilogue)
-    }
+    Ok(())
 }

@@ -21,13 +21,13 @@
 
 use std::sync::OnceLock;
 
-use super::im2col::{workspace_f32, Frame, Geometry, Operand};
-use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
-use crate::desc::ConvProblem;
-use crate::error::Result;
+use super::im2col::{GemmConv, Geometry, PatchSource};
 
 /// Explicit im2col + GEMM.
-pub struct GemmConv;
+pub(crate) const GEMM: GemmConv = GemmConv {
+    name: "gemm",
+    patches: PatchSource::Copied(block_positions),
+};
 
 /// Target size of one im2col block in bytes: small enough to stay in the L2 cache between
 /// being written and being packed by the engine, large enough that the filter, packed once
@@ -60,78 +60,4 @@ fn block_positions(geo: &Geometry) -> usize {
         bp -= bp % POSITION_UNIT;
     }
     geo.block_positions(bp)
-}
-
-impl ConvAlgorithm for GemmConv {
-    fn name(&self) -> &'static str {
-        "gemm"
-    }
-
-    fn check(&self, _: &ConvProblem) -> std::result::Result<(), String> {
-        Ok(())
-    }
-
-    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        let geo = Geometry::new(problem);
-        if geo.x_is_matrix {
-            0
-        } else {
-            geo.depth * block_positions(&geo) * std::mem::size_of::<f32>()
-        }
-    }
-
-    fn deterministic(&self) -> bool {
-        true
-    }
-
-    fn prepare(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        w: &[f32],
-    ) -> Result<Option<Vec<f32>>> {
-        Geometry::new(problem).prepare(w, ctx.isa).map(Some)
-    }
-
-    fn run(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        x: &[f32],
-        w: AlgoWeights<'_>,
-        y: &mut [f32],
-        workspace: &mut [u8],
-        epi: &EpilogueArgs<'_>,
-    ) -> Result<()> {
-        let geo = Geometry::new(problem);
-        let isa = ctx.isa;
-        let bp = if geo.x_is_matrix {
-            usize::MAX
-        } else {
-            block_positions(&geo)
-        };
-        let col = if geo.x_is_matrix {
-            &mut [][..]
-        } else {
-            workspace_f32(self.name(), workspace, geo.depth * bp)?
-        };
-        for b in geo.blocks(bp) {
-            let filter = match w {
-                AlgoWeights::Plain(w) => geo.filter(w, b.g, isa),
-                AlgoWeights::Prepared(d) => geo.prepared_filter(d, b.g)?,
-            };
-            let m = if geo.x_is_matrix {
-                geo.x_matrix(x, &b, isa)
-            } else {
-                geo.im2col(ctx, x, &b, col);
-                geo.col_matrix(col, b.np, isa)
-            };
-            let patches = match geo.frame {
-                Frame::Positions => Operand::A(&m),
-                Frame::Channels => Operand::B(&m),
-            };
-            geo.gemm(ctx, &b, patches, &filter, y, epi)?;
-        }
-        Ok(())
-    }
 }

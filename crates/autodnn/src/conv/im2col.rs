@@ -29,7 +29,7 @@
 //! ([`PackA::prepacked_a`], [`PackB::prepacked_b`]) instead of packing the filter on every
 //! call.
 
-use crate::conv::{EpilogueArgs, ExecContext};
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
@@ -1341,6 +1341,116 @@ pub(crate) enum Operand<'a> {
     A(&'a dyn PackA),
     /// [`Frame::Channels`]: B.
     B(&'a dyn PackB),
+}
+
+/// How a [`GemmConv`]'s patches reach the engine (x itself when it already is the patch
+/// matrix, 1x1 stride-1 convolutions, either way).
+#[derive(Clone, Copy)]
+pub(crate) enum PatchSource {
+    /// Copied into the workspace a block of output positions at a time (`gemm`); the function
+    /// gives the positions per block.
+    Copied(fn(&Geometry) -> usize),
+    /// Packed by the engine straight from x ([`PatchesA`], [`PatchesB`]: `implicit_gemm`).
+    Packed,
+}
+
+/// The convolution as GEMMs (`gemm`, `implicit_gemm`): one [`ConvAlgorithm`] given how the
+/// patches reach the engine.
+pub(crate) struct GemmConv {
+    /// The algorithm's name.
+    pub(crate) name: &'static str,
+    /// How the patches reach the engine.
+    pub(crate) patches: PatchSource,
+}
+
+impl GemmConv {
+    /// Output positions per block copied into the workspace; `None` when nothing is copied.
+    fn copied_positions(&self, geo: &Geometry) -> Option<usize> {
+        match self.patches {
+            PatchSource::Copied(positions) if !geo.x_is_matrix => Some(positions(geo)),
+            _ => None,
+        }
+    }
+}
+
+impl ConvAlgorithm for GemmConv {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn check(&self, _: &ConvProblem) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
+        let geo = Geometry::new(problem);
+        self.copied_positions(&geo)
+            .map_or(0, |bp| geo.depth * bp * std::mem::size_of::<f32>())
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        Geometry::new(problem).prepare(w, ctx.isa).map(Some)
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let geo = Geometry::new(problem);
+        let isa = ctx.isa;
+        let copied = self.copied_positions(&geo);
+        let (bp, col) = match copied {
+            Some(bp) => (bp, workspace_f32(self.name, workspace, geo.depth * bp)?),
+            None => (usize::MAX, &mut [][..]),
+        };
+        for block in geo.blocks(bp) {
+            let filter = match w {
+                AlgoWeights::Plain(w) => geo.filter(w, block.g, isa),
+                AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g)?,
+            };
+            if geo.x_is_matrix || copied.is_some() {
+                let m = if geo.x_is_matrix {
+                    geo.x_matrix(x, &block, isa)
+                } else {
+                    geo.im2col(ctx, x, &block, col);
+                    geo.col_matrix(col, block.np, isa)
+                };
+                let patches = match geo.frame {
+                    Frame::Positions => Operand::A(&m),
+                    Frame::Channels => Operand::B(&m),
+                };
+                geo.gemm(ctx, &block, patches, &filter, y, epi)?;
+            } else {
+                let geo = &geo;
+                match geo.frame {
+                    Frame::Positions => {
+                        let a = PatchesA { geo, x, block, isa };
+                        geo.gemm(ctx, &block, Operand::A(&a), &filter, y, epi)?;
+                    }
+                    Frame::Channels => {
+                        let b = PatchesB { geo, x, block, isa };
+                        geo.gemm(ctx, &block, Operand::B(&b), &filter, y, epi)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The first `elements` f32 of a byte workspace.

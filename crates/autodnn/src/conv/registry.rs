@@ -3,10 +3,10 @@
 
 use super::depthwise::Depthwise;
 use super::direct::Direct;
-use super::fft::Fft;
-use super::fft_tiling::FftTiling;
-use super::gemm::GemmConv;
-use super::implicit_gemm::ImplicitGemm;
+use super::fft::FFT;
+use super::fft_tiling::FFT_TILING;
+use super::gemm::GEMM;
+use super::implicit_gemm::IMPLICIT_GEMM;
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
@@ -16,10 +16,10 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &WINOGRAD_4X4,
     &WINOGRAD_6X6,
     &WINOGRAD_2X2,
-    &FftTiling,
-    &Fft,
-    &ImplicitGemm,
-    &GemmConv,
+    &FFT_TILING,
+    &FFT,
+    &IMPLICIT_GEMM,
+    &GEMM,
     &Direct,
 ];
 

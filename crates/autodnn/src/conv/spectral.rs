@@ -50,7 +50,10 @@ use rayon::prelude::*;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftDirection, FftPlannerAvx, FftPlannerScalar};
 
-use super::{AlgoWeights, EpilogueArgs, ExecContext};
+use super::{
+    default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
+    COST_FEATURES,
+};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
@@ -148,6 +151,88 @@ pub(crate) fn extent(problem: &ConvProblem) -> [usize; 2] {
         (problem.w().r() - 1) * d[0] + 1,
         (problem.w().s() - 1) * d[1] + 1,
     ]
+}
+
+/// An FFT convolution (`fft`, `fft_tiling`): one [`ConvAlgorithm`] given what the two differ
+/// in, how they plan the transforms and the limit each puts on the problem.
+pub(crate) struct SpectralConv {
+    /// The algorithm's name.
+    pub(crate) name: &'static str,
+    /// The plan for a problem the limits accept; `None` when the spectra's sizes overflow.
+    pub(crate) plan: fn(&ConvProblem) -> Option<Spectral>,
+    /// The algorithm's own limit, checked after the stride and the kernel size.
+    pub(crate) limit: fn(&ConvProblem) -> std::result::Result<(), String>,
+    /// The normwise constant of its accuracy.
+    pub(crate) normwise_c: f64,
+}
+
+impl ConvAlgorithm for SpectralConv {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String> {
+        let st = problem.conv().stride();
+        if st != [1, 1] {
+            return Err(format!(
+                "needs stride 1, got {}x{} (a strided output discards most of the transform)",
+                st[0], st[1]
+            ));
+        }
+        if problem.w().r() * problem.w().s() == 1 {
+            return Err("a 1x1 kernel is a plain matrix product: nothing to transform".into());
+        }
+        (self.limit)(problem)?;
+        (self.plan)(problem)
+            .map(|_| ())
+            .ok_or_else(|| "the spectra's sizes overflow".into())
+    }
+
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
+        (self.plan)(problem).map_or(0, |s| s.workspace_bytes())
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        (self.plan)(problem).map_or_else(
+            || default_cost_features(problem, 0),
+            |s| s.cost_features(problem),
+        )
+    }
+
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Normwise {
+            c: self.normwise_c,
+            int_rel: 1e-4,
+        }
+    }
+
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let sp = (self.plan)(problem).expect("accepted by check");
+        Ok(Some(sp.prepare(ctx, w)?))
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let sp = (self.plan)(problem).expect("accepted by check");
+        sp.run(self.name, ctx, x, w, y, workspace, epilogue)
+    }
 }
 
 impl Spectral {
@@ -965,6 +1050,17 @@ impl FilterScratch {
     }
 }
 
+/// a·x + acc: one fused multiply-add when `FUSED` (only where FMA instructions exist:
+/// elsewhere `mul_add` is a slow library call), else a multiply and an add.
+#[inline(always)]
+fn mul_add<const FUSED: bool>(a: f32, x: f32, acc: f32) -> f32 {
+    if FUSED {
+        a.mul_add(x, acc)
+    } else {
+        acc + a * x
+    }
+}
+
 /// One output-channel block of one bin block's filter spectra, from the row transforms.
 struct WBlockArgs<'a> {
     t: &'a FilterTables,
@@ -977,17 +1073,49 @@ struct WBlockArgs<'a> {
     cg: usize,
 }
 
+/// The column stage of [`wblock_one`] for the filters from `$filter` on, whose row transforms
+/// take `$span` floats of each frequency's: per filter, its row transform `$off` floats on,
+/// four independent FMA chains (re = Σ tr·c − Σ ti·s, im = Σ tr·s + Σ ti·c) sharing each
+/// factor load, and the result `$at` floats into `$out`.
+macro_rules! wblock_filters {
+    (
+        $a:ident, $t:ident, $r2:ident, $z:ident, $fma:ident, $filter:expr, $span:expr;
+        $([$($off:tt)*] => $out:ident[$($at:tt)*], $tr:ident $ti:ident $rc:ident $rs:ident $is:ident $ic:ident);+
+    ) => {{
+        $(let (mut $rc, mut $rs, mut $is, mut $ic) = ($z, $z, $z, $z);)+
+        for seg in $t.seg_start[$a.blk]..$t.seg_start[$a.blk + 1] {
+            let f = $t.seg_v[seg];
+            let tt = &$a.rows[f * $a.f_stride + $filter * $r2..][..$span];
+            for r in 0..$t.r {
+                $(let ($tr, $ti) = (tt[$($off)* 2 * r], tt[$($off)* 2 * r + 1]);)+
+                let fu: &[f32; BLOCK] = $t.fu[(seg * $t.r + r) * BLOCK..][..BLOCK]
+                    .try_into()
+                    .expect("BLOCK floats");
+                for l in 0..LANES {
+                    let (c, s) = (fu[l], fu[LANES + l]);
+                    $(
+                        $rc[l] = $fma($tr, c, $rc[l]);
+                        $rs[l] = $fma($ti, s, $rs[l]);
+                        $is[l] = $fma($tr, s, $is[l]);
+                        $ic[l] = $fma($ti, c, $ic[l]);
+                    )+
+                }
+            }
+        }
+        for l in 0..LANES {
+            $(
+                $out[$($at)* l] = $rc[l] - $rs[l];
+                $out[$($at)* LANES + l] = $is[l] + $ic[l];
+            )+
+        }
+    }};
+}
+
 /// The column stage of the filter transform for one bin block and `out.len() / (cg·32)`
 /// output channels, into `out` (\[k\]\[c\]\[re, im ×16\]).
 #[inline(always)]
 fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
-    let fma = |x: f32, y: f32, acc: f32| {
-        if FUSED {
-            x.mul_add(y, acc)
-        } else {
-            acc + x * y
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let t = a.t;
     let r2 = t.r * 2;
     let z = [0f32; LANES];
@@ -996,113 +1124,51 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
     let mut pairs = out.chunks_exact_mut(2 * BLOCK);
     for (p, pair) in pairs.by_ref().enumerate() {
         let pair: &mut [f32; 2 * BLOCK] = pair.try_into().expect("2 BLOCK floats");
-        let filter = a.k0 * a.cg + 2 * p;
-        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
-        let (mut rc2, mut rs2, mut is2, mut ic2) = (z, z, z, z);
-        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
-            let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..2 * r2];
-            for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
-                let (tr2, ti2) = (tt[r2 + 2 * r], tt[r2 + 2 * r + 1]);
-                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
-                    .try_into()
-                    .expect("BLOCK floats");
-                for l in 0..LANES {
-                    let (c, s) = (fu[l], fu[LANES + l]);
-                    rc[l] = fma(tr, c, rc[l]);
-                    rs[l] = fma(ti, s, rs[l]);
-                    is[l] = fma(tr, s, is[l]);
-                    ic[l] = fma(ti, c, ic[l]);
-                    rc2[l] = fma(tr2, c, rc2[l]);
-                    rs2[l] = fma(ti2, s, rs2[l]);
-                    is2[l] = fma(tr2, s, is2[l]);
-                    ic2[l] = fma(ti2, c, ic2[l]);
-                }
-            }
-        }
-        for l in 0..LANES {
-            pair[l] = rc[l] - rs[l];
-            pair[LANES + l] = is[l] + ic[l];
-            pair[BLOCK + l] = rc2[l] - rs2[l];
-            pair[BLOCK + LANES + l] = is2[l] + ic2[l];
-        }
+        wblock_filters!(a, t, r2, z, fma, a.k0 * a.cg + 2 * p, 2 * r2;
+            [] => pair[], tr ti rc rs is ic;
+            [r2 +] => pair[BLOCK +], tr2 ti2 rc2 rs2 is2 ic2);
     }
     if let Ok(chunk) = <&mut [f32; BLOCK]>::try_from(pairs.into_remainder()) {
-        let filter = a.k0 * a.cg + done;
-        let (mut rc, mut rs, mut is, mut ic) = (z, z, z, z);
-        for seg in t.seg_start[a.blk]..t.seg_start[a.blk + 1] {
-            let f = t.seg_v[seg];
-            let tt = &a.rows[f * a.f_stride + filter * r2..][..r2];
-            for r in 0..t.r {
-                let (tr, ti) = (tt[2 * r], tt[2 * r + 1]);
-                let fu: &[f32; BLOCK] = t.fu[(seg * t.r + r) * BLOCK..][..BLOCK]
-                    .try_into()
-                    .expect("BLOCK floats");
-                for l in 0..LANES {
-                    let (c, s) = (fu[l], fu[LANES + l]);
-                    rc[l] = fma(tr, c, rc[l]);
-                    rs[l] = fma(ti, s, rs[l]);
-                    is[l] = fma(tr, s, is[l]);
-                    ic[l] = fma(ti, c, ic[l]);
-                }
-            }
-        }
-        for l in 0..LANES {
-            chunk[l] = rc[l] - rs[l];
-            chunk[LANES + l] = is[l] + ic[l];
-        }
+        wblock_filters!(a, t, r2, z, fma, a.k0 * a.cg + done, r2; [] => chunk[], tr ti rc rs is ic);
     }
+}
+
+/// `$one::<true>` compiled for the widest ISA the cap allows (its body vectorised by the
+/// compiler for those target features), `$one::<false>` where FMA instructions do not exist.
+macro_rules! pick_kernel {
+    ($isa:expr, $one:ident, |$($arg:ident: $ty:ty),*|) => {
+        match $isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => |$($arg),*| {
+                #[target_feature(enable = "avx512f")]
+                fn inner($($arg: $ty),*) {
+                    $one::<true>($($arg),*)
+                }
+                // SAFETY: this family is only chosen when the CPU has AVX-512F.
+                unsafe { inner($($arg),*) }
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => |$($arg),*| {
+                #[target_feature(enable = "avx2,fma")]
+                fn inner($($arg: $ty),*) {
+                    $one::<true>($($arg),*)
+                }
+                // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
+                unsafe { inner($($arg),*) }
+            },
+            _ => $one::<false>,
+        }
+    };
 }
 
 /// [`wblock_one`] compiled for the widest ISA the cap allows.
 fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |a, o| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
-                wblock_one::<true>(a, o)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(a, o) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |a, o| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(a: &WBlockArgs<'_>, o: &mut [f32]) {
-                wblock_one::<true>(a, o)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(a, o) }
-        },
-        _ => wblock_one::<false>,
-    }
+    pick_kernel!(isa, wblock_one, |a: &WBlockArgs<'_>, o: &mut [f32]|)
 }
 
 /// [`rows16_one`] compiled for the widest ISA the cap allows.
 fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |t, v, b| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-                rows16_one::<true>(t, v, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(t, v, b) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |t, v, b| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-                rows16_one::<true>(t, v, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(t, v, b) }
-        },
-        _ => rows16_one::<false>,
-    }
+    pick_kernel!(isa, rows16_one, |t: &FilterTables, v: usize, b: &mut FilterScratch|)
 }
 
 /// The row stage for sixteen filters, one per lane: `b.taps` (\[r\]\[s\]\[16\]) into `b.run`
@@ -1110,13 +1176,7 @@ fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
 /// in the same order as [`filter_one`]'s row stage, so the spectra are bit-identical.
 #[inline(always)]
 fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     for (f, out) in b.run.chunks_exact_mut(t.r * BLOCK).take(v).enumerate() {
         for (r, chunk) in out.chunks_exact_mut(BLOCK).enumerate() {
@@ -1139,27 +1199,7 @@ fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScrat
 
 /// The filter transform compiled for the widest ISA the cap allows.
 fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => |t, b| {
-            #[target_feature(enable = "avx512f")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_one::<true>(t, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX-512F.
-            unsafe { inner(t, b) }
-        },
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => |t, b| {
-            #[target_feature(enable = "avx2,fma")]
-            fn inner(t: &FilterTables, b: &mut FilterScratch) {
-                filter_one::<true>(t, b)
-            }
-            // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-            unsafe { inner(t, b) }
-        },
-        _ => filter_one::<false>,
-    }
+    pick_kernel!(isa, filter_one, |t: &FilterTables, b: &mut FilterScratch|)
 }
 
 /// The separable DFT of one filter (`b.taps`) into `b.chunks`; plain Rust on fixed-size
@@ -1167,13 +1207,7 @@ fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
 /// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
 #[inline(always)]
 fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     filter_rows_one::<FUSED>(t, b);
     // Columns: W[u][f] = Σ_r T1[r][f] · e^{+2πi·u·r·dh/nh} / (nh·nw), per block of bins.
@@ -1209,13 +1243,7 @@ fn filter_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
 /// The row stage of the filter transform: `b.taps` into `b.rows`.
 #[inline(always)]
 fn filter_rows_one<const FUSED: bool>(t: &FilterTables, b: &mut FilterScratch) {
-    let fma = |a: f32, x: f32, acc: f32| {
-        if FUSED {
-            a.mul_add(x, acc)
-        } else {
-            acc + a * x
-        }
-    };
+    let fma = mul_add::<FUSED>;
     let vp = t.vp;
     // Rows: T1[r][f] = Σ_s w[r][s] · e^{+2πi·f·s·dw/nw}, 16 frequencies at a time.
     for r in 0..t.r {
@@ -1493,150 +1521,132 @@ fn portable(a: &ProdArgs<'_>, y: &mut [f32]) {
     }
 }
 
+/// An x86 product kernel family: `run` dispatches the call's block shape to a monomorphised
+/// `kernel`, which keeps a register tile of `KB` output channels × `TB` tiles of `vector`
+/// lanes. A 16-lane vector covers a bin block; a family of 8-lane vectors names its `halves`
+/// (the lane offsets 0 and 8), and its kernel takes the half and is called once per half.
+#[cfg(target_arch = "x86_64")]
+macro_rules! product_family {
+    (
+        feature: $feature:literal,
+        vector: $vector:ident,
+        zero: $zero:ident,
+        load: $load:ident,
+        store: $store:ident,
+        fmadd: $fmadd:ident,
+        fnmadd: $fnmadd:ident,
+        $(halves: $half:ident in $halves:expr,)?
+        shapes: [$(($k:literal, $t:literal))*]
+    ) => {
+        use std::arch::x86_64::*;
+
+        use super::{ProdArgs, BLOCK, LANES};
+
+        /// Dispatches the call's block shape to a monomorphised kernel.
+        pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
+            a.check(y);
+            match (a.kb, a.tb) {
+                $(($k, $t) => {
+                    // SAFETY: this family is only chosen when the CPU has its target features,
+                    // and the accesses were bounds-checked above.
+                    unsafe { call::<$k, $t>(a, y) }
+                })*
+                _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
+            }
+        }
+
+        /// The kernel for the block shape, once per half block where the family has halves.
+        ///
+        /// # Safety
+        /// The family's target features; `a.check(y)` holds.
+        #[inline(always)]
+        unsafe fn call<const KB: usize, const TB: usize>(a: &ProdArgs<'_>, y: &mut [f32]) {
+            $(for $half in $halves)? {
+                // SAFETY: as for this function.
+                unsafe { kernel::<KB, TB>(a, y $(, $half)?) }
+            }
+        }
+
+        /// # Safety
+        /// The family's target features; `a.check(y)` holds; the half, where the family has
+        /// halves, is one of them.
+        #[target_feature(enable = $feature)]
+        unsafe fn kernel<const KB: usize, const TB: usize>(
+            a: &ProdArgs<'_>,
+            y: &mut [f32],
+            $($half: usize,)?
+        ) {
+            let zero: $vector = $zero();
+            let mut re = [[zero; TB]; KB];
+            let mut im = [[zero; TB]; KB];
+            let wp = a.w.as_ptr().wrapping_add(a.w_off $(+ $half)?);
+            let xp = a.x.as_ptr().wrapping_add(a.x_off $(+ $half)?);
+            for c in 0..a.cg {
+                let mut xr = [zero; TB];
+                let mut xi = [zero; TB];
+                for t in 0..TB {
+                    let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
+                    // SAFETY: inside x (checked by the caller; half + vector lanes <= 16).
+                    unsafe {
+                        xr[t] = $load(p);
+                        xi[t] = $load(p.add(LANES));
+                    }
+                }
+                for k in 0..KB {
+                    let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
+                    // SAFETY: inside w (checked by the caller).
+                    let (wr, wi) = unsafe { ($load(p), $load(p.add(LANES))) };
+                    for t in 0..TB {
+                        re[k][t] = $fmadd(wr, xr[t], re[k][t]);
+                        re[k][t] = $fnmadd(wi, xi[t], re[k][t]);
+                        im[k][t] = $fmadd(wr, xi[t], im[k][t]);
+                        im[k][t] = $fmadd(wi, xr[t], im[k][t]);
+                    }
+                }
+            }
+            let yp = y.as_mut_ptr() $(.wrapping_add($half))?;
+            for k in 0..KB {
+                for t in 0..TB {
+                    let p = yp.wrapping_add((k * TB + t) * BLOCK);
+                    // SAFETY: inside y (checked by the caller).
+                    unsafe {
+                        $store(p, re[k][t]);
+                        $store(p.add(LANES), im[k][t]);
+                    }
+                }
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::{ProdArgs, BLOCK, LANES};
-
-    /// Dispatches the call's block shape to a monomorphised kernel.
-    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
-        a.check(y);
-        macro_rules! dispatch {
-            ($(($k:literal, $t:literal))*) => {
-                match (a.kb, a.tb) {
-                    $(($k, $t) => {
-                        // SAFETY: this family is only chosen when the CPU has AVX-512F, and
-                        // the accesses were bounds-checked above.
-                        unsafe { kernel::<$k, $t>(a, y) }
-                    })*
-                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
-                }
-            };
-        }
-        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(
-            10, 1
-        )(11, 1)(12, 1)(1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(
-            3, 3
-        )(4, 3))
-    }
-
-    /// # Safety
-    /// AVX-512F; `a.check(y)` holds.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn kernel<const KB: usize, const TB: usize>(a: &ProdArgs<'_>, y: &mut [f32]) {
-        let zero = _mm512_setzero_ps();
-        let mut re = [[zero; TB]; KB];
-        let mut im = [[zero; TB]; KB];
-        let wp = a.w.as_ptr().wrapping_add(a.w_off);
-        let xp = a.x.as_ptr().wrapping_add(a.x_off);
-        for c in 0..a.cg {
-            let mut xr = [zero; TB];
-            let mut xi = [zero; TB];
-            for t in 0..TB {
-                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
-                // SAFETY: inside x (checked by the caller).
-                unsafe {
-                    xr[t] = _mm512_loadu_ps(p);
-                    xi[t] = _mm512_loadu_ps(p.add(LANES));
-                }
-            }
-            for k in 0..KB {
-                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
-                // SAFETY: inside w (checked by the caller).
-                let (wr, wi) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(LANES))) };
-                for t in 0..TB {
-                    re[k][t] = _mm512_fmadd_ps(wr, xr[t], re[k][t]);
-                    re[k][t] = _mm512_fnmadd_ps(wi, xi[t], re[k][t]);
-                    im[k][t] = _mm512_fmadd_ps(wr, xi[t], im[k][t]);
-                    im[k][t] = _mm512_fmadd_ps(wi, xr[t], im[k][t]);
-                }
-            }
-        }
-        let yp = y.as_mut_ptr();
-        for k in 0..KB {
-            for t in 0..TB {
-                let p = yp.wrapping_add((k * TB + t) * BLOCK);
-                // SAFETY: inside y (checked by the caller).
-                unsafe {
-                    _mm512_storeu_ps(p, re[k][t]);
-                    _mm512_storeu_ps(p.add(LANES), im[k][t]);
-                }
-            }
-        }
+    product_family! {
+        feature: "avx512f",
+        vector: __m512,
+        zero: _mm512_setzero_ps,
+        load: _mm512_loadu_ps,
+        store: _mm512_storeu_ps,
+        fmadd: _mm512_fmadd_ps,
+        fnmadd: _mm512_fnmadd_ps,
+        shapes: [
+            (1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(7, 1)(8, 1)(9, 1)(10, 1)(11, 1)(12, 1)
+            (1, 2)(2, 2)(3, 2)(4, 2)(1, 3)(2, 3)(3, 3)(4, 3)
+        ]
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{ProdArgs, BLOCK, LANES};
-
-    /// Dispatches the call's block shape to a monomorphised kernel, once per half block.
-    pub(super) fn run(a: &ProdArgs<'_>, y: &mut [f32]) {
-        a.check(y);
-        macro_rules! dispatch {
-            ($(($k:literal, $t:literal))*) => {
-                match (a.kb, a.tb) {
-                    $(($k, $t) => for half in [0, 8] {
-                        // SAFETY: this family is only chosen when the CPU has AVX2 and FMA,
-                        // and the accesses were bounds-checked above.
-                        unsafe { kernel::<$k, $t>(a, y, half) }
-                    })*
-                    _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),
-                }
-            };
-        }
-        dispatch!((1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2))
-    }
-
-    /// # Safety
-    /// AVX2 and FMA; `a.check(y)` holds; `half` is 0 or 8.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn kernel<const KB: usize, const TB: usize>(
-        a: &ProdArgs<'_>,
-        y: &mut [f32],
-        half: usize,
-    ) {
-        let zero = _mm256_setzero_ps();
-        let mut re = [[zero; TB]; KB];
-        let mut im = [[zero; TB]; KB];
-        let wp = a.w.as_ptr().wrapping_add(a.w_off + half);
-        let xp = a.x.as_ptr().wrapping_add(a.x_off + half);
-        for c in 0..a.cg {
-            let mut xr = [zero; TB];
-            let mut xi = [zero; TB];
-            for t in 0..TB {
-                let p = xp.wrapping_add(t * a.x_tstride + c * BLOCK);
-                // SAFETY: inside x (checked by the caller; half + 8 <= 16).
-                unsafe {
-                    xr[t] = _mm256_loadu_ps(p);
-                    xi[t] = _mm256_loadu_ps(p.add(LANES));
-                }
-            }
-            for k in 0..KB {
-                let p = wp.wrapping_add(k * a.w_kstride + c * BLOCK);
-                // SAFETY: inside w (checked by the caller).
-                let (wr, wi) = unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(LANES))) };
-                for t in 0..TB {
-                    re[k][t] = _mm256_fmadd_ps(wr, xr[t], re[k][t]);
-                    re[k][t] = _mm256_fnmadd_ps(wi, xi[t], re[k][t]);
-                    im[k][t] = _mm256_fmadd_ps(wr, xi[t], im[k][t]);
-                    im[k][t] = _mm256_fmadd_ps(wi, xr[t], im[k][t]);
-                }
-            }
-        }
-        let yp = y.as_mut_ptr().wrapping_add(half);
-        for k in 0..KB {
-            for t in 0..TB {
-                let p = yp.wrapping_add((k * TB + t) * BLOCK);
-                // SAFETY: inside y (checked by the caller).
-                unsafe {
-                    _mm256_storeu_ps(p, re[k][t]);
-                    _mm256_storeu_ps(p.add(LANES), im[k][t]);
-                }
-            }
-        }
+    product_family! {
+        feature: "avx2,fma",
+        vector: __m256,
+        zero: _mm256_setzero_ps,
+        load: _mm256_loadu_ps,
+        store: _mm256_storeu_ps,
+        fmadd: _mm256_fmadd_ps,
+        fnmadd: _mm256_fnmadd_ps,
+        halves: half in [0, 8],
+        shapes: [(1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2)]
     }
 }

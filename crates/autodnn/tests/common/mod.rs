@@ -1,10 +1,11 @@
-//! Shared test helpers: deterministic integer-valued data, random problems and exact checks.
+//! Shared test helpers: deterministic integer-valued and real data, problems, running
+//! algorithms and exact checks.
 #![allow(dead_code)]
 
-use autodnn::conv::Accuracy;
+use autodnn::conv::{self, Accuracy, ConvAlgorithm, EpilogueArgs, PreparedWeights, Weights};
 use autodnn::{
-    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, Padding,
-    TensorDesc,
+    ConvDesc, ConvMode, ConvProblem, DataType, Error, FilterDesc, FilterLayout, Handle, Layout,
+    Padding, ProblemSpec, TensorDesc,
 };
 
 /// splitmix64: a small deterministic generator.
@@ -32,6 +33,123 @@ impl Rng {
 pub fn int_data(len: usize, seed: u64) -> Vec<f32> {
     let mut r = Rng(seed);
     (0..len).map(|_| r.range(-4, 4) as f32).collect()
+}
+
+/// Values in [−1, 1] in steps of 1/`steps`.
+pub fn real_data(len: usize, seed: u64, steps: i64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    (0..len)
+        .map(|_| r.range(-steps, steps) as f32 / steps as f32)
+        .collect()
+}
+
+/// The problem a benchdnn-style string describes, x and y in `layout`.
+pub fn problem(s: &str, layout: Layout) -> ConvProblem {
+    ProblemSpec::parse(s).unwrap().to_problem(layout).unwrap()
+}
+
+/// The registered algorithm called `name`.
+pub fn algo(name: &str) -> &'static dyn ConvAlgorithm {
+    conv::find(name).unwrap()
+}
+
+/// y of a plain call of `name` (y starts as NaN).
+pub fn run_plain(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) -> Vec<f32> {
+    let mut y = vec![f32::NAN; p.y().span()];
+    h.conv_forward(p, name, x, w, &mut y).unwrap();
+    y
+}
+
+/// A call of `name` with prepared weights and the default epilogue, y starting as `fill`.
+fn call_prepared(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    prepared: &PreparedWeights,
+    fill: f32,
+) -> (autodnn::Result<()>, Vec<f32>) {
+    let mut y = vec![fill; p.y().span()];
+    let r = h.conv_forward_ex(
+        p,
+        name,
+        x,
+        Weights::Prepared(prepared),
+        &mut y,
+        &EpilogueArgs::default(),
+        None,
+    );
+    (r, y)
+}
+
+/// y of a call of `name` with prepared weights and the default epilogue (y starts as NaN).
+pub fn run_prepared(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    prepared: &PreparedWeights,
+) -> Vec<f32> {
+    let (r, y) = call_prepared(h, name, p, x, prepared, f32::NAN);
+    r.unwrap();
+    y
+}
+
+/// The error of a call of `name` with prepared weights and the default epilogue.
+pub fn prepared_err(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    prepared: &PreparedWeights,
+) -> Error {
+    call_prepared(h, name, p, x, prepared, 0.0).0.unwrap_err()
+}
+
+/// Runs `name` plainly and checks max|y − ref| ≤ its integer tolerance · max|ref|; returns
+/// (max|y − ref|, max|ref|).
+pub fn assert_integer_bound(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    r: &[f64],
+    what: &str,
+) -> (f64, f64) {
+    let y = run_plain(h, name, p, x, w);
+    let (diff, max) = errors(p, &y, r);
+    let tol = algo(name).accuracy().integer_tolerance();
+    assert!(
+        diff <= tol * max,
+        "{name} {what}: max|y − ref| = {diff} > {tol} · max|ref| = {max}"
+    );
+    (diff, max)
+}
+
+/// (max|y − ref|, max|ref|) over the output tensor's elements; panics on a NaN.
+pub fn errors(p: &ConvProblem, y: &[f32], r: &[f64]) -> (f64, f64) {
+    max_errors(p, y, r, "y")
+}
+
+/// [`errors`], naming `what` when it panics on a NaN.
+pub fn max_errors(p: &ConvProblem, y: &[f32], r: &[f64], what: &str) -> (f64, f64) {
+    let [n, k, oh, ow] = p.y().dims();
+    let (mut diff, mut max) = (0.0f64, 0.0f64);
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let o = p.y().offset(b, c, i, j);
+                    let d = (y[o] as f64 - r[o]).abs();
+                    assert!(!d.is_nan(), "{what}: y[{b},{c},{i},{j}] = {}", y[o]);
+                    diff = diff.max(d);
+                    max = max.max(r[o].abs());
+                }
+            }
+        }
+    }
+    (diff, max)
 }
 
 /// Checks that every element of y inside the tensor equals the f64 reference rounded to f32
@@ -67,21 +185,8 @@ pub fn assert_accurate(p: &ConvProblem, y: &[f32], reference: &[f64], acc: Accur
         assert_exact(p, y, reference, what);
         return;
     }
-    let [n, k, oh, ow] = p.y().dims();
-    let (mut diff, mut max) = (0.0f64, 1.0f64);
-    for b in 0..n {
-        for c in 0..k {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let o = p.y().offset(b, c, i, j);
-                    let d = (y[o] as f64 - reference[o]).abs();
-                    assert!(!d.is_nan(), "{what}: y[{b},{c},{i},{j}] = {}", y[o]);
-                    diff = diff.max(d);
-                    max = max.max(reference[o].abs());
-                }
-            }
-        }
-    }
+    let (diff, max) = max_errors(p, y, reference, what);
+    let max = max.max(1.0);
     let tol = acc.integer_tolerance();
     assert!(
         diff <= tol * max,
