@@ -239,24 +239,6 @@ fn runs<const L: usize>(
     Some(nseg as u8)
 }
 
-/// Σ over the vectors of `lanes` flattened positions (rows of `ow`) of the runs each is
-/// loaded as: the output rows it spans, or `lanes` for a gather. Exact for up to 4096
-/// vectors, extrapolated from the first 4096 beyond.
-fn runs_per_position_vectors(positions: usize, ow: usize, lanes: usize) -> f64 {
-    const SAMPLE: usize = 4096;
-    let vectors = positions.div_ceil(lanes);
-    let ow = ow.max(1);
-    let counted = vectors.min(SAMPLE);
-    let mut runs = 0usize;
-    for v in 0..counted {
-        let first = v * lanes;
-        let last = (first + lanes).min(positions) - 1;
-        let rows = last / ow - first / ow + 1;
-        runs += if rows > MAX_SEGMENTS { lanes } else { rows };
-    }
-    runs as f64 * vectors as f64 / counted.max(1) as f64
-}
-
 impl ConvAlgorithm for Direct {
     fn name(&self) -> &'static str {
         "direct"
@@ -274,41 +256,13 @@ impl ConvAlgorithm for Direct {
         true
     }
 
-    /// The defaults, with the FLOPs those of the register tiles (positions rounded up to
-    /// whole tiles, output channels to whole blocks, as the AVX-512 kernels run them), any
-    /// stride counted as strided (1×1 included: its inputs are not contiguous either), the
-    /// filter's MB (read in place) replaced by the tile descriptions built, in millions (one
-    /// per image, tile, tap and vector: what few channels cannot amortise), and the lowered
-    /// input's MB by the runs the kernels load, in billions: a vector of flattened positions
-    /// spanning several output rows is assembled from one run per row, a stride-2 run costs
-    /// two, and a gather (beyond [`MAX_SEGMENTS`] runs or stride 2) one per lane.
+    /// The defaults, with any stride counted as strided (1×1 included: each output-channel
+    /// block reassembles the strided windows, so those FLOPs run slower).
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         let mut f = default_cost_features(p, 0);
-        let tile = TILE_AVX512;
-        let lanes = 16;
-        let [n, _, oh, ow] = p.y().dims();
-        let positions = oh * ow;
-        let blocks = (p.groups() * p.k_per_group().div_ceil(tile.ocb)) as f64;
-        let taps = (p.c_per_group() * p.w().r() * p.w().s()) as f64;
-        let tile_positions = positions.div_ceil(tile.pv * lanes) * tile.pv * lanes;
-        let padded = 2.0 * n as f64 * blocks * tile.ocb as f64 * taps * tile_positions as f64;
-        let ratio = if f[1] > 0.0 { padded / 1e9 / f[1] } else { 1.0 };
-        f[1] = padded / 1e9;
-        for i in [4, 7] {
-            f[i] *= ratio;
+        if p.conv().stride() != [1, 1] {
+            f[5] = f[1];
         }
-        let stride = p.conv().stride();
-        f[5] = if stride == [1, 1] { 0.0 } else { f[1] };
-        let rs = (p.w().r() * p.w().s()) as f64;
-        let tiles = (tile_positions / (tile.pv * lanes)) as f64;
-        f[8] = n as f64 * tiles * rs * tile.pv as f64 / 1e6;
-        let per_run = match stride[1] {
-            1 => 1.0,
-            2 => 2.0,
-            _ => lanes as f64,
-        };
-        let runs = runs_per_position_vectors(positions, ow, lanes) * per_run;
-        f[9] = n as f64 * blocks * taps * runs / 1e9;
         f
     }
 

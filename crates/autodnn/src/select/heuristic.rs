@@ -240,7 +240,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 67] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 70] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -311,6 +311,10 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         // Few input channels at stride 1 (a network's first layer).
         (3, 32, 127, 3, 1, 1, 0),
         (4, 16, 191, 3, 1, 1, 0),
+        // Pointwise layers on large images.
+        (48, 192, 57, 1, 1, 1, 0),
+        (192, 96, 53, 1, 1, 1, 0),
+        (128, 384, 37, 1, 1, 1, 0),
     ];
     SET.iter()
         .enumerate()
