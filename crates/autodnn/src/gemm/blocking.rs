@@ -121,7 +121,10 @@ pub struct Thresholds {
     pub parallel_min_fmas: usize,
     /// A (the vector side) is read in place instead of packed when it is unit-stride along
     /// the vector direction and at most this many rows (and `k` fits one `KC` block): then
-    /// every element is used by few micro-tiles and packing costs more than it saves.
+    /// every element is used by few micro-tiles and packing costs more than it saves. Above
+    /// it the operand read in place (strided, often from L3) no longer stays in L2 between
+    /// the micro-panels of B: at 512 × 512 × 512, packing it was as fast with A in L3 and 5%
+    /// faster with A in memory.
     pub direct_max_m: usize,
     /// From this many multiply-adds up, threads that split the rows of C share one packed B
     /// panel (packed together, two forks per depth block); below it each thread packs its
@@ -135,7 +138,7 @@ pub struct Thresholds {
 /// The thresholds in force (the same for every kernel family).
 pub const THRESHOLDS: Thresholds = Thresholds {
     parallel_min_fmas: 96 * 96 * 96,
-    direct_max_m: 512,
+    direct_max_m: 256,
     shared_b_min_fmas: 768 * 768 * 768,
     batch_split_max_fmas: 256 * 256 * 256,
 };
