@@ -9,7 +9,10 @@
 //!   writes C once);
 //! - `MC` so that the packed block of A (`MC × KC`) stays in the L2 cache while the `jr` loop
 //!   sweeps the B panel;
-//! - `NC` so that the packed panel of B (`KC × NC`) stays in this core's share of the L3.
+//! - `NC` so that the packed panel of B (`KC × NC`) about fills this core's share of the L3:
+//!   the panel is streamed from L3 once per A block, so it only has to stay there, and every
+//!   further panel along `n` packs each A block again (n = 2048 as three panels of 686
+//!   columns spent 5% of its time packing A, as one panel 2%).
 //!
 //! The cache geometry assumed is the smallest of today's AVX-512 server cores (AMD Zen 4:
 //! 32 KiB L1d, 1 MiB L2, a few MiB of L3 per core); Intel Sapphire Rapids (48 KiB, 2 MiB) has
@@ -61,13 +64,14 @@ pub struct Blocking {
 impl Blocking {
     /// Derives `mc`, `kc`, `nc` for an `mr × nr` register tile from a cache geometry: a
     /// B micro-panel fills 7/8 of L1 (at most [`KC_MAX`] deep), the A block about half of
-    /// L2, the B panel about half the L3 share.
+    /// L2, the B panel the L3 share (rounded up to whole micro-panels, so that a power-of-two
+    /// `n` equal to the share's columns is one panel, not two).
     pub const fn for_tile(mr: usize, nr: usize, caches: CacheGeometry) -> Blocking {
         let f = std::mem::size_of::<f32>();
         let kc = round_down(caches.l1 / 8 * 7 / (nr * f), 16);
         let kc = if kc > KC_MAX { KC_MAX } else { kc };
         let mc = round_down(caches.l2 / 2 / (kc * f), mr);
-        let nc = round_down(caches.l3 / 2 / (kc * f), nr);
+        let nc = (caches.l3 / (kc * f)).div_ceil(nr) * nr;
         Blocking { mr, nr, mc, kc, nc }
     }
 
@@ -117,7 +121,10 @@ pub struct Thresholds {
     pub parallel_min_fmas: usize,
     /// A (the vector side) is read in place instead of packed when it is unit-stride along
     /// the vector direction and at most this many rows (and `k` fits one `KC` block): then
-    /// every element is used by few micro-tiles and packing costs more than it saves.
+    /// every element is used by few micro-tiles and packing costs more than it saves. Above
+    /// it the operand read in place (strided, often from L3) no longer stays in L2 between
+    /// the micro-panels of B: at 512 × 512 × 512, packing it was as fast with A in L3 and 5%
+    /// faster with A in memory.
     pub direct_max_m: usize,
     /// From this many multiply-adds up, threads that split the rows of C share one packed B
     /// panel (packed together, two forks per depth block); below it each thread packs its
@@ -131,7 +138,7 @@ pub struct Thresholds {
 /// The thresholds in force (the same for every kernel family).
 pub const THRESHOLDS: Thresholds = Thresholds {
     parallel_min_fmas: 96 * 96 * 96,
-    direct_max_m: 512,
+    direct_max_m: 256,
     shared_b_min_fmas: 768 * 768 * 768,
     batch_split_max_fmas: 256 * 256 * 256,
 };
@@ -145,7 +152,8 @@ mod tests {
         // AVX-512 32 × 14 on 32 KiB / 1 MiB: a 28 KiB B micro-panel, a 512 KiB A block.
         let b = Blocking::for_tile(32, 14, ASSUMED_CACHES);
         assert_eq!((b.kc, b.mc), (512, 256));
-        assert!(b.nc.is_multiple_of(14) && b.nc * b.kc * 4 <= ASSUMED_CACHES.l3 / 2);
+        // The B panel: 2048 columns (4 MiB) rounded up to whole micro-panels.
+        assert_eq!(b.nc, 2058);
         let b = Blocking::for_tile(16, 6, ASSUMED_CACHES);
         assert_eq!((b.kc, b.mc), (KC_MAX, 256));
     }

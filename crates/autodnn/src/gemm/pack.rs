@@ -36,6 +36,10 @@ fn prefetch<T>(x: &T) {
 /// Source columns (or rows) fetched ahead while packing.
 const PREFETCH_AHEAD: usize = 2;
 
+/// Strips fetched ahead of the vectorised transpose, in each source row (a strip is one
+/// 64-byte line of f32: the rows are far apart, each its own stream).
+const TRANSPOSE_PREFETCH_STRIPS: usize = 4;
+
 /// Packs blocks of the vector-side operand A (`m × k` in the engine's frame).
 pub trait PackA: Sync {
     /// Writes rows `i0 .. i0 + mc` and depth `p0 .. p0 + kc` into `dst` as `ceil(mc / mr)`
@@ -252,7 +256,13 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                 if W <= tr.max_w {
                     let base = r0 * self.rs + c0;
                     let last = base + (W - 1) * self.rs;
+                    let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
                     while c + tr.strip <= len {
+                        if c + ahead + tr.strip <= len {
+                            for row in &rows {
+                                prefetch(&row[c + ahead]);
+                            }
+                        }
                         // Bounds: every row's strip lies in d (last row checked by slicing);
                         // the destination is a checked slice.
                         let _ = &d32[last + c..last + c + tr.strip];
