@@ -240,7 +240,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 70] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 76] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -315,6 +315,13 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (48, 192, 57, 1, 1, 1, 0),
         (192, 96, 53, 1, 1, 1, 0),
         (128, 384, 37, 1, 1, 1, 0),
+        // Small layers, where fixed costs weigh: narrow projections, small 5x5 and 3x3.
+        (528, 24, 13, 1, 1, 1, 0),
+        (832, 40, 7, 1, 1, 1, 0),
+        (480, 12, 15, 1, 1, 1, 0),
+        (24, 56, 13, 5, 1, 1, 0),
+        (40, 112, 7, 5, 1, 1, 0),
+        (176, 352, 7, 3, 1, 1, 0),
     ];
     SET.iter()
         .enumerate()
