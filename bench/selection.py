@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Selection policies against `exhaustive`, measured in one run, for one built-in model.
+
+1. `autodnn tune --policy exhaustive` with a fresh cache: every candidate's median (10 runs)
+   lands in that cache and is the yardstick;
+2. `--policy heuristic` with the shipped cost model, then `autodnn calibrate` beside a fresh
+   cache and `--policy heuristic` again with the fitted model;
+3. `--policy benchmark` (racing) with a fresh cache, then again on the same cache.
+
+For each policy: how many layers' picks are within 3 % of the exhaustive winner's time, the
+network total of the picks' exhaustive times against the winners', the tuning time and
+cache hits.
+
+    cargo build --release --bin autodnn
+    python3 bench/selection.py [--model resnet50] [--threads 1]
+
+Run it on an idle machine: timings taken while other work runs pick noise.
+
+Not run by CI.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("AUTODNN_BIN", os.path.join(ROOT, "target", "release", "autodnn"))
+WITHIN = 1.03
+
+
+def tune(model, threads, policy, cache):
+    out = subprocess.run(
+        [BIN, "tune", "--model", model, "--threads", threads, "--policy", policy,
+         "--cache", cache, "--json"],
+        capture_output=True, text=True, check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return lines[:-1], lines[-1]
+
+
+def problem_key(problem):
+    return json.dumps(problem, sort_keys=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--threads", default="1")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="autodnn-selection-")
+    try:
+        dirs = {d: os.path.join(tmp, d) for d in ["ex", "shipped", "fitted", "bench"]}
+        for d in dirs.values():
+            os.makedirs(d)
+        cache = {d: os.path.join(p, "tuning.json") for d, p in dirs.items()}
+        ex_layers, ex_total = tune(args.model, args.threads, "exhaustive", cache["ex"])
+        # The exhaustive cache holds each layer's records; layers come back in input order
+        # and each entry's key holds its problem: match them by the recorded winner's time.
+        entries = json.load(open(cache["ex"]))["entries"]
+        records = [{r["algo"]: r["ms"] for r in e["value"]["records"] if r["status"] == "ok"}
+                   for e in entries]
+        per_layer = []
+        for layer in ex_layers:
+            cands = [r for r in records if layer["algo"] in r]
+            per_layer.append(min(cands, key=lambda r: (min(r, key=r.get) != layer["algo"],
+                                                       abs(r[layer["algo"]] - layer["ms"]))))
+        results = [("heuristic (shipped)", *tune(args.model, args.threads, "heuristic",
+                                                 cache["shipped"]))]
+        subprocess.run([BIN, "calibrate", "--threads", args.threads, "--out",
+                        os.path.join(dirs["fitted"], "cost_model.json")],
+                       capture_output=True, check=True)
+        results.append(("heuristic (calibrated)",
+                        *tune(args.model, args.threads, "heuristic", cache["fitted"])))
+        results.append(("benchmark", *tune(args.model, args.threads, "benchmark",
+                                           cache["bench"])))
+        results.append(("benchmark, 2nd run", *tune(args.model, args.threads, "benchmark",
+                                                    cache["bench"])))
+        print(f"model {args.model}, {args.threads} thread(s); exhaustive: "
+              f"{ex_total['total_ms']:.2f} ms, tuning {ex_total['tuning_ms']:.0f} ms")
+        for name, layers, total in results:
+            within, picked, best, misses = 0, 0.0, 0.0, []
+            for layer, recs in zip(layers, per_layer):
+                fastest = min(recs.values())
+                mine = recs.get(layer["algo"], float("inf"))
+                within += mine <= fastest * WITHIN
+                picked += mine * layer["count"]
+                best += fastest * layer["count"]
+                if mine > fastest * WITHIN:
+                    misses.append(f"    {layer['problem'].split(chr(34))[1]}: {layer['algo']} "
+                                  f"{mine / fastest:.3f}x the winner")
+            print(f"{name:24s} within 3%: {within}/{len(layers)}, total {picked / best:.3f}x "
+                  f"exhaustive's, tuning {total['tuning_ms']:.1f} ms "
+                  f"({total['tuning_ms'] / ex_total['tuning_ms']:.2f} of exhaustive's), "
+                  f"cache hits {total['cache_hits']}")
+            print("\n".join(misses)) if misses else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
