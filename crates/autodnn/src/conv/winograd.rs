@@ -87,6 +87,10 @@ pub(crate) use super::winograd_6x6::F6x6;
 /// Bytes of transformed input and products one block of tiles may take: about three
 /// quarters of a 1 MiB L2 cache, the smallest of today's AVX-512 server cores.
 pub const BLOCK_BYTES: usize = 768 << 10;
+/// Transformed filters up to this size stay in the caches between the filter transform and
+/// the products of a plain call; beyond it they go through memory (a cost-model feature).
+pub const FILTER_CACHED_BYTES: usize = 16 << 20;
+
 /// Environment variable overriding [`BLOCK_BYTES`] (bytes; read once per process). The
 /// workspace size follows it.
 pub const BLOCK_BYTES_ENV: &str = "AUTODNN_WINOGRAD_BLOCK_BYTES";
@@ -295,8 +299,10 @@ impl Plan {
     /// then the FLOPs of the transformed-domain products (channels padded to the register
     /// tile, so that short reductions and narrow outputs cost what they really do), the
     /// transformed filter's MB (what a plain call writes) and the transformed tiles' MB
-    /// (input and output transforms). The other features stay 0: fewer terms fit more
-    /// reliably from the calibration set's 3x3 problems.
+    /// (input and output transforms), and in place of the workspace's MB the transformed
+    /// filter's MB beyond [`FILTER_CACHED_BYTES`] (written and read back from memory rather
+    /// than from the caches). The other features stay 0: fewer terms fit more reliably from
+    /// the calibration set's 3x3 problems.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         let d = default_cost_features(p, 0);
         let kpp = (self.kpn * KP) as f64;
@@ -305,7 +311,9 @@ impl Plan {
         f[0] = d[0];
         f[1] = 2.0 * tiles * self.cp as f64 * kpp / 1e9;
         f[2] = d[2];
-        f[8] = self.u_len as f64 * 4.0 / 1e6;
+        let u_bytes = self.u_len as f64 * 4.0;
+        f[3] = (u_bytes - FILTER_CACHED_BYTES as f64).max(0.0) / 1e6;
+        f[8] = u_bytes / 1e6;
         f[9] = tiles * (self.cp as f64 + kpp) * 4.0 / 1e6;
         f
     }

@@ -240,7 +240,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
 /// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 76] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 78] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -322,6 +322,9 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         (24, 56, 13, 5, 1, 1, 0),
         (40, 112, 7, 5, 1, 1, 0),
         (176, 352, 7, 3, 1, 1, 0),
+        // Deep 3x3 layers whose transformed filters do not fit the caches.
+        (640, 768, 17, 3, 1, 1, 0),
+        (448, 896, 23, 3, 1, 1, 0),
     ];
     SET.iter()
         .enumerate()
