@@ -21,9 +21,7 @@
 
 use rayon::prelude::*;
 
-use super::{
-    default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
-};
+use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
@@ -254,16 +252,6 @@ impl ConvAlgorithm for Direct {
 
     fn deterministic(&self) -> bool {
         true
-    }
-
-    /// The defaults, with any stride counted as strided (1×1 included: each output-channel
-    /// block reassembles the strided windows, so those FLOPs run slower).
-    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
-        let mut f = default_cost_features(p, 0);
-        if p.conv().stride() != [1, 1] {
-            f[5] = f[1];
-        }
-        f
     }
 
     fn run(

@@ -135,7 +135,7 @@ pub const COST_FEATURES: usize = 10;
 /// 3. MB of workspace,
 /// 4. GFLOP × 16 / (16 + C·R·S per group): the FLOPs of short reductions (depthwise, few
 ///    channels), which no algorithm runs at its peak rate,
-/// 5. GFLOP of strided windows (stride above 1 with a kernel above 1×1), whose inputs are not
+/// 5. GFLOP of strided windows (stride above 1, 1×1 kernels included), whose inputs are not
 ///    contiguous,
 /// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images),
 /// 7. GFLOP × 8 / (8 + K per group): the FLOPs of narrow outputs (depthwise, few output
@@ -151,7 +151,7 @@ pub fn default_cost_features(
     let gflop = problem.flops() / 1e9;
     let w = problem.w();
     let reduction = (problem.c_per_group() * w.r() * w.s()) as f64;
-    let strided = problem.conv().stride() != [1, 1] && w.r() * w.s() > 1;
+    let strided = problem.conv().stride() != [1, 1];
     let [n, k, _, _] = problem.y().dims();
     [
         1.0,
