@@ -40,10 +40,6 @@ def tune(model, threads, policy, cache):
     return lines[:-1], lines[-1]
 
 
-def problem_key(problem):
-    return json.dumps(problem, sort_keys=True)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
@@ -56,16 +52,16 @@ def main():
             os.makedirs(d)
         cache = {d: os.path.join(p, "tuning.json") for d, p in dirs.items()}
         ex_layers, ex_total = tune(args.model, args.threads, "exhaustive", cache["ex"])
-        # The exhaustive cache holds each layer's records; layers come back in input order
-        # and each entry's key holds its problem: match them by the recorded winner's time.
-        entries = json.load(open(cache["ex"]))["entries"]
-        records = [{r["algo"]: r["ms"] for r in e["value"]["records"] if r["status"] == "ok"}
-                   for e in entries]
-        per_layer = []
-        for layer in ex_layers:
-            cands = [r for r in records if layer["algo"] in r]
-            per_layer.append(min(cands, key=lambda r: (min(r, key=r.get) != layer["algo"],
-                                                       abs(r[layer["algo"]] - layer["ms"]))))
+        # Every candidate's exhaustive median, by canonical problem (the cache lists them
+        # without the layer names that `tune` adds after `n`).
+        shown = subprocess.run([BIN, "cache", "show", "--cache", cache["ex"], "--json"],
+                               capture_output=True, text=True, check=True).stdout
+        records = {}
+        for line in shown.splitlines():
+            e = json.loads(line)
+            records[e["problem"]] = {r["algo"]: r["ms"] for r in e["records"]
+                                     if r["status"] == "ok"}
+        per_layer = [records[layer["problem"].split('n"')[0]] for layer in ex_layers]
         results = [("heuristic (shipped)", *tune(args.model, args.threads, "heuristic",
                                                  cache["shipped"]))]
         subprocess.run([BIN, "calibrate", "--threads", args.threads, "--out",
@@ -94,7 +90,8 @@ def main():
                   f"exhaustive's, tuning {total['tuning_ms']:.1f} ms "
                   f"({total['tuning_ms'] / ex_total['tuning_ms']:.2f} of exhaustive's), "
                   f"cache hits {total['cache_hits']}")
-            print("\n".join(misses)) if misses else None
+            for miss in misses:
+                print(miss)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
