@@ -31,8 +31,15 @@ extern "C" {
 const ROW_MAJOR: c_int = 101;
 const NO_TRANS: c_int = 111;
 
-/// Timed calls per entry (after one warm-up call each).
+/// Timed calls per entry and library.
 const REPS: usize = 9;
+/// The libraries take turns this many times per entry, each turn a pause, warm-up calls and
+/// `REPS / ROUNDS` timed calls, so that load from other processes hits them alike.
+const ROUNDS: usize = 3;
+/// The pause before each turn.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
+/// The least time each turn spends on warm-up calls before timing.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
 /// Peak measurements per thread count; the best is kept.
 const PEAK_TRIES: usize = 5;
 
@@ -50,7 +57,9 @@ fn data(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..len)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()
@@ -69,17 +78,32 @@ fn wait_for_idle() -> bool {
             .skip(1)
             .filter_map(|x| x.parse().ok())
             .collect();
-        Some((cpu.get(3).copied()? + cpu.get(4).copied().unwrap_or(0), cpu.iter().sum()))
+        Some((
+            cpu.get(3).copied()? + cpu.get(4).copied().unwrap_or(0),
+            cpu.iter().sum(),
+        ))
     }
     for _ in 0..120 {
-        let Some((i0, t0)) = idle_total() else { return true };
+        let Some((i0, t0)) = idle_total() else {
+            return true;
+        };
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let Some((i1, t1)) = idle_total() else { return true };
+        let Some((i1, t1)) = idle_total() else {
+            return true;
+        };
         if t1 > t0 && (i1 - i0) * 10 >= (t1 - t0) * 9 {
             return true;
         }
     }
     false
+}
+
+/// Calls `f` for at least [`WARM_UP`].
+fn warm_up(f: &mut dyn FnMut()) {
+    let warm = Instant::now();
+    while warm.elapsed() < WARM_UP {
+        f();
+    }
 }
 
 fn time(f: &mut dyn FnMut()) -> f64 {
@@ -97,7 +121,11 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
     let desc = GemmDesc::new(n, n, n);
     let [c0, c1, c2] = &mut c;
     let mut runs: [Box<dyn FnMut() + '_>; 3] = [
-        Box::new(|| handle.gemm(&desc, 1.0, &a, &b, 0.0, c0).expect("autodnn gemm")),
+        Box::new(|| {
+            handle
+                .gemm(&desc, 1.0, &a, &b, 0.0, c0)
+                .expect("autodnn gemm")
+        }),
         Box::new(|| {
             let par = if threads > 1 {
                 gemm::Parallelism::Rayon(threads)
@@ -109,11 +137,25 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
                 // row stride n) that lives for the whole call.
                 unsafe {
                     gemm::gemm(
-                        n, n, n,
-                        c1.as_mut_ptr(), 1, n as isize, false,
-                        a.as_ptr(), 1, n as isize,
-                        b.as_ptr(), 1, n as isize,
-                        0.0f32, 1.0f32, false, false, false, par,
+                        n,
+                        n,
+                        n,
+                        c1.as_mut_ptr(),
+                        1,
+                        n as isize,
+                        false,
+                        a.as_ptr(),
+                        1,
+                        n as isize,
+                        b.as_ptr(),
+                        1,
+                        n as isize,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        par,
                     )
                 }
             })
@@ -124,22 +166,45 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
             unsafe {
                 openblas_set_num_threads(threads as c_int);
                 cblas_sgemm(
-                    ROW_MAJOR, NO_TRANS, NO_TRANS, n, n, n, 1.0,
-                    a.as_ptr(), n, b.as_ptr(), n, 0.0, c2.as_mut_ptr(), n,
+                    ROW_MAJOR,
+                    NO_TRANS,
+                    NO_TRANS,
+                    n,
+                    n,
+                    n,
+                    1.0,
+                    a.as_ptr(),
+                    n,
+                    b.as_ptr(),
+                    n,
+                    0.0,
+                    c2.as_mut_ptr(),
+                    n,
                 );
             }
         }),
     ];
-    for r in runs.iter_mut() {
-        r();
-    }
     let mut times = [vec![], vec![], vec![]];
-    for _ in 0..REPS {
+    for _ in 0..ROUNDS {
         for (t, r) in times.iter_mut().zip(runs.iter_mut()) {
-            t.push(time(r.as_mut()));
+            // Idle worker threads of the library that ran before (OpenBLAS's spin for up to
+            // about 0.1 s after a call, rayon's briefly) would take a core from this one.
+            std::thread::sleep(SETTLE);
+            // On a virtual machine an idle core comes back slowly: the first tens of
+            // milliseconds after a pause ran at one core's speed. Warm up until it is back.
+            warm_up(r.as_mut());
+            for _ in 0..REPS / ROUNDS {
+                t.push(time(r.as_mut()));
+            }
         }
     }
     drop(runs);
+    if std::env::var_os("GEMM_PEERS_TIMES").is_some() {
+        for (name, t) in ["autodnn", "gemm", "OpenBLAS"].iter().zip(&times) {
+            let ms: Vec<String> = t.iter().map(|x| format!("{:.2}", x * 1e3)).collect();
+            eprintln!("{n} {threads}T {name}: {} ms", ms.join(" "));
+        }
+    }
     let flops = 2.0 * (n as f64).powi(3);
     let g = times.map(|t| flops / median(t) / 1e9);
     let scale = c[2].iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
@@ -166,7 +231,7 @@ fn batched(threads: usize) -> (f64, f64, usize) {
         h.gemm_strided_batched(&desc, 1.0, &a, S * S, &b, S * S, 0.0, &mut c, S * S, B)
             .expect("batched")
     };
-    run_batched();
+    warm_up(&mut run_batched);
     let tb = median((0..REPS).map(|_| time(&mut run_batched)).collect());
     let mut best = (0.0, 0);
     for t in 1..=threads {
@@ -178,7 +243,7 @@ fn batched(threads: usize) -> (f64, f64, usize) {
                     .expect("plain");
             }
         };
-        plain();
+        warm_up(&mut plain);
         let tp = median((0..REPS).map(|_| time(&mut plain)).collect());
         let g = flops / tp / 1e9;
         if g > best.0 {
@@ -193,7 +258,11 @@ fn main() {
         .skip(1)
         .filter_map(|s| s.parse().ok())
         .collect();
-    let sizes = if sizes.is_empty() { vec![256, 512, 1024, 2048] } else { sizes };
+    let sizes = if sizes.is_empty() {
+        vec![256, 512, 1024, 2048]
+    } else {
+        sizes
+    };
     let isa = Isa::best_available();
     println!(
         "autodnn {} ({}), gemm 0.19 (x86-v4), OpenBLAS (cblas_sgemm); f32 row-major C = A·B",
@@ -204,9 +273,7 @@ fn main() {
         "GFLOP/s, median of {REPS}; peak: best of {PEAK_TRIES} FMA-chain runs; each entry \
          waits for an idle machine\n"
     );
-    println!(
-        "| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | max rel diff |"
-    );
+    println!("| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | max rel diff |");
     println!("|---|---|---|---|---|---|---|---|");
     for threads in [1usize, 2] {
         let pool = rayon::ThreadPoolBuilder::new()

@@ -12,6 +12,11 @@ use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
 
+/// The least time spent on warm-up calls before timing. An idle core (on a virtual machine
+/// especially) takes tens of milliseconds to come back to full speed: with one warm-up call,
+/// small problems on 2 threads were timed at one core's speed.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Arguments of `autodnn gemm`.
 #[derive(Debug, Args)]
 pub struct GemmArgs {
@@ -36,7 +41,7 @@ pub struct GemmArgs {
     /// Worker threads [default: all cores]
     #[arg(long, value_name = "T")]
     pub threads: Option<usize>,
-    /// Timed calls (after one warm-up call); the median is reported
+    /// Timed calls (after warm-up calls for at least 0.25 s); the median is reported
     #[arg(long, value_name = "R", default_value_t = 10)]
     pub reps: usize,
     /// Cap the instruction set: scalar, avx2 or avx512 [default: AUTODNN_ISA, else the widest]
@@ -112,7 +117,11 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         }
         Ok(())
     };
+    let warm = Instant::now();
     call(&mut c)?;
+    while warm.elapsed() < WARM_UP {
+        call(&mut c)?;
+    }
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let t = Instant::now();

@@ -12,12 +12,15 @@
 //! ```
 //!
 //! **Threads.** With `t` threads, C is cut into `t` blocks of whole micro-panel rows or
-//! columns, whichever divides more evenly (rows on ties), and each thread runs all five loops
-//! on its block with its own packing buffers: one fork per call, no barriers, no shared
-//! buffers. The cost is that each thread packs the operand the split does not divide (all of
-//! B for a row split); that is a few percent at most, less than the synchronisation that
-//! sharing it takes on small problems. Every C element is computed by one thread with the
-//! same depth blocks in the same order, so results do not depend on the thread count.
+//! columns, and each thread runs all five loops on its block with its own packing buffers:
+//! one fork per call, no barriers, no shared buffers. The cost is that each thread packs the
+//! operand the split does not divide (all of B for a row split), less than the
+//! synchronisation that sharing it takes on small problems; the split taken is the one whose
+//! balance and duplicated packing cost least (an operand read in place or pre-packed costs
+//! nothing). At 256³ on 2 threads, with A read in place, splitting columns instead of rows
+//! was 15% faster. From `shared_b_min_fmas` up, the threads split rows and share B instead.
+//! Every C element is computed by one thread with the same depth blocks in the same order, so
+//! results do not depend on the thread count.
 //! Problems under [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
 //!
 //! **Small problems.** When A is unit-stride along rows, fits one `KC` block and has at most
@@ -247,8 +250,12 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     if nt == 1 {
         return serial(ks, g, c, 0..mpan, 0..npan, in_place);
     }
-    let split_rows = balance(mpan, nt) >= balance(npan, nt);
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    let split_rows = if fmas >= THRESHOLDS.shared_b_min_fmas {
+        balance(mpan, nt) >= balance(npan, nt)
+    } else {
+        split_rows_cost(g, bl, mpan, npan, nt, in_place.is_some())
+    };
     if split_rows && fmas >= THRESHOLDS.shared_b_min_fmas {
         return pool.install(|| shared_b(ks, g, c, nt, in_place));
     }
@@ -260,6 +267,33 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
         }
     };
     pool.install(|| (0..nt).into_par_iter().for_each(block));
+}
+
+/// Whether a split of C's rows (rather than its columns) among `nt` threads, each packing
+/// its own operands, takes less time: each thread's share of the multiply-adds, stretched by
+/// how unevenly the micro-panels divide, plus the packing the split makes every thread do in
+/// full (all of B for a row split, all of A, once per column panel, for a column split),
+/// which costs nothing for an operand read in place or pre-packed. Columns on ties.
+fn split_rows_cost(
+    g: &Gemm<'_>,
+    bl: super::blocking::Blocking,
+    mpan: usize,
+    npan: usize,
+    nt: usize,
+    a_in_place: bool,
+) -> bool {
+    let kc = even_block(g.k, bl.kc, 1);
+    let a_free = a_in_place || g.a.prepacked_a(0, bl.mr.min(g.m), 0, kc, bl.mr).is_some();
+    let b_free = g.b.prepacked_b(0, kc, 0, bl.nr.min(g.n), bl.nr).is_some();
+    let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
+    let fmas = m * n * k / nt as f64;
+    let w = THRESHOLDS.pack_fmas_per_element as f64;
+    let dup_b = if b_free { 0.0 } else { k * n };
+    let col_panels = g.n.div_ceil(nt).div_ceil(bl.nc) as f64;
+    let dup_a = if a_free { 0.0 } else { m * k * col_panels };
+    let rows = fmas / balance(mpan, nt) + w * dup_b;
+    let cols = fmas / balance(npan, nt) + w * dup_a;
+    rows < cols
 }
 
 /// The five loops on one block of C: row panels `rp` (of MR rows) × column panels `cp` (of
@@ -479,5 +513,57 @@ fn macro_kernel(
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm::epilogue::FrameEpilogue;
+    use crate::gemm::kernels::kernel_set;
+    use crate::gemm::pack::StridedMatrix;
+
+    /// B as if pre-packed: `prepacked_b` answers (with nothing the split reads).
+    struct Prepacked;
+    impl PackB for Prepacked {
+        fn pack_b(&self, _: usize, _: usize, _: usize, _: usize, _: usize, _: &mut [f32]) {}
+        fn prepacked_b(&self, _: usize, _: usize, _: usize, _: usize, _: usize) -> Option<&[f32]> {
+            Some(&[])
+        }
+    }
+
+    #[test]
+    fn the_split_avoids_duplicated_packing() {
+        let bl = kernel_set(crate::cpu::Isa::Scalar).blocking;
+        let n = 64 * bl.mr.max(bl.nr);
+        let data = vec![0f32; n * n];
+        let a = StridedMatrix::new(&data, n, n, 1, n).unwrap();
+        let b = StridedMatrix::new(&data, n, n, n, 1).unwrap();
+        let (mpan, npan) = (n / bl.mr, n / bl.nr);
+        let gemm = |b: &dyn PackB, m: usize, f: &dyn Fn(&Gemm<'_>) -> bool| {
+            f(&Gemm {
+                m,
+                n,
+                k: n,
+                alpha: 1.0,
+                beta: 0.0,
+                a: &a,
+                b,
+                epilogue: FrameEpilogue::default(),
+            })
+        };
+        // Both split evenly: a row split would have every thread pack all of B, a column
+        // split all of A, unless A is read in place.
+        assert!(!gemm(&b, n, &|g| split_rows_cost(
+            g, bl, mpan, npan, 2, true
+        )));
+        // B pre-packed: a row split duplicates nothing.
+        assert!(gemm(&Prepacked, n, &|g| split_rows_cost(
+            g, bl, mpan, npan, 2, false
+        )));
+        // Rows that cannot be divided (one row panel) lose to columns whatever packing costs.
+        assert!(!gemm(&Prepacked, bl.mr, &|g| split_rows_cost(
+            g, bl, 1, npan, 2, false
+        )));
     }
 }
