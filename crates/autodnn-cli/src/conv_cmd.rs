@@ -212,6 +212,8 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
         return run_real_data(args, &handle, &jobs[0], algos[0], [&x, &w, &y], out);
     }
     let handle = make_handle(args.threads)?;
+    // Cores at full speed before the first problem is timed.
+    autodnn::select::benchmark::wake_cores(&handle);
     bench(args, &handle, &jobs, &algos, out)
 }
 

@@ -29,7 +29,9 @@
 //! ([`PackA::prepacked_a`], [`PackB::prepacked_b`]) instead of packing the filter on every
 //! call.
 
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::conv::{
+    default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
+};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
@@ -115,11 +117,67 @@ const STRIDED_STORE_COST: usize = 24;
 /// as wide ones (32 as A), so the channels-as-rows frame packs patches at over twice the cost.
 const PACK_ROW_COST: usize = 320;
 
+/// What one GEMM of a frame costs in the engine, in multiply-adds of one lane.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameCost {
+    /// The micro-kernels' work: rows rounded up to whole vectors of the tile, plus transposed
+    /// tile stores.
+    pub work: usize,
+    /// Packing the patches in strips of the frame's panel width.
+    pub pack: usize,
+    /// Elements of the packed patch operand (depth × positions rounded to the width).
+    pub packed: usize,
+}
+
+/// Output positions one GEMM covers: the whole image when y's positions flatten, else one
+/// output row.
+fn gemm_positions(ys: [usize; 4], oh: usize, ow: usize) -> usize {
+    if oh == 1 || ys[2] == ow * ys[3] {
+        oh * ow
+    } else {
+        ow
+    }
+}
+
+/// The cost of one GEMM of `positions` output positions, `kg` output channels and `depth`
+/// taps in `frame`, packing patches (`patches_packed`) or reading x as the patch matrix.
+fn frame_cost(
+    frame: Frame,
+    positions: usize,
+    kg: usize,
+    depth: usize,
+    patches_packed: bool,
+) -> FrameCost {
+    let (mr, nr) = FRAME_TILE;
+    let up = |x: usize, to: usize| x.div_ceil(to) * to;
+    let width = match frame {
+        Frame::Positions => mr,
+        Frame::Channels => nr,
+    };
+    let pack = if patches_packed {
+        PACK_ROW_COST * positions.div_ceil(width) * depth
+    } else {
+        0
+    };
+    let block = depth.min(crate::gemm::blocking::KC_MAX);
+    // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
+    // last column panel.
+    let work = match frame {
+        Frame::Positions => up(positions, mr) * kg * depth,
+        Frame::Channels => up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST),
+    };
+    FrameCost {
+        work,
+        pack,
+        packed: up(positions, width) * depth,
+    }
+}
+
 /// The GEMM frame: channels as rows where y's channels are contiguous (NHWC); otherwise the
-/// cheaper of the two by a cost model in lane multiply-adds: rounding positions up to the
-/// tile's 32 rows (positions as rows), or channels, plus transposed tile stores (channels as
-/// rows), each plus packing the patches in strips of its width. Small images (ResNet's 7x7
-/// and 14x14 layers) take channels as rows.
+/// cheaper of the two by [`frame_cost`]: rounding positions up to the tile's 32 rows
+/// (positions as rows), or channels, plus transposed tile stores (channels as rows), each
+/// plus packing the patches in strips of its width. Small images (ResNet's 7x7 and 14x14
+/// layers) take channels as rows.
 fn choose_frame(
     ys: [usize; 4],
     oh: usize,
@@ -134,27 +192,12 @@ fn choose_frame(
     if let Some(f) = forced_frame() {
         return f;
     }
-    let positions = if oh == 1 || ys[2] == ow * ys[3] {
-        oh * ow
-    } else {
-        ow
+    let positions = gemm_positions(ys, oh, ow);
+    let cost = |f| {
+        let c = frame_cost(f, positions, kg, depth, patches_packed);
+        c.work + c.pack
     };
-    let (mr, nr) = FRAME_TILE;
-    let up = |x: usize, to: usize| x.div_ceil(to) * to;
-    let pack = |width: usize| {
-        if patches_packed {
-            PACK_ROW_COST * positions.div_ceil(width) * depth
-        } else {
-            0
-        }
-    };
-    let block = depth.min(crate::gemm::blocking::KC_MAX);
-    // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
-    // last column panel.
-    let by_positions = up(positions, mr) * kg * depth + pack(mr);
-    let by_channels =
-        up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST) + pack(nr);
-    if by_channels < by_positions {
+    if cost(Frame::Channels) < cost(Frame::Positions) {
         Frame::Channels
     } else {
         Frame::Positions
@@ -1392,6 +1435,30 @@ impl ConvAlgorithm for GemmConv {
         true
     }
 
+    /// The selection heuristic's features: the defaults, except three that follow the engine
+    /// ([`frame_cost`] in the frame the problem takes):
+    ///
+    /// 1. the micro-kernels' work as GFLOP: the GEMM's rows rounded up to whole vectors of the
+    ///    register tile and the transposed tile stores (narrow outputs pay for whole vectors);
+    /// 6. the engine calls, in thousands (one per image and group, or per output row): each
+    ///    sets up its loops, buffers and threads (grouped and depthwise problems make many
+    ///    small ones);
+    /// 7. MB of the packed patch operand, which every call packs (from x itself for a 1x1
+    ///    convolution): with few output channels, each packed element serves few
+    ///    multiply-adds and the packing weighs as much as the products.
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        let mut f = default_cost_features(p, self.workspace_bytes(p));
+        let geo = Geometry::new(p);
+        let oh = geo.positions / geo.ow.max(1);
+        let per = gemm_positions(geo.ys, oh, geo.ow).max(1);
+        let gemms = (geo.n * geo.groups * (geo.positions / per)) as f64;
+        let c = frame_cost(geo.frame, per, geo.kg, geo.depth, !geo.x_is_matrix);
+        f[1] = 2.0 * c.work as f64 * gemms / 1e9;
+        f[6] = gemms / 1e3;
+        f[7] = c.packed as f64 * 4.0 * gemms / 1e6;
+        f
+    }
+
     fn prepare(
         &self,
         ctx: &ExecContext<'_>,
@@ -1525,6 +1592,40 @@ mod tests {
         ] {
             assert_eq!(geo(spec, Layout::Nchw).frame, frame, "{spec}");
         }
+    }
+
+    #[test]
+    fn cost_features_follow_the_engine() {
+        if forced_frame().is_some() {
+            return; // AUTODNN_GEMM_CONV_FRAME set for tuning: the model is bypassed.
+        }
+        let algo = GemmConv {
+            name: "implicit_gemm",
+            patches: PatchSource::Packed,
+        };
+        let features = |spec: &str| {
+            let p = ProblemSpec::parse(spec)
+                .unwrap()
+                .to_problem(Layout::Nchw)
+                .unwrap();
+            (p.flops() / 1e9, algo.cost_features(&p))
+        };
+        // 16 output channels: as rows they would fill half of each 32-row vector, so the
+        // frame takes the 196 positions as rows, rounded up to 224 (one engine call; its
+        // packed patches are x, positions rounded up the same way).
+        let (gflop, f) = features("mb1ic512ih14oc16oh14kh1ph0");
+        assert_eq!(f[1], 2.0 * (224 * 16 * 512) as f64 / 1e9);
+        assert!(f[1] > gflop * 224.0 / 196.0 * 0.999);
+        assert_eq!(f[6], 1e-3);
+        assert_eq!(f[7], (224 * 512 * 4) as f64 / 1e6);
+        // 49 positions by positions as rows would round to 64: this frame takes channels,
+        // and 256 channels fill their vectors (only the transposed stores remain).
+        let (gflop, f) = features("mb2ic1024ih7oc256oh7kh1ph0");
+        assert!(f[1] >= gflop && f[1] < 1.1 * gflop, "{} vs {gflop}", f[1]);
+        assert_eq!(f[6], 2e-3, "one engine call per image");
+        // Grouped: one call per image and group.
+        let (_, f) = features("mb1g8ic64ih14oc64oh14kh3ph1");
+        assert_eq!(f[6], 8e-3);
     }
 
     #[test]

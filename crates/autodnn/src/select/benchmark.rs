@@ -6,10 +6,16 @@
 //! interleaved rounds of [`RACE_ROUND_RUNS`] and each round drops those more than
 //! [`RACE_MARGIN`] behind the best median and keeps at most the better half (successive
 //! halving), until one is left or each has [`RACE_MAX_RUNS`] timings. [`exhaustive`] runs
-//! every candidate to the end: one warm-up and [`EXHAUSTIVE_RUNS`] timings each, the yardstick
-//! the race is measured against.
+//! every candidate to the end, one after the other: one warm-up, then timed runs until it has
+//! [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
+//! [`EXHAUSTIVE_MAX_RUNS`]): the yardstick the race is measured against. The time floor gives
+//! layers of a tenth of a millisecond enough runs for a median that holds to a few percent.
+//!
+//! Timing starts with every worker thread busy for [`WAKE_UP`] after an idle spell
+//! ([`wake_cores`]).
 
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::{AlgoPerf, PerfStatus};
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs};
@@ -26,11 +32,62 @@ pub const RACE_ROUND_RUNS: usize = 3;
 pub const RACE_MARGIN: f64 = 0.10;
 /// Most timed runs a candidate gets in a race.
 pub const RACE_MAX_RUNS: usize = 9;
-/// Timed runs per candidate in exhaustive selection (after one warm-up).
+/// A candidate whose predicted time is more than this many times the best prediction is not
+/// timed in a race (the cost model's errors are well under this factor; ResNet-50's FFT
+/// candidates on 3x3 layers, 2 to 5 times slower, cost a sixth of its race).
+pub const RACE_PREDICTED_CUTOFF: f64 = 3.0;
+/// Least timed runs per candidate in exhaustive selection (after one warm-up).
 pub const EXHAUSTIVE_RUNS: usize = 10;
+/// Least milliseconds of timed runs per candidate in exhaustive selection, runs permitting.
+pub const EXHAUSTIVE_MIN_MS: f64 = 5.0;
+/// Most timed runs per candidate in exhaustive selection.
+pub const EXHAUSTIVE_MAX_RUNS: usize = 100;
 /// Candidates timed by default in a race (the best-predicted ones); the others are recorded as
 /// not timed.
 pub const DEFAULT_MAX_TIMED: usize = 8;
+
+/// How long every worker thread of a handle is kept busy before timing starts after an idle
+/// spell. An idle core comes back to full speed slowly (on a virtual machine especially): the
+/// first problems a calibration measured right after the process started ran at half speed.
+pub const WAKE_UP: Duration = Duration::from_millis(150);
+/// A spell without timed runs longer than this counts as idle.
+pub const IDLE_AFTER: Duration = Duration::from_millis(500);
+
+/// When this process last timed a run.
+static LAST_TIMED: Mutex<Option<Instant>> = Mutex::new(None);
+
+fn note_timed() {
+    if let Ok(mut t) = LAST_TIMED.lock() {
+        *t = Some(Instant::now());
+    }
+}
+
+/// Keeps every worker thread of `handle` busy with arithmetic for [`WAKE_UP`], so that the
+/// timings that follow see the cores at full speed. Measured selection and calibration do
+/// this by themselves after an idle spell; benchmarks outside them may call it first.
+pub fn wake_cores(handle: &Handle) {
+    handle.exec_context().pool.broadcast(|_| {
+        let start = Instant::now();
+        let mut x = 1.0f64;
+        while start.elapsed() < WAKE_UP {
+            for _ in 0..1000 {
+                x = std::hint::black_box(x * 1.000_000_1 + 1e-9);
+            }
+        }
+    });
+    note_timed();
+}
+
+/// [`wake_cores`] unless this process timed something within [`IDLE_AFTER`].
+fn wake_if_idle(handle: &Handle) {
+    let idle = LAST_TIMED
+        .lock()
+        .map(|t| t.is_none_or(|t| t.elapsed() > IDLE_AFTER))
+        .unwrap_or(true);
+    if idle {
+        wake_cores(handle);
+    }
+}
 
 /// Deterministic integer-valued data in [−4, 4] (benchdnn style) for timing and calibration.
 ///
@@ -85,6 +142,7 @@ impl<'a> Timer<'a> {
             what: format!("a scratch output for timing: {e}"),
         })?;
         y.resize(n, 0.0);
+        wake_if_idle(handle);
         Ok(Timer {
             handle,
             p,
@@ -114,7 +172,22 @@ impl<'a> Timer<'a> {
             )?;
             out.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        note_timed();
         Ok(out)
+    }
+
+    /// One warm-up, then timed runs until there are [`EXHAUSTIVE_RUNS`] of them taking
+    /// [`EXHAUSTIVE_MIN_MS`] in all, or [`EXHAUSTIVE_MAX_RUNS`]; their median.
+    fn median_until(&mut self, a: &dyn ConvAlgorithm) -> Result<f64> {
+        self.time(a, 1)?;
+        let mut t = self.time(a, EXHAUSTIVE_RUNS)?;
+        let mut sum: f64 = t.iter().sum();
+        while sum < EXHAUSTIVE_MIN_MS && t.len() < EXHAUSTIVE_MAX_RUNS {
+            let more = self.time(a, 1)?[0];
+            sum += more;
+            t.push(more);
+        }
+        Ok(median(&mut t))
     }
 
     /// One warm-up, then the median of `runs` timed runs.
@@ -168,13 +241,14 @@ pub(crate) fn sort_records(r: &mut [AlgoPerf]) {
     });
 }
 
-/// Every candidate to the end: one warm-up and [`EXHAUSTIVE_RUNS`] timed runs, median.
-/// Returns the sorted records and the number of timed runs.
+/// Every candidate to the end, one after the other: one warm-up, then timed runs until it has
+/// [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
+/// [`EXHAUSTIVE_MAX_RUNS`]); the median. Returns the sorted records.
 pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) -> Vec<AlgoPerf> {
     let p = timer.p;
     let mut out: Vec<AlgoPerf> = cands
         .iter()
-        .map(|&a| match timer.median_of(a, EXHAUSTIVE_RUNS) {
+        .map(|&a| match timer.median_until(a) {
             Ok(ms) => record(a, p, PerfStatus::Ok, Some(ms)),
             Err(e) => failed(a, p, &e),
         })
@@ -183,24 +257,45 @@ pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) ->
     out
 }
 
-/// A race among `cands` (in predicted order), timing at most `max_timed` of them.
+/// A race among `cands` (in predicted order, with their predicted times in ms), timing at
+/// most `max_timed` of them and none predicted beyond [`RACE_PREDICTED_CUTOFF`] times the
+/// best.
 pub(crate) fn race(
     timer: &mut Timer<'_>,
-    cands: &[&dyn ConvAlgorithm],
+    cands: &[(&dyn ConvAlgorithm, f64)],
     max_timed: usize,
 ) -> Vec<AlgoPerf> {
     let p = timer.p;
     let max_timed = max_timed.max(1);
+    let best = cands.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+    // A model that predicts nothing (0) rules nothing out.
+    let cutoff = if best > 0.0 && best.is_finite() {
+        best * RACE_PREDICTED_CUTOFF
+    } else {
+        f64::INFINITY
+    };
     let mut out = Vec::new();
-    for &a in cands.iter().skip(max_timed) {
+    let mut timed = Vec::new();
+    for (i, &(a, predicted)) in cands.iter().enumerate() {
+        let note = if i >= max_timed {
+            format!("beyond the limit of {max_timed} timed candidates")
+        } else if i > 0 && predicted > cutoff {
+            format!(
+                "predicted {:.1}x the best prediction (over {RACE_PREDICTED_CUTOFF}x)",
+                predicted / best
+            )
+        } else {
+            timed.push(a);
+            continue;
+        };
         out.push(AlgoPerf {
-            note: Some(format!("beyond the limit of {max_timed} timed candidates")),
+            note: Some(note),
             ..record(a, p, PerfStatus::NotTimed, None)
         });
     }
     // Warm-up: one run each.
     let mut alive: Vec<(&dyn ConvAlgorithm, f64, Vec<f64>)> = Vec::new();
-    for &a in cands.iter().take(max_timed) {
+    for a in timed {
         match timer.time(a, 1) {
             Ok(t) => alive.push((a, t[0], Vec::new())),
             Err(e) => out.push(failed(a, p, &e)),

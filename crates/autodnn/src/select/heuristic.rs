@@ -25,7 +25,7 @@ use crate::problem_string::ProblemSpec;
 /// The `format` field of a cost-model file.
 pub const COST_MODEL_FORMAT: &str = "autodnn-cost-model";
 /// The version of the cost-model file format this build reads and writes.
-pub const COST_MODEL_VERSION: u32 = 2;
+pub const COST_MODEL_VERSION: u32 = 3;
 /// Timed runs per problem and algorithm when calibrating (after one warm-up); the median is
 /// fitted.
 pub const CALIBRATION_RUNS: usize = 7;

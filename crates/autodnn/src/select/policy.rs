@@ -284,7 +284,17 @@ pub(crate) fn plan(
                 if exhaustive {
                     benchmark::exhaustive(&mut timer, &eligible)
                 } else {
-                    benchmark::race(&mut timer, &eligible, settings.max_timed)
+                    let predicted: Vec<(&dyn ConvAlgorithm, f64)> = eligible
+                        .iter()
+                        .map(|&a| {
+                            let ms = ranked
+                                .iter()
+                                .find(|r| r.algo == a.name())
+                                .map_or(f64::INFINITY, |r| r.predicted_ms);
+                            (a, ms)
+                        })
+                        .collect();
+                    benchmark::race(&mut timer, &predicted, settings.max_timed)
                 }
             };
             out.timed = records
