@@ -26,8 +26,8 @@ pub enum Policy {
     /// The tuning cache; on a miss, the heuristic (never times: for latency-critical serving
     /// and changing shapes).
     CachedOnly,
-    /// Every candidate timed to the end (one warm-up, ten timed runs, median), every time;
-    /// the result is cached. The yardstick for the others.
+    /// Every candidate timed to the end (one warm-up, at least ten timed runs and 5 ms,
+    /// median), every time; the result is cached. The yardstick for the others.
     Exhaustive,
 }
 
