@@ -87,8 +87,10 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
     if !args.json {
         writeln!(
             out,
-            "{:<16}  {:>7}  {:>14}  {:>14}  coefficients (ms per: call, GFLOP, MB moved, MB \
-             workspace, short-reduction GFLOP, strided GFLOP, 1000 output planes, narrow-output GFLOP, filter MB, lowered MB)",
+            "{:<16}  {:>7}  {:>14}  {:>14}  coefficients (ms per unit of the default \
+             features: call, GFLOP, MB moved, MB workspace, short-reduction GFLOP, strided \
+             GFLOP, 1000 output planes, narrow-output GFLOP, filter MB, lowered MB; an \
+             algorithm may define its own, see ConvAlgorithm::cost_features)",
             "algo", "samples", "median rel err", "max rel err"
         )?;
     }

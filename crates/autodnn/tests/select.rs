@@ -451,14 +451,19 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
     assert!(ms.windows(2).all(|w| w[0] <= w[1]), "sorted: {ms:?}");
     assert_eq!(all[0].algo, "a");
     assert!(ms[2] >= 16.0, "c sleeps 16 ms: {ms:?}");
-    // 1 warm-up and at least 10 timed runs each: exactly 10 for candidates whose 10 runs
-    // take EXHAUSTIVE_MIN_MS or more (b and c sleep 8 and 16 ms), up to the cap for an
+    // A warm-up per turn and at least 10 timed runs each: exactly 10 for candidates whose 10
+    // runs take EXHAUSTIVE_MIN_MS or more (b and c sleep 8 and 16 ms), up to the cap for an
     // instant one, which never reaches the time floor.
-    use autodnn::select::benchmark::{EXHAUSTIVE_MAX_RUNS, EXHAUSTIVE_MIN_MS, EXHAUSTIVE_RUNS};
+    use autodnn::select::benchmark::{
+        EXHAUSTIVE_MAX_RUNS, EXHAUSTIVE_MIN_MS, EXHAUSTIVE_RUNS, EXHAUSTIVE_TURNS,
+    };
     assert!(8.0 * EXHAUSTIVE_RUNS as f64 >= EXHAUSTIVE_MIN_MS);
-    assert_eq!(b.runs() - runs_before.1, 1 + EXHAUSTIVE_RUNS);
-    assert_eq!(c.runs() - runs_before.2, 1 + EXHAUSTIVE_RUNS);
-    assert_eq!(a.runs() - runs_before.0, 1 + EXHAUSTIVE_MAX_RUNS);
+    assert_eq!(b.runs() - runs_before.1, EXHAUSTIVE_TURNS + EXHAUSTIVE_RUNS);
+    assert_eq!(c.runs() - runs_before.2, EXHAUSTIVE_TURNS + EXHAUSTIVE_RUNS);
+    assert_eq!(
+        a.runs() - runs_before.0,
+        EXHAUSTIVE_TURNS + EXHAUSTIVE_MAX_RUNS
+    );
     let exhaustive = a.runs() + b.runs() + c.runs() - raced;
     assert!(
         raced * 2 < exhaustive,

@@ -6,10 +6,11 @@
 //! interleaved rounds of [`RACE_ROUND_RUNS`] and each round drops those more than
 //! [`RACE_MARGIN`] behind the best median and keeps at most the better half (successive
 //! halving), until one is left or each has [`RACE_MAX_RUNS`] timings. [`exhaustive`] runs
-//! every candidate to the end, one after the other: one warm-up, then timed runs until it has
-//! [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
-//! [`EXHAUSTIVE_MAX_RUNS`]): the yardstick the race is measured against. The time floor gives
-//! layers of a tenth of a millisecond enough runs for a median that holds to a few percent.
+//! every candidate to the end, in [`EXHAUSTIVE_TURNS`] turns of a warm-up and back-to-back
+//! runs, until it has [`EXHAUSTIVE_RUNS`] timings and [`EXHAUSTIVE_MIN_MS`] of timed runs (at
+//! most [`EXHAUSTIVE_MAX_RUNS`]): the yardstick the race is measured against. The time floor
+//! gives layers of a tenth of a millisecond enough runs for a median that holds to a few
+//! percent.
 //!
 //! Timing starts with every worker thread busy for [`WAKE_UP`] after an idle spell
 //! ([`wake_cores`]).
@@ -42,6 +43,11 @@ pub const EXHAUSTIVE_RUNS: usize = 10;
 pub const EXHAUSTIVE_MIN_MS: f64 = 5.0;
 /// Most timed runs per candidate in exhaustive selection.
 pub const EXHAUSTIVE_MAX_RUNS: usize = 100;
+/// Exhaustive selection times the candidates in this many turns (each turn a warm-up and back
+/// to back runs per candidate), so that a burst of load from elsewhere lands on part of one
+/// candidate's runs rather than on all of them: with one turn, a layer's exhaustive times
+/// moved by up to 40% between runs.
+pub const EXHAUSTIVE_TURNS: usize = 3;
 /// Candidates timed by default in a race (the best-predicted ones); the others are recorded as
 /// not timed.
 pub const DEFAULT_MAX_TIMED: usize = 8;
@@ -176,18 +182,23 @@ impl<'a> Timer<'a> {
         Ok(out)
     }
 
-    /// One warm-up, then timed runs until there are [`EXHAUSTIVE_RUNS`] of them taking
-    /// [`EXHAUSTIVE_MIN_MS`] in all, or [`EXHAUSTIVE_MAX_RUNS`]; their median.
-    fn median_until(&mut self, a: &dyn ConvAlgorithm) -> Result<f64> {
+    /// One turn of exhaustive timing: one warm-up, then timed runs (appended to `t`) until
+    /// `t` holds `runs` of them taking `min_ms` in all, or `max` runs.
+    fn turn(
+        &mut self,
+        a: &dyn ConvAlgorithm,
+        t: &mut Vec<f64>,
+        [runs, max]: [usize; 2],
+        min_ms: f64,
+    ) -> Result<()> {
         self.time(a, 1)?;
-        let mut t = self.time(a, EXHAUSTIVE_RUNS)?;
-        let mut sum: f64 = t.iter().sum();
-        while sum < EXHAUSTIVE_MIN_MS && t.len() < EXHAUSTIVE_MAX_RUNS {
-            let more = self.time(a, 1)?[0];
-            sum += more;
-            t.push(more);
+        loop {
+            let sum: f64 = t.iter().sum();
+            if t.len() >= max || (t.len() >= runs && sum >= min_ms) {
+                return Ok(());
+            }
+            t.push(self.time(a, 1)?[0]);
         }
-        Ok(median(&mut t))
     }
 
     /// One warm-up, then the median of `runs` timed runs.
@@ -241,18 +252,33 @@ pub(crate) fn sort_records(r: &mut [AlgoPerf]) {
     });
 }
 
-/// Every candidate to the end, one after the other: one warm-up, then timed runs until it has
+/// Every candidate to the end, in [`EXHAUSTIVE_TURNS`] turns: in each, every candidate in
+/// turn gets one warm-up and then timed runs back to back, until after the last turn it has
 /// [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
 /// [`EXHAUSTIVE_MAX_RUNS`]); the median. Returns the sorted records.
 pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) -> Vec<AlgoPerf> {
     let p = timer.p;
-    let mut out: Vec<AlgoPerf> = cands
-        .iter()
-        .map(|&a| match timer.median_until(a) {
-            Ok(ms) => record(a, p, PerfStatus::Ok, Some(ms)),
-            Err(e) => failed(a, p, &e),
-        })
-        .collect();
+    let mut out = Vec::new();
+    let mut alive: Vec<(&dyn ConvAlgorithm, Vec<f64>)> =
+        cands.iter().map(|&a| (a, vec![])).collect();
+    for turn in 1..=EXHAUSTIVE_TURNS {
+        let runs = [EXHAUSTIVE_RUNS, EXHAUSTIVE_MAX_RUNS].map(|r| r * turn / EXHAUSTIVE_TURNS);
+        let min_ms = EXHAUSTIVE_MIN_MS * turn as f64 / EXHAUSTIVE_TURNS as f64;
+        let mut i = 0;
+        while i < alive.len() {
+            let (a, t) = &mut alive[i];
+            match timer.turn(*a, t, runs, min_ms) {
+                Ok(()) => i += 1,
+                Err(e) => {
+                    out.push(failed(*a, p, &e));
+                    alive.remove(i);
+                }
+            }
+        }
+    }
+    for (a, mut t) in alive {
+        out.push(record(a, p, PerfStatus::Ok, Some(median(&mut t))));
+    }
     sort_records(&mut out);
     out
 }
