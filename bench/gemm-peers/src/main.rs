@@ -33,8 +33,9 @@ const NO_TRANS: c_int = 111;
 
 /// Timed calls per entry and library.
 const REPS: usize = 9;
-/// The libraries take turns this many times per entry, each turn a pause, warm-up calls and
-/// `REPS / ROUNDS` timed calls, so that load from other processes hits them alike.
+/// The libraries take turns this many times per entry (each round starting with another),
+/// each turn a pause, warm-up calls and `REPS / ROUNDS` timed calls, so that load from other
+/// processes hits them alike.
 const ROUNDS: usize = 3;
 /// The pause before each turn.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
@@ -185,8 +186,10 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
         }),
     ];
     let mut times = [vec![], vec![], vec![]];
-    for _ in 0..ROUNDS {
-        for (t, r) in times.iter_mut().zip(runs.iter_mut()) {
+    for round in 0..ROUNDS {
+        // Each round starts with another library, so that none always comes first.
+        for i in (0..3).map(|i| (i + round) % 3) {
+            let (t, r) = (&mut times[i], &mut runs[i]);
             // Idle worker threads of the library that ran before (OpenBLAS's spin for up to
             // about 0.1 s after a call, rayon's briefly) would take a core from this one.
             std::thread::sleep(SETTLE);
