@@ -863,8 +863,9 @@ struct Seg {
     iw0: i64,
 }
 
-/// The patches of one block packed straight from x as the engine's A (positions × taps).
-pub(crate) struct PatchesA<'a> {
+/// The patches of one block packed straight from x, as the engine's A (positions × taps) or
+/// as its B (taps × positions).
+pub(crate) struct Patches<'a> {
     pub geo: &'a Geometry,
     pub x: &'a [f32],
     pub block: Block,
@@ -872,7 +873,7 @@ pub(crate) struct PatchesA<'a> {
     pub isa: Isa,
 }
 
-impl PackA for PatchesA<'_> {
+impl PackA for Patches<'_> {
     fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
@@ -888,16 +889,7 @@ impl PackA for PatchesA<'_> {
     }
 }
 
-/// The patches of one block packed straight from x as the engine's B (taps × positions).
-pub(crate) struct PatchesB<'a> {
-    pub geo: &'a Geometry,
-    pub x: &'a [f32],
-    pub block: Block,
-    /// The kernel family packing may use.
-    pub isa: Isa,
-}
-
-impl PackB for PatchesB<'_> {
+impl PackB for Patches<'_> {
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
@@ -1393,7 +1385,7 @@ pub(crate) enum PatchSource {
     /// Copied into the workspace a block of output positions at a time (`gemm`); the function
     /// gives the positions per block.
     Copied(fn(&Geometry) -> usize),
-    /// Packed by the engine straight from x ([`PatchesA`], [`PatchesB`]: `implicit_gemm`).
+    /// Packed by the engine straight from x ([`Patches`]: `implicit_gemm`).
     Packed,
 }
 
@@ -1407,6 +1399,12 @@ pub(crate) struct GemmConv {
 }
 
 impl GemmConv {
+    /// Workspace bytes of a problem of geometry `geo`: one copied block of patches.
+    fn workspace_for(&self, geo: &Geometry) -> usize {
+        self.copied_positions(geo)
+            .map_or(0, |bp| geo.depth * bp * std::mem::size_of::<f32>())
+    }
+
     /// Output positions per block copied into the workspace; `None` when nothing is copied.
     fn copied_positions(&self, geo: &Geometry) -> Option<usize> {
         match self.patches {
@@ -1426,9 +1424,7 @@ impl ConvAlgorithm for GemmConv {
     }
 
     fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        let geo = Geometry::new(problem);
-        self.copied_positions(&geo)
-            .map_or(0, |bp| geo.depth * bp * std::mem::size_of::<f32>())
+        self.workspace_for(&Geometry::new(problem))
     }
 
     fn deterministic(&self) -> bool {
@@ -1447,8 +1443,8 @@ impl ConvAlgorithm for GemmConv {
     ///    convolution): with few output channels, each packed element serves few
     ///    multiply-adds and the packing weighs as much as the products.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
-        let mut f = default_cost_features(p, self.workspace_bytes(p));
         let geo = Geometry::new(p);
+        let mut f = default_cost_features(p, self.workspace_for(&geo));
         let oh = geo.positions / geo.ow.max(1);
         let per = gemm_positions(geo.ys, oh, geo.ow).max(1);
         let gemms = (geo.n * geo.groups * (geo.positions / per)) as f64;
@@ -1503,17 +1499,17 @@ impl ConvAlgorithm for GemmConv {
                 };
                 geo.gemm(ctx, &block, patches, &filter, y, epi)?;
             } else {
-                let geo = &geo;
-                match geo.frame {
-                    Frame::Positions => {
-                        let a = PatchesA { geo, x, block, isa };
-                        geo.gemm(ctx, &block, Operand::A(&a), &filter, y, epi)?;
-                    }
-                    Frame::Channels => {
-                        let b = PatchesB { geo, x, block, isa };
-                        geo.gemm(ctx, &block, Operand::B(&b), &filter, y, epi)?;
-                    }
-                }
+                let patches = Patches {
+                    geo: &geo,
+                    x,
+                    block,
+                    isa,
+                };
+                let operand = match geo.frame {
+                    Frame::Positions => Operand::A(&patches),
+                    Frame::Channels => Operand::B(&patches),
+                };
+                geo.gemm(ctx, &block, operand, &filter, y, epi)?;
             }
         }
         Ok(())

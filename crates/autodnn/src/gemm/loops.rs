@@ -19,7 +19,8 @@
 //! synchronisation that sharing it takes on small problems; the split taken is the one whose
 //! balance and duplicated packing cost least (an operand read in place or pre-packed costs
 //! nothing). At 256³ on 2 threads, with A read in place, splitting columns instead of rows
-//! was 15% faster. From `shared_b_min_fmas` up, the threads split rows and share B instead.
+//! was 15% faster. From `shared_b_min_fmas` up, a row split shares the packed B panels instead
+//! (B's packing is then not duplicated).
 //! Every C element is computed by one thread with the same depth blocks in the same order, so
 //! results do not depend on the thread count.
 //! Problems under [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
@@ -252,12 +253,9 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
         return serial(ks, g, c, 0..mpan, 0..npan, in_place);
     }
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
-    let split_rows = if fmas >= THRESHOLDS.shared_b_min_fmas {
-        balance(mpan, nt) >= balance(npan, nt)
-    } else {
-        split_rows_cost(g, bl, mpan, npan, nt, in_place.is_some())
-    };
-    if split_rows && fmas >= THRESHOLDS.shared_b_min_fmas {
+    let share_b = fmas >= THRESHOLDS.shared_b_min_fmas;
+    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, in_place.is_some(), share_b);
+    if split_rows && share_b {
         return pool.install(|| shared_b(ks, g, c, nt, in_place));
     }
     let block = |t: usize| {
@@ -279,22 +277,23 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     });
 }
 
-/// Whether a split of C's rows (rather than its columns) among `nt` threads, each packing
-/// its own operands, takes less time: each thread's share of the multiply-adds, stretched by
-/// how unevenly the micro-panels divide, plus the packing the split makes every thread do in
-/// full (all of B for a row split, all of A, once per column panel, for a column split),
-/// which costs nothing for an operand read in place or pre-packed. Columns on ties.
+/// Whether a split of C's rows (rather than its columns) among `nt` threads takes less time:
+/// each thread's share of the multiply-adds, stretched by how unevenly the `[row, column]`
+/// micro-panels divide, plus the packing the split makes every thread do in full (all of B
+/// for a row split, all of A, once per column panel, for a column split). That costs nothing
+/// for an operand read in place or pre-packed, nor for B when a row split shares its packed
+/// panels (`share_b`). Columns on ties.
 fn split_rows_cost(
     g: &Gemm<'_>,
     bl: super::blocking::Blocking,
-    mpan: usize,
-    npan: usize,
+    [mpan, npan]: [usize; 2],
     nt: usize,
     a_in_place: bool,
+    share_b: bool,
 ) -> bool {
     let kc = even_block(g.k, bl.kc, 1);
     let a_free = a_in_place || g.a.prepacked_a(0, bl.mr.min(g.m), 0, kc, bl.mr).is_some();
-    let b_free = g.b.prepacked_b(0, kc, 0, bl.nr.min(g.n), bl.nr).is_some();
+    let b_free = share_b || g.b.prepacked_b(0, kc, 0, bl.nr.min(g.n), bl.nr).is_some();
     let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
     let fmas = m * n * k / nt as f64;
     let w = THRESHOLDS.pack_fmas_per_element as f64;
@@ -565,15 +564,39 @@ mod tests {
         // Both split evenly: a row split would have every thread pack all of B, a column
         // split all of A, unless A is read in place.
         assert!(!gemm(&b, n, &|g| split_rows_cost(
-            g, bl, mpan, npan, 2, true
+            g,
+            bl,
+            [mpan, npan],
+            2,
+            true,
+            false
         )));
         // B pre-packed: a row split duplicates nothing.
         assert!(gemm(&Prepacked, n, &|g| split_rows_cost(
-            g, bl, mpan, npan, 2, false
+            g,
+            bl,
+            [mpan, npan],
+            2,
+            false,
+            false
+        )));
+        // Shared B panels: a row split duplicates nothing either.
+        assert!(gemm(&b, n, &|g| split_rows_cost(
+            g,
+            bl,
+            [mpan, npan],
+            2,
+            false,
+            true
         )));
         // Rows that cannot be divided (one row panel) lose to columns whatever packing costs.
         assert!(!gemm(&Prepacked, bl.mr, &|g| split_rows_cost(
-            g, bl, 1, npan, 2, false
+            g,
+            bl,
+            [1, npan],
+            2,
+            false,
+            false
         )));
     }
 }

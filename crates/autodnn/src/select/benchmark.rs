@@ -192,13 +192,13 @@ impl<'a> Timer<'a> {
         min_ms: f64,
     ) -> Result<()> {
         self.time(a, 1)?;
-        loop {
-            let sum: f64 = t.iter().sum();
-            if t.len() >= max || (t.len() >= runs && sum >= min_ms) {
-                return Ok(());
-            }
-            t.push(self.time(a, 1)?[0]);
+        let mut sum: f64 = t.iter().sum();
+        while t.len() < max && (t.len() < runs || sum < min_ms) {
+            let ms = self.time(a, 1)?[0];
+            sum += ms;
+            t.push(ms);
         }
+        Ok(())
     }
 
     /// One warm-up, then the median of `runs` timed runs.

@@ -181,11 +181,13 @@ pub(crate) fn plan(
         }
     }
     let find = |name: &str| algos.iter().copied().find(|a| a.name() == name);
-    let eligible: Vec<&dyn ConvAlgorithm> = ranked
+    // The eligible algorithms in heuristic order, with their predicted times.
+    let predicted: Vec<(&dyn ConvAlgorithm, f64)> = ranked
         .iter()
         .filter(|r| r.eligible)
-        .filter_map(|r| find(r.algo))
+        .filter_map(|r| find(r.algo).map(|a| (a, r.predicted_ms)))
         .collect();
+    let eligible: Vec<&dyn ConvAlgorithm> = predicted.iter().map(|c| c.0).collect();
     if eligible.is_empty() {
         let why: Vec<String> = declined
             .iter()
@@ -284,16 +286,6 @@ pub(crate) fn plan(
                 if exhaustive {
                     benchmark::exhaustive(&mut timer, &eligible)
                 } else {
-                    let predicted: Vec<(&dyn ConvAlgorithm, f64)> = eligible
-                        .iter()
-                        .map(|&a| {
-                            let ms = ranked
-                                .iter()
-                                .find(|r| r.algo == a.name())
-                                .map_or(f64::INFINITY, |r| r.predicted_ms);
-                            (a, ms)
-                        })
-                        .collect();
                     benchmark::race(&mut timer, &predicted, settings.max_timed)
                 }
             };
