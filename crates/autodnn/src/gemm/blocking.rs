@@ -138,6 +138,16 @@ pub struct Thresholds {
     /// split does not divide) against the split's balance. About 0.6 ns per element against
     /// 58 G multiply-adds per second on one AVX-512 core.
     pub pack_fmas_per_element: usize,
+    /// B (the broadcast side) is read in place, not packed, when it is unit-stride along the
+    /// depth. Its columns a multiple of this many bytes apart (the L1 way size, 4 KiB on the
+    /// x86 cores in view) all map to one L1 set: a micro-kernel call then reads at most
+    /// `b_in_place_alias_cols` of them, or they evict each other. In place, a 32 × 14 tile ran
+    /// at 77% of its packed speed with columns 4 KiB apart, at its packed speed 2 or 6 KiB
+    /// apart, and two 32 × 7 calls at the packed speed 4 or 8 KiB apart.
+    pub b_in_place_alias_bytes: usize,
+    /// Most columns of B read in place per micro-kernel call when they alias in L1 (see
+    /// `b_in_place_alias_bytes`): fewer than the ways of L1 (8), leaving room for A and C.
+    pub b_in_place_alias_cols: usize,
 }
 
 /// The thresholds in force (the same for every kernel family).
@@ -147,6 +157,8 @@ pub const THRESHOLDS: Thresholds = Thresholds {
     shared_b_min_fmas: 768 * 768 * 768,
     batch_split_max_fmas: 256 * 256 * 256,
     pack_fmas_per_element: 32,
+    b_in_place_alias_bytes: 4096,
+    b_in_place_alias_cols: 7,
 };
 
 #[cfg(test)]

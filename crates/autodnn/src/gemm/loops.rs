@@ -20,7 +20,7 @@
 //! balance and duplicated packing cost least (an operand read in place or pre-packed costs
 //! nothing). At 256³ on 2 threads, with A read in place, splitting columns instead of rows
 //! was 15% faster. From `shared_b_min_fmas` up, a row split shares the packed B panels instead
-//! (B's packing is then not duplicated).
+//! (B's packing is then not duplicated), unless B is read in place.
 //! Every C element is computed by one thread with the same depth blocks in the same order, so
 //! results do not depend on the thread count.
 //! Problems under [`THRESHOLDS`]`.parallel_min_fmas` run on the calling thread.
@@ -28,6 +28,14 @@
 //! **Small problems.** When A is unit-stride along rows, fits one `KC` block and has at most
 //! `direct_max_m` rows, its full micro-panels are read in place (only a ragged last panel is
 //! copied): packing would cost more than it saves.
+//!
+//! **B in place.** When B is f32 and unit-stride along the depth (row-major C = A·B with A
+//! row-major, in the engine's frame), the micro-kernels broadcast from its columns where they
+//! are, and no B panel is packed at any size: the columns are NR streams that the hardware
+//! prefetchers follow, and packing them (a transpose) took 2 to 4% of a 512³ or 1024³
+//! product. Columns whose stride is a multiple of the L1 way size
+//! ([`THRESHOLDS`]`.b_in_place_alias_bytes`) would all share one L1 set, so each kernel
+//! call then takes at most `b_in_place_alias_cols` of them.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -172,7 +180,19 @@ struct Step<'s> {
     nc: usize,
     beta: f32,
     last: bool,
+    /// The packed B panel (empty when B is read in place).
     b: &'s [f32],
+    /// B read in place instead of packed.
+    b_in_place: Option<InPlaceB<'s>>,
+}
+
+/// B read in place by the micro-kernels: element (p, j) at `data[p + j·ldb]`.
+#[derive(Clone, Copy)]
+struct InPlaceB<'s> {
+    data: &'s [f32],
+    ldb: usize,
+    /// Most columns per micro-kernel call (fewer than NR when the columns alias in L1).
+    cols: usize,
 }
 
 /// The A block handed to the macro-kernel.
@@ -248,21 +268,24 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     } else {
         None
     };
+    let b_in_place = b_in_place(ks, g);
     let (mpan, npan) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
     if nt == 1 {
-        return serial(ks, g, c, 0..mpan, 0..npan, in_place);
+        return serial(ks, g, c, 0..mpan, 0..npan, in_place, b_in_place);
     }
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
-    let share_b = fmas >= THRESHOLDS.shared_b_min_fmas;
-    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, in_place.is_some(), share_b);
+    // Shared panels only where there is a B panel to share.
+    let share_b = fmas >= THRESHOLDS.shared_b_min_fmas && b_in_place.is_none();
+    let b_free = share_b || b_in_place.is_some();
+    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, in_place.is_some(), b_free);
     if split_rows && share_b {
         return pool.install(|| shared_b(ks, g, c, nt, in_place));
     }
     let block = |t: usize| {
         if split_rows {
-            serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place)
+            serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place, b_in_place)
         } else {
-            serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place)
+            serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place, b_in_place)
         }
     };
     // The calling thread computes the first block itself rather than handing all of them to
@@ -277,23 +300,46 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     });
 }
 
+/// B as the micro-kernels can read it in place (see [`super::PackB::in_place_b`]), when the
+/// family has kernels for that: then no B panel is packed. Columns a multiple of
+/// `THRESHOLDS.b_in_place_alias_bytes` apart all map to one L1 set: each kernel call then
+/// takes at most `b_in_place_alias_cols` of them.
+fn b_in_place<'a>(ks: &KernelSet, g: &Gemm<'a>) -> Option<InPlaceB<'a>> {
+    if ks.b_in_place.is_empty() {
+        return None;
+    }
+    let (data, ldb) = g.b.in_place_b()?;
+    let aliased =
+        ldb.wrapping_mul(std::mem::size_of::<f32>()) % THRESHOLDS.b_in_place_alias_bytes == 0;
+    let cols = if aliased {
+        THRESHOLDS.b_in_place_alias_cols
+    } else {
+        ks.blocking.nr
+    };
+    Some(InPlaceB {
+        data,
+        ldb,
+        cols: cols.clamp(1, ks.blocking.nr),
+    })
+}
+
 /// Whether a split of C's rows (rather than its columns) among `nt` threads takes less time:
 /// each thread's share of the multiply-adds, stretched by how unevenly the `[row, column]`
 /// micro-panels divide, plus the packing the split makes every thread do in full (all of B
 /// for a row split, all of A, once per column panel, for a column split). That costs nothing
-/// for an operand read in place or pre-packed, nor for B when a row split shares its packed
-/// panels (`share_b`). Columns on ties.
+/// for an operand read in place or pre-packed, nor for B when `b_free` (a row split shares
+/// its packed panels, or B is read in place). Columns on ties.
 fn split_rows_cost(
     g: &Gemm<'_>,
     bl: super::blocking::Blocking,
     [mpan, npan]: [usize; 2],
     nt: usize,
     a_in_place: bool,
-    share_b: bool,
+    b_free: bool,
 ) -> bool {
     let kc = even_block(g.k, bl.kc, 1);
     let a_free = a_in_place || g.a.prepacked_a(0, bl.mr.min(g.m), 0, kc, bl.mr).is_some();
-    let b_free = share_b || g.b.prepacked_b(0, kc, 0, bl.nr.min(g.n), bl.nr).is_some();
+    let b_free = b_free || g.b.prepacked_b(0, kc, 0, bl.nr.min(g.n), bl.nr).is_some();
     let (m, n, k) = (g.m as f64, g.n as f64, g.k as f64);
     let fmas = m * n * k / nt as f64;
     let w = THRESHOLDS.pack_fmas_per_element as f64;
@@ -314,6 +360,7 @@ fn serial(
     rp: Range<usize>,
     cp: Range<usize>,
     in_place: Option<(&[f32], usize)>,
+    b_in_place: Option<InPlaceB<'_>>,
 ) {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
@@ -326,7 +373,12 @@ fn serial(
     let nc_blk = even_block(j_hi - j_lo, bl.nc, nr);
     let kc_blk = even_block(g.k, bl.kc, 1);
     let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
-    with_buf(&BUF_B, kc_blk * nc_blk, |bbuf| {
+    let b_len = if b_in_place.is_some() {
+        0
+    } else {
+        kc_blk * nc_blk
+    };
+    with_buf(&BUF_B, b_len, |bbuf| {
         with_buf(&BUF_A, kc_blk * mc_blk, |abuf| {
             for jc in (j_lo..j_hi).step_by(nc_blk) {
                 let nc = nc_blk.min(j_hi - jc);
@@ -335,6 +387,7 @@ fn serial(
                     let kc = kc_blk.min(g.k - pc);
                     let len = npan * nr * kc;
                     let bp: &[f32] = match g.b.prepacked_b(pc, kc, jc, nc, nr) {
+                        _ if b_in_place.is_some() => &[],
                         Some(p) => {
                             assert_eq!(p.len(), len, "prepacked B panel of the wrong size");
                             p
@@ -353,6 +406,7 @@ fn serial(
                         beta: if pc == 0 { g.beta } else { 1.0 },
                         last: pc + kc == g.k,
                         b: bp,
+                        b_in_place,
                     };
                     for ic in (i_lo..i_hi).step_by(mc_blk) {
                         let mc = mc_blk.min(i_hi - ic);
@@ -403,6 +457,7 @@ fn shared_b(
                     beta: if pc == 0 { g.beta } else { 1.0 },
                     last: pc + kc == g.k,
                     b: bp,
+                    b_in_place: None,
                 };
                 (0..nt).into_par_iter().for_each(|t| {
                     let rp = part(mpan, nt, t);
@@ -478,9 +533,15 @@ fn macro_kernel(
     let apan = mc.div_ceil(mr);
     let epilogue = s.last && !g.epilogue.is_identity();
     for jp in jpanels {
-        let bpanel = &s.b[jp * nr * kc..(jp + 1) * nr * kc];
         let j = s.jc + jp * nr;
         let n = nr.min(s.jc + s.nc - j);
+        let (bpanel, ldb, cols): (&[f32], usize, usize) = match s.b_in_place {
+            Some(b) => {
+                let start = s.pc + j * b.ldb;
+                (&b.data[start..start + (n - 1) * b.ldb + kc], b.ldb, b.cols)
+            }
+            None => (&s.b[jp * nr * kc..(jp + 1) * nr * kc], 0, nr),
+        };
         for q in 0..apan {
             let i = i0 + q * mr;
             let m = mr.min(i0 + mc - i);
@@ -500,6 +561,7 @@ fn macro_kernel(
                 a: a.as_ptr(),
                 lda,
                 b: bpanel.as_ptr(),
+                ldb,
                 c: view.ptr,
                 rs_c: c.rs,
                 cs_c: c.cs,
@@ -508,16 +570,38 @@ fn macro_kernel(
                 alpha: g.alpha,
                 beta: s.beta,
             };
-            // A ragged last column panel takes the family's narrower kernel, if it has one.
-            let ukr = match ks.edge.get(n.wrapping_sub(1)) {
-                Some(&edge) if n < nr => edge,
-                _ => ks.ukr,
-            };
-            // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the CPU
-            // has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr (both
-            // slices, bounds-checked above); the C tile is inside the validated output
-            // (checked by `tile`) and this thread's alone; an edge kernel gets n ≤ its width.
-            unsafe { ukr(&tile) };
+            if s.b_in_place.is_some() {
+                // Groups of at most `cols` columns, each its own kernel call.
+                for j0 in (0..n).step_by(cols) {
+                    let w = cols.min(n - j0);
+                    let group = Tile {
+                        b: bpanel[j0 * ldb..].as_ptr(),
+                        c: view.ptr.wrapping_add(j0 * c.cs),
+                        n: w,
+                        ..tile
+                    };
+                    // SAFETY: the kernel set matches the CPU (kernel_set caps it by what
+                    // the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice);
+                    // B's columns j0 .. j0 + w, each kc deep, lie in `bpanel` (a slice of
+                    // (n − 1)·ldb + kc elements); C's columns j0 .. j0 + w of the tile are
+                    // inside the validated output (checked by `tile`) and this thread's
+                    // alone; `b_in_place[w − 1]` reads w ≤ NR columns.
+                    unsafe { (ks.b_in_place[w - 1])(&group) };
+                }
+            } else {
+                // A ragged last column panel takes the family's narrower kernel, if it has
+                // one.
+                let ukr = match ks.edge.get(n.wrapping_sub(1)) {
+                    Some(&edge) if n < nr => edge,
+                    _ => ks.ukr,
+                };
+                // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the
+                // CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr
+                // (both slices, bounds-checked above); the C tile is inside the validated
+                // output (checked by `tile`) and this thread's alone; an edge kernel gets
+                // n ≤ its width.
+                unsafe { ukr(&tile) };
+            }
             if epilogue {
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }
@@ -598,5 +682,42 @@ mod tests {
             false,
             false
         )));
+    }
+
+    #[test]
+    fn b_is_read_in_place_when_depth_contiguous() {
+        let ks = kernel_set(crate::cpu::Isa::best_available());
+        let data = vec![0f32; 64 * 2048];
+        let a = StridedMatrix::new(&data, 32, 64, 1, 32).unwrap();
+        let in_place = |rs: usize, cs: usize| {
+            let b = StridedMatrix::new(&data, 64, 20, rs, cs).unwrap();
+            let g = Gemm {
+                m: 32,
+                n: 20,
+                k: 64,
+                alpha: 1.0,
+                beta: 0.0,
+                a: &a,
+                b: &b,
+                epilogue: FrameEpilogue::default(),
+            };
+            b_in_place(ks, &g).map(|b| (b.ldb, b.cols))
+        };
+        // Columns 20 apart (rows contiguous along n): packed.
+        assert!(in_place(20, 1).is_none());
+        if ks.b_in_place.is_empty() {
+            // The family has no such kernels: always packed.
+            assert!(in_place(1, 1040).is_none());
+            return;
+        }
+        let nr = ks.blocking.nr;
+        // Columns 1040 floats apart: whole panels per call.
+        assert_eq!(in_place(1, 1040), Some((1040, nr)));
+        assert_eq!(in_place(1, 64), Some((64, nr)));
+        // 4 KiB and 8 KiB apart: they alias in L1, fewer columns per call.
+        let few = THRESHOLDS.b_in_place_alias_cols;
+        assert!(few < nr);
+        assert_eq!(in_place(1, 1024), Some((1024, few)));
+        assert_eq!(in_place(1, 2048), Some((2048, few)));
     }
 }

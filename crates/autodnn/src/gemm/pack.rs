@@ -80,6 +80,13 @@ pub trait PackB: Sync {
         let _ = (p0, kc, j0, nc, nr);
         None
     }
+
+    /// When B is f32 and unit-stride along the depth, the whole operand and its column
+    /// stride: element `(p, j)` is at `p + j·ldb`. The engine may then read micro-panels in
+    /// place instead of packing them. The default is `None` (always pack).
+    fn in_place_b(&self) -> Option<(&[f32], usize)> {
+        None
+    }
 }
 
 /// A matrix given by a slice, its shape and a stride per dimension, in elements. The
@@ -341,5 +348,12 @@ impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
     fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
         // B's micro-panel is A's format for the transpose.
         self.t().pack_block(j0, nc, p0, kc, nr, dst);
+    }
+
+    fn in_place_b(&self) -> Option<(&[f32], usize)> {
+        if self.rs != 1 {
+            return None;
+        }
+        T::as_f32(self.data).map(|d| (d, self.cs))
     }
 }

@@ -20,6 +20,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         edge: &[],
         epilogue,
         transposer: Some(&TRANSPOSER),
+        b_in_place: &[],
     }
 }
 

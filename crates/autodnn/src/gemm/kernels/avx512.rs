@@ -22,6 +22,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         edge: &EDGE,
         epilogue,
         transposer: Some(&TRANSPOSER),
+        b_in_place: &B_IN_PLACE,
     }
 }
 
@@ -64,11 +65,30 @@ static EDGE: [super::UKernel; NR - 1] = [
     kernel::<MV, 13, NR>,
 ];
 
+/// Kernels reading n = 1 ..= NR columns of B in place (`B_IN_PLACE[n − 1]`).
+static B_IN_PLACE: [super::UKernel; NR] = [
+    kernel::<MV, 1, 0>,
+    kernel::<MV, 2, 0>,
+    kernel::<MV, 3, 0>,
+    kernel::<MV, 4, 0>,
+    kernel::<MV, 5, 0>,
+    kernel::<MV, 6, 0>,
+    kernel::<MV, 7, 0>,
+    kernel::<MV, 8, 0>,
+    kernel::<MV, 9, 0>,
+    kernel::<MV, 10, 0>,
+    kernel::<MV, 11, 0>,
+    kernel::<MV, 12, 0>,
+    kernel::<MV, 13, 0>,
+    kernel::<MV, 14, 0>,
+];
+
 /// The AVX-512 micro-kernel, `16·MVN × NRN`, reading a packed B panel whose rows are `BS ≥
-/// NRN` apart.
+/// NRN` apart, or (BS = 0) NRN columns of B in place, `t.ldb` apart and depth contiguous.
 ///
 /// # Safety
-/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS, and n ≤ NRN.
+/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS (or B in place when BS = 0),
+/// and n ≤ NRN.
 #[target_feature(enable = "avx512f")]
 unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) {
     let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
@@ -83,16 +103,16 @@ unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) 
                     *x = unsafe { _mm512_loadu_ps(a.add(16 * v)) };
                 }
                 for (j, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: column j < NR of this depth step of the packed B panel is
-                    // readable.
-                    let bj = _mm512_set1_ps(unsafe { *b.add(j) });
+                    // SAFETY: column j < NRN of this depth step of the B panel is readable
+                    // (packed: at j; in place: at j·ldb).
+                    let bj = _mm512_set1_ps(unsafe { *b.add(if BS == 0 { j * t.ldb } else { j }) });
                     for (c, x) in acc.iter_mut().zip(&av) {
                         *c = _mm512_fmadd_ps(*x, bj, *c);
                     }
                 }
                 // The last step moves past the panels; wrapping arithmetic keeps that defined.
                 a = a.wrapping_add(t.lda);
-                b = b.wrapping_add(BS);
+                b = b.wrapping_add(if BS == 0 { 1 } else { BS });
             }
         };
     }

@@ -32,8 +32,11 @@ pub(crate) struct Tile {
     pub a: *const f32,
     /// Depth stride of the A micro-panel (MR when packed).
     pub lda: usize,
-    /// Packed B micro-panel: element (p, j) at `b + p·NR + j`.
+    /// B micro-panel: element (p, j) at `b + p·NR + j` (packed), or at `b + p + j·ldb` for
+    /// the kernels that read B in place ([`KernelSet::b_in_place`]).
     pub b: *const f32,
+    /// Column stride of B read in place (ignored by the kernels for packed B).
+    pub ldb: usize,
     /// C tile: element (i, j) at `c + i·rs_c + j·cs_c`, i < m, j < n.
     pub c: *mut f32,
     /// Row stride of C.
@@ -54,7 +57,8 @@ pub(crate) struct Tile {
 ///
 /// # Safety
 /// The CPU supports the kernel's instruction set; `k ≥ 1`; `a` is readable at every
-/// `p·lda + i` for p < k, i < MR; `b` is readable for `k·NR` elements; `c` is writable (and,
+/// `p·lda + i` for p < k, i < MR; `b` is readable for `k·NR` elements (for a kernel reading
+/// B in place: at every `p + j·ldb` for p < k, j < n); `c` is writable (and,
 /// when beta ≠ 0, readable) at `i·rs_c + j·cs_c` for i < m ≤ MR, j < n ≤ NR, and no other
 /// thread accesses those elements during the call.
 pub(crate) type UKernel = unsafe fn(&Tile);
@@ -96,6 +100,10 @@ pub(crate) struct KernelSet {
     pub epilogue: EpilogueFn,
     /// A vectorised transpose for packing, where the family has one.
     pub transposer: Option<&'static Transposer>,
+    /// Kernels that read an unpacked B micro-panel of n ≤ NR columns in place, depth
+    /// contiguous (element (p, j) at `b + p + j·ldb`), `b_in_place[n − 1]`; empty when the
+    /// family has none.
+    pub b_in_place: &'static [UKernel],
 }
 
 fn build(isa: Isa) -> KernelSet {

@@ -18,6 +18,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         edge: &[],
         epilogue,
         transposer: None,
+        b_in_place: &[],
     }
 }
 
