@@ -1,22 +1,25 @@
 //! Block sizes and thresholds: the numbers that shape the five loops, as data.
 //!
-//! BLIS's analytical model picks each block size from one level of the memory hierarchy:
+//! After BLIS's analytical model, each block size comes from one level of the memory
+//! hierarchy:
 //!
 //! - `MR × NR`, the register tile, from the vector registers (see each kernel);
-//! - `KC` so that one packed micro-panel of B (`KC × NR`) fills most of the L1 data cache
-//!   (7/8: the rest holds the A lines streaming past it and the C tile), capped at
-//!   [`KC_MAX`]; a large `KC` also means fewer passes over C (each depth block reads and
-//!   writes C once);
-//! - `MC` so that the packed block of A (`MC × KC`) stays in the L2 cache while the `jr` loop
-//!   sweeps the B panel;
-//! - `NC` so that the packed panel of B (`KC × NC`) about fills this core's share of the L3:
-//!   the panel is streamed from L3 once per A block, so it only has to stay there, and every
-//!   further panel along `n` packs each A block again (n = 2048 as three panels of 686
-//!   columns spent 5% of its time packing A, as one panel 2%).
+//! - `KC`, the depth block, from L2: a B micro-panel (`KC × NR`) takes at most a quarter of
+//!   it, capped at [`KC_MAX`]. BLIS sizes it from L1 instead (the B micro-panel resident
+//!   there), but the micro-kernels stream both micro-panels from L2 at full speed (a 32 × 14
+//!   tile ran at 99% of peak with 8 A and 16 B micro-panels of depth 512 cycling through L2),
+//!   and every depth block is one more pass over C: 1024 instead of 512 was 1.6% faster at
+//!   1024³ and 3.5% at 2048³ on one thread, 1 to 3% on two;
+//! - `MC` so that the packed block of A (`MC × KC`) fills the L2 cache, which holds it while
+//!   the `jr` loop sweeps the B panel (half of L2 was 1 to 2% slower at 2048³);
+//! - `NC` so that the B panel (`KC × NC`) fits the L3 budget: the panel is streamed from L3
+//!   once per A block, so it only has to stay there, and every further panel along `n` packs
+//!   each A block again (n = 2048 as three panels of 686 columns spent 5% of its time
+//!   packing A, as one panel 2%; as two panels it was 1% slower than as one).
 //!
 //! The cache geometry assumed is the smallest of today's AVX-512 server cores (AMD Zen 4:
-//! 32 KiB L1d, 1 MiB L2, a few MiB of L3 per core); Intel Sapphire Rapids (48 KiB, 2 MiB) has
-//! more of each, so the same sizes stay resident there. `AUTODNN_GEMM_BLOCKING=mc,kc,nc`
+//! 32 KiB L1d, 1 MiB L2, 32 MiB of L3 per 8 cores); Intel Sapphire Rapids (48 KiB, 2 MiB) has
+//! more L1 and L2, so the same sizes stay resident there. `AUTODNN_GEMM_BLOCKING=mc,kc,nc`
 //! overrides the three outer sizes (for tuning; read once per process).
 
 use std::sync::OnceLock;
@@ -28,7 +31,7 @@ pub struct CacheGeometry {
     pub l1: usize,
     /// L2 cache per core.
     pub l2: usize,
-    /// L3 share per core.
+    /// L3 a B panel may occupy.
     pub l3: usize,
 }
 
@@ -36,12 +39,14 @@ pub struct CacheGeometry {
 pub const ASSUMED_CACHES: CacheGeometry = CacheGeometry {
     l1: 32 << 10,
     l2: 1 << 20,
-    l3: 4 << 20,
+    // A quarter of a Zen 4 chiplet's 32 MiB, shared by 8 cores: a panel streamed from L3
+    // (never reused from a higher level) may take twice a core's even share.
+    l3: 8 << 20,
 };
 
-/// Deepest depth block: beyond it the C passes saved no longer matter and the B
-/// micro-panel of narrow tiles would outgrow L1's share.
-pub const KC_MAX: usize = 512;
+/// Deepest depth block: beyond it the passes over C saved no longer matter, and the B
+/// micro-panels of narrow tiles would crowd the A block out of L2.
+pub const KC_MAX: usize = 1024;
 
 /// Environment variable overriding `mc,kc,nc` of every kernel family.
 pub const BLOCKING_ENV: &str = "AUTODNN_GEMM_BLOCKING";
@@ -63,14 +68,14 @@ pub struct Blocking {
 
 impl Blocking {
     /// Derives `mc`, `kc`, `nc` for an `mr × nr` register tile from a cache geometry: a
-    /// B micro-panel fills 7/8 of L1 (at most [`KC_MAX`] deep), the A block about half of
-    /// L2, the B panel the L3 share (rounded up to whole micro-panels, so that a power-of-two
-    /// `n` equal to the share's columns is one panel, not two).
+    /// B micro-panel takes at most a quarter of L2 (at most [`KC_MAX`] deep), the A block
+    /// fills L2, the B panel the L3 budget (rounded up to whole micro-panels, so that a
+    /// power-of-two `n` equal to the budget's columns is one panel, not two).
     pub const fn for_tile(mr: usize, nr: usize, caches: CacheGeometry) -> Blocking {
         let f = std::mem::size_of::<f32>();
-        let kc = round_down(caches.l1 / 8 * 7 / (nr * f), 16);
+        let kc = round_down(caches.l2 / 4 / (nr * f), 16);
         let kc = if kc > KC_MAX { KC_MAX } else { kc };
-        let mc = round_down(caches.l2 / 2 / (kc * f), mr);
+        let mc = round_down(caches.l2 / (kc * f), mr);
         let nc = (caches.l3 / (kc * f)).div_ceil(nr) * nr;
         Blocking { mr, nr, mc, kc, nc }
     }
@@ -167,12 +172,19 @@ mod tests {
 
     #[test]
     fn block_sizes_follow_the_caches() {
-        // AVX-512 32 × 14 on 32 KiB / 1 MiB: a 28 KiB B micro-panel, a 512 KiB A block.
+        // AVX-512 32 × 14 on 1 MiB of L2: a 56 KiB B micro-panel, a 1 MiB A block.
         let b = Blocking::for_tile(32, 14, ASSUMED_CACHES);
-        assert_eq!((b.kc, b.mc), (512, 256));
-        // The B panel: 2048 columns (4 MiB) rounded up to whole micro-panels.
+        assert_eq!((b.kc, b.mc), (KC_MAX, 256));
+        // The B panel: 2048 columns (8 MiB) rounded up to whole micro-panels.
         assert_eq!(b.nc, 2058);
         let b = Blocking::for_tile(16, 6, ASSUMED_CACHES);
         assert_eq!((b.kc, b.mc), (KC_MAX, 256));
+        // A small L2 makes the depth block shallower and keeps the A block inside it.
+        let small = CacheGeometry {
+            l2: 128 << 10,
+            ..ASSUMED_CACHES
+        };
+        let b = Blocking::for_tile(32, 14, small);
+        assert_eq!((b.kc, b.mc), (576, 32));
     }
 }
