@@ -40,6 +40,7 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::LocalKey;
 
 use rayon::prelude::*;
@@ -290,14 +291,44 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     };
     // The calling thread computes the first block itself rather than handing all of them to
     // the pool and sleeping until they are done: one hand-off and one wake-up fewer per call
-    // (3 to 4% at 256³ and 512³ on 2 threads).
+    // (3 to 4% at 256³ and 512³ on 2 threads), and then spins briefly for the others.
     let block = &block;
+    // Blocks handed to the pool that have finished.
+    let done = AtomicUsize::new(0);
+    let done = &done;
     pool.in_place_scope(|s| {
         for t in 1..nt {
-            s.spawn(move |_| block(t));
+            s.spawn(move |_| {
+                block(t);
+                done.fetch_add(1, Ordering::Release);
+            });
         }
         block(0);
+        if pool.current_thread_index().is_none() {
+            // Outside the pool, the scope would put this thread to sleep until the other
+            // blocks are done, and waking it is one more hand-off: spin a while first.
+            spin_until(SPIN_WAIT, || done.load(Ordering::Acquire) == nt - 1);
+        }
     });
+}
+
+/// How long the calling thread spins for the other blocks of a split before it sleeps. On a
+/// virtual machine a sleeping thread is woken late: on 2 threads, spinning up to 50 µs made
+/// 256³ products 7.7% faster and 512³ 1.4% (back-to-back calls), while spinning for a few
+/// hundred µs made them slower (a worker sharing the spinning thread's core waits for it).
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Spins until `ready()` or for at most `limit`.
+fn spin_until(limit: std::time::Duration, ready: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    while !ready() {
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && start.elapsed() > limit {
+            return;
+        }
+    }
 }
 
 /// B as the micro-kernels can read it in place (see [`super::PackB::in_place_b`]), when the
