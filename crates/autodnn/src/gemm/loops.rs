@@ -12,10 +12,11 @@
 //! ```
 //!
 //! **Threads.** With `t` threads, C is cut into `t` blocks of whole micro-panel rows or
-//! columns, and each thread runs all five loops on its block with its own packing buffers:
-//! one fork per call (the calling thread takes the first block), no barriers, no shared
-//! buffers. The cost is that each thread packs the
-//! operand the split does not divide (all of B for a row split), less than the
+//! columns (or, for a row split with a small B read in place, a few blocks per thread that
+//! the threads take as they become free), and each thread runs all five loops on its block
+//! with its own packing buffers: one fork per call (the calling thread takes blocks too), no
+//! barriers, no shared buffers. The cost is that each thread packs the operand the split
+//! does not divide (all of B for a row split), less than the
 //! synchronisation that sharing it takes on small problems; the split taken is the one whose
 //! balance and duplicated packing cost least (an operand read in place or pre-packed costs
 //! nothing). At 256³ on 2 threads, with A read in place, splitting columns instead of rows
@@ -282,31 +283,64 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     if split_rows && share_b {
         return pool.install(|| shared_b(ks, g, c, nt, in_place));
     }
-    let block = |t: usize| {
-        if split_rows {
-            serial(ks, g, c, part(mpan, nt, t), 0..npan, in_place, b_in_place)
+    // A row split with B read in place duplicates nothing: where B is small, finer blocks
+    // taken by whichever thread is free absorb a late start of one of the threads.
+    let b_bytes =
+        g.k.saturating_mul(g.n)
+            .saturating_mul(std::mem::size_of::<f32>());
+    let blocks =
+        if split_rows && b_in_place.is_some() && b_bytes <= THRESHOLDS.dynamic_split_max_b_bytes {
+            mpan.min(nt * THRESHOLDS.dynamic_blocks_per_thread).max(nt)
         } else {
-            serial(ks, g, c, 0..mpan, part(npan, nt, t), in_place, b_in_place)
+            nt
+        };
+    let next = AtomicUsize::new(0);
+    let next = &next;
+    let work = move || loop {
+        let q = next.fetch_add(1, Ordering::Relaxed);
+        if q >= blocks {
+            return;
+        }
+        if split_rows {
+            serial(
+                ks,
+                g,
+                c,
+                part(mpan, blocks, q),
+                0..npan,
+                in_place,
+                b_in_place,
+            )
+        } else {
+            serial(
+                ks,
+                g,
+                c,
+                0..mpan,
+                part(npan, blocks, q),
+                in_place,
+                b_in_place,
+            )
         }
     };
-    // The calling thread computes the first block itself rather than handing all of them to
-    // the pool and sleeping until they are done: one hand-off and one wake-up fewer per call
-    // (3 to 4% at 256³ and 512³ on 2 threads), and then spins briefly for the others.
-    let block = &block;
-    // Blocks handed to the pool that have finished.
+    // The calling thread takes blocks itself rather than handing all of them to the pool and
+    // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
+    // 256³ and 512³ on 2 threads), and then spins briefly for the other threads.
+    let work = &work;
+    // Threads of the pool that have finished.
     let done = AtomicUsize::new(0);
     let done = &done;
     pool.in_place_scope(|s| {
-        for t in 1..nt {
+        for _ in 1..nt {
             s.spawn(move |_| {
-                block(t);
+                work();
                 done.fetch_add(1, Ordering::Release);
             });
         }
-        block(0);
+        work();
         if pool.current_thread_index().is_none() {
-            // Outside the pool, the scope would put this thread to sleep until the other
-            // blocks are done, and waking it is one more hand-off: spin a while first.
+            // Outside the pool, the scope would put this thread to sleep until the others
+            // are done, and waking it is one more hand-off: spin a while first.
             spin_until(SPIN_WAIT, || done.load(Ordering::Acquire) == nt - 1);
         }
     });
