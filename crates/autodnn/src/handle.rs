@@ -51,6 +51,9 @@ pub enum Backend {
 pub struct Handle {
     threads: usize,
     pool: Arc<rayon::ThreadPool>,
+    /// `threads − 1` workers for GEMM splits called from outside the pool (see
+    /// `ExecContext::helpers`); `None` with one thread.
+    helpers: Option<Arc<rayon::ThreadPool>>,
     isa: Isa,
     workspace_limit: Option<usize>,
     backend: Backend,
@@ -111,9 +114,23 @@ impl Handle {
                 bytes: 0,
                 what: format!("starting {threads} worker threads: {e}"),
             })?;
+        let helpers = if threads > 1 {
+            let helpers = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads - 1)
+                .thread_name(|i| format!("autodnn-gemm-{i}"))
+                .build()
+                .map_err(|e| Error::OutOfMemory {
+                    bytes: 0,
+                    what: format!("starting {} helper threads: {e}", threads - 1),
+                })?;
+            Some(Arc::new(helpers))
+        } else {
+            None
+        };
         Ok(Handle {
             threads,
             pool: Arc::new(pool),
+            helpers,
             isa,
             workspace_limit: None,
             backend: Backend::Cpu,
@@ -157,6 +174,7 @@ impl Handle {
     pub(crate) fn exec_context(&self) -> ExecContext<'_> {
         ExecContext {
             pool: &self.pool,
+            helpers: self.helpers.as_deref(),
             threads: self.threads,
             isa: self.isa,
         }

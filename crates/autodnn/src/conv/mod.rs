@@ -37,6 +37,10 @@ use crate::error::Result;
 #[derive(Debug, Clone, Copy)]
 pub struct ExecContext<'a> {
     pub(crate) pool: &'a rayon::ThreadPool,
+    /// `threads − 1` workers that join a caller outside `pool` in a GEMM split, the caller
+    /// computing a share itself (`None` with one thread): with `pool`'s own workers there
+    /// would be one more runnable thread than cores.
+    pub(crate) helpers: Option<&'a rayon::ThreadPool>,
     pub(crate) threads: usize,
     pub(crate) isa: Isa,
 }

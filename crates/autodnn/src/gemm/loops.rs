@@ -134,11 +134,11 @@ pub(crate) struct Gemm<'a> {
 /// Runs one product with up to `threads` threads of `pool`.
 pub(crate) fn run(
     ks: &KernelSet,
-    pool: &rayon::ThreadPool,
-    threads: usize,
+    ctx: &crate::conv::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
 ) {
+    let threads = ctx.threads;
     assert!(c.rows == g.m && c.cols == g.n);
     if g.m == 0 || g.n == 0 {
         return;
@@ -154,7 +154,7 @@ pub(crate) fn run(
     } else {
         threads.min(most).max(1)
     };
-    frame(ks, pool, g, c, nt)
+    frame(ks, ctx.pool, ctx.helpers, g, c, nt)
 }
 
 /// C = beta·C (zeros for beta = 0, C unread), then the epilogue: the whole result when k = 0
@@ -261,7 +261,14 @@ fn balance(units: usize, nt: usize) -> f64 {
 
 /// Splits C among `nt` threads, one block of rows or of columns each, and runs the serial
 /// loops on each block.
-fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize) {
+fn frame(
+    ks: &KernelSet,
+    pool: &rayon::ThreadPool,
+    helpers: Option<&rayon::ThreadPool>,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    nt: usize,
+) {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     // Whether A is read in place depends on the problem only, never on the thread count.
@@ -327,6 +334,15 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
     // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
     // 256³ and 512³ on 2 threads), and then spins briefly for the other threads.
     let work = &work;
+    // A caller outside the pool is joined by the helpers (nt − 1 threads): with the pool's nt
+    // workers there would be a third runnable thread on 2 cores, and the scheduler then
+    // sometimes placed the woken worker on the caller's core (calls at twice the time, at
+    // 512³ and 1024³ in three of five benchmark runs; none in two runs with the helpers).
+    let outside = pool.current_thread_index().is_none();
+    let pool = match helpers {
+        Some(h) if outside && h.current_num_threads() + 1 >= nt => h,
+        _ => pool,
+    };
     // Threads of the pool that have finished.
     let done = AtomicUsize::new(0);
     let done = &done;
@@ -338,7 +354,7 @@ fn frame(ks: &KernelSet, pool: &rayon::ThreadPool, g: &Gemm<'_>, c: &OutMatrix<'
             });
         }
         work();
-        if pool.current_thread_index().is_none() {
+        if outside {
             // Outside the pool, the scope would put this thread to sleep until the others
             // are done, and waking it is one more hand-off: spin a while first.
             spin_until(SPIN_WAIT, || done.load(Ordering::Acquire) == nt - 1);

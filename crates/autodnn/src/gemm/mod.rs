@@ -184,7 +184,7 @@ fn run_validated<T: GemmInput>(
             b: &bt,
             epilogue: fe.transposed(),
         };
-        loops::run(ks, ctx.pool, ctx.threads, &g, &out.t());
+        loops::run(ks, ctx, &g, &out.t());
     } else {
         let g = Gemm {
             m,
@@ -196,7 +196,7 @@ fn run_validated<T: GemmInput>(
             b: &bm,
             epilogue: fe,
         };
-        loops::run(ks, ctx.pool, ctx.threads, &g, &out);
+        loops::run(ks, ctx, &g, &out);
     }
 }
 
@@ -240,13 +240,7 @@ pub(crate) fn gemm_engine(
         b,
         epilogue: fe,
     };
-    loops::run(
-        kernels::kernel_set(ctx.isa),
-        ctx.pool,
-        ctx.threads,
-        &g,
-        &out,
-    );
+    loops::run(kernels::kernel_set(ctx.isa), ctx, &g, &out);
     Ok(())
 }
 
