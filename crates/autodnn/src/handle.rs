@@ -71,6 +71,18 @@ struct Shared {
     workspace: WorkspacePool,
 }
 
+/// Starts `n` rayon threads named `name-0`, `name-1`, ...
+fn start_pool(n: usize, name: &'static str, what: &str) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| Error::OutOfMemory {
+            bytes: 0,
+            what: format!("starting {n} {what} threads: {e}"),
+        })
+}
+
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     // Nothing behind these locks is left half-updated by a panic.
     l.read().unwrap_or_else(|e| e.into_inner())
@@ -108,24 +120,9 @@ impl Handle {
         }
         let isa = Isa::from_env()?;
         let settings = Settings::from_env()?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("autodnn-{i}"))
-            .build()
-            .map_err(|e| Error::OutOfMemory {
-                bytes: 0,
-                what: format!("starting {threads} worker threads: {e}"),
-            })?;
+        let pool = start_pool(threads, "autodnn", "worker")?;
         let helpers = if threads > 1 {
-            let helpers = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads - 1)
-                .thread_name(|i| format!("autodnn-gemm-{i}"))
-                .build()
-                .map_err(|e| Error::OutOfMemory {
-                    bytes: 0,
-                    what: format!("starting {} helper threads: {e}", threads - 1),
-                })?;
-            Some(Arc::new(helpers))
+            Some(Arc::new(start_pool(threads - 1, "autodnn-gemm", "helper")?))
         } else {
             None
         };

@@ -131,7 +131,7 @@ pub(crate) struct Gemm<'a> {
     pub epilogue: FrameEpilogue<'a>,
 }
 
-/// Runs one product with up to `threads` threads of `pool`.
+/// Runs one product with up to `ctx.threads` threads.
 pub(crate) fn run(
     ks: &KernelSet,
     ctx: &crate::conv::ExecContext<'_>,
@@ -154,7 +154,7 @@ pub(crate) fn run(
     } else {
         threads.min(most).max(1)
     };
-    frame(ks, ctx.pool, ctx.helpers, g, c, nt)
+    frame(ks, ctx, g, c, nt)
 }
 
 /// C = beta·C (zeros for beta = 0, C unread), then the epilogue: the whole result when k = 0
@@ -259,16 +259,16 @@ fn balance(units: usize, nt: usize) -> f64 {
     units as f64 / (units.div_ceil(nt) * nt) as f64
 }
 
-/// Splits C among `nt` threads, one block of rows or of columns each, and runs the serial
-/// loops on each block.
+/// Splits C among `nt` threads, one block of rows or of columns each (a few each where
+/// blocks are taken dynamically), and runs the serial loops on each block.
 fn frame(
     ks: &KernelSet,
-    pool: &rayon::ThreadPool,
-    helpers: Option<&rayon::ThreadPool>,
+    ctx: &crate::conv::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
     nt: usize,
 ) {
+    let pool = ctx.pool;
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     // Whether A is read in place depends on the problem only, never on the thread count.
@@ -308,27 +308,12 @@ fn frame(
         if q >= blocks {
             return;
         }
-        if split_rows {
-            serial(
-                ks,
-                g,
-                c,
-                part(mpan, blocks, q),
-                0..npan,
-                in_place,
-                b_in_place,
-            )
+        let (rp, cp) = if split_rows {
+            (part(mpan, blocks, q), 0..npan)
         } else {
-            serial(
-                ks,
-                g,
-                c,
-                0..mpan,
-                part(npan, blocks, q),
-                in_place,
-                b_in_place,
-            )
-        }
+            (0..mpan, part(npan, blocks, q))
+        };
+        serial(ks, g, c, rp, cp, in_place, b_in_place)
     };
     // The calling thread takes blocks itself rather than handing all of them to the pool and
     // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
@@ -339,7 +324,7 @@ fn frame(
     // sometimes placed the woken worker on the caller's core (calls at twice the time, at
     // 512³ and 1024³ in three of five benchmark runs; none in two runs with the helpers).
     let outside = pool.current_thread_index().is_none();
-    let pool = match helpers {
+    let pool = match ctx.helpers {
         Some(h) if outside && h.current_num_threads() + 1 >= nt => h,
         _ => pool,
     };
@@ -467,17 +452,15 @@ fn serial(
                 for pc in (0..g.k).step_by(kc_blk) {
                     let kc = kc_blk.min(g.k - pc);
                     let len = npan * nr * kc;
-                    let bp: &[f32] = match g.b.prepacked_b(pc, kc, jc, nc, nr) {
-                        _ if b_in_place.is_some() => &[],
-                        Some(p) => {
-                            assert_eq!(p.len(), len, "prepacked B panel of the wrong size");
-                            p
-                        }
-                        None => {
-                            let bp = &mut bbuf[..len];
-                            g.b.pack_b(pc, kc, jc, nc, nr, bp);
-                            bp
-                        }
+                    let bp: &[f32] = if b_in_place.is_some() {
+                        &[]
+                    } else if let Some(p) = g.b.prepacked_b(pc, kc, jc, nc, nr) {
+                        assert_eq!(p.len(), len, "prepacked B panel of the wrong size");
+                        p
+                    } else {
+                        let bp = &mut bbuf[..len];
+                        g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                        bp
                     };
                     let step = Step {
                         pc,

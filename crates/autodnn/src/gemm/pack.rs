@@ -149,6 +149,15 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
         self.cols
     }
 
+    /// When the data is f32 with contiguous columns (`rs == 1`), the data and the column
+    /// stride: what either operand is read in place from.
+    fn f32_columns(&self) -> Option<(&'a [f32], usize)> {
+        if self.rs != 1 {
+            return None;
+        }
+        T::as_f32(self.data).map(|d| (d, self.cs))
+    }
+
     /// Packs rows `r0 .. r0 + rows` and columns `c0 .. c0 + len` as `ceil(rows / w)`
     /// micro-panels of `len × w` (see [`StridedMatrix::pack_panel`]).
     fn pack_block(&self, r0: usize, rows: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
@@ -337,10 +346,7 @@ impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
     }
 
     fn in_place(&self) -> Option<(&[f32], usize)> {
-        if self.rs != 1 {
-            return None;
-        }
-        T::as_f32(self.data).map(|d| (d, self.cs))
+        self.f32_columns()
     }
 }
 
@@ -351,9 +357,6 @@ impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
     }
 
     fn in_place_b(&self) -> Option<(&[f32], usize)> {
-        if self.rs != 1 {
-            return None;
-        }
-        T::as_f32(self.data).map(|d| (d, self.cs))
+        self.f32_columns()
     }
 }
