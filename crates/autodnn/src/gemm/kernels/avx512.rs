@@ -36,9 +36,11 @@ fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
     unsafe { inner(e, t, i0, j0) }
 }
 
-/// Depth steps before the end of the product at which the C tile is prefetched (each step
-/// is about 28 cycles: 16 steps cover a trip to L3).
-const C_PREFETCH_STEPS: usize = 16;
+/// Depth steps before the end of the product at which the C tile is prefetched. Each step is
+/// about 28 cycles and streams 184 bytes of A and B through L1, so 64 steps cover more than a
+/// trip to L3 and leave the tile in L1 (12 KiB streamed meanwhile). Measured against 16 steps:
+/// +0.5 to 1% at 1024³ and 2048³ on one thread, unchanged at 256³ and 512³.
+const C_PREFETCH_STEPS: usize = 64;
 
 /// The lanes of vector `v` of an `m`-row column that are valid.
 #[inline(always)]
@@ -116,8 +118,8 @@ unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) 
             }
         };
     }
-    // Fetch the C tile for writing a few depth steps before the end: fetched earlier, it
-    // would be evicted by the A panel streaming through L1 meanwhile.
+    // Fetch the C tile for writing C_PREFETCH_STEPS depth steps before the end: fetched at the
+    // start of a long product, it would be evicted by the A panel streaming through L1.
     let tail = t.k.min(C_PREFETCH_STEPS);
     steps!(t.k - tail);
     if t.rs_c == 1 {
