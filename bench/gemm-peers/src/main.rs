@@ -31,16 +31,18 @@ extern "C" {
 const ROW_MAJOR: c_int = 101;
 const NO_TRANS: c_int = 111;
 
-/// Timed calls per entry and library.
-const REPS: usize = 9;
-/// The libraries take turns this many times per entry (each round starting with another),
-/// each turn a pause, warm-up calls and `REPS / ROUNDS` timed calls, so that load from other
-/// processes hits them alike.
-const ROUNDS: usize = 3;
+/// Turns per entry: the libraries take turns this many times (each round starting with
+/// another), so that load from other processes hits them alike and each round gives one
+/// paired ratio. A turn is a pause, warm-up calls and timed calls.
+const ROUNDS: usize = 15;
 /// The pause before each turn.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
 /// The least time each turn spends on warm-up calls before timing.
-const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(150);
+/// The least time each turn spends on timed calls (and at least [`MIN_CALLS`] calls); the
+/// turn's figure is the median of its calls.
+const TURN: std::time::Duration = std::time::Duration::from_millis(100);
+const MIN_CALLS: usize = 3;
 /// Peak measurements per thread count; the best is kept.
 const PEAK_TRIES: usize = 5;
 
@@ -113,9 +115,45 @@ fn time(f: &mut dyn FnMut()) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-/// One size on `threads` threads: GFLOP/s of autodnn, gemm, OpenBLAS (medians), with the
-/// largest relative difference between the three results as a sanity check.
-fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32) {
+/// One turn of `f`: a pause, warm-up, then timed calls; the median seconds per call.
+fn turn(f: &mut dyn FnMut(), calls: &mut Vec<f64>) -> f64 {
+    // Idle worker threads of the library that ran before (OpenBLAS's spin for up to about
+    // 0.1 s after a call, rayon's briefly) would take a core from this one.
+    std::thread::sleep(SETTLE);
+    // On a virtual machine an idle core comes back slowly: the first tens of milliseconds
+    // after a pause ran at one core's speed. Warm up until it is back.
+    warm_up(f);
+    let (start, first) = (Instant::now(), calls.len());
+    while calls.len() - first < MIN_CALLS || start.elapsed() < TURN {
+        calls.push(time(f));
+    }
+    median(calls[first..].to_vec())
+}
+
+/// `runs` taking [`ROUNDS`] turns each, each round starting with another: per run, the
+/// seconds of every timed call and the median of each turn (index = round).
+fn take_turns(runs: &mut [&mut dyn FnMut()]) -> Vec<(Vec<f64>, Vec<f64>)> {
+    let mut out = vec![(vec![], vec![]); runs.len()];
+    for round in 0..ROUNDS {
+        let len = runs.len();
+        for i in (0..len).map(|i| (i + round) % len) {
+            let (calls, turns) = &mut out[i];
+            turns.push(turn(runs[i], calls));
+        }
+    }
+    out
+}
+
+/// Median over rounds of `ours / theirs` (time ratios of turns in the same round): how many
+/// times faster `ours` was, paired so that slow spells of the machine cancel.
+fn paired(ours: &[f64], theirs: &[f64]) -> f64 {
+    median(ours.iter().zip(theirs).map(|(o, t)| t / o).collect())
+}
+
+/// One size on `threads` threads: GFLOP/s of autodnn, gemm, OpenBLAS (medians of all timed
+/// calls), autodnn's paired speed-ups over gemm and OpenBLAS, and the largest relative
+/// difference between the three results as a sanity check.
+fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], [f64; 2], f32) {
     let handle = Handle::with_threads(threads).expect("handle");
     let (a, b) = (data(n * n, 1), data(n * n, 2));
     let mut c = [vec![0f32; n * n], vec![0f32; n * n], vec![0f32; n * n]];
@@ -185,31 +223,18 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
             }
         }),
     ];
-    let mut times = [vec![], vec![], vec![]];
-    for round in 0..ROUNDS {
-        // Each round starts with another library, so that none always comes first.
-        for i in (0..3).map(|i| (i + round) % 3) {
-            let (t, r) = (&mut times[i], &mut runs[i]);
-            // Idle worker threads of the library that ran before (OpenBLAS's spin for up to
-            // about 0.1 s after a call, rayon's briefly) would take a core from this one.
-            std::thread::sleep(SETTLE);
-            // On a virtual machine an idle core comes back slowly: the first tens of
-            // milliseconds after a pause ran at one core's speed. Warm up until it is back.
-            warm_up(r.as_mut());
-            for _ in 0..REPS / ROUNDS {
-                t.push(time(r.as_mut()));
-            }
-        }
-    }
+    let [r0, r1, r2] = &mut runs;
+    let res = take_turns(&mut [r0.as_mut(), r1.as_mut(), r2.as_mut()]);
     drop(runs);
     if std::env::var_os("GEMM_PEERS_TIMES").is_some() {
-        for (name, t) in ["autodnn", "gemm", "OpenBLAS"].iter().zip(&times) {
-            let ms: Vec<String> = t.iter().map(|x| format!("{:.2}", x * 1e3)).collect();
-            eprintln!("{n} {threads}T {name}: {} ms", ms.join(" "));
+        for (name, (_, t)) in ["autodnn", "gemm", "OpenBLAS"].iter().zip(&res) {
+            let ms: Vec<String> = t.iter().map(|x| format!("{:.3}", x * 1e3)).collect();
+            eprintln!("{n} {threads}T {name} (turn medians): {} ms", ms.join(" "));
         }
     }
     let flops = 2.0 * (n as f64).powi(3);
-    let g = times.map(|t| flops / median(t) / 1e9);
+    let g = [0, 1, 2].map(|i| flops / median(res[i].0.clone()) / 1e9);
+    let ratios = [paired(&res[0].1, &res[1].1), paired(&res[0].1, &res[2].1)];
     let scale = c[2].iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-30);
     let diff = c[0]
         .iter()
@@ -217,43 +242,70 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], f32
         .zip(&c[2])
         .map(|((x, y), z)| (x - y).abs().max((x - z).abs()))
         .fold(0f32, f32::max);
-    (g, diff / scale)
+    (g, ratios, diff / scale)
 }
 
 /// 1000 strided-batched 64³ products on 2 threads vs 1000 plain calls with the faster of
-/// 1 and 2 threads: (batched GFLOP/s, plain GFLOP/s, plain's thread count).
-fn batched(threads: usize) -> (f64, f64, usize) {
+/// 1 and 2 threads (chosen per round): (batched GFLOP/s, plain GFLOP/s, plain's thread
+/// count, paired ratio batched / plain).
+fn batched(threads: usize) -> (f64, f64, usize, f64) {
     const B: usize = 1000;
     const S: usize = 64;
     let desc = GemmDesc::new(S, S, S);
     let (a, b) = (data(S * S * B, 3), data(S * S * B, 4));
     let mut c = vec![0f32; S * S * B];
     let flops = 2.0 * (S * S * S * B) as f64;
-    let h = Handle::with_threads(threads).expect("handle");
+    let handles: Vec<Handle> = (1..=threads)
+        .map(|t| Handle::with_threads(t).expect("handle"))
+        .collect();
+    let c = std::cell::RefCell::new(&mut c[..]);
+    let (a, b) = (&a[..], &b[..]);
     let mut run_batched = || {
-        h.gemm_strided_batched(&desc, 1.0, &a, S * S, &b, S * S, 0.0, &mut c, S * S, B)
+        handles[threads - 1]
+            .gemm_strided_batched(
+                &desc,
+                1.0,
+                a,
+                S * S,
+                b,
+                S * S,
+                0.0,
+                &mut c.borrow_mut(),
+                S * S,
+                B,
+            )
             .expect("batched")
     };
-    warm_up(&mut run_batched);
-    let tb = median((0..REPS).map(|_| time(&mut run_batched)).collect());
-    let mut best = (0.0, 0);
-    for t in 1..=threads {
-        let h = Handle::with_threads(t).expect("handle");
-        let mut plain = || {
-            for i in 0..B {
-                let o = i * S * S;
-                h.gemm(&desc, 1.0, &a[o..], &b[o..], 0.0, &mut c[o..o + S * S])
-                    .expect("plain");
-            }
-        };
-        warm_up(&mut plain);
-        let tp = median((0..REPS).map(|_| time(&mut plain)).collect());
-        let g = flops / tp / 1e9;
-        if g > best.0 {
-            best = (g, t);
+    let plain = |h: &Handle| {
+        let mut c = c.borrow_mut();
+        for i in 0..B {
+            let o = i * S * S;
+            h.gemm(&desc, 1.0, &a[o..], &b[o..], 0.0, &mut c[o..o + S * S])
+                .expect("plain");
         }
-    }
-    (flops / tb / 1e9, best.0, best.1)
+    };
+    let mut plains: Vec<Box<dyn FnMut() + '_>> = handles
+        .iter()
+        .map(|h| Box::new(move || plain(h)) as Box<dyn FnMut() + '_>)
+        .collect();
+    let mut runs: Vec<&mut dyn FnMut()> = vec![&mut run_batched];
+    runs.extend(plains.iter_mut().map(|p| p.as_mut() as &mut dyn FnMut()));
+    let res = take_turns(&mut runs);
+    // The faster plain thread count over all calls, and per round for the paired ratio.
+    let (pt, tp) = (1..=threads)
+        .map(|t| (t, median(res[t].0.clone())))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .expect("at least one thread");
+    let best_plain: Vec<f64> = (0..ROUNDS)
+        .map(|r| (1..=threads).map(|t| res[t].1[r]).fold(f64::MAX, f64::min))
+        .collect();
+    let tb = median(res[0].0.clone());
+    (
+        flops / tb / 1e9,
+        flops / tp / 1e9,
+        pt,
+        paired(&res[0].1, &best_plain),
+    )
 }
 
 fn main() {
@@ -273,11 +325,15 @@ fn main() {
         autodnn::gemm::kernel_name(isa)
     );
     println!(
-        "GFLOP/s, median of {REPS}; peak: best of {PEAK_TRIES} FMA-chain runs; each entry \
-         waits for an idle machine\n"
+        "GFLOP/s: median of all timed calls of {ROUNDS} turns per library, the libraries \
+         taking turns; ×: autodnn's speed-up, median over the rounds of the ratio of turns in \
+         one round; peak: best of {PEAK_TRIES} FMA-chain runs; each entry waits for an idle \
+         machine\n"
     );
-    println!("| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | max rel diff |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!(
+        "| threads | size | peak | autodnn | % peak | gemm | OpenBLAS | × gemm | × OpenBLAS | max rel diff |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for threads in [1usize, 2] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -289,19 +345,19 @@ fn main() {
             .fold(0.0, f64::max);
         for &n in &sizes {
             let idle = wait_for_idle();
-            let ([ours, gemm_crate, blas], diff) = compare(n, threads, &pool);
+            let ([ours, gemm_crate, blas], [xg, xb], diff) = compare(n, threads, &pool);
             println!(
-                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {diff:.1e} |{}",
+                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {xg:.3} | {xb:.3} | {diff:.1e} |{}",
                 100.0 * ours / peak,
                 if idle { "" } else { " (machine busy)" }
             );
         }
     }
     let idle = wait_for_idle();
-    let (b, p, pt) = batched(2);
+    let (b, p, pt, ratio) = batched(2);
     println!(
         "\n1000 × 64³: strided-batched on 2 threads {b:.1} GFLOP/s; 1000 plain calls \
-         (best: {pt} thread{}) {p:.1} GFLOP/s; ratio {:.2}",
+         (faster: {pt} thread{}) {p:.1} GFLOP/s; paired ratio {ratio:.2} (of the medians {:.2})",
         if pt == 1 { "" } else { "s" },
         b / p
     );
