@@ -899,6 +899,89 @@ fn isa_cap_names_the_kernel() {
     assert!(gflops > 0.0);
 }
 
+/// Asserts that C (laid out as `d` says) equals the reference exactly; `what` names the case.
+fn assert_exact(d: &GemmDesc, c: &[f32], want: &[f64], what: impl Fn() -> String) {
+    let cs = d.c_strides();
+    for i in 0..d.m() {
+        for j in 0..d.n() {
+            let x = i * cs[0] + j * cs[1];
+            assert!(
+                c[x] == want[x] as f32,
+                "{}: C[{i},{j}] = {}, want {}",
+                what(),
+                c[x],
+                want[x]
+            );
+        }
+    }
+}
+
+/// The operand along C's contiguous dimension (B for row-major C, A for column-major C),
+/// unit-stride along it and larger than the kernels read in place: packed by the first
+/// kernel calls that read it where the family can. Ragged micro-panels, several row blocks,
+/// depth blocks and column blocks, leading dimensions that alias in L1 and ones that do
+/// not, the other operand read in place or packed, 1 and 2 threads, every ISA: exact on
+/// integer data.
+#[test]
+fn operand_packed_on_first_use() {
+    let mut count = 0;
+    for &(m, n, k) in &[
+        (29, 300, 70),
+        (40, 520, 1100),
+        (2100, 290, 9),
+        (15, 1030, 33),
+    ] {
+        for row_major in [true, false] {
+            // The operand packed on first use is k × (the contiguous dimension).
+            let wide = if row_major { n } else { m };
+            for ld in [wide, 1024, 1040] {
+                if ld < wide {
+                    continue;
+                }
+                for other_in_place in [true, false] {
+                    let (d, a_len, b_len) = if row_major {
+                        let a = if other_in_place { (k, 1) } else { (1, m) };
+                        let d = GemmDesc::new(m, n, k)
+                            .with_a_strides(a.0, a.1)
+                            .with_b_strides(ld, 1)
+                            .with_c_strides(n, 1);
+                        (d, m * k, (k - 1) * ld + n)
+                    } else {
+                        let b = if other_in_place { (1, k) } else { (n, 1) };
+                        let d = GemmDesc::new(m, n, k)
+                            .with_a_strides(1, ld)
+                            .with_b_strides(b.0, b.1)
+                            .with_c_strides(1, m);
+                        (d, (k - 1) * ld + m, k * n)
+                    };
+                    let seed = (m * 131 + n * 17 + k * 3 + ld) as u64;
+                    let a = data(a_len, seed, true);
+                    let b = data(b_len, seed + 1, true);
+                    let c0 = data(m * n, seed + 2, true);
+                    let want = reference(&d, 2.0, &a, &b, 1.0, &c0);
+                    for isa in isas() {
+                        for threads in [1, 2] {
+                            let mut c = c0.clone();
+                            handle(isa, threads)
+                                .gemm(&d, 2.0, &a, &b, 1.0, &mut c)
+                                .unwrap();
+                            assert_exact(&d, &c, &want, || {
+                                format!(
+                                    "{} x{threads} {m}x{n}x{k} ld {ld} row-major {row_major} \
+                                     other in place {other_in_place}",
+                                    isa.name()
+                                )
+                            });
+                            count += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(count >= 60);
+}
+
 /// The broadcast-side operand read in place (no packing) where it is unit-stride along the
 /// depth: row-major C with row-major A, and column-major C with column-major B, with leading
 /// dimensions whose columns alias in L1 (multiples of 4 KiB: the kernel calls take fewer
@@ -936,21 +1019,13 @@ fn operands_read_in_place_at_aliasing_leading_dimensions() {
                         let b = data(b_len, seed + 1, true);
                         let mut c = data(c_len, seed + 2, true);
                         let want = reference(&d, 2.0, &a, &b, 1.0, &c);
-                        let cs = d.c_strides();
                         h.gemm(&d, 2.0, &a, &b, 1.0, &mut c).unwrap();
-                        for i in 0..m {
-                            for j in 0..n {
-                                let x = i * cs[0] + j * cs[1];
-                                assert!(
-                                    c[x] == want[x] as f32,
-                                    "{} x{threads} {m}x{n}x{k} ld {ld} row-major {row_major}: \
-                                     C[{i},{j}] = {}, want {}",
-                                    isa.name(),
-                                    c[x],
-                                    want[x]
-                                );
-                            }
-                        }
+                        assert_exact(&d, &c, &want, || {
+                            format!(
+                                "{} x{threads} {m}x{n}x{k} ld {ld} row-major {row_major}",
+                                isa.name()
+                            )
+                        });
                         count += 1;
                     }
                 }

@@ -30,6 +30,14 @@
 //! `direct_max_m` rows, its full micro-panels are read in place (only a ragged last panel is
 //! copied): packing would cost more than it saves.
 //!
+//! **A packed on first use.** Larger A of that form is packed by the micro-kernels of
+//! the first column panel of each block (`KernelSet::packs_a`), which read it in place and
+//! store each depth step's vectors packed as they go; the calls for the other column panels
+//! read the packed copy. That replaces the packing pass over A with two vector stores per
+//! depth step in the kernels, which have store bandwidth to spare: +1 to 1.5% at 384³ and
+//! 512³ on 1 and 2 threads; level at 1024³ and 2048³, where the first panel's reads (a page
+//! or more apart at every depth step) cost about what the pass did.
+//!
 //! **B in place.** When B is f32 and unit-stride along the depth (row-major C = A·B with A
 //! row-major, in the engine's frame), the micro-kernels broadcast from its columns where they
 //! are, and no B panel is packed at any size: the columns are NR streams that the hardware
@@ -208,6 +216,26 @@ enum ABlock<'s> {
         lda: usize,
         tail: &'s [f32],
     },
+    /// Micro-panels packed into `buf` (as in `Packed`) by the kernels of the first column
+    /// panel, which read the full ones in place from A (as in `InPlace`); the ragged last one
+    /// is packed beforehand. Every later call reads `buf`.
+    PackOnFirstUse {
+        data: &'s [f32],
+        lda: usize,
+        buf: &'s mut [f32],
+    },
+}
+
+/// How the rows of A reach the micro-kernels.
+#[derive(Debug, Clone, Copy)]
+enum ASource<'a> {
+    /// Packed in a pass of their own before the kernels run (or taken pre-packed).
+    Pack,
+    /// Full micro-panels read in place, element (i, p) at `i + p·lda`: `(data, lda)`.
+    InPlace(&'a [f32], usize),
+    /// Packed by the kernels that first read them, in place (`KernelSet::packs_a`):
+    /// `(data, lda)` as for `InPlace`.
+    PackOnFirstUse(&'a [f32], usize),
 }
 
 thread_local! {
@@ -254,6 +282,21 @@ fn even_block(len: usize, max: usize, unit: usize) -> usize {
     len.div_ceil(blocks).div_ceil(unit).max(1) * unit
 }
 
+/// How A reaches the micro-kernels; it depends on the problem only, never on the thread
+/// count. Where A is f32 and unit-stride along its rows: read in place when it is small (see
+/// `direct_max_m`), otherwise packed by the kernels that first read it, where the family can
+/// (no pass of its own over A: +1 to 1.5% at 512³ on 1 and 2 threads, ±0.5% at 1024³ to
+/// 2048³). Otherwise packed beforehand.
+fn a_source<'a>(ks: &KernelSet, g: &Gemm<'a>) -> ASource<'a> {
+    match g.a.in_place() {
+        Some((data, lda)) if g.m <= THRESHOLDS.direct_max_m && g.k <= ks.blocking.kc => {
+            ASource::InPlace(data, lda)
+        }
+        Some((data, lda)) if ks.packs_a => ASource::PackOnFirstUse(data, lda),
+        _ => ASource::Pack,
+    }
+}
+
 /// How evenly `units` split over `nt` threads (1 = perfectly).
 fn balance(units: usize, nt: usize) -> f64 {
     units as f64 / (units.div_ceil(nt) * nt) as f64
@@ -271,24 +314,20 @@ fn frame(
     let pool = ctx.pool;
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
-    // Whether A is read in place depends on the problem only, never on the thread count.
-    let in_place = if g.m <= THRESHOLDS.direct_max_m && g.k <= bl.kc {
-        g.a.in_place()
-    } else {
-        None
-    };
+    let a_src = a_source(ks, g);
     let b_in_place = b_in_place(ks, g);
     let (mpan, npan) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
     if nt == 1 {
-        return serial(ks, g, c, 0..mpan, 0..npan, in_place, b_in_place);
+        return serial(ks, g, c, 0..mpan, 0..npan, a_src, b_in_place);
     }
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
     // Shared panels only where there is a B panel to share.
     let share_b = fmas >= THRESHOLDS.shared_b_min_fmas && b_in_place.is_none();
     let b_free = share_b || b_in_place.is_some();
-    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, in_place.is_some(), b_free);
+    let a_in_place = matches!(a_src, ASource::InPlace(..));
+    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, a_in_place, b_free);
     if split_rows && share_b {
-        return pool.install(|| shared_b(ks, g, c, nt, in_place));
+        return pool.install(|| shared_b(ks, g, c, nt, a_src));
     }
     // A row split with B read in place duplicates nothing: where B is small, finer blocks
     // taken by whichever thread is free absorb a late start of one of the threads.
@@ -313,7 +352,7 @@ fn frame(
         } else {
             (0..mpan, part(npan, blocks, q))
         };
-        serial(ks, g, c, rp, cp, in_place, b_in_place)
+        serial(ks, g, c, rp, cp, a_src, b_in_place)
     };
     // The calling thread takes blocks itself rather than handing all of them to the pool and
     // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
@@ -425,7 +464,7 @@ fn serial(
     c: &OutMatrix<'_>,
     rp: Range<usize>,
     cp: Range<usize>,
-    in_place: Option<(&[f32], usize)>,
+    a_src: ASource<'_>,
     b_in_place: Option<InPlaceB<'_>>,
 ) {
     let bl = ks.blocking;
@@ -474,8 +513,8 @@ fn serial(
                     };
                     for ic in (i_lo..i_hi).step_by(mc_blk) {
                         let mc = mc_blk.min(i_hi - ic);
-                        let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
-                        macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                        let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf);
+                        macro_kernel(ks, g, c, &step, ic, mc, &mut block, 0..npan);
                     }
                 }
             }
@@ -487,13 +526,7 @@ fn serial(
 /// they pack together (each a contiguous share of its micro-panels): two forks per depth
 /// block, worth it on large problems, where packing B once instead of once per thread
 /// saves more than the forks cost. Runs inside the pool.
-fn shared_b(
-    ks: &KernelSet,
-    g: &Gemm<'_>,
-    c: &OutMatrix<'_>,
-    nt: usize,
-    in_place: Option<(&[f32], usize)>,
-) {
+fn shared_b(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize, a_src: ASource<'_>) {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     let mpan = g.m.div_ceil(mr);
@@ -533,8 +566,8 @@ fn shared_b(
                     with_buf(&BUF_A, kc * mc_blk, |abuf| {
                         for ic in (i_lo..i_hi).step_by(mc_blk) {
                             let mc = mc_blk.min(i_hi - ic);
-                            let block = a_block(g, &step, ic, mc, mr, in_place, abuf);
-                            macro_kernel(ks, g, c, &step, ic, mc, &block, 0..npan);
+                            let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf);
+                            macro_kernel(ks, g, c, &step, ic, mc, &mut block, 0..npan);
                         }
                     })
                 });
@@ -551,7 +584,7 @@ fn a_block<'s>(
     i0: usize,
     mc: usize,
     mr: usize,
-    in_place: Option<(&'s [f32], usize)>,
+    a_src: ASource<'s>,
     buf: &'s mut [f32],
 ) -> ABlock<'s> {
     if let Some(p) = g.a.prepacked_a(i0, mc, s.pc, s.kc, mr) {
@@ -562,17 +595,25 @@ fn a_block<'s>(
         );
         return ABlock::Packed(p);
     }
-    match in_place {
-        Some((data, lda)) => {
-            let full = mc / mr;
-            let rest = mc - full * mr;
+    let full = mc / mr;
+    let rest = mc - full * mr;
+    match a_src {
+        ASource::InPlace(data, lda) => {
             let tail = &mut buf[..if rest > 0 { mr * s.kc } else { 0 }];
             if rest > 0 {
                 g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
             }
             ABlock::InPlace { data, lda, tail }
         }
-        None => {
+        ASource::PackOnFirstUse(data, lda) => {
+            let buf = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
+            if rest > 0 {
+                let tail = &mut buf[full * mr * s.kc..];
+                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
+            }
+            ABlock::PackOnFirstUse { data, lda, buf }
+        }
+        ASource::Pack => {
             let dst = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
             g.a.pack_a(i0, mc, s.pc, s.kc, mr, dst);
             ABlock::Packed(dst)
@@ -590,12 +631,13 @@ fn macro_kernel(
     s: &Step<'_>,
     i0: usize,
     mc: usize,
-    block: &ABlock<'_>,
+    block: &mut ABlock<'_>,
     jpanels: Range<usize>,
 ) {
     let (mr, nr, kc) = (ks.blocking.mr, ks.blocking.nr, s.kc);
     let apan = mc.div_ceil(mr);
     let epilogue = s.last && !g.epilogue.is_identity();
+    let first = jpanels.start;
     for jp in jpanels {
         let j = s.jc + jp * nr;
         let n = nr.min(s.jc + s.nc - j);
@@ -609,13 +651,24 @@ fn macro_kernel(
         for q in 0..apan {
             let i = i0 + q * mr;
             let m = mr.min(i0 + mc - i);
-            let (a, lda): (&[f32], usize) = match *block {
-                ABlock::Packed(p) => (&p[q * mr * kc..(q + 1) * mr * kc], mr),
-                ABlock::InPlace { tail, .. } if m < mr => (tail, mr),
+            let panel = q * mr * kc..(q + 1) * mr * kc;
+            let (a, lda, a_pack): (&[f32], usize, *mut f32) = match block {
+                ABlock::Packed(p) => (&p[panel], mr, std::ptr::null_mut()),
+                ABlock::InPlace { tail, .. } if m < mr => (tail, mr, std::ptr::null_mut()),
                 ABlock::InPlace { data, lda, .. } => {
-                    let start = i + s.pc * lda;
-                    (&data[start..start + (kc - 1) * lda + mr], lda)
+                    let start = i + s.pc * *lda;
+                    (
+                        &data[start..start + (kc - 1) * *lda + mr],
+                        *lda,
+                        std::ptr::null_mut(),
+                    )
                 }
+                ABlock::PackOnFirstUse { data, lda, buf } if jp == first && m == mr => {
+                    let start = i + s.pc * *lda;
+                    let src = &data[start..start + (kc - 1) * *lda + mr];
+                    (src, *lda, buf[panel].as_mut_ptr())
+                }
+                ABlock::PackOnFirstUse { buf, .. } => (&buf[panel], mr, std::ptr::null_mut()),
             };
             // SAFETY: this thread owns tile (i, j) of this call: thread splits are disjoint
             // ranges of row panels or of column panels.
@@ -633,23 +686,30 @@ fn macro_kernel(
                 n,
                 alpha: g.alpha,
                 beta: s.beta,
+                a_pack,
             };
             if s.b_in_place.is_some() {
                 // Groups of at most `cols` columns, each its own kernel call.
                 for j0 in (0..n).step_by(cols) {
                     let w = cols.min(n - j0);
-                    let group = Tile {
+                    let mut group = Tile {
                         b: bpanel[j0 * ldb..].as_ptr(),
                         c: view.ptr.wrapping_add(j0 * c.cs),
                         n: w,
                         ..tile
                     };
+                    if j0 > 0 && !a_pack.is_null() {
+                        // The first group's call packed this A micro-panel: read the copy.
+                        (group.a, group.lda, group.a_pack) = (a_pack, mr, std::ptr::null_mut());
+                    }
                     // SAFETY: the kernel set matches the CPU (kernel_set caps it by what
-                    // the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice);
-                    // B's columns j0 .. j0 + w, each kc deep, lie in `bpanel` (a slice of
-                    // (n − 1)·ldb + kc elements); C's columns j0 .. j0 + w of the tile are
-                    // inside the validated output (checked by `tile`) and this thread's
-                    // alone; `b_in_place[w − 1]` reads w ≤ NR columns.
+                    // the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice,
+                    // or the packed panel of mr·kc, written by the first group's call);
+                    // `a_pack`, when set, is that panel (a slice of this thread's buffer,
+                    // m = mr); B's columns j0 .. j0 + w, each kc deep, lie in `bpanel` (a
+                    // slice of (n − 1)·ldb + kc elements); C's columns j0 .. j0 + w of the
+                    // tile are inside the validated output (checked by `tile`) and this
+                    // thread's alone; `b_in_place[w − 1]` reads w ≤ NR columns.
                     unsafe { (ks.b_in_place[w - 1])(&group) };
                 }
             } else {
@@ -661,9 +721,10 @@ fn macro_kernel(
                 };
                 // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the
                 // CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr
-                // (both slices, bounds-checked above); the C tile is inside the validated
-                // output (checked by `tile`) and this thread's alone; an edge kernel gets
-                // n ≤ its width.
+                // (both slices, bounds-checked above); `a_pack`, when set, is a packed panel
+                // of mr·kc floats in this thread's buffer (a slice; m = mr); the C tile is
+                // inside the validated output (checked by `tile`) and this thread's alone;
+                // an edge kernel gets n ≤ its width.
                 unsafe { ukr(&tile) };
             }
             if epilogue {
@@ -783,5 +844,52 @@ mod tests {
         assert!(few < nr);
         assert_eq!(in_place(1, 1024), Some((1024, few)));
         assert_eq!(in_place(1, 2048), Some((2048, few)));
+    }
+
+    #[test]
+    fn a_is_packed_by_the_kernels_where_the_family_can() {
+        let data = vec![0f32; 600 * 1100];
+        let b = StridedMatrix::new(&data, 64, 20, 1, 64).unwrap();
+        let source = |isa, m: usize, k: usize, rs: usize, cs: usize| {
+            let ks = kernel_set(isa);
+            let a = StridedMatrix::new(&data, m, k, rs, cs).unwrap();
+            let g = Gemm {
+                m,
+                n: 20,
+                k,
+                alpha: 1.0,
+                beta: 0.0,
+                a: &a,
+                b: &b,
+                epilogue: FrameEpilogue::default(),
+            };
+            match a_source(ks, &g) {
+                ASource::Pack => "pack",
+                ASource::InPlace(_, lda) => {
+                    assert_eq!(lda, cs);
+                    "in place"
+                }
+                ASource::PackOnFirstUse(_, lda) => {
+                    assert_eq!(lda, cs);
+                    "first use"
+                }
+            }
+        };
+        let small = THRESHOLDS.direct_max_m;
+        for isa in crate::cpu::Isa::ALL {
+            let ks = kernel_set(isa);
+            let large = if ks.packs_a { "first use" } else { "pack" };
+            assert_eq!(source(isa, small, 64, 1, small), "in place");
+            assert_eq!(source(isa, small + 1, 64, 1, small + 1), large);
+            // Deeper than one depth block: small A is not read in place either.
+            let deep = ks.blocking.kc + 1;
+            assert_eq!(source(isa, 32, deep, 1, 32), large);
+            // Not unit-stride along the rows: always packed beforehand.
+            assert_eq!(source(isa, 300, 64, 64, 1), "pack");
+        }
+        assert!(!kernel_set(crate::cpu::Isa::Scalar).packs_a);
+        if crate::cpu::Isa::best_available() == crate::cpu::Isa::Avx512 {
+            assert!(kernel_set(crate::cpu::Isa::Avx512).packs_a);
+        }
     }
 }

@@ -21,6 +21,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &[],
+        packs_a: false,
     }
 }
 

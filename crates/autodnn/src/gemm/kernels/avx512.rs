@@ -23,6 +23,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &B_IN_PLACE,
+        packs_a: true,
     }
 }
 
@@ -41,6 +42,9 @@ fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
 /// trip to L3 and leave the tile in L1 (12 KiB streamed meanwhile). Measured against 16 steps:
 /// +0.5 to 1% at 1024³ and 2048³ on one thread, unchanged at 256³ and 512³.
 const C_PREFETCH_STEPS: usize = 64;
+
+/// Depth steps ahead at which a kernel packing A (`Tile::a_pack`) prefetches its source.
+const A_SOURCE_PREFETCH_STEPS: usize = 16;
 
 /// The lanes of vector `v` of an `m`-row column that are valid.
 #[inline(always)]
@@ -93,8 +97,27 @@ static B_IN_PLACE: [super::UKernel; NR] = [
 /// and n ≤ NRN.
 #[target_feature(enable = "avx512f")]
 unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) {
+    // SAFETY: the caller keeps the contract, which `run` shares.
+    unsafe {
+        if t.a_pack.is_null() {
+            run::<MVN, NRN, BS, false>(t)
+        } else {
+            run::<MVN, NRN, BS, true>(t)
+        }
+    }
+}
+
+/// [`kernel`], storing the A micro-panel it reads at `t.a_pack` when `PACK` (one loop each:
+/// a branch between two loops in one function made the compiler keep the accumulators in
+/// memory, so each is its own function).
+///
+/// # Safety
+/// As [`kernel`]; with `PACK`, `t.a_pack` is writable for `k·16·MVN` floats.
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: bool>(t: &Tile) {
     let mut acc = [[_mm512_setzero_ps(); MVN]; NRN];
-    let (mut a, mut b) = (t.a, t.b);
+    let (mut a, mut b, mut ap) = (t.a, t.b, t.a_pack);
     macro_rules! steps {
         ($count:expr) => {
             for _ in 0..$count {
@@ -103,6 +126,22 @@ unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) 
                     // SAFETY: rows v·16 .. v·16 + 16 < MR of this depth step are readable
                     // (contract).
                     *x = unsafe { _mm512_loadu_ps(a.add(16 * v)) };
+                }
+                if PACK {
+                    for (v, x) in av.iter().enumerate() {
+                        // SAFETY: a_pack is writable for k·MR floats (contract); this step's
+                        // MR = 16·MVN of them start at ap.
+                        unsafe { _mm512_storeu_ps(ap.add(16 * v), *x) };
+                    }
+                    ap = ap.wrapping_add(16 * MVN);
+                    // A read from its source: its rows are lda apart, often a page or more,
+                    // where the hardware prefetchers stop. The first and last element of a
+                    // step's MR rows and every 16th between cover its cache lines.
+                    let ahead = a.wrapping_add(A_SOURCE_PREFETCH_STEPS * t.lda);
+                    for r in (0..16 * MVN).step_by(16).chain([16 * MVN - 1]) {
+                        // A prefetch is a hint: it never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(r).cast());
+                    }
                 }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: column j < NRN of this depth step of the B panel is readable

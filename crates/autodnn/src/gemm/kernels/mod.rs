@@ -51,6 +51,11 @@ pub(crate) struct Tile {
     pub alpha: f32,
     /// Scale of C (0: C is not read).
     pub beta: f32,
+    /// Null, or where a kernel of a family that [`KernelSet::packs_a`] stores the A
+    /// micro-panel it reads, packed (element (i, p) at `a_pack + p·MR + i`), so that the
+    /// calls after it read the packed copy: A is packed by the first call that uses it
+    /// instead of in a pass of its own. Only with `m = MR`.
+    pub a_pack: *mut f32,
 }
 
 /// A micro-kernel.
@@ -60,7 +65,9 @@ pub(crate) struct Tile {
 /// `p·lda + i` for p < k, i < MR; `b` is readable for `k·NR` elements (for a kernel reading
 /// B in place: at every `p + j·ldb` for p < k, j < n); `c` is writable (and,
 /// when beta ≠ 0, readable) at `i·rs_c + j·cs_c` for i < m ≤ MR, j < n ≤ NR, and no other
-/// thread accesses those elements during the call.
+/// thread accesses those elements during the call. Where `a_pack` is not null (only for a
+/// family that packs A, with m = MR): it is writable for `k·MR` elements that nothing else
+/// accesses during the call.
 pub(crate) type UKernel = unsafe fn(&Tile);
 
 /// Applies an epilogue to a tile (i0, j0: the tile's first element in the output).
@@ -104,6 +111,9 @@ pub(crate) struct KernelSet {
     /// contiguous (element (p, j) at `b + p + j·ldb`), `b_in_place[n − 1]`; empty when the
     /// family has none.
     pub b_in_place: &'static [UKernel],
+    /// Whether the kernels store the A micro-panel they read where [`Tile::a_pack`] says
+    /// (the others ignore it).
+    pub packs_a: bool,
 }
 
 fn build(isa: Isa) -> KernelSet {

@@ -19,6 +19,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: None,
         b_in_place: &[],
+        packs_a: false,
     }
 }
 
