@@ -151,9 +151,10 @@ fn paired(ours: &[f64], theirs: &[f64]) -> f64 {
 }
 
 /// One size on `threads` threads: GFLOP/s of autodnn, gemm, OpenBLAS (medians of all timed
-/// calls), autodnn's paired speed-ups over gemm and OpenBLAS, and the largest relative
-/// difference between the three results as a sanity check.
-fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], [f64; 2], f32) {
+/// calls), autodnn's paired speed-ups over gemm and OpenBLAS, the largest relative
+/// difference between the three results as a sanity check, and how unsteady the machine was
+/// (see [`spread`]).
+fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], [f64; 2], f32, f64) {
     let handle = Handle::with_threads(threads).expect("handle");
     let (a, b) = (data(n * n, 1), data(n * n, 2));
     let mut c = [vec![0f32; n * n], vec![0f32; n * n], vec![0f32; n * n]];
@@ -242,8 +243,21 @@ fn compare(n: usize, threads: usize, pool: &rayon::ThreadPool) -> ([f64; 3], [f6
         .zip(&c[2])
         .map(|((x, y), z)| (x - y).abs().max((x - z).abs()))
         .fold(0f32, f32::max);
-    (g, ratios, diff / scale)
+    let unsteady = res.iter().map(|(_, t)| spread(t)).fold(0.0, f64::max);
+    (g, ratios, diff / scale, unsteady)
 }
+
+/// How far apart one library's turns were: the slowest turn median over the fastest, − 1.
+/// On the development VM, spells of seconds when both cores run 10 to 30% slower (one core
+/// alone does not) hit the libraries unequally; an entry whose turns spread more than
+/// [`UNSTEADY`] is marked.
+fn spread(turns: &[f64]) -> f64 {
+    let (lo, hi) = turns
+        .iter()
+        .fold((f64::MAX, 0f64), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    hi / lo - 1.0
+}
+const UNSTEADY: f64 = 0.08;
 
 /// 1000 strided-batched 64³ products on 2 threads vs 1000 plain calls with the faster of
 /// 1 and 2 threads (chosen per round): (batched GFLOP/s, plain GFLOP/s, plain's thread
@@ -345,11 +359,16 @@ fn main() {
             .fold(0.0, f64::max);
         for &n in &sizes {
             let idle = wait_for_idle();
-            let ([ours, gemm_crate, blas], [xg, xb], diff) = compare(n, threads, &pool);
+            let ([ours, gemm_crate, blas], [xg, xb], diff, unsteady) = compare(n, threads, &pool);
             println!(
-                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {xg:.3} | {xb:.3} | {diff:.1e} |{}",
+                "| {threads} | {n} | {peak:.1} | {ours:.1} | {:.0}% | {gemm_crate:.1} | {blas:.1} | {xg:.3} | {xb:.3} | {diff:.1e} |{}{}",
                 100.0 * ours / peak,
-                if idle { "" } else { " (machine busy)" }
+                if idle { "" } else { " (machine busy)" },
+                if unsteady > UNSTEADY {
+                    format!(" (unsteady: turns up to {:.0}% apart)", 100.0 * unsteady)
+                } else {
+                    String::new()
+                }
             );
         }
     }
