@@ -155,10 +155,11 @@ pub struct Thresholds {
     pub b_in_place_alias_cols: usize,
     /// A row split with B read in place (nothing duplicated) and B at most this many bytes
     /// (so that it stays in L2 while every block streams it) is cut into
-    /// `dynamic_blocks_per_thread` blocks per thread, taken by whichever thread is free: a
-    /// thread that starts late (woken late, or its core taken by other load) then costs
-    /// one small block, not half the product. At 256³ on 2 threads: +1.4% on an idle
-    /// machine, +3.8% (median) and +8% (mean) under a periodic load of 1 ms in 10 ms.
+    /// `dynamic_blocks_per_thread` blocks per thread, each thread taking its own and then
+    /// those the others have not started: a thread that starts late (woken late, or its core
+    /// taken by other load) then costs one small block, not half the product. At 256³ on 2
+    /// threads: +1.4% on an idle machine, +3.8% (median) and +8% (mean) under a periodic load
+    /// of 1 ms in 10 ms.
     pub dynamic_split_max_b_bytes: usize,
     /// Blocks per thread of a dynamic split (see `dynamic_split_max_b_bytes`).
     pub dynamic_blocks_per_thread: usize,
