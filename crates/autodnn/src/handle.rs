@@ -104,9 +104,10 @@ impl Handle {
     /// A CPU handle with `threads` worker threads, and `threads − 1` helper threads that a
     /// matrix product called from outside the workers splits its work with (the calling
     /// thread computing a share, so that no more threads run than `threads`). The
-    /// instruction set is the widest this machine has, capped by `AUTODNN_ISA` when set. Selection settings start from their
-    /// defaults (policy `benchmark`, no determinism requirement, an empty tuning cache) with
-    /// `AUTODNN_ALGO`, `AUTODNN_FAIL_ALLOC` and `AUTODNN_LOG` applied.
+    /// instruction set is the widest this machine has, capped by `AUTODNN_ISA` when set.
+    /// Selection settings start from their defaults (policy `benchmark`, no determinism
+    /// requirement, an empty tuning cache) with `AUTODNN_ALGO`, `AUTODNN_FAIL_ALLOC` and
+    /// `AUTODNN_LOG` applied.
     ///
     /// # Errors
     /// [`Error::BadParam`] for 0 threads, a bad `AUTODNN_ISA` or `AUTODNN_FAIL_ALLOC`;

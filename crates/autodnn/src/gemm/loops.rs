@@ -284,9 +284,8 @@ fn even_block(len: usize, max: usize, unit: usize) -> usize {
 
 /// How A reaches the micro-kernels; it depends on the problem only, never on the thread
 /// count. Where A is f32 and unit-stride along its rows: read in place when it is small (see
-/// `direct_max_m`), otherwise packed by the kernels that first read it, where the family can
-/// (no pass of its own over A: +1 to 1.5% at 512³ on 1 and 2 threads, ±0.5% at 1024³ to
-/// 2048³). Otherwise packed beforehand.
+/// `direct_max_m`), otherwise packed by the kernels that first read it where the family can
+/// (see the module docs). Otherwise packed beforehand.
 fn a_source<'a>(ks: &KernelSet, g: &Gemm<'a>) -> ASource<'a> {
     match g.a.in_place() {
         Some((data, lda)) if g.m <= THRESHOLDS.direct_max_m && g.k <= ks.blocking.kc => {
@@ -346,14 +345,16 @@ fn frame(
     // wrote other rows of C from call to call, and the lines of C moved between the cores'
     // caches: 3% slower at 256³ on 2 threads, 8% in spells when the VM's cores were slow
     // to reach each other's caches.
-    let ranges: Vec<Range<usize>> = (0..nt).map(|t| part(blocks, nt, t)).collect();
-    let next: Vec<AtomicUsize> = ranges.iter().map(|r| AtomicUsize::new(r.start)).collect();
-    let (ranges, next) = (&ranges, &next);
+    let next: Vec<AtomicUsize> = (0..nt)
+        .map(|r| AtomicUsize::new(part(blocks, nt, r).start))
+        .collect();
+    let next = &next;
     let work = move |t: usize| {
         for r in (t..t + nt).map(|x| x % nt) {
+            let end = part(blocks, nt, r).end;
             loop {
                 let q = next[r].fetch_add(1, Ordering::Relaxed);
-                if q >= ranges[r].end {
+                if q >= end {
                     break;
                 }
                 let (rp, cp) = if split_rows {
@@ -663,23 +664,20 @@ fn macro_kernel(
             let i = i0 + q * mr;
             let m = mr.min(i0 + mc - i);
             let panel = q * mr * kc..(q + 1) * mr * kc;
+            // Where micro-panel q lies in A itself, with A's depth stride `lda`.
+            let source = |lda: usize| {
+                let start = i + s.pc * lda;
+                start..start + (kc - 1) * lda + mr
+            };
+            let none = std::ptr::null_mut();
             let (a, lda, a_pack): (&[f32], usize, *mut f32) = match block {
-                ABlock::Packed(p) => (&p[panel], mr, std::ptr::null_mut()),
-                ABlock::InPlace { tail, .. } if m < mr => (tail, mr, std::ptr::null_mut()),
-                ABlock::InPlace { data, lda, .. } => {
-                    let start = i + s.pc * *lda;
-                    (
-                        &data[start..start + (kc - 1) * *lda + mr],
-                        *lda,
-                        std::ptr::null_mut(),
-                    )
-                }
+                ABlock::Packed(p) => (&p[panel], mr, none),
+                ABlock::InPlace { tail, .. } if m < mr => (tail, mr, none),
+                ABlock::InPlace { data, lda, .. } => (&data[source(*lda)], *lda, none),
                 ABlock::PackOnFirstUse { data, lda, buf } if jp == first && m == mr => {
-                    let start = i + s.pc * *lda;
-                    let src = &data[start..start + (kc - 1) * *lda + mr];
-                    (src, *lda, buf[panel].as_mut_ptr())
+                    (&data[source(*lda)], *lda, buf[panel].as_mut_ptr())
                 }
-                ABlock::PackOnFirstUse { buf, .. } => (&buf[panel], mr, std::ptr::null_mut()),
+                ABlock::PackOnFirstUse { buf, .. } => (&buf[panel], mr, none),
             };
             // SAFETY: this thread owns tile (i, j) of this call: thread splits are disjoint
             // ranges of row panels or of column panels.
@@ -711,7 +709,7 @@ fn macro_kernel(
                     };
                     if j0 > 0 && !a_pack.is_null() {
                         // The first group's call packed this A micro-panel: read the copy.
-                        (group.a, group.lda, group.a_pack) = (a_pack, mr, std::ptr::null_mut());
+                        (group.a, group.lda, group.a_pack) = (a_pack, mr, none);
                     }
                     // SAFETY: the kernel set matches the CPU (kernel_set caps it by what
                     // the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice,
