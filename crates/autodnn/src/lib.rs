@@ -30,6 +30,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod activation;
+pub mod alloc;
 pub mod conv;
 pub mod cpu;
 mod desc;

@@ -227,7 +227,9 @@ pub(crate) struct Block {
 }
 
 impl Geometry {
-    pub fn new(p: &ConvProblem) -> Geometry {
+    /// The problem's GEMM shape without its tap tables: O(1) in memory, for workspace
+    /// queries and cost features (a problem's C·R·S taps may be far more than its tensors).
+    pub fn shape(p: &ConvProblem) -> Geometry {
         let c = p.conv();
         let (x, y, w) = (p.x(), p.y(), p.w());
         let (xs, ys, ws) = (x.strides(), y.strides(), w.strides());
@@ -235,30 +237,17 @@ impl Geometry {
         let (oh, ow) = (y.h(), y.w());
         let channels_inner = xs[1] < xs[3];
         let flip = c.mode() == ConvMode::Convolution;
-        let [dh, dw] = c.dilation();
-        let mut taps = Vec::with_capacity(cg * r * s);
-        for t in 0..cg * r * s {
-            let (ci, ri, si) = if channels_inner {
-                (t % cg, t / cg / s, t / cg % s)
+        let [_, dw] = c.dilation();
+        // woff[t] == t for every tap: the filter's taps are consecutive in memory, in the
+        // order of the taps (channels inner for NHWC-like x, else (r, s) inner), unflipped or
+        // a single window.
+        let single = r * s == 1;
+        let filter_contiguous = (!flip || single)
+            && if channels_inner {
+                (cg == 1 || ws[1] == 1) && (s == 1 || ws[3] == cg) && (r == 1 || ws[2] == s * cg)
             } else {
-                (t / (r * s), t / s % r, t % s)
+                (s == 1 || ws[3] == 1) && (r == 1 || ws[2] == s) && (cg == 1 || ws[1] == r * s)
             };
-            let (fr, fs) = if flip {
-                (r - 1 - ri, s - 1 - si)
-            } else {
-                (ri, si)
-            };
-            taps.push(Tap {
-                xoff: ci * xs[1],
-                dh: (ri * dh) as i64,
-                dw: (si * dw) as i64,
-                woff: ci * ws[1] + fr * ws[2] + fs * ws[3],
-                win: ri * s + si,
-            });
-        }
-        let win_rows = (0..r).map(|i| (i * dh) as i64).collect();
-        let win_cols = (0..s).map(|i| (i * dw) as i64).collect();
-        let filter_contiguous = taps.iter().enumerate().all(|(t, tap)| tap.woff == t);
         let y_flat = oh == 1 || ys[2] == ow * ys[3];
         let pad = c.padding();
         let x_is_matrix = r == 1
@@ -266,6 +255,10 @@ impl Geometry {
             && c.stride() == [1, 1]
             && pad.top == 0
             && pad.left == 0
+            // Every output position reads a pixel of x: no bottom or right padding past the
+            // image (those positions see only zeros, and x holds no row or column for them).
+            && oh <= x.h()
+            && ow <= x.w()
             && (!y_flat || oh == 1 || (ow == x.w() && xs[2] == ow * xs[3]));
         Geometry {
             n: x.n(),
@@ -286,12 +279,57 @@ impl Geometry {
             channels_inner,
             y_flat,
             x_is_matrix,
-            taps,
+            taps: Vec::new(),
             rows_contiguous: channels_inner && xs[1] == 1 && xs[3] == cg && (s == 1 || dw == 1),
-            win_rows,
-            win_cols,
+            win_rows: Vec::new(),
+            win_cols: Vec::new(),
             filter_contiguous,
         }
+    }
+
+    /// The problem's GEMM shape with its tap tables, for running or preparing.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the tables cannot be allocated.
+    pub fn new(p: &ConvProblem) -> Result<Geometry> {
+        let mut geo = Geometry::shape(p);
+        let c = p.conv();
+        let (xs, ws) = (geo.xs, geo.ws);
+        let (cg, r, s) = (geo.cg, p.w().r(), p.w().s());
+        let flip = c.mode() == ConvMode::Convolution;
+        let [dh, dw] = c.dilation();
+        let mut taps = crate::alloc::try_vec_with_capacity(cg * r * s, "implicit GEMM tap table")?;
+        for t in 0..cg * r * s {
+            let (ci, ri, si) = if geo.channels_inner {
+                (t % cg, t / cg / s, t / cg % s)
+            } else {
+                (t / (r * s), t / s % r, t % s)
+            };
+            let (fr, fs) = if flip {
+                (r - 1 - ri, s - 1 - si)
+            } else {
+                (ri, si)
+            };
+            taps.push(Tap {
+                xoff: ci * xs[1],
+                dh: (ri * dh) as i64,
+                dw: (si * dw) as i64,
+                woff: ci * ws[1] + fr * ws[2] + fs * ws[3],
+                win: ri * s + si,
+            });
+        }
+        debug_assert_eq!(
+            geo.filter_contiguous,
+            taps.iter().enumerate().all(|(t, tap)| tap.woff == t)
+        );
+        let mut win_rows = crate::alloc::try_vec_with_capacity(r, "implicit GEMM window rows")?;
+        win_rows.extend((0..r).map(|i| (i * dh) as i64));
+        let mut win_cols = crate::alloc::try_vec_with_capacity(s, "implicit GEMM window columns")?;
+        win_cols.extend((0..s).map(|i| (i * dw) as i64));
+        geo.taps = taps;
+        geo.win_rows = win_rows;
+        geo.win_cols = win_cols;
+        Ok(geo)
     }
 
     /// The most positions one GEMM covers when blocks hold at most `max` positions.
@@ -1424,7 +1462,7 @@ impl ConvAlgorithm for GemmConv {
     }
 
     fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        self.workspace_for(&Geometry::new(problem))
+        self.workspace_for(&Geometry::shape(problem))
     }
 
     fn deterministic(&self) -> bool {
@@ -1443,7 +1481,7 @@ impl ConvAlgorithm for GemmConv {
     ///    convolution): with few output channels, each packed element serves few
     ///    multiply-adds and the packing weighs as much as the products.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
-        let geo = Geometry::new(p);
+        let geo = Geometry::shape(p);
         let mut f = default_cost_features(p, self.workspace_for(&geo));
         let oh = geo.positions / geo.ow.max(1);
         let per = gemm_positions(geo.ys, oh, geo.ow).max(1);
@@ -1461,7 +1499,7 @@ impl ConvAlgorithm for GemmConv {
         problem: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        Geometry::new(problem).prepare(w, ctx.isa).map(Some)
+        Geometry::new(problem)?.prepare(w, ctx.isa).map(Some)
     }
 
     fn run(
@@ -1474,7 +1512,7 @@ impl ConvAlgorithm for GemmConv {
         workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
-        let geo = Geometry::new(problem);
+        let geo = Geometry::new(problem)?;
         let isa = ctx.isa;
         let copied = self.copied_positions(&geo);
         let (bp, col) = match copied {
@@ -1561,6 +1599,7 @@ mod tests {
                 .to_problem(layout)
                 .unwrap(),
         )
+        .unwrap()
     }
 
     #[test]

@@ -816,10 +816,10 @@ impl Spectral {
             let hi = ((rows + ext_h - 1) as i64)
                 .min(self.h as i64 - ih0)
                 .max(lo as i64) as usize;
-            let jlo = (-iw0).max(0) as usize;
-            let jhi = ((cols + ext_w - 1) as i64)
-                .min(self.w as i64 - iw0)
-                .max(jlo as i64) as usize;
+            // Padding wider than the grid leaves whole rows in the padding: jlo = jhi = grid.
+            let grid_w = (cols + ext_w - 1) as i64;
+            let jlo = (-iw0).clamp(0, grid_w) as usize;
+            let jhi = grid_w.min(self.w as i64 - iw0).max(jlo as i64) as usize;
             let base = n * self.xs[0] + c * self.xs[1];
             // With dilation, some grid rows and columns inside the window meet no tap of any
             // kept output: leave them zero (they would only add rounding noise).
@@ -834,6 +834,9 @@ impl Spectral {
                 |p| rowlist[p],
                 |p, row| {
                     row.fill(0.0);
+                    if jhi == jlo {
+                        return;
+                    }
                     let ih = (ih0 + rowlist[p] as i64) as usize;
                     let at = base + ih * self.xs[2];
                     let first = (iw0 + jlo as i64) as usize;

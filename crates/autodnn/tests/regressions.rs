@@ -1,0 +1,116 @@
+//! Pinned problems that once crashed or misbehaved, each named after what it caught. Every
+//! accepting algorithm runs each of them (both layouts, plain and prepared weights, every ISA
+//! path this machine has) against the f64 reference.
+
+mod common;
+
+use autodnn::conv::{self, Accuracy};
+use autodnn::cpu::Isa;
+use autodnn::{reference, Handle, Layout};
+use common::{assert_exact, int_data, max_errors, problem, run_plain, run_prepared};
+use std::alloc::{GlobalAlloc, Layout as StdLayout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn every_algorithm_matches_the_reference(spec: &str) {
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let p = problem(spec, layout);
+        let x = int_data(p.x().span(), 1);
+        let w = int_data(p.w().elements(), 2);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            let mut h = Handle::with_threads(2).unwrap();
+            h.set_isa_cap(isa);
+            let mut ran = 0;
+            for a in conv::algorithms() {
+                if a.check(&p).is_err() {
+                    continue;
+                }
+                ran += 1;
+                let prepared = h.prepare_weights(&p, a.name(), &w).unwrap();
+                let outputs = [
+                    ("plain", run_plain(&h, a.name(), &p, &x, &w)),
+                    ("prepared", run_prepared(&h, a.name(), &p, &x, &prepared)),
+                ];
+                for (how, y) in outputs {
+                    let what = format!("{spec} {layout:?} {isa:?} {} {how}", a.name());
+                    match a.accuracy() {
+                        Accuracy::Exact => {
+                            assert_exact(&p, &y, &r, &what);
+                        }
+                        acc => {
+                            let (diff, max) = max_errors(&p, &y, &r, &what);
+                            let e = diff / max.max(1e-30);
+                            assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
+                        }
+                    }
+                }
+            }
+            assert!(ran >= 2, "{spec}: only {ran} algorithms accepted it");
+        }
+    }
+}
+
+/// A 1x1 kernel whose output size implies a bottom padding of 8: the GEMM algorithms read x
+/// as the patch matrix and ran past its one row.
+#[test]
+fn one_by_one_kernel_with_bottom_padding_past_the_image() {
+    every_algorithm_matches_the_reference("ic4oc5ih1oh9kh1ph0pw0");
+    every_algorithm_matches_the_reference("ic3oc2ih4iw2oh4ow5kh1ph0pw0");
+}
+
+/// Padding wider than the kernel and unequal top and bottom: `fft_tiling` sliced past its
+/// transform grid for tiles that lie wholly in the padding.
+#[test]
+fn padding_wider_than_the_transform_tile() {
+    every_algorithm_matches_the_reference("ic26oc6_ih6oh12kh3ph10_");
+    every_algorithm_matches_the_reference("ic27oc9_ih16oh24kh3ph0_");
+}
+
+/// The largest single allocation of this test binary since the last reset.
+struct Largest;
+
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged, only recording the request size.
+unsafe impl GlobalAlloc for Largest {
+    unsafe fn alloc(&self, layout: StdLayout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: StdLayout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: StdLayout, new: usize) -> *mut u8 {
+        LARGEST.fetch_max(new, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Largest = Largest;
+
+/// A kernel of 10^8 rows on a 1x1 image: a workspace-size query built a tap table of
+/// C·R·S entries (4 GB). Checks, queries, cost features and the heuristic's ranking are O(1)
+/// in memory.
+#[test]
+fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
+    let p = problem("mb1ic1oc1ih1iw1kh100000000kw1oh1ow1", Layout::Nchw);
+    let h = Handle::with_threads(1).unwrap();
+    LARGEST.store(0, Ordering::SeqCst);
+    for a in conv::algorithms() {
+        if a.check(&p).is_err() {
+            continue;
+        }
+        let _ = h.conv_workspace_size(&p, a.name()).unwrap();
+        let _ = a.cost_features(&p);
+    }
+    let _ = h.get_conv_algorithms(&p).unwrap();
+    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(
+        largest < 1 << 20,
+        "a query allocated {largest} bytes at once"
+    );
+}
