@@ -1040,3 +1040,57 @@ fn peak_json_reports_gflops() {
     assert!(matches!(v["isa"].as_str(), Some("scalar" | "avx2")), "{v}");
     assert!(v["gflops"].as_f64().unwrap() > 0.0);
 }
+
+/// One failing algorithm never hides the others: with the first of the library's own
+/// allocations made to fail (`AUTODNN_FAIL_NTH=1`), the algorithm that made it is a `failed`
+/// row with the reason, every other algorithm still runs and is checked, the total is
+/// printed, and the command exits 1 naming the failure.
+#[test]
+fn conv_reports_a_failing_algorithm_as_a_row_and_goes_on() {
+    let p = "mb1ic8ih10oc8oh10kh3ph1";
+    let o = Command::new(BIN)
+        .args([
+            "conv",
+            p,
+            "--json",
+            "--check",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+        ])
+        .env_remove("AUTODNN_ISA")
+        .env("AUTODNN_FAIL_NTH", "1")
+        .output()
+        .expect("run autodnn");
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[1]["total"], true, "{out}");
+    let results = lines[0]["results"].as_array().expect("results");
+    assert_eq!(results.len(), autodnn::conv::names().len(), "{out}");
+    for r in results {
+        check_result_schema(r);
+    }
+    let failed: Vec<&Value> = results.iter().filter(|r| r["status"] == "failed").collect();
+    assert_eq!(failed.len(), 1, "{out}");
+    let reason = failed[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("out of memory"), "{reason}");
+    let name = failed[0]["algo"].as_str().unwrap();
+    assert!(err.contains(name) && err.lines().count() == 1, "{err}");
+    let ok = results.iter().filter(|r| r["status"] == "ok").count();
+    assert!(ok >= 5, "{out}");
+}
+
+#[test]
+fn a_bad_fail_nth_setting_is_bad_input() {
+    let o = Command::new(BIN)
+        .args(["conv", TINY, "--reps", "1"])
+        .env("AUTODNN_FAIL_NTH", "0")
+        .output()
+        .expect("run autodnn");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("AUTODNN_FAIL_NTH"), "{}", stderr(&o));
+}

@@ -35,7 +35,38 @@ static TRIPPED: AtomicBool = AtomicBool::new(false);
 /// ```
 pub struct FailNth;
 
+/// Environment variable read when a handle is made: `N` fails the N-th allocation of the
+/// library's own buffers from then on, `N+` that one and every one after it (a rehearsal of
+/// memory exhaustion; `AUTODNN_FAIL_ALLOC` covers workspaces alone).
+pub const FAIL_NTH_ENV: &str = "AUTODNN_FAIL_NTH";
+
 impl FailNth {
+    /// Arms the injector from [`FAIL_NTH_ENV`] when it is set (and leaves it alone otherwise).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming [`FAIL_NTH_ENV`] for anything but `N` or `N+` with N ≥ 1.
+    pub fn arm_from_env() -> Result<()> {
+        let Ok(v) = std::env::var(FAIL_NTH_ENV) else {
+            return Ok(());
+        };
+        let t = v.trim();
+        let (n, persist) = match t.strip_suffix('+') {
+            Some(n) => (n, true),
+            None => (t, false),
+        };
+        match n.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => {
+                FailNth::arm(n, persist);
+                Ok(())
+            }
+            _ => Err(Error::bad(
+                FAIL_NTH_ENV,
+                &v,
+                "expected N or N+ with a whole number N >= 1",
+            )),
+        }
+    }
+
     /// Fails the `n`-th allocation from now (`n` ≥ 1), and with `persist` every one after it.
     pub fn arm(n: usize, persist: bool) {
         COUNT.store(0, Ordering::SeqCst);

@@ -121,6 +121,7 @@ impl Handle {
         }
         let isa = Isa::from_env()?;
         let settings = Settings::from_env()?;
+        crate::alloc::FailNth::arm_from_env()?;
         let pool = start_pool(threads, "autodnn", "worker")?;
         let helpers = if threads > 1 {
             Some(Arc::new(start_pool(threads - 1, "autodnn-gemm", "helper")?))
