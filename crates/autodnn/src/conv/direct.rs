@@ -181,7 +181,11 @@ impl Geometry {
                     }
                     gather_ok &= describe(&offs, valid, load);
                 }
-                taps.push(tap);
+                // A tap whose every lane is in the padding adds nothing: leave it out (a
+                // kernel far larger than the image, kh = 10^6 on one row, keeps a short list).
+                if tap.loads[..pv].iter().any(|l| l.nseg != 0) {
+                    taps.push(tap);
+                }
             }
         }
         gather_ok

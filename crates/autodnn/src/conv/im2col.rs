@@ -489,10 +489,26 @@ impl Geometry {
             let fill = |(i, part): (usize, &mut [f32])| {
                 let taps = &self.taps[i * rows..i * rows + part.len() / np];
                 let mut sc = StripScratch::default();
-                for at in (0..np).step_by(strip) {
-                    let n = strip.min(np - at);
-                    let dst = &mut part[at..];
-                    self.pack_strip(ctx.isa, x, xbase, b.p0 + at, n, n, taps, dst, np, &mut sc);
+                // Taps in chunks, so that the strip packer describes the windows of one
+                // chunk at a time (bounded scratch whatever the kernel's size).
+                for (c, chunk) in taps.chunks(IM2COL_TAP_CHUNK).enumerate() {
+                    let rows = &mut part[c * IM2COL_TAP_CHUNK * np..];
+                    for at in (0..np).step_by(strip) {
+                        let n = strip.min(np - at);
+                        let dst = &mut rows[at..];
+                        self.pack_strip(
+                            ctx.isa,
+                            x,
+                            xbase,
+                            b.p0 + at,
+                            n,
+                            n,
+                            chunk,
+                            dst,
+                            np,
+                            &mut sc,
+                        );
+                    }
                 }
             };
             if parts > 1 {
@@ -616,16 +632,22 @@ impl Geometry {
         assert!(n <= width && dst.len() >= (taps.len() - 1) * ld + width);
         let segs = self.segments(start, n, usize::MAX);
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 && width <= STRIP && self.row_loads(&segs, sc) {
-            let loads = &sc.loads;
-            let step = self.stride[1] as usize * self.xs[3];
-            // Every enabled lane reads an in-range (c, ih, iw) of this image and group: the
-            // largest such offset is inside x (checked by the caller against the descriptor;
-            // asserted here because the kernel reads through raw pointers).
-            let last_c = taps.iter().map(|t| t.xoff).max().unwrap_or(0);
-            let last_w = loads.iter().map(|l| l.last).max().unwrap_or(0);
-            assert!(xbase + last_c + last_w < x.len());
-            return avx512::fill_rows(x, xbase, taps, loads, step, dst, ld, width);
+        if isa == Isa::Avx512 && width <= STRIP {
+            // Only the windows these taps use are described: a depth block of a kernel with
+            // many windows (kh = 10^6) must not describe them all for every strip.
+            let win0 = taps.iter().map(|t| t.win).min().unwrap_or(0);
+            let win1 = taps.iter().map(|t| t.win).max().unwrap_or(0);
+            if self.row_loads(&segs, sc, win0, win1) {
+                let loads = &sc.loads;
+                let step = self.stride[1] as usize * self.xs[3];
+                // Every enabled lane reads an in-range (c, ih, iw) of this image and group:
+                // the largest such offset is inside x (checked by the caller against the
+                // descriptor; asserted here because the kernel reads through raw pointers).
+                let last_c = taps.iter().map(|t| t.xoff).max().unwrap_or(0);
+                let last_w = loads.iter().map(|l| l.last).max().unwrap_or(0);
+                assert!(xbase + last_c + last_w < x.len());
+                return avx512::fill_rows(x, xbase, taps, loads, win0, step, dst, ld, width);
+            }
         }
         let _ = (isa, &sc);
         for (i, tap) in taps.iter().enumerate() {
@@ -648,7 +670,7 @@ impl Geometry {
     /// lanes (relative to a channel's base), into `sc.loads`. False when a strip needs more
     /// than [`MAX_SEGMENTS`] runs or offsets the kernels cannot index. The column arithmetic
     /// (the only divisions) is done once per (segment, s), not per window.
-    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch) -> bool {
+    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch, win0: usize, win1: usize) -> bool {
         if segs.len() > MAX_SEGMENTS || self.stride[1] as usize * self.xs[3] > 1 << 24 {
             return false;
         }
@@ -657,8 +679,16 @@ impl Geometry {
         let step = sw * xs3;
         let nseg = segs.len();
         // Per (s, segment): lanes inside the image, and the column part of the offset.
+        // Window w = r·S + s for w in win0 ..= win1; within one kernel row, only its columns.
+        let kw = self.win_cols.len();
+        let (r0, r1) = (win0 / kw, win1 / kw);
+        let (s0, s1) = if r0 == r1 {
+            (win0 % kw, win1 % kw)
+        } else {
+            (0, kw - 1)
+        };
         sc.cols.clear();
-        for &dw in &self.win_cols {
+        for &dw in &self.win_cols[s0..=s1] {
             for sg in segs {
                 let first = sg.iw0 + dw;
                 let len = sg.len as i64;
@@ -692,11 +722,11 @@ impl Geometry {
             }
         }
         // Entries past each load's `nseg` are never read: only the counts are reset.
-        let windows = self.win_rows.len() * self.win_cols.len();
-        sc.loads.resize(windows, RowLoad::EMPTY);
+        sc.loads.resize(win1 + 1 - win0, RowLoad::EMPTY);
         let mut loads = sc.loads.iter_mut();
-        for &dh in &self.win_rows {
-            for s in 0..self.win_cols.len() {
+        for win in win0..=win1 {
+            let (dh, s) = (self.win_rows[win / kw], win % kw - s0);
+            {
                 let load = loads.next().expect("one load per window");
                 load.nseg = 0;
                 load.last = 0;
@@ -735,6 +765,10 @@ struct ColRun {
     off: i64,
     last: i64,
 }
+
+/// Taps of an explicit im2col packed per strip-packer call (the engine's depth blocks are
+/// at most [`crate::gemm::blocking::KC_MAX`] taps likewise).
+const IM2COL_TAP_CHUNK: usize = 1024;
 
 /// Lanes of one packed strip the AVX-512 packer fills at once (two vectors).
 const STRIP: usize = 32;
@@ -799,22 +833,25 @@ mod avx512 {
         xbase: usize,
         taps: &[Tap],
         loads: &[RowLoad],
+        win0: usize,
         step: usize,
         dst: &mut [f32],
         ld: usize,
         width: usize,
     ) {
         assert!(width <= STRIP && !taps.is_empty() && dst.len() >= (taps.len() - 1) * ld + width);
-        assert!(taps.iter().all(|t| t.win < loads.len()));
+        assert!(taps
+            .iter()
+            .all(|t| t.win >= win0 && t.win - win0 < loads.len()));
         // SAFETY: the AVX-512 packer is chosen only under an Avx512 cap, which the handle
         // never sets above what the CPU has; the caller asserted that every enabled lane's
         // element lies inside x (largest channel base + largest load offset < x.len()), and
         // rows are inside dst (asserted above).
         unsafe {
             match step {
-                1 => rows::<1>(x, xbase, taps, loads, step, dst, ld, width),
-                2 => rows::<2>(x, xbase, taps, loads, step, dst, ld, width),
-                _ => rows::<0>(x, xbase, taps, loads, step, dst, ld, width),
+                1 => rows::<1>(x, xbase, taps, loads, win0, step, dst, ld, width),
+                2 => rows::<2>(x, xbase, taps, loads, win0, step, dst, ld, width),
+                _ => rows::<0>(x, xbase, taps, loads, win0, step, dst, ld, width),
             }
         }
     }
@@ -831,6 +868,7 @@ mod avx512 {
         xbase: usize,
         taps: &[Tap],
         loads: &[RowLoad],
+        win0: usize,
         step: usize,
         dst: &mut [f32],
         ld: usize,
@@ -847,7 +885,7 @@ mod avx512 {
         let op = dst.as_mut_ptr();
         for (i, tap) in taps.iter().enumerate() {
             let base = xp.wrapping_add(xbase + tap.xoff);
-            let load = &loads[tap.win];
+            let load = &loads[tap.win - win0];
             let mut v = [_mm512_setzero_ps(); 2];
             for s in 0..load.nseg {
                 let p = base.wrapping_offset(load.off[s]);
