@@ -1029,6 +1029,9 @@ fn gemm_and_peak_refuse_bad_input() {
     usage_error(&["gemm", "--m", "2", "--n", "2"]);
     let e = bad(&["peak", "--threads", "0"]);
     assert!(e.contains("--threads"), "{e}");
+    // A hundred thousand threads would each run the full measurement: refused, not started.
+    let e = bad(&["peak", "--threads", "100000"]);
+    assert!(e.contains("--threads") && e.contains("4096"), "{e}");
 }
 
 #[test]
