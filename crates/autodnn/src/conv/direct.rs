@@ -19,8 +19,6 @@
 //! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
 //! small images (7×7) where vectorising along a row would not.
 
-use rayon::prelude::*;
-
 use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
@@ -281,7 +279,6 @@ impl ConvAlgorithm for Direct {
                 portable_tile::<8, false>(a, o)
             }),
         }
-        Ok(())
     }
 }
 
@@ -300,7 +297,7 @@ fn frame<const L: usize>(
     epi: &EpilogueArgs<'_>,
     tile: DirectTile,
     kernel: TileFn<L>,
-) {
+) -> Result<()> {
     let positions = geo.oh * geo.ow;
     let tile_positions = tile.pv * L;
     let tiles = positions.div_ceil(tile_positions);
@@ -325,6 +322,7 @@ fn frame<const L: usize>(
         let p0 = t * tile_positions;
         let np = tile_positions.min(positions - p0);
         let pv = np.div_ceil(L);
+        // Within the capacities `scratch` reserved: nothing is allocated here.
         let gather_ok = geo.build_taps::<L>(p0, pv, taps);
         acc.resize(tile.ocb * PV_MAX * L, 0.0);
         for job in chunk * chunk_len..((chunk + 1) * chunk_len).min(jobs) {
@@ -350,19 +348,16 @@ fn frame<const L: usize>(
         }
     };
 
-    if ctx.threads <= 1 || items == 1 {
-        let (mut taps, mut acc) = (Vec::new(), Vec::new());
-        for item in 0..items {
-            run_item(&mut taps, &mut acc, item);
-        }
-    } else {
-        ctx.pool.install(|| {
-            (0..items).into_par_iter().for_each_init(
-                || (Vec::new(), Vec::new()),
-                |(taps, acc), item| run_item(taps, acc, item),
-            )
-        });
-    }
+    // Per thread: one tap table (R·S entries) and one accumulator block.
+    let scratch = || -> Result<(Vec<Tap<L>>, Vec<f32>)> {
+        Ok((
+            crate::alloc::try_vec_with_capacity(geo.r * geo.s, "direct's tap table")?,
+            crate::alloc::try_vec_with_capacity(tile.ocb * PV_MAX * L, "direct's accumulators")?,
+        ))
+    };
+    crate::parallel::for_each_with(ctx, items, scratch, |(taps, acc), item| {
+        run_item(taps, acc, item)
+    })
 }
 
 /// Writes a computed block to y, through the epilogue.
