@@ -18,7 +18,8 @@ use crate::Handle;
 /// Runs `plan` on the data with the fallback chain, in the caller's workspace when one is
 /// given (algorithms needing more are stepped past with a too-small-workspace event) or in the
 /// handle's. When every algorithm fails, the error is [`Error::AllFailed`], listing each
-/// failure.
+/// failure; when the copy of y that a residual read from y needs cannot be allocated, it is
+/// that [`Error::OutOfMemory`], before any algorithm runs.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     h: &Handle,
