@@ -8,7 +8,8 @@
 # kernels, and the tests that loop over every available instruction set run both. Each test
 # binary of the workspace (or the named ones, e.g. `algorithms gemm`) runs under memcheck, the
 # processes it starts (the `autodnn` command in the CLI tests) too; any report fails the run.
-# Logs go to target/memcheck/NAME.log.
+# Logs go to target/memcheck/NAME.log (valgrind's own in NAME.log.PID); it builds in
+# target/memcheck/build.
 #
 # asan: the nightly toolchain's -Zsanitizer=address, every test of the workspace on every
 # instruction set this machine has (AVX-512 included), in its own target folder
@@ -22,6 +23,8 @@ case "$mode" in
 valgrind)
   command -v valgrind >/dev/null || { echo "valgrind is required (apt-get install valgrind)" >&2; exit 1; }
   mkdir -p target/memcheck
+  # Its own build folder, so that other builds cannot replace a binary while it runs.
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/memcheck/build}
   # The test binaries, as cargo builds them for `cargo test` (lib, integration tests, CLI).
   mapfile -t exes < <(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null |
     python3 -c '

@@ -313,13 +313,8 @@ impl Handle {
         Ok(match a.prepare(&ctx, problem, w)? {
             Some(data) => PreparedWeights::new(a.name(), problem, data, true),
             None => {
-                let mut data = Vec::new();
                 let n = problem.w().elements();
-                data.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
-                    bytes: n.saturating_mul(4),
-                    what: format!("a copy of the filter: {e}"),
-                })?;
-                data.extend_from_slice(&w[..n]);
+                let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
                 PreparedWeights::new(a.name(), problem, data, false)
             }
         })
