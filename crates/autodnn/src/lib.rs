@@ -12,6 +12,7 @@
 //! - [`ProblemSpec`] reads and writes oneDNN benchdnn's problem strings; [`models`] holds
 //!   built-in layer lists of real networks.
 //! - [`reference`] is an f64 oracle for tests and checks.
+//! - [`npy`] reads and writes float32 arrays in NumPy's `.npy` format.
 //!
 //! ```
 //! use autodnn::{Handle, Layout, ProblemSpec};
@@ -38,6 +39,7 @@ mod error;
 pub mod gemm;
 mod handle;
 pub mod models;
+pub mod npy;
 mod parallel;
 mod problem_string;
 pub mod reference;
