@@ -316,7 +316,20 @@ fn writers_set_a_bad_cache_aside_and_say_so() {
 #[test]
 fn a_missing_folder_is_an_error_for_every_command() {
     let dir = Dir::new("nofolder");
-    let file = dir.path("nosuch").join("tuning.json");
+    every_command_refuses(&dir, &dir.path("nosuch").join("tuning.json"));
+}
+
+#[test]
+fn a_cache_path_that_is_a_folder_is_an_error_for_every_command() {
+    let dir = Dir::new("isfolder");
+    std::fs::create_dir(dir.path("afolder")).unwrap();
+    every_command_refuses(&dir, &dir.path("afolder"));
+}
+
+/// Every command that opens the cache refuses `file` (exit 2, naming it) and changes nothing
+/// in `dir`.
+fn every_command_refuses(dir: &Dir, file: &Path) {
+    let file = file.to_path_buf();
     let other = dir.path("other.json");
     std::fs::write(&other, EMPTY_CACHE).unwrap();
     let f = file.to_str().unwrap();

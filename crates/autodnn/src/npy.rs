@@ -36,7 +36,6 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
-use crate::alloc::try_vec_with_capacity;
 use crate::error::{Error, Result};
 
 /// The first six bytes of every `.npy` file.
@@ -48,6 +47,16 @@ pub const MAX_HEADER_LEN: usize = 10_000;
 
 /// The data's alignment NumPy pads the header to.
 const ALIGN: usize = 64;
+
+/// An empty vector with room for `n` elements, or [`Error::OutOfMemory`].
+fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        what: format!("{what}: {e}"),
+    })?;
+    Ok(v)
+}
 
 /// A float32 array read from a `.npy` file, in C order.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +87,7 @@ pub fn decode_f32(bytes: &[u8]) -> Result<NpyArray> {
     let h = decode_header(bytes)?;
     let data = bytes.get(h.data_offset..).unwrap_or_default();
     check_data_len(&h, data.len() as u64)?;
-    let mut v = try_vec_with_capacity::<f32>(h.elements, "npy data")?;
+    let mut v = try_vec::<f32>(h.elements, "npy data")?;
     v.extend(
         data.chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
@@ -109,7 +118,7 @@ pub fn read_f32(path: &Path) -> Result<NpyArray> {
         .map_err(io)?;
     let h = decode_header(&head)?;
     check_data_len(&h, file_len.saturating_sub(h.data_offset as u64))?;
-    let mut v = try_vec_with_capacity::<f32>(h.elements, "npy data")?;
+    let mut v = try_vec::<f32>(h.elements, "npy data")?;
     let mut rest = head.get(h.data_offset..).unwrap_or_default().chain(f);
     let mut buf = vec![0u8; 1 << 16];
     let mut left = h.data_bytes;
@@ -151,7 +160,7 @@ pub fn encode_f32(shape: &[usize], data: &[f32]) -> Result<Vec<u8>> {
         .checked_mul(4)
         .and_then(|b| b.checked_add(header.len()))
         .ok_or_else(|| Error::overflow("npy.data", "bytes of the file"))?;
-    let mut out = try_vec_with_capacity::<u8>(total, "npy file")?;
+    let mut out = try_vec::<u8>(total, "npy file")?;
     out.extend_from_slice(&header);
     for v in data {
         out.extend_from_slice(&v.to_le_bytes());

@@ -474,7 +474,7 @@ fn folder_of(path: &Path) -> &Path {
 
 /// Whether the folder of `path` exists: `Ok(true)` when it does; for the per-user default
 /// path (autodnn's own folder) `Ok(false)` when it does not, or, with `create`, it is made;
-/// an error for any other path whose folder does not exist.
+/// an error for any other path whose folder does not exist, and for a path that is a folder.
 fn folder_ready(path: &Path, create: bool) -> Result<bool> {
     let dir = folder_of(path);
     let missing = |why: &str| Error::BadParam {
@@ -482,6 +482,13 @@ fn folder_ready(path: &Path, create: bool) -> Result<bool> {
         value: path.display().to_string(),
         reason: format!("folder {} {why}", dir.display()),
     };
+    if path.is_dir() {
+        return Err(Error::BadParam {
+            field: "cache.path".into(),
+            value: path.display().to_string(),
+            reason: "a folder, not a file".into(),
+        });
+    }
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(true),
         Ok(_) => Err(missing("is not a folder")),
