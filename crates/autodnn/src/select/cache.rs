@@ -12,7 +12,9 @@
 //!   so several processes sharing one file keep each other's entries. The lock is the
 //!   operating system's (`flock`/`LockFileEx`), released when its holder exits however it
 //!   exits, so a writer killed mid-write blocks no one; its temporary file is removed by the
-//!   next writer. `FILE.lock` is made on the first write and left in place.
+//!   next writer. `FILE.lock` is made on the first write and left in place. Entries for
+//!   other machines, thread counts or library versions are kept (and written back) but never
+//!   match.
 //! - **Readers write nothing**: [`TuningCache::load_read_only`] (for commands that only read
 //!   the cache) and [`TuningCache::read`] take no lock and create, rename or change nothing;
 //!   a file that is not a tuning cache of this format version (corrupt, truncated, not JSON,
@@ -20,12 +22,11 @@
 //!   empty with a warning and leaves it too; only a write ([`TuningCache::save`],
 //!   [`TuningCache::overwrite`]) sets such a file aside as `FILE.bak` (or the first free
 //!   `FILE.bak.N`), with a warning on stderr, so that it is never destroyed.
-//! - **Folders**: a cache path whose folder does not exist is an error
-//!   ([`Error::BadParam`] `cache.path`) for readers and writers alike; the one exception is
-//!   the per-user default path ([`crate::default_cache_path`] without `$AUTODNN_CACHE`), whose
-//!   folder is autodnn's own: missing, it reads as an empty cache, and the first write makes
-//!   it. Entries for other machines, thread counts or library versions are kept (and written
-//!   back) but never match.
+//! - **Folders**: a cache path whose folder does not exist, or that is itself a folder, is an
+//!   error ([`Error::BadParam`] `cache.path`) for readers and writers alike; the one exception
+//!   is the per-user default path ([`crate::default_cache_path`] without `$AUTODNN_CACHE`),
+//!   whose folder is autodnn's own: missing, it reads as an empty cache, and the first write
+//!   makes it.
 //! - **Noise guard**: a new measurement replaces a cached choice only when its winner beats
 //!   the cached winner, measured in the same run, by more than [`NOISE_MARGIN`].
 
@@ -248,8 +249,8 @@ impl TuningCache {
 
     /// Reads the cache at `path` for a writer, leaving the file as it is: a missing file
     /// gives an empty cache, and so does a corrupt or truncated file or one of another format
-    /// version, with a warning that it will be set aside as `FILE.bak` when the cache is
-    /// saved. Entries whose problem is not valid are dropped with a warning. Takes no lock
+    /// version, with a warning that saving will set it aside (as the first free
+    /// `FILE.bak[.N]`). Entries whose problem is not valid are dropped with a warning. Takes no lock
     /// (files are replaced atomically) and creates nothing.
     ///
     /// # Errors
