@@ -491,13 +491,32 @@ fn write_f32_npy(path: &Path, shape: &[usize], data: &[f32]) {
     std::fs::write(path, npy_bytes("<f4", false, shape, &bytes)).unwrap();
 }
 
+/// Reads a file the command wrote: it must hold exactly the header NumPy writes for a C-order
+/// little-endian f32 array.
 fn read_f32_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
-    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
-    assert_eq!(npy.order(), npyz::Order::C);
-    assert_eq!(npy.dtype().descr(), "'<f4'");
-    let shape = npy.shape().to_vec();
-    (shape, npy.into_vec::<f32>().unwrap())
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "data aligned to 64 bytes");
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.ends_with('\n'), "{header:?}");
+    let dims = header
+        .trim_end()
+        .strip_prefix("{'descr': '<f4', 'fortran_order': False, 'shape': (")
+        .and_then(|h| h.strip_suffix("), }"))
+        .unwrap_or_else(|| panic!("not NumPy's header: {header:?}"));
+    let shape: Vec<u64> = dims
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse().unwrap())
+        .collect();
+    let data: Vec<f32> = bytes[10 + hlen..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(data.len() as u64, shape.iter().product::<u64>());
+    (shape, data)
 }
 
 /// Integer test data in -3..=3 from a small linear congruential generator.
@@ -829,6 +848,19 @@ fn npy_bad_files_exit_2_naming_the_file() {
     std::fs::write(&xt, npy_bytes("<f4", false, &xs, &vec![0u8; 4 * n - 4])).unwrap();
     let err = run(&xt, &wp, &[]);
     assert!(err.contains("xt.npy"), "{err}");
+
+    // A header a backtracking parser takes exponential time on: refused at once.
+    let xb = dir.path("xbraces.npy");
+    let mut braces = b"\x93NUMPY\x01\x00".to_vec();
+    braces.extend(9_999u16.to_le_bytes());
+    braces.extend(std::iter::repeat_n(b'{', 9_998));
+    braces.push(b'\n');
+    std::fs::write(&xb, braces).unwrap();
+    let err = run(&xb, &wp, &[]);
+    assert!(
+        err.contains("xbraces.npy") && err.contains("npy.header"),
+        "{err}"
+    );
 
     // Not a .npy file, and a missing one.
     let junk = dir.path("junk.npy");
