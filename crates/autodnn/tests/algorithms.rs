@@ -8,7 +8,7 @@ mod common;
 use autodnn::conv::{self, Accuracy, ConvAlgorithm};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle};
-use common::{assert_exact, int_data, max_errors, random_problem, Rng};
+use common::{assert_exact, int_data, max_errors, random_padded_problem, random_problem, Rng};
 
 fn handles() -> Vec<(Isa, usize, Handle)> {
     let mut out = Vec::new();
@@ -30,13 +30,13 @@ fn run(h: &Handle, a: &dyn ConvAlgorithm, p: &ConvProblem, x: &[f32], w: &[f32])
     y
 }
 
-#[test]
-fn every_algorithm_on_random_problems() {
+/// Runs every accepting algorithm on `cases` problems of `generate` against the reference.
+fn every_algorithm_on(generate: fn(&mut Rng) -> ConvProblem, seed: u64, cases: u64) {
     let handles = handles();
-    let mut rng = Rng(0x5eed);
+    let mut rng = Rng(seed);
     let mut ran = vec![0usize; conv::algorithms().len()];
-    for case in 0..400 {
-        let p = random_problem(&mut rng);
+    for case in 0..cases {
+        let p = generate(&mut rng);
         let x = int_data(p.x().span(), case);
         let w = int_data(p.w().elements(), case + 1000);
         let r = reference::conv_forward(&p, &x, &w).unwrap();
@@ -77,6 +77,19 @@ fn every_algorithm_on_random_problems() {
     for (a, n) in conv::algorithms().iter().zip(&ran) {
         assert!(*n > 0, "{} accepted none of the random problems", a.name());
     }
+}
+
+#[test]
+fn every_algorithm_on_random_problems() {
+    every_algorithm_on(random_problem, 0x5eed, 400);
+}
+
+/// Paddings of every kind (none, small, wider than the kernel, negative, unequal sides) on
+/// small dense kernels: the problems that once crashed `gemm`, `implicit_gemm` and
+/// `fft_tiling`.
+#[test]
+fn every_algorithm_on_random_paddings() {
+    every_algorithm_on(random_padded_problem, 0xbad_fad, 400);
 }
 
 #[test]

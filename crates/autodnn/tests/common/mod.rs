@@ -284,3 +284,63 @@ pub fn random_problem(rng: &mut Rng) -> ConvProblem {
         return ConvProblem::forward(x, wd, conv, y).unwrap();
     }
 }
+
+/// One side's padding, biased toward the cases that once broke algorithms: none (so that a
+/// 1x1 kernel's x is the patch matrix), small, far wider than the kernel, and (bottom and
+/// right only) negative.
+fn padding_side(rng: &mut Rng, may_be_negative: bool) -> i64 {
+    match rng.range(0, 4) {
+        0 | 1 => 0,
+        2 => rng.range(1, 2),
+        3 => rng.range(3, 12),
+        _ if may_be_negative => rng.range(-3, -1),
+        _ => rng.range(1, 2),
+    }
+}
+
+/// A random problem whose paddings are the point: dense small kernels (1x1, 3x3, 5x5, 1x3,
+/// 3x1, 2x2), mostly stride 1, every side padded independently by [`padding_side`] (unequal
+/// top and bottom, wider than the kernel, negative bottom and right), both layouts, explicit
+/// strides and both modes.
+pub fn random_padded_problem(rng: &mut Rng) -> ConvProblem {
+    loop {
+        let (r, s) = rng.pick(&[
+            (1, 1),
+            (1, 1),
+            (3, 3),
+            (3, 3),
+            (5, 5),
+            (1, 3),
+            (3, 1),
+            (2, 2),
+        ]);
+        let groups = rng.range(1, 2) as usize;
+        let cg = rng.range(1, 4) as usize;
+        let kg = rng.range(1, 6) as usize;
+        let h = rng.range(1, 16) as usize;
+        let w = rng.range(1, 24) as usize;
+        let stride = if rng.range(0, 3) > 0 {
+            [1, 1]
+        } else {
+            [rng.range(1, 2) as usize, rng.range(1, 2) as usize]
+        };
+        let pad = Padding {
+            top: padding_side(rng, false),
+            bottom: padding_side(rng, true),
+            left: padding_side(rng, false),
+            right: padding_side(rng, true),
+        };
+        let mode = rng.pick(&[ConvMode::CrossCorrelation, ConvMode::Convolution]);
+        let layout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let wl = rng.pick(&[FilterLayout::Kcrs, FilterLayout::Krsc]);
+        let x = packed_or_padded(rng, [1, groups * cg, h, w], layout);
+        let wd = FilterDesc::new(DataType::F32, wl, [groups * kg, cg, r, s]).unwrap();
+        let conv = ConvDesc::new(pad, stride, [1, 1], groups, mode).unwrap();
+        let Ok(dims) = ConvProblem::output_dims(&x, &wd, &conv) else {
+            continue;
+        };
+        let ylayout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let y = packed_or_padded(rng, dims, ylayout);
+        return ConvProblem::forward(x, wd, conv, y).unwrap();
+    }
+}
