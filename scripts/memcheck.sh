@@ -13,7 +13,9 @@
 #
 # asan: the nightly toolchain's -Zsanitizer=address, every test of the workspace on every
 # instruction set this machine has (AVX-512 included), in its own target folder
-# (target/asan). The library and CI stay on stable; this is a check, not a build.
+# (target/asan). Requests too large to satisfy return null (allocator_may_return_null), as the
+# system's allocator does, so that the tests of out-of-memory errors run. The library and CI
+# stay on stable; this is a check, not a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -56,7 +58,7 @@ for line in sys.stdin:
   ;;
 asan)
   RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
-    ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" \
+    ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
     cargo +nightly test --workspace --target x86_64-unknown-linux-gnu --target-dir target/asan \
     --lib --bins --tests "$@"
   ;;
