@@ -114,3 +114,47 @@ fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
         "a query allocated {largest} bytes at once"
     );
 }
+
+/// Checks, workspace queries, cost features and the ranking of `spec` in both layouts: none
+/// may panic, every algorithm that accepts it reports a workspace, `direct` accepts it.
+fn queries_hold(spec: &str) {
+    let h = Handle::with_threads(1).unwrap();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let p = problem(spec, layout);
+        let mut accepted = Vec::new();
+        for a in conv::algorithms() {
+            if a.check(&p).is_err() {
+                continue;
+            }
+            assert_eq!(
+                h.conv_workspace_size(&p, a.name()),
+                Ok(a.workspace_bytes(&p))
+            );
+            assert!(a
+                .cost_features(&p)
+                .iter()
+                .all(|f| f.is_finite() && *f >= 0.0));
+            accepted.push(a.name());
+        }
+        assert!(accepted.contains(&"direct"), "{spec}: {accepted:?}");
+        let ranked = h.get_conv_algorithms(&p).unwrap();
+        assert_eq!(ranked.len(), accepted.len(), "{spec}");
+    }
+}
+
+/// A 10^9-row image and a 10^8-column kernel (fuzzing, problem strings): the GEMM
+/// algorithms' frame costs multiplied 10^17 positions by 10^8 taps and overflowed.
+#[test]
+fn gemm_frame_cost_of_a_huge_image_and_kernel_saturates() {
+    queries_hold("ic1oc1ih999999999kw99999999kh1");
+}
+
+/// An image 2^40 rows high under a 3x3 kernel (fuzzing, descriptors): the FFT algorithms'
+/// checks looked for the next 2-3-5-smooth transform size by counting up from 2^40, which
+/// never ends in practice.
+#[test]
+fn fft_transform_size_of_a_huge_image_is_found_at_once() {
+    let t = std::time::Instant::now();
+    queries_hold("mb1ic1oc1ih1099511627791iw1kh3kw3ph1pw1");
+    assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
+}
