@@ -158,3 +158,28 @@ fn fft_transform_size_of_a_huge_image_is_found_at_once() {
     queries_hold("mb1ic1oc1ih1099511627791iw1kh3kw3ph1pw1");
     assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
 }
+
+/// A strided batch of products with k = 0 (A and B empty, so their strides are free) and a
+/// stride of A near usize::MAX (fuzzing, gemm): the offset of each item's A was formed
+/// before looking at its span and overflowed. C becomes beta·C.
+#[test]
+fn strided_batch_with_empty_operands_and_huge_strides() {
+    let h = Handle::with_threads(1).unwrap();
+    let d = autodnn::gemm::GemmDesc::new(2, 3, 0);
+    let mut c = vec![1.0f32; 18];
+    let empty: [f32; 0] = [];
+    h.gemm_strided_batched(
+        &d,
+        1.0,
+        &empty,
+        usize::MAX,
+        &empty,
+        usize::MAX / 2,
+        2.0,
+        &mut c,
+        6,
+        3,
+    )
+    .unwrap();
+    assert_eq!(c, vec![2.0f32; 18]);
+}
