@@ -3,7 +3,7 @@
 # onnxruntime and ncnn, measured in one run (rounds interleaved), then a table of per-layer
 # medians, totals weighted by the layers' counts, and the ratios.
 #
-#   source "$(../shared/peers/setup.sh)"      # numpy, onnxruntime, ncnn
+#   source "$(bench/peers/setup.sh)"      # numpy, onnxruntime, ncnn
 #   cargo build --release --bin autodnn
 #   bench/conv-peers.sh [ROUNDS=5] [THREADS=1] [MB=1] [OUTDIR]
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 R=${1:-5}; T=${2:-1}; MB=${3:-1}; OUT=${4:-$(mktemp -d)}
-PEERS="${PEERS:-$ROOT/../shared/peers/peer_conv.py}"
+PEERS="${PEERS:-$ROOT/bench/peers/peer_conv.py}"
 SHAPES="$ROOT/crates/autodnn/data/shapes/shapes_resnet_50"
 BIN="$ROOT/target/release/autodnn"
 mkdir -p "$OUT"

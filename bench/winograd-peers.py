@@ -8,7 +8,7 @@ affects all engines alike; the table shows, per layer, the median over rounds (a
 minimum) in ms and effective GFLOP/s (direct-definition flops / time), then totals weighted
 by each layer's count.
 
-    source "$(../shared/peers/setup.sh)"
+    source "$(bench/peers/setup.sh)"
     cargo build --release --bin autodnn
     python3 bench/winograd-peers.py [--rounds 5] [--threads 1] [--mb 1] [--layout nchw] [FILE]
 
@@ -89,7 +89,7 @@ def main():
     ap.add_argument("--mb", type=int, default=1)
     ap.add_argument("--layout", default="nchw")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/autodnn"))
-    ap.add_argument("--peer", default=os.path.join(ROOT, "..", "shared/peers/peer_conv.py"))
+    ap.add_argument("--peer", default=os.path.join(ROOT, "bench", "peers", "peer_conv.py"))
     args = ap.parse_args()
     problems = layers_file(args.file)
 

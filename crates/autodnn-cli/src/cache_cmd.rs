@@ -57,17 +57,17 @@ struct EntryLine<'a> {
 /// Runs `autodnn cache`.
 ///
 /// # Errors
-/// Bad input for an unreadable or invalid file to merge; a failure when the cache cannot be
-/// read or written.
+/// Bad input for an unreadable or invalid file to merge, a cache path whose folder does not
+/// exist, or (for `show`, which changes nothing) a cache file that is not a tuning cache; a
+/// failure when the cache cannot be read or written.
 pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
     let path = args
         .cache
         .clone()
         .unwrap_or_else(autodnn::default_cache_path);
-    let fail = |e: autodnn::Error| CliError::fail(e.to_string());
     match &args.action {
         CacheAction::Show { json } => {
-            let cache = TuningCache::load(&path).map_err(fail)?;
+            let cache = TuningCache::load_read_only(&path)?;
             if !json {
                 writeln!(out, "cache: {} ({} entries)", path.display(), cache.len())?;
             }
@@ -121,8 +121,8 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
             }
         }
         CacheAction::Clear => {
-            let old = TuningCache::load(&path).map_err(fail)?.len();
-            TuningCache::new().overwrite(&path).map_err(fail)?;
+            let old = TuningCache::load(&path)?.len();
+            TuningCache::new().overwrite(&path)?;
             writeln!(out, "cleared {} ({old} entries removed)", path.display())?;
         }
         CacheAction::Merge { files } => {
@@ -132,7 +132,7 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                     .map_err(|e| CliError::bad(format!("cannot merge: {e}")))?;
                 incoming.push((f, c));
             }
-            let mut cache = TuningCache::load(&path).map_err(fail)?;
+            let mut cache = TuningCache::load(&path)?;
             for (f, c) in &incoming {
                 let n = cache.merge(c);
                 writeln!(
@@ -142,7 +142,7 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                     f.display()
                 )?;
             }
-            cache.save(&path).map_err(fail)?;
+            cache.save(&path)?;
             writeln!(out, "cache: {} ({} entries)", path.display(), cache.len())?;
         }
     }

@@ -564,6 +564,15 @@ fn bench_one(
     })
 }
 
+/// The message a panic carried.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 fn display_name(spec: &ProblemSpec) -> String {
     if spec.name.is_empty() {
         spec.to_string()
@@ -660,7 +669,18 @@ fn bench(
         let mut d = ProblemData::new(p, args.alpha, args.beta)?;
         let mut results = Vec::with_capacity(algos.len());
         for &a in algos {
-            let r = bench_one(handle, p, a, &mut d, args)?;
+            // One failing algorithm never hides the others: an error is a `failed` row, and
+            // so is a panic (a bug, reported on stderr by the panic hook as well).
+            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                bench_one(handle, p, a, &mut d, args)
+            })) {
+                Ok(r) => r?,
+                Err(payload) => failed(
+                    a.name(),
+                    format!("internal error: {}", panic_message(payload.as_ref())),
+                    0,
+                ),
+            };
             runs += 1;
             if r.status == Status::Failed {
                 failures.push(format!("{} on {}", r.algo, job.spec));

@@ -40,10 +40,18 @@ pub struct PeakReport {
 ///
 /// # Errors
 /// Bad input for 0 threads or an unknown ISA name; failures writing to `out`.
+/// The most threads a peak measurement starts (a handle's limit too).
+const MAX_THREADS: usize = 4096;
+
 pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
     let threads = args.threads.unwrap_or_else(crate::default_threads);
     if threads == 0 {
         return Err(CliError::bad("bad --threads = 0: must be at least 1"));
+    }
+    if threads > MAX_THREADS {
+        return Err(CliError::bad(format!(
+            "bad --threads = {threads}: must be at most {MAX_THREADS} (as for a handle)"
+        )));
     }
     let cap = match &args.isa {
         Some(name) => Isa::parse("--isa", name)?.min(Isa::from_env()?),

@@ -145,7 +145,12 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
         .cache
         .clone()
         .unwrap_or_else(autodnn::default_cache_path);
-    handle.load_tuning_cache(&cache_path)?;
+    // Only the measuring policies write the cache; the others read it and change nothing.
+    if matches!(policy, Policy::Benchmark | Policy::Exhaustive) {
+        handle.load_tuning_cache(&cache_path)?;
+    } else {
+        handle.load_tuning_cache_read_only(&cache_path)?;
+    }
 
     // Cores at full speed before the first layer is selected or timed, under every policy
     // alike (outside the tuning time).

@@ -491,13 +491,32 @@ fn write_f32_npy(path: &Path, shape: &[usize], data: &[f32]) {
     std::fs::write(path, npy_bytes("<f4", false, shape, &bytes)).unwrap();
 }
 
+/// Reads a file the command wrote: it must hold exactly the header NumPy writes for a C-order
+/// little-endian f32 array.
 fn read_f32_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
-    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
-    assert_eq!(npy.order(), npyz::Order::C);
-    assert_eq!(npy.dtype().descr(), "'<f4'");
-    let shape = npy.shape().to_vec();
-    (shape, npy.into_vec::<f32>().unwrap())
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "data aligned to 64 bytes");
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.ends_with('\n'), "{header:?}");
+    let dims = header
+        .trim_end()
+        .strip_prefix("{'descr': '<f4', 'fortran_order': False, 'shape': (")
+        .and_then(|h| h.strip_suffix("), }"))
+        .unwrap_or_else(|| panic!("not NumPy's header: {header:?}"));
+    let shape: Vec<u64> = dims
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse().unwrap())
+        .collect();
+    let data: Vec<f32> = bytes[10 + hlen..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(data.len() as u64, shape.iter().product::<u64>());
+    (shape, data)
 }
 
 /// Integer test data in -3..=3 from a small linear congruential generator.
@@ -830,6 +849,19 @@ fn npy_bad_files_exit_2_naming_the_file() {
     let err = run(&xt, &wp, &[]);
     assert!(err.contains("xt.npy"), "{err}");
 
+    // A header a backtracking parser takes exponential time on: refused at once.
+    let xb = dir.path("xbraces.npy");
+    let mut braces = b"\x93NUMPY\x01\x00".to_vec();
+    braces.extend(9_999u16.to_le_bytes());
+    braces.extend(std::iter::repeat_n(b'{', 9_998));
+    braces.push(b'\n');
+    std::fs::write(&xb, braces).unwrap();
+    let err = run(&xb, &wp, &[]);
+    assert!(
+        err.contains("xbraces.npy") && err.contains("npy.header"),
+        "{err}"
+    );
+
     // Not a .npy file, and a missing one.
     let junk = dir.path("junk.npy");
     std::fs::write(&junk, b"hello").unwrap();
@@ -1029,6 +1061,9 @@ fn gemm_and_peak_refuse_bad_input() {
     usage_error(&["gemm", "--m", "2", "--n", "2"]);
     let e = bad(&["peak", "--threads", "0"]);
     assert!(e.contains("--threads"), "{e}");
+    // A hundred thousand threads would each run the full measurement: refused, not started.
+    let e = bad(&["peak", "--threads", "100000"]);
+    assert!(e.contains("--threads") && e.contains("4096"), "{e}");
 }
 
 #[test]
@@ -1039,4 +1074,58 @@ fn peak_json_reports_gflops() {
     assert_eq!(v["threads"].as_u64(), Some(1));
     assert!(matches!(v["isa"].as_str(), Some("scalar" | "avx2")), "{v}");
     assert!(v["gflops"].as_f64().unwrap() > 0.0);
+}
+
+/// One failing algorithm never hides the others: with the first of the library's own
+/// allocations made to fail (`AUTODNN_FAIL_NTH=1`), the algorithm that made it is a `failed`
+/// row with the reason, every other algorithm still runs and is checked, the total is
+/// printed, and the command exits 1 naming the failure.
+#[test]
+fn conv_reports_a_failing_algorithm_as_a_row_and_goes_on() {
+    let p = "mb1ic8ih10oc8oh10kh3ph1";
+    let o = Command::new(BIN)
+        .args([
+            "conv",
+            p,
+            "--json",
+            "--check",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+        ])
+        .env_remove("AUTODNN_ISA")
+        .env("AUTODNN_FAIL_NTH", "1")
+        .output()
+        .expect("run autodnn");
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[1]["total"], true, "{out}");
+    let results = lines[0]["results"].as_array().expect("results");
+    assert_eq!(results.len(), autodnn::conv::names().len(), "{out}");
+    for r in results {
+        check_result_schema(r);
+    }
+    let failed: Vec<&Value> = results.iter().filter(|r| r["status"] == "failed").collect();
+    assert_eq!(failed.len(), 1, "{out}");
+    let reason = failed[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("out of memory"), "{reason}");
+    let name = failed[0]["algo"].as_str().unwrap();
+    assert!(err.contains(name) && err.lines().count() == 1, "{err}");
+    let ok = results.iter().filter(|r| r["status"] == "ok").count();
+    assert!(ok >= 5, "{out}");
+}
+
+#[test]
+fn a_bad_fail_nth_setting_is_bad_input() {
+    let o = Command::new(BIN)
+        .args(["conv", TINY, "--reps", "1"])
+        .env("AUTODNN_FAIL_NTH", "0")
+        .output()
+        .expect("run autodnn");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("AUTODNN_FAIL_NTH"), "{}", stderr(&o));
 }

@@ -386,11 +386,14 @@ fn bad_cache_files_warn_and_are_rebuilt() {
     let dir = Dir::new("badfile");
     tune_json(&dir, &[]);
     let good = std::fs::read_to_string(dir.cache()).unwrap();
-    for content in [
+    for (round, content) in [
         "garbage{".to_string(),
         good[..good.len() / 3].to_string(),
         good.replacen("\"version\": 1", "\"version\": 2", 1),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         std::fs::write(dir.cache(), &content).unwrap();
         let (layers, total) = {
             let (out, err) = ok(&dir, &["tune", A, B, C, "--json", "--reps", "1"]);
@@ -404,7 +407,13 @@ fn bad_cache_files_warn_and_are_rebuilt() {
         };
         check_schema(&layers, &total);
         assert!(layers.iter().all(|l| l["source"] == "benchmark"));
-        let bak = PathBuf::from(format!("{}.bak", dir.cache().display()));
+        // Each bad file is kept: FILE.bak, then FILE.bak.1, ...
+        let suffix = if round == 0 {
+            String::new()
+        } else {
+            format!(".{round}")
+        };
+        let bak = PathBuf::from(format!("{}.bak{suffix}", dir.cache().display()));
         assert_eq!(std::fs::read_to_string(&bak).unwrap(), content);
         // Rebuilt: valid again, with the three entries.
         let (out, err) = ok(&dir, &["cache", "show", "--json"]);

@@ -11,22 +11,25 @@ pub mod cost_model_file;
 pub mod descriptors;
 pub mod gemm;
 pub mod input;
+pub mod npy;
 pub mod problem_string;
 
 pub use cache_file::cache_file;
 pub use cost_model_file::cost_model_file;
 pub use descriptors::descriptors;
 pub use gemm::gemm;
+pub use npy::npy;
 pub use problem_string::problem_string;
 
 /// A harness: any bytes in, a panic on a broken invariant.
 pub type Harness = fn(&[u8]);
 
 /// Every harness by name, as the fuzz targets and the corpus folders call them.
-pub const HARNESSES: [(&str, Harness); 5] = [
+pub const HARNESSES: [(&str, Harness); 6] = [
     ("problem_string", problem_string),
     ("descriptors", descriptors),
     ("cache_file", cache_file),
     ("cost_model_file", cost_model_file),
     ("gemm", gemm),
+    ("npy", npy),
 ];

@@ -69,6 +69,11 @@ fn gemm_corpus() {
     replay_nonempty("gemm");
 }
 
+#[test]
+fn npy_corpus() {
+    replay_nonempty("npy");
+}
+
 /// Every corpus folder belongs to a harness (a renamed target leaves none behind).
 #[test]
 fn every_corpus_folder_has_a_harness() {

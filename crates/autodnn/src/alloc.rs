@@ -7,6 +7,29 @@
 //! the system cannot satisfy is [`Error::OutOfMemory`], never an abort, and so that a test can
 //! fail any one allocation of a call ([`FailNth`]) and check that the call still ends in a
 //! correct output (through the fallback chain) or in a typed out-of-memory error.
+//!
+//! **Routed here** (each a counted request the injector can fail): the workspace pool's
+//! buffer; the GEMM engine's per-thread packing buffers and a batch's list of products; the
+//! packing scratch of implicit GEMM (strip tables, NHWC panels) and of the filter packer;
+//! every algorithm's prepared weights and the plain copy of the filter; tap tables and block
+//! lists (im2col, direct), depthwise's column tables and weight scratch; the spectral
+//! engine's filter tables, line buffers, transform scratch (handed to rustfft's
+//! `process_with_scratch`) and product scratch, and the growth of its plan cache; the
+//! fallback chain's copy of y and the scratch output of timed selection. Per-thread scratch
+//! of parallel loops is made before the loop starts (`parallel::for_each_with`), so that no
+//! worker allocates inside it.
+//!
+//! **Deliberately not routed:**
+//! - rustfft's planners and plans (twiddle tables of O(nh + nw) values per grid size, made
+//!   once per size and cached for the process): rustfft has no fallible planning API;
+//! - rayon's internals (job queues, thread stacks); starting the threads is reported as
+//!   [`Error::OutOfMemory`] by [`crate::Handle::with_threads`];
+//! - error messages, log lines and names;
+//! - selection bookkeeping sized by the number of registered algorithms or threads
+//!   (rankings, chains, timing records, fallback events, the GEMM split's counters);
+//! - the tuning cache's entries (one per distinct problem) and the cost model (read once);
+//! - `PreparedWeights::clone` (the `Clone` trait cannot fail; the caller asks for it);
+//! - the f64 [`crate::reference`] (a test oracle) and the command-line tool.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -21,6 +44,9 @@ static PERSIST: AtomicBool = AtomicBool::new(false);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Set once the armed allocation has failed, so that persistent mode fails the rest.
 static TRIPPED: AtomicBool = AtomicBool::new(false);
+/// Set by the first [`FailNth::count`] or [`FailNth::arm`]: until then a request costs one
+/// load of this flag, and the shared counter is not touched.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The process-wide fault injector for the library's own allocations. It is for tests: one
 /// test at a time may use it (the state is global, shared by every handle and thread).
@@ -35,9 +61,41 @@ static TRIPPED: AtomicBool = AtomicBool::new(false);
 /// ```
 pub struct FailNth;
 
+/// Environment variable read when a handle is made: `N` fails the N-th allocation of the
+/// library's own buffers from then on, `N+` that one and every one after it (a rehearsal of
+/// memory exhaustion; `AUTODNN_FAIL_ALLOC` covers workspaces alone).
+pub const FAIL_NTH_ENV: &str = "AUTODNN_FAIL_NTH";
+
 impl FailNth {
+    /// Arms the injector from [`FAIL_NTH_ENV`] when it is set (and leaves it alone otherwise).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming [`FAIL_NTH_ENV`] for anything but `N` or `N+` with N ≥ 1.
+    pub fn arm_from_env() -> Result<()> {
+        let Ok(v) = std::env::var(FAIL_NTH_ENV) else {
+            return Ok(());
+        };
+        let t = v.trim();
+        let (n, persist) = match t.strip_suffix('+') {
+            Some(n) => (n, true),
+            None => (t, false),
+        };
+        match n.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => {
+                FailNth::arm(n, persist);
+                Ok(())
+            }
+            _ => Err(Error::bad(
+                FAIL_NTH_ENV,
+                &v,
+                "expected N or N+ with a whole number N >= 1",
+            )),
+        }
+    }
+
     /// Fails the `n`-th allocation from now (`n` ≥ 1), and with `persist` every one after it.
     pub fn arm(n: usize, persist: bool) {
+        ACTIVE.store(true, Ordering::SeqCst);
         COUNT.store(0, Ordering::SeqCst);
         TRIPPED.store(false, Ordering::SeqCst);
         PERSIST.store(persist, Ordering::SeqCst);
@@ -54,6 +112,7 @@ impl FailNth {
     /// Resets the allocation counter (and disarms).
     pub fn count() {
         FailNth::disarm();
+        ACTIVE.store(true, Ordering::SeqCst);
         COUNT.store(0, Ordering::SeqCst);
     }
 
@@ -69,7 +128,16 @@ impl FailNth {
     }
 
     /// Whether this allocation is to fail.
+    #[inline]
     fn should_fail() -> bool {
+        if !ACTIVE.load(Ordering::Relaxed) {
+            return false;
+        }
+        FailNth::count_and_check()
+    }
+
+    #[cold]
+    fn count_and_check() -> bool {
         COUNT.fetch_add(1, Ordering::Relaxed);
         if TRIPPED.load(Ordering::Relaxed) {
             return PERSIST.load(Ordering::Relaxed);
@@ -102,6 +170,9 @@ fn oom<T>(n: usize, what: &str, reason: impl std::fmt::Display) -> Error {
 /// # Errors
 /// [`Error::OutOfMemory`] when the system (or the injector) refuses.
 pub(crate) fn try_vec_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     if FailNth::should_fail() {
         return Err(oom::<T>(n, what, "injected failure"));
     }
@@ -114,29 +185,56 @@ pub(crate) fn try_vec_with_capacity<T>(n: usize, what: &str) -> Result<Vec<T>> {
 ///
 /// # Errors
 /// [`Error::OutOfMemory`] when the system (or the injector) refuses.
-#[allow(dead_code)] // used as the allocation sites move over
 pub(crate) fn try_vec<T: Clone>(n: usize, value: T, what: &str) -> Result<Vec<T>> {
     let mut v = try_vec_with_capacity(n, what)?;
     v.resize(n, value);
     Ok(v)
 }
 
-/// Grows `v` to at least `n` elements filled with `value` (never shrinks its capacity), or
-/// [`Error::OutOfMemory`] naming `what`; a call that needs no new memory allocates nothing.
+/// Makes room in `v` for `n` elements in all (never shrinks it), or [`Error::OutOfMemory`]
+/// naming `what`; a call that needs no new memory allocates nothing.
 ///
 /// # Errors
 /// [`Error::OutOfMemory`] when the system (or the injector) refuses.
-#[allow(dead_code)] // used as the allocation sites move over
-pub(crate) fn try_resize<T: Clone>(v: &mut Vec<T>, n: usize, value: T, what: &str) -> Result<()> {
+pub(crate) fn try_reserve<T>(v: &mut Vec<T>, n: usize, what: &str) -> Result<()> {
+    // Every request counts, also one the capacity already covers: a call's count then does
+    // not depend on what earlier calls left in cached buffers, and the injector reaches
+    // every site.
+    if n > 0 && FailNth::should_fail() {
+        return Err(oom::<T>(n, what, "injected failure"));
+    }
     if n > v.capacity() {
-        if FailNth::should_fail() {
-            return Err(oom::<T>(n, what, "injected failure"));
-        }
         v.try_reserve_exact(n - v.len())
             .map_err(|e| oom::<T>(n, what, e))?;
     }
-    v.resize(n, value);
     Ok(())
+}
+
+/// Makes room in `map` for `additional` more entries, or [`Error::OutOfMemory`] naming
+/// `what` (every request counts, as for [`try_reserve`]).
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when the system (or the injector) refuses.
+pub(crate) fn try_reserve_map<K: Eq + std::hash::Hash, V>(
+    map: &mut std::collections::HashMap<K, V>,
+    additional: usize,
+    what: &str,
+) -> Result<()> {
+    if additional > 0 && FailNth::should_fail() {
+        return Err(oom::<(K, V)>(additional, what, "injected failure"));
+    }
+    map.try_reserve(additional)
+        .map_err(|e| oom::<(K, V)>(additional, what, e))
+}
+
+/// A copy of `src`, or [`Error::OutOfMemory`] naming `what`.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when the system (or the injector) refuses.
+pub(crate) fn try_copy<T: Clone>(src: &[T], what: &str) -> Result<Vec<T>> {
+    let mut v = try_vec_with_capacity(src.len(), what)?;
+    v.extend_from_slice(src);
+    Ok(v)
 }
 
 #[cfg(test)]
@@ -148,7 +246,7 @@ mod tests {
         let e = try_vec_with_capacity::<u64>(usize::MAX / 4, "x").unwrap_err();
         assert!(matches!(e, Error::OutOfMemory { .. }), "{e}");
         let mut v: Vec<u8> = Vec::new();
-        assert!(try_resize(&mut v, usize::MAX / 2, 0, "y").is_err());
+        assert!(try_reserve(&mut v, usize::MAX / 2, "y").is_err());
         assert_eq!(try_vec(3, 1u8, "z").unwrap(), vec![1, 1, 1]);
     }
 }

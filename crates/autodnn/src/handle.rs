@@ -121,6 +121,7 @@ impl Handle {
         }
         let isa = Isa::from_env()?;
         let settings = Settings::from_env()?;
+        crate::alloc::FailNth::arm_from_env()?;
         let pool = start_pool(threads, "autodnn", "worker")?;
         let helpers = if threads > 1 {
             Some(Arc::new(start_pool(threads - 1, "autodnn-gemm", "helper")?))
@@ -312,13 +313,8 @@ impl Handle {
         Ok(match a.prepare(&ctx, problem, w)? {
             Some(data) => PreparedWeights::new(a.name(), problem, data, true),
             None => {
-                let mut data = Vec::new();
                 let n = problem.w().elements();
-                data.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
-                    bytes: n.saturating_mul(4),
-                    what: format!("a copy of the filter: {e}"),
-                })?;
-                data.extend_from_slice(&w[..n]);
+                let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
                 PreparedWeights::new(a.name(), problem, data, false)
             }
         })
@@ -449,18 +445,38 @@ impl Handle {
         read(&self.shared.cache_path).clone()
     }
 
-    /// Loads the tuning cache from `path` (see [`TuningCache::load`]: a missing file is an
-    /// empty cache, a bad one is set aside with a warning) and remembers the path for
+    /// Loads the tuning cache from `path` for a run that will save it (see
+    /// [`TuningCache::load`]: a missing file is an empty cache; a file that is not a tuning
+    /// cache is read as empty with a warning, left as it is, and set aside as `FILE.bak` by the
+    /// next [`Handle::save_tuning_cache`]) and remembers the path for
     /// [`Handle::save_tuning_cache`]; the cost model is looked for beside it.
     ///
     /// # Errors
+    /// [`Error::BadParam`] (`cache.path`) when the file's folder does not exist;
     /// [`Error::Io`] when the file exists but cannot be read.
     pub fn load_tuning_cache(&self, path: &Path) -> Result<()> {
-        let loaded = TuningCache::load(path)?;
+        self.install_cache(path, TuningCache::load(path)?);
+        Ok(())
+    }
+
+    /// Loads the tuning cache from `path` for a run that only reads it (see
+    /// [`TuningCache::load_read_only`]): nothing is created, locked or renamed, and a file that
+    /// is not a tuning cache is an error. Remembers the path as
+    /// [`Handle::load_tuning_cache`] does.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] (`cache.path`) when the file's folder does not exist,
+    /// [`Error::BadParam`] (`cache.file`) when the file is not a tuning cache,
+    /// [`Error::Io`] when it cannot be read.
+    pub fn load_tuning_cache_read_only(&self, path: &Path) -> Result<()> {
+        self.install_cache(path, TuningCache::load_read_only(path)?);
+        Ok(())
+    }
+
+    fn install_cache(&self, path: &Path, loaded: TuningCache) {
         *write(&self.shared.cache) = loaded;
         *write(&self.shared.cache_path) = Some(path.to_path_buf());
         *write(&self.shared.cost_model) = None;
-        Ok(())
     }
 
     /// Writes the tuning cache to the path it was loaded from (else

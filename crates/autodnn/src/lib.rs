@@ -12,6 +12,7 @@
 //! - [`ProblemSpec`] reads and writes oneDNN benchdnn's problem strings; [`models`] holds
 //!   built-in layer lists of real networks.
 //! - [`reference`] is an f64 oracle for tests and checks.
+//! - [`npy`] reads and writes float32 arrays in NumPy's `.npy` format.
 //!
 //! ```
 //! use autodnn::{Handle, Layout, ProblemSpec};
@@ -38,6 +39,7 @@ mod error;
 pub mod gemm;
 mod handle;
 pub mod models;
+pub mod npy;
 mod parallel;
 mod problem_string;
 pub mod reference;
@@ -58,13 +60,20 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The default per-user path of the tuning cache: `$AUTODNN_CACHE` if set, else
 /// `$XDG_CACHE_HOME/autodnn/tuning.json`, else `$HOME/.cache/autodnn/tuning.json` (on Windows
-/// `%LOCALAPPDATA%\autodnn\tuning.json`).
+/// `%LOCALAPPDATA%\autodnn\tuning.json`). The folder of the per-user path is made on the first
+/// write; the folder of a path from `$AUTODNN_CACHE` must exist (see [`select::cache`]).
 pub fn default_cache_path() -> std::path::PathBuf {
+    match std::env::var_os("AUTODNN_CACHE").filter(|v| !v.is_empty()) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => per_user_cache_path(),
+    }
+}
+
+/// The per-user path of the tuning cache, ignoring `$AUTODNN_CACHE`: its folder is autodnn's
+/// own, made on the first write.
+pub(crate) fn per_user_cache_path() -> std::path::PathBuf {
     use std::path::PathBuf;
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(p) = env("AUTODNN_CACHE") {
-        return PathBuf::from(p);
-    }
     let base = env("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))

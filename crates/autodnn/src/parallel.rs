@@ -1,6 +1,48 @@
-//! Sharing one output buffer among worker threads that write disjoint elements.
+//! Sharing one output buffer among worker threads that write disjoint elements, and
+//! parallel loops whose per-thread scratch is allocated fallibly before they start.
 
 use std::marker::PhantomData;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+
+use crate::conv::ExecContext;
+use crate::error::Result;
+
+/// Runs `f(scratch, i)` for every `i` in `0..items` on the context's threads, each thread
+/// with its own scratch, made by `init` before the loop starts (on the calling thread alone
+/// with one thread or one item). `init` allocates fallibly: an error of it is returned, and
+/// items not started by then do not run. A thread that finds its scratch in use (an item of this loop it
+/// runs while waiting inside another, should `f` ever wait on other work) makes one more.
+///
+/// # Errors
+/// The first error of `init`.
+pub(crate) fn for_each_with<S: Send>(
+    ctx: &ExecContext<'_>,
+    items: usize,
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) -> Result<()> {
+    if ctx.threads <= 1 || items <= 1 {
+        let mut s = init()?;
+        (0..items).for_each(|i| f(&mut s, i));
+        return Ok(());
+    }
+    let mut slots = crate::alloc::try_vec_with_capacity(ctx.threads, "per-thread scratch")?;
+    for _ in 0..ctx.threads {
+        slots.push(Mutex::new(init()?));
+    }
+    ctx.pool.install(|| {
+        (0..items).into_par_iter().try_for_each(|i| {
+            let slot = rayon::current_thread_index().and_then(|t| slots.get(t));
+            match slot.and_then(|m| m.try_lock().ok()) {
+                Some(mut s) => f(&mut s, i),
+                None => f(&mut init()?, i),
+            }
+            Ok(())
+        })
+    })
+}
 
 /// A mutable output that several threads write at once, each at elements no other thread
 /// touches. Algorithms split their output by (image, channel, position) blocks; the tensor

@@ -10,6 +10,7 @@ use autodnn::{reference, Handle, Layout};
 use common::{assert_exact, int_data, max_errors, problem, run_plain, run_prepared};
 use std::alloc::{GlobalAlloc, Layout as StdLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 fn every_algorithm_matches_the_reference(spec: &str) {
     for layout in [Layout::Nchw, Layout::Nhwc] {
@@ -71,6 +72,9 @@ struct Largest;
 
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
+/// Held by the tests that read [`LARGEST`] (tests of one binary run on parallel threads).
+static MEASURING: Mutex<()> = Mutex::new(());
+
 // SAFETY: forwards to the system allocator unchanged, only recording the request size.
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, layout: StdLayout) -> *mut u8 {
@@ -99,6 +103,7 @@ static ALLOC: Largest = Largest;
 fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
     let p = problem("mb1ic1oc1ih1iw1kh100000000kw1oh1ow1", Layout::Nchw);
     let h = Handle::with_threads(1).unwrap();
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     LARGEST.store(0, Ordering::SeqCst);
     for a in conv::algorithms() {
         if a.check(&p).is_err() {
@@ -182,4 +187,33 @@ fn strided_batch_with_empty_operands_and_huge_strides() {
     )
     .unwrap();
     assert_eq!(c, vec![2.0f32; 18]);
+}
+
+/// A kernel of 2·10^5 rows on a one-pixel image (all but one tap in the padding): `direct`
+/// kept a load description of every tap for every tile (480 bytes each), and
+/// `implicit_gemm` described every window for every strip it packed (quadratic in the
+/// kernel: 148 s at 10^6 rows). Now both keep only what the image reaches or the strip uses.
+#[test]
+fn a_kernel_far_larger_than_the_image_runs_in_bounded_memory() {
+    let p = problem("mb1ic1oc2ih1iw1kh200000kw1oh1ow1", Layout::Nchw);
+    let x = int_data(p.x().span(), 1);
+    let w = int_data(p.w().elements(), 2);
+    let r = reference::conv_forward(&p, &x, &w).unwrap();
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let mut h = Handle::with_threads(1).unwrap();
+        h.set_isa_cap(isa);
+        for name in ["direct", "implicit_gemm", "gemm"] {
+            LARGEST.store(0, Ordering::SeqCst);
+            let y = run_plain(&h, name, &p, &x, &w);
+            let largest = LARGEST.load(Ordering::SeqCst);
+            assert_exact(&p, &y, &r, &format!("{name} {isa:?}"));
+            // The tap table (40 bytes a tap) and the workspace's patch column (4 bytes a tap)
+            // are the largest buffers: 8 MB.
+            assert!(
+                largest <= 9 << 20,
+                "{name} {isa:?}: an allocation of {largest} bytes"
+            );
+        }
+    }
 }

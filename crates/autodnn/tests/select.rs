@@ -957,24 +957,38 @@ fn bad_cache_files_are_set_aside_with_a_warning() {
     for (tag, content) in cases {
         let path = temp_path(tag);
         std::fs::write(&path, &content).unwrap();
+        // A reader refuses it, naming the file, and leaves it.
         let h = handle();
+        let e = h.load_tuning_cache_read_only(&path).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadParam { field, value, .. }
+                if field == "cache.file" && *value == path.display().to_string()),
+            "{tag}: {e}"
+        );
+        // A writer's load reads it as empty with a warning, and leaves it too.
         h.load_tuning_cache(&path).unwrap();
         let cache = h.tuning_cache();
         assert_eq!(cache.warnings().len(), 1, "{tag}");
         assert!(
-            cache.warnings()[0].contains("set aside"),
+            cache.warnings()[0].contains("until the cache is saved"),
             "{tag}: {:?}",
             cache.warnings()
         );
         let bak = cache::backup_path(&path);
-        assert_eq!(std::fs::read_to_string(&bak).unwrap(), content, "{tag}");
-        assert!(!path.exists());
-        // A working run, and a rebuilt file.
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), content, "{tag}");
+        assert!(!bak.exists(), "{tag}");
+        // A working run; saving sets the file aside and rebuilds it.
         let p = problem(SMALL);
         let d = data(&p, 16);
         let (_, y) = run_public(&h, &p, &d, 0.0);
         assert_exact(&p, &y, &d.reference, tag);
         h.save_tuning_cache().unwrap();
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), content, "{tag}");
+        let warnings = h.tuning_cache().warnings().to_vec();
+        assert!(
+            warnings.last().is_some_and(|w| w.contains("set aside as")),
+            "{tag}: {warnings:?}"
+        );
         let again = TuningCache::load(&path).unwrap();
         assert!(again.warnings().is_empty(), "{tag}");
         assert_eq!(again.len(), 1, "{tag}");

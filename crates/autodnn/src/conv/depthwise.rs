@@ -194,12 +194,8 @@ impl ConvAlgorithm for Depthwise {
         }
         let g = Geo::new(problem);
         let (k, taps) = (g.k, g.taps());
-        let mut out = Vec::new();
-        out.try_reserve_exact(k * taps)
-            .map_err(|e| Error::OutOfMemory {
-                bytes: k * taps * 4,
-                what: format!("depthwise's prepared weights: {e}"),
-            })?;
+        let mut out =
+            crate::alloc::try_vec_with_capacity(k * taps, "depthwise's prepared weights")?;
         for t in 0..taps {
             let ti = g.tap_index(t);
             out.extend((0..k).map(|kk| w[kk * taps + ti]));
@@ -246,7 +242,6 @@ impl ConvAlgorithm for Depthwise {
             Mode::Planar => planar(ctx, &g, set, x, weights.data(), &out, epi),
             Mode::ChannelsLast => channels_last(ctx, &g, set, x, weights, &out, epi),
         }
-        Ok(())
     }
 }
 
@@ -342,10 +337,15 @@ enum Step {
 /// The column table: for each vector of output columns, one entry for the outputs (offset in
 /// y's row and the lanes inside it) followed by one per kernel column (offset in x's row and
 /// the lanes or elements inside it). Shared by every channel and row.
-fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when it cannot be allocated.
+fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Result<Vec<ColLoad>> {
     let low = |n: usize| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
     let nv = g.ow.div_ceil(lanes);
-    let mut cols = Vec::with_capacity(nv * (g.s + 1));
+    // One entry per vector, then one per kernel column (three for a 3-wide window).
+    let per = 1 + g.s.max(3);
+    let mut cols = crate::alloc::try_vec_with_capacity(nv * per, "depthwise's column table")?;
     for j in 0..nv {
         let ow0 = j * lanes;
         cols.push(ColLoad {
@@ -395,7 +395,7 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Vec<ColLoad> {
             cols.push(ld);
         }
     }
-    cols
+    Ok(cols)
 }
 
 /// A run of an NCHW-like kernel: units `u0..u1` of one image, unit u = k·blocks + b being row
@@ -483,7 +483,7 @@ fn planar(
     w: &[f32],
     out: &SharedOut<'_>,
     epi: &EpilogueArgs<'_>,
-) {
+) -> Result<()> {
     let fast = match (g.r, g.s) {
         (3, 3) => Some(0),
         (5, 5) => Some(1),
@@ -506,7 +506,7 @@ fn planar(
         Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
         None => (set.plane_generic[step as usize], GENERIC_ROWS),
     };
-    let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step);
+    let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step)?;
     let blocks = g.oh.div_ceil(rows);
     let per_image = g.k.div_ceil(if pair { 2 } else { 1 }) * blocks;
     for_ranges(ctx, g.n * per_image, |start, end| {
@@ -569,6 +569,7 @@ fn planar(
             u = u1;
         }
     });
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -661,7 +662,7 @@ fn channels_last(
     weights: ClWeights<'_>,
     out: &SharedOut<'_>,
     epi: &EpilogueArgs<'_>,
-) {
+) -> Result<()> {
     let lanes = set.lanes;
     let taps = g.taps();
     let fast = match (g.r, g.s) {
@@ -688,7 +689,7 @@ fn channels_last(
     let rows_per = g.oh.div_ceil(parts);
     let parts = g.oh.div_ceil(rows_per);
 
-    let run_item = |scratch: &mut Vec<f32>, item: usize| {
+    let run_item = |(scratch, idx): &mut (Vec<f32>, Vec<[isize; 16]>), item: usize| {
         let part = item % parts;
         let chunk = (item / parts) % chunks;
         let n = item / parts / chunks;
@@ -698,7 +699,8 @@ fn channels_last(
         );
         let (wt, wblock, wstride) = match weights {
             ClWeights::Plain(w) => {
-                // Reorder this chunk's weights tap-major per block: [block][tap][lane].
+                // Reorder this chunk's weights tap-major per block: [block][tap][lane]
+                // (within the capacity reserved for a whole chunk: nothing is allocated).
                 scratch.clear();
                 scratch.resize((b1 - b0) * taps * lanes, 0.0);
                 for (bi, b) in (b0..b1).enumerate() {
@@ -722,16 +724,13 @@ fn channels_last(
                 g.k,
             ),
         };
-        let idx: Vec<[isize; 16]> = if g.mult > 1 {
-            (b0..b1)
-                .map(|b| {
-                    let k0 = b * lanes;
-                    std::array::from_fn(|l| ((k0 + l) / g.mult - k0 / g.mult) as isize)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        idx.clear();
+        if g.mult > 1 {
+            idx.extend((b0..b1).map(|b| {
+                let k0 = b * lanes;
+                std::array::from_fn(|l| ((k0 + l) / g.mult - k0 / g.mult) as isize)
+            }));
+        }
         let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
         let job = ClJob {
             x: x.as_ptr().wrapping_add(n * g.xs[0]),
@@ -765,7 +764,7 @@ fn channels_last(
             wblock,
             wstride,
             bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
-            idx: &idx,
+            idx,
             epi,
         };
         // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU has.
@@ -788,16 +787,22 @@ fn channels_last(
     };
 
     let items = g.n * chunks * parts;
-    if ctx.threads <= 1 || items == 1 {
-        let mut scratch = Vec::new();
-        (0..items).for_each(|i| run_item(&mut scratch, i));
-    } else {
-        ctx.pool.install(|| {
-            (0..items)
-                .into_par_iter()
-                .for_each_init(Vec::new, |s, i| run_item(s, i))
-        });
-    }
+    // Per thread: one chunk's reordered weights (plain ones only) and lane indices.
+    let plain = matches!(weights, ClWeights::Plain(_));
+    let scratch = || -> Result<(Vec<f32>, Vec<[isize; 16]>)> {
+        let what = "depthwise's weight scratch";
+        let w = if plain {
+            CL_CHUNK_BLOCKS * taps * lanes
+        } else {
+            0
+        };
+        let i = if g.mult > 1 { CL_CHUNK_BLOCKS } else { 0 };
+        Ok((
+            crate::alloc::try_vec_with_capacity(w, what)?,
+            crate::alloc::try_vec_with_capacity(i, what)?,
+        ))
+    };
+    crate::parallel::for_each_with(ctx, items, scratch, run_item)
 }
 
 // ---------------------------------------------------------------------------------------------

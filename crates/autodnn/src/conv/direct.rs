@@ -19,8 +19,6 @@
 //! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
 //! small images (7×7) where vectorising along a row would not.
 
-use rayon::prelude::*;
-
 use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
@@ -137,6 +135,19 @@ impl Geometry {
         }
     }
 
+    /// The most taps [`Geometry::build_taps`] keeps for a tile of `tile_positions` positions:
+    /// those whose window reaches the image. A tile spans at most that many output rows and
+    /// columns, and in one output row at most ⌈H / dilation⌉ kernel rows reach the image
+    /// (likewise for columns), so a kernel far larger than the image keeps a short list.
+    fn max_taps(&self, tile_positions: usize) -> usize {
+        let rows = self.oh.min(tile_positions);
+        let cols = self.ow.min(tile_positions);
+        let reach = |extent: i64, dil: i64| (extent as usize).div_ceil(dil.max(1) as usize);
+        let u = self.r.min(rows.saturating_mul(reach(self.h, self.dil[0])));
+        let v = self.s.min(cols.saturating_mul(reach(self.w, self.dil[1])));
+        u * v
+    }
+
     /// Describes the loads of every tap for the tile of positions `p0 .. p0 + pv·L`. Returns
     /// false when some offset does not fit a gather index (the portable kernel then runs).
     fn build_taps<const L: usize>(&self, p0: usize, pv: usize, taps: &mut Vec<Tap<L>>) -> bool {
@@ -181,7 +192,11 @@ impl Geometry {
                     }
                     gather_ok &= describe(&offs, valid, load);
                 }
-                taps.push(tap);
+                // A tap whose every lane is in the padding adds nothing: leave it out (a
+                // kernel far larger than the image, kh = 10^6 on one row, keeps a short list).
+                if tap.loads[..pv].iter().any(|l| l.nseg != 0) {
+                    taps.push(tap);
+                }
             }
         }
         gather_ok
@@ -281,7 +296,6 @@ impl ConvAlgorithm for Direct {
                 portable_tile::<8, false>(a, o)
             }),
         }
-        Ok(())
     }
 }
 
@@ -300,7 +314,7 @@ fn frame<const L: usize>(
     epi: &EpilogueArgs<'_>,
     tile: DirectTile,
     kernel: TileFn<L>,
-) {
+) -> Result<()> {
     let positions = geo.oh * geo.ow;
     let tile_positions = tile.pv * L;
     let tiles = positions.div_ceil(tile_positions);
@@ -318,6 +332,7 @@ fn frame<const L: usize>(
     let chunk_len = jobs.div_ceil(chunks);
     let items = base_items * chunks;
 
+    let max_taps = geo.max_taps(tile_positions);
     let run_item = |taps: &mut Vec<Tap<L>>, acc: &mut Vec<f32>, item: usize| {
         let chunk = item % chunks;
         let t = (item / chunks) % tiles;
@@ -325,7 +340,13 @@ fn frame<const L: usize>(
         let p0 = t * tile_positions;
         let np = tile_positions.min(positions - p0);
         let pv = np.div_ceil(L);
+        // Within the capacities `scratch` reserved: nothing is allocated here.
         let gather_ok = geo.build_taps::<L>(p0, pv, taps);
+        debug_assert!(
+            taps.len() <= max_taps,
+            "{} taps over the bound {max_taps}",
+            taps.len()
+        );
         acc.resize(tile.ocb * PV_MAX * L, 0.0);
         for job in chunk * chunk_len..((chunk + 1) * chunk_len).min(jobs) {
             let g = job / blocks;
@@ -350,19 +371,16 @@ fn frame<const L: usize>(
         }
     };
 
-    if ctx.threads <= 1 || items == 1 {
-        let (mut taps, mut acc) = (Vec::new(), Vec::new());
-        for item in 0..items {
-            run_item(&mut taps, &mut acc, item);
-        }
-    } else {
-        ctx.pool.install(|| {
-            (0..items).into_par_iter().for_each_init(
-                || (Vec::new(), Vec::new()),
-                |(taps, acc), item| run_item(taps, acc, item),
-            )
-        });
-    }
+    // Per thread: one tap table (the taps a tile can reach) and one accumulator block.
+    let scratch = || -> Result<(Vec<Tap<L>>, Vec<f32>)> {
+        Ok((
+            crate::alloc::try_vec_with_capacity(max_taps, "direct's tap table")?,
+            crate::alloc::try_vec_with_capacity(tile.ocb * PV_MAX * L, "direct's accumulators")?,
+        ))
+    };
+    crate::parallel::for_each_with(ctx, items, scratch, |(taps, acc), item| {
+        run_item(taps, acc, item)
+    })
 }
 
 /// Writes a computed block to y, through the epilogue.

@@ -345,9 +345,17 @@ impl Geometry {
 
     /// The GEMMs of the problem, blocks of at most `max` positions (never crossing an output
     /// row unless y's positions flatten).
-    pub fn blocks(&self, max: usize) -> Vec<Block> {
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the list cannot be allocated.
+    pub fn blocks(&self, max: usize) -> Result<Vec<Block>> {
         let bp = self.block_positions(max);
-        let mut out = Vec::new();
+        // At most one block per `bp` positions, plus one per output row a block ends early at.
+        let per = self.positions.div_ceil(bp) + self.positions.div_ceil(self.ow.max(1));
+        let mut out = crate::alloc::try_vec_with_capacity(
+            self.n.saturating_mul(self.groups).saturating_mul(per),
+            "the GEMM blocks",
+        )?;
         for n in 0..self.n {
             for g in 0..self.groups {
                 let mut p0 = 0;
@@ -366,7 +374,7 @@ impl Geometry {
                 }
             }
         }
-        out
+        Ok(out)
     }
 
     /// Offset of image n, group g's first input channel in x.
@@ -448,9 +456,10 @@ impl Geometry {
 
     /// Splits positions `p0 .. p0 + np` into runs inside one output row that do not cross a
     /// multiple of `unit` (relative to p0): (index relative to p0, length, window origin row,
-    /// window origin column).
-    fn segments(&self, p0: usize, np: usize, unit: usize) -> Vec<Seg> {
-        let mut out = Vec::with_capacity(np / self.ow.min(unit).max(1) + 2);
+    /// window origin column), into `out` (cleared first; at most `np / min(ow, unit) + 2`
+    /// of them, which a [`StripScratch`] for `np` positions holds without growing).
+    fn segments(&self, p0: usize, np: usize, unit: usize, out: &mut Vec<Seg>) {
+        out.clear();
         let mut i = 0;
         while i < np {
             let p = p0 + i;
@@ -464,14 +473,22 @@ impl Geometry {
             });
             i += len;
         }
-        out
     }
 
     /// Explicit im2col of a block, laid out to suit x: for NCHW-like x ([`Geometry::channels_inner`]
     /// false) row t holds tap t of the `np` positions (`col[t·np + i]`); for NHWC-like x row i
     /// holds the `depth` taps of position i (`col[i·depth + t]`). Every element of
     /// `col[.. depth·np]` is written. Rows are shared among the context's threads.
-    pub fn im2col(&self, ctx: &ExecContext<'_>, x: &[f32], b: &Block, col: &mut [f32]) {
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the packer's scratch cannot be allocated.
+    pub fn im2col(
+        &self,
+        ctx: &ExecContext<'_>,
+        x: &[f32],
+        b: &Block,
+        col: &mut [f32],
+    ) -> Result<()> {
         use rayon::prelude::*;
         let xbase = self.x_base(b);
         let np = b.np;
@@ -487,24 +504,42 @@ impl Geometry {
             } else {
                 col.chunks_mut(self.depth).enumerate().for_each(fill);
             }
+            Ok(())
         } else {
             let strip = if ctx.isa == Isa::Avx512 { STRIP } else { np };
             let parts = if parallel { ctx.threads * 4 } else { 1 };
             let rows = self.depth.div_ceil(parts);
-            let fill = |(i, part): (usize, &mut [f32])| {
+            let fill = |(i, part): (usize, &mut [f32])| -> Result<()> {
                 let taps = &self.taps[i * rows..i * rows + part.len() / np];
-                let mut sc = StripScratch::default();
-                for at in (0..np).step_by(strip) {
-                    let n = strip.min(np - at);
-                    let dst = &mut part[at..];
-                    self.pack_strip(ctx.isa, x, xbase, b.p0 + at, n, n, taps, dst, np, &mut sc);
+                let mut sc = StripScratch::new(self, strip, IM2COL_TAP_CHUNK)?;
+                // Taps in chunks, so that the strip packer describes the windows of one
+                // chunk at a time (bounded scratch whatever the kernel's size).
+                for (c, chunk) in taps.chunks(IM2COL_TAP_CHUNK).enumerate() {
+                    let rows = &mut part[c * IM2COL_TAP_CHUNK * np..];
+                    for at in (0..np).step_by(strip) {
+                        let n = strip.min(np - at);
+                        let dst = &mut rows[at..];
+                        self.pack_strip(
+                            ctx.isa,
+                            x,
+                            xbase,
+                            b.p0 + at,
+                            n,
+                            n,
+                            chunk,
+                            dst,
+                            np,
+                            &mut sc,
+                        );
+                    }
                 }
+                Ok(())
             };
             if parts > 1 {
                 ctx.pool
-                    .install(|| col.par_chunks_mut(rows * np).enumerate().for_each(fill));
+                    .install(|| col.par_chunks_mut(rows * np).enumerate().try_for_each(fill))
             } else {
-                fill((0, col));
+                fill((0, col))
             }
         }
     }
@@ -600,7 +635,8 @@ impl Geometry {
 impl Geometry {
     /// Packs a strip of `n` consecutive output positions from `start` (row order) for each
     /// tap of `taps`: row i (tap i) at `dst[i·ld ..]` gets `width ≥ n` lanes, the positions'
-    /// inputs then zeros. `sc` is scratch reused across calls.
+    /// inputs then zeros. `sc` is scratch reused across calls, made for at least `width`
+    /// positions (it then never grows here).
     #[allow(clippy::too_many_arguments)]
     fn pack_strip(
         &self,
@@ -619,23 +655,56 @@ impl Geometry {
             return;
         }
         assert!(n <= width && dst.len() >= (taps.len() - 1) * ld + width);
-        let segs = self.segments(start, n, usize::MAX);
+        let mut segs = std::mem::take(&mut sc.segs);
+        self.segments(start, n, usize::MAX, &mut segs);
+        self.pack_strip_segs(isa, x, xbase, n, width, taps, dst, ld, &segs, sc);
+        sc.segs = segs;
+    }
+
+    /// [`Geometry::pack_strip`] once the strip's segments are known.
+    #[allow(clippy::too_many_arguments)]
+    fn pack_strip_segs(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        xbase: usize,
+        n: usize,
+        width: usize,
+        taps: &[Tap],
+        dst: &mut [f32],
+        ld: usize,
+        segs: &[Seg],
+        sc: &mut StripScratch,
+    ) {
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 && width <= STRIP && self.row_loads(&segs, sc) {
-            let loads = &sc.loads;
-            let step = self.stride[1] as usize * self.xs[3];
-            // Every enabled lane reads an in-range (c, ih, iw) of this image and group: the
-            // largest such offset is inside x (checked by the caller against the descriptor;
-            // asserted here because the kernel reads through raw pointers).
-            let last_c = taps.iter().map(|t| t.xoff).max().unwrap_or(0);
-            let last_w = loads.iter().map(|l| l.last).max().unwrap_or(0);
-            assert!(xbase + last_c + last_w < x.len());
-            return avx512::fill_rows(x, xbase, taps, loads, step, dst, ld, width);
+        if isa == Isa::Avx512 && width <= STRIP {
+            // Only the windows these taps use are described; taps whose windows would be far
+            // more than the taps (a kernel of 10^6 windows, a depth block across a channel
+            // or kernel-row boundary) are packed in pieces.
+            if let Some(k) = self.window_split(taps) {
+                let (a, b) = taps.split_at(k);
+                self.pack_strip_segs(isa, x, xbase, n, width, a, dst, ld, segs, sc);
+                let rest = &mut dst[k * ld..];
+                return self.pack_strip_segs(isa, x, xbase, n, width, b, rest, ld, segs, sc);
+            }
+            let win0 = taps.iter().map(|t| t.win).min().unwrap_or(0);
+            let win1 = taps.iter().map(|t| t.win).max().unwrap_or(0);
+            if self.row_loads(segs, sc, win0, win1) {
+                let loads = &sc.loads;
+                let step = self.stride[1] as usize * self.xs[3];
+                // Every enabled lane reads an in-range (c, ih, iw) of this image and group:
+                // the largest such offset is inside x (checked by the caller against the
+                // descriptor; asserted here because the kernel reads through raw pointers).
+                let last_c = taps.iter().map(|t| t.xoff).max().unwrap_or(0);
+                let last_w = loads.iter().map(|l| l.last).max().unwrap_or(0);
+                assert!(xbase + last_c + last_w < x.len());
+                return avx512::fill_rows(x, xbase, taps, loads, win0, step, dst, ld, width);
+            }
         }
         let _ = (isa, &sc);
         for (i, tap) in taps.iter().enumerate() {
             let row = &mut dst[i * ld..i * ld + width];
-            for sg in &segs {
+            for sg in segs {
                 self.fill_seg(
                     x,
                     xbase,
@@ -649,11 +718,29 @@ impl Geometry {
         }
     }
 
+    /// Where to cut `taps` so that describing their windows costs no more than the taps:
+    /// `None` when the windows from the lowest to the highest number at most the taps and, if
+    /// they cross a kernel row, the kernel's columns do too; otherwise the first place where
+    /// the windows wrap (the next channel) or leave the first tap's kernel row.
+    fn window_split(&self, taps: &[Tap]) -> Option<usize> {
+        let kw = self.win_cols.len().max(1);
+        let lo = taps.iter().map(|t| t.win).min()?;
+        let hi = taps.iter().map(|t| t.win).max()?;
+        let wide = hi - lo + 1 > taps.len() || (lo / kw != hi / kw && kw > taps.len());
+        if !wide {
+            return None;
+        }
+        let row = taps[0].win / kw;
+        taps.windows(2)
+            .position(|p| p[1].win < p[0].win || p[1].win / kw != row)
+            .map(|k| k + 1)
+    }
+
     /// Describes, for every window offset (r, s), how the strip of segments `segs` loads its
     /// lanes (relative to a channel's base), into `sc.loads`. False when a strip needs more
     /// than [`MAX_SEGMENTS`] runs or offsets the kernels cannot index. The column arithmetic
     /// (the only divisions) is done once per (segment, s), not per window.
-    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch) -> bool {
+    fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch, win0: usize, win1: usize) -> bool {
         if segs.len() > MAX_SEGMENTS || self.stride[1] as usize * self.xs[3] > 1 << 24 {
             return false;
         }
@@ -662,8 +749,16 @@ impl Geometry {
         let step = sw * xs3;
         let nseg = segs.len();
         // Per (s, segment): lanes inside the image, and the column part of the offset.
+        // Window w = r·S + s for w in win0 ..= win1; within one kernel row, only its columns.
+        let kw = self.win_cols.len();
+        let (r0, r1) = (win0 / kw, win1 / kw);
+        let (s0, s1) = if r0 == r1 {
+            (win0 % kw, win1 % kw)
+        } else {
+            (0, kw - 1)
+        };
         sc.cols.clear();
-        for &dw in &self.win_cols {
+        for &dw in &self.win_cols[s0..=s1] {
             for sg in segs {
                 let first = sg.iw0 + dw;
                 let len = sg.len as i64;
@@ -697,11 +792,11 @@ impl Geometry {
             }
         }
         // Entries past each load's `nseg` are never read: only the counts are reset.
-        let windows = self.win_rows.len() * self.win_cols.len();
-        sc.loads.resize(windows, RowLoad::EMPTY);
+        sc.loads.resize(win1 + 1 - win0, RowLoad::EMPTY);
         let mut loads = sc.loads.iter_mut();
-        for &dh in &self.win_rows {
-            for s in 0..self.win_cols.len() {
+        for win in win0..=win1 {
+            let (dh, s) = (self.win_rows[win / kw], win % kw - s0);
+            {
                 let load = loads.next().expect("one load per window");
                 load.nseg = 0;
                 load.last = 0;
@@ -729,6 +824,29 @@ impl Geometry {
 pub(crate) struct StripScratch {
     loads: Vec<RowLoad>,
     cols: Vec<ColRun>,
+    segs: Vec<Seg>,
+}
+
+impl StripScratch {
+    /// Scratch for strips of at most `width` positions of `geo` and calls of at most `taps`
+    /// taps, allocated at once: packing then never grows it (one load per window described,
+    /// one column run per (window column, segment) of at most [`MAX_SEGMENTS`], at most
+    /// `width + 2` segments).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when it cannot be allocated.
+    fn new(geo: &Geometry, width: usize, taps: usize) -> Result<StripScratch> {
+        let what = "the strip packer's scratch";
+        // A call describes at most as many windows, and kernel columns, as it packs taps
+        // (`Geometry::window_split`).
+        let windows = (geo.win_rows.len() * geo.win_cols.len()).min(taps);
+        let columns = geo.win_cols.len().min(taps);
+        Ok(StripScratch {
+            loads: crate::alloc::try_vec_with_capacity(windows, what)?,
+            cols: crate::alloc::try_vec_with_capacity(columns * MAX_SEGMENTS, what)?,
+            segs: crate::alloc::try_vec_with_capacity(width + 2, what)?,
+        })
+    }
 }
 
 /// The lanes of one run that a window column offset keeps inside the image, and the
@@ -740,6 +858,10 @@ struct ColRun {
     off: i64,
     last: i64,
 }
+
+/// Taps of an explicit im2col packed per strip-packer call (the engine's depth blocks are
+/// at most [`crate::gemm::blocking::KC_MAX`] taps likewise).
+const IM2COL_TAP_CHUNK: usize = 1024;
 
 /// Lanes of one packed strip the AVX-512 packer fills at once (two vectors).
 const STRIP: usize = 32;
@@ -804,22 +926,25 @@ mod avx512 {
         xbase: usize,
         taps: &[Tap],
         loads: &[RowLoad],
+        win0: usize,
         step: usize,
         dst: &mut [f32],
         ld: usize,
         width: usize,
     ) {
         assert!(width <= STRIP && !taps.is_empty() && dst.len() >= (taps.len() - 1) * ld + width);
-        assert!(taps.iter().all(|t| t.win < loads.len()));
+        assert!(taps
+            .iter()
+            .all(|t| t.win >= win0 && t.win - win0 < loads.len()));
         // SAFETY: the AVX-512 packer is chosen only under an Avx512 cap, which the handle
         // never sets above what the CPU has; the caller asserted that every enabled lane's
         // element lies inside x (largest channel base + largest load offset < x.len()), and
         // rows are inside dst (asserted above).
         unsafe {
             match step {
-                1 => rows::<1>(x, xbase, taps, loads, step, dst, ld, width),
-                2 => rows::<2>(x, xbase, taps, loads, step, dst, ld, width),
-                _ => rows::<0>(x, xbase, taps, loads, step, dst, ld, width),
+                1 => rows::<1>(x, xbase, taps, loads, win0, step, dst, ld, width),
+                2 => rows::<2>(x, xbase, taps, loads, win0, step, dst, ld, width),
+                _ => rows::<0>(x, xbase, taps, loads, win0, step, dst, ld, width),
             }
         }
     }
@@ -836,6 +961,7 @@ mod avx512 {
         xbase: usize,
         taps: &[Tap],
         loads: &[RowLoad],
+        win0: usize,
         step: usize,
         dst: &mut [f32],
         ld: usize,
@@ -852,7 +978,7 @@ mod avx512 {
         let op = dst.as_mut_ptr();
         for (i, tap) in taps.iter().enumerate() {
             let base = xp.wrapping_add(xbase + tap.xoff);
-            let load = &loads[tap.win];
+            let load = &loads[tap.win - win0];
             let mut v = [_mm512_setzero_ps(); 2];
             for s in 0..load.nseg {
                 let p = base.wrapping_offset(load.off[s]);
@@ -917,11 +1043,19 @@ pub(crate) struct Patches<'a> {
 }
 
 impl PackA for Patches<'_> {
-    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    fn pack_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
-        let mut sc = StripScratch::default();
+        let mut sc = StripScratch::new(geo, mr, kc)?;
         for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
             let start = self.block.p0 + i0 + q * mr;
             let n = mr.min(mc - q * mr);
@@ -929,21 +1063,34 @@ impl PackA for Patches<'_> {
                 self.isa, self.x, xbase, start, n, mr, taps, panel, mr, &mut sc,
             );
         }
+        Ok(())
     }
 }
 
 impl PackB for Patches<'_> {
-    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+    fn pack_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
-        let mut sc = StripScratch::default();
         let tr = crate::gemm::transposer_for(self.isa).filter(|t| t.max_w >= nr);
         let chunk = tr.map_or(16, |t| t.strip);
-        let mut tmp = if geo.channels_inner {
-            vec![0f32; nr * chunk]
+        let what = "the patch packer's scratch";
+        let (mut sc, mut tmp, mut origins) = if geo.channels_inner {
+            (
+                StripScratch::default(),
+                crate::alloc::try_vec(nr * chunk, 0f32, what)?,
+                crate::alloc::try_vec_with_capacity(nr, what)?,
+            )
         } else {
-            Vec::new()
+            (StripScratch::new(geo, nr, kc)?, Vec::new(), Vec::new())
         };
         for (q, panel) in dst.chunks_exact_mut(kc * nr).enumerate() {
             let start = self.block.p0 + j0 + q * nr;
@@ -955,8 +1102,18 @@ impl PackB for Patches<'_> {
                 );
                 continue;
             }
-            geo.pack_panel_nhwc(self.x, xbase, start, valid, p0, kc, panel, tr, &mut tmp);
+            geo.pack_panel_nhwc(
+                self.x,
+                xbase,
+                (start, valid),
+                p0,
+                kc,
+                panel,
+                tr,
+                (&mut tmp, &mut origins),
+            );
         }
+        Ok(())
     }
 }
 
@@ -966,23 +1123,24 @@ impl Geometry {
     /// go in chunks of the transposer's strip: when a chunk is contiguous in x and inside the
     /// image for every position of a panel lying in one output row, it is transposed straight
     /// from x (the positions are evenly spaced there); otherwise each position's taps are
-    /// copied into `tmp` first.
+    /// copied into `tmp` first. `origins` holds room for `nr` window origins.
     #[allow(clippy::too_many_arguments)]
     fn pack_panel_nhwc(
         &self,
         x: &[f32],
         xbase: usize,
-        start: usize,
-        valid: usize,
+        (start, valid): (usize, usize),
         t0: usize,
         kc: usize,
         panel: &mut [f32],
         tr: Option<&crate::gemm::Transposer>,
-        tmp: &mut [f32],
+        (tmp, origins): (&mut [f32], &mut Vec<(i64, i64)>),
     ) {
         let nr = panel.len() / kc;
         let chunk = tmp.len() / nr;
-        let origins: Vec<(i64, i64)> = (start..start + valid).map(|p| self.origin(p)).collect();
+        origins.clear();
+        origins.extend((start..start + valid).map(|p| self.origin(p)));
+        let origins = &origins[..];
         let one_row = valid == nr && start / self.ow == (start + nr - 1) / self.ow;
         let row_len = self.win_cols.len() * self.cg;
         tmp[valid * chunk..].fill(0.0);
@@ -1125,13 +1283,13 @@ fn pack_rows_twice(
     tr: &crate::gemm::Transposer,
     (i0, mc, p0, kc, mr): (usize, usize, usize, usize, usize),
     dst: &mut [f32],
-) {
+) -> Result<()> {
     let sw = tr.strip;
-    let mut halves = vec![0f32; 2 * sw * sw];
+    let mut halves = crate::alloc::try_vec(2 * sw * sw, 0f32, "the filter packer's scratch")?;
     for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
         let r0 = i0 + q * mr;
         if mc - q * mr < mr {
-            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel);
+            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel)?;
             continue;
         }
         let mut c = 0;
@@ -1159,10 +1317,19 @@ fn pack_rows_twice(
             }
         }
     }
+    Ok(())
 }
 
 impl PackA for Filter<'_> {
-    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    fn pack_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
         match self {
             Filter::Strided(m) => m.pack_a(i0, mc, p0, kc, mr, dst),
             Filter::Rows {
@@ -1175,7 +1342,10 @@ impl PackA for Filter<'_> {
                 pack_rows_twice(m, (w, *base, *ks), tr, (i0, mc, p0, kc, mr), dst)
             }
             Filter::Rows { m, .. } => m.pack_a(i0, mc, p0, kc, mr, dst),
-            _ => self.pack_generic(p0, kc, i0, mc, mr, dst),
+            _ => {
+                self.pack_generic(p0, kc, i0, mc, mr, dst);
+                Ok(())
+            }
         }
     }
     fn in_place(&self) -> Option<(&[f32], usize)> {
@@ -1193,10 +1363,21 @@ impl PackA for Filter<'_> {
 }
 
 impl PackB for Filter<'_> {
-    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+    fn pack_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
         match self {
             Filter::Strided(m) | Filter::Rows { m, .. } => m.pack_b(p0, kc, j0, nc, nr, dst),
-            _ => self.pack_generic(p0, kc, j0, nc, nr, dst),
+            _ => {
+                self.pack_generic(p0, kc, j0, nc, nr, dst);
+                Ok(())
+            }
         }
     }
     fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
@@ -1326,13 +1507,7 @@ impl Geometry {
         let kcb = gemm::depth_block(self.depth, bl.kc);
         let padded = self.kg.div_ceil(width) * width;
         let len = PREPARED_HEADER + self.groups * self.depth * padded;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len)
-            .map_err(|e| Error::OutOfMemory {
-                bytes: len.saturating_mul(4),
-                what: format!("packed filter: {e}"),
-            })?;
-        data.resize(len, 0.0);
+        let mut data = crate::alloc::try_vec(len, 0.0, "packed filter")?;
         data[..PREPARED_HEADER].copy_from_slice(&[
             PREPARED_MAGIC,
             width as f32,
@@ -1353,8 +1528,8 @@ impl Geometry {
                 let kt = kcb.min(self.depth - t0);
                 let out = &mut dst[t0 * padded..(t0 + kt) * padded];
                 match self.frame {
-                    Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out),
-                    Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out),
+                    Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out)?,
+                    Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out)?,
                 }
                 t0 += kt;
             }
@@ -1524,7 +1699,7 @@ impl ConvAlgorithm for GemmConv {
             Some(bp) => (bp, workspace_f32(self.name, workspace, geo.depth * bp)?),
             None => (usize::MAX, &mut [][..]),
         };
-        for block in geo.blocks(bp) {
+        for block in geo.blocks(bp)? {
             let filter = match w {
                 AlgoWeights::Plain(w) => geo.filter(w, block.g, isa),
                 AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g)?,
@@ -1533,7 +1708,7 @@ impl ConvAlgorithm for GemmConv {
                 let m = if geo.x_is_matrix {
                     geo.x_matrix(x, &block, isa)
                 } else {
-                    geo.im2col(ctx, x, &block, col);
+                    geo.im2col(ctx, x, &block, col)?;
                     geo.col_matrix(col, block.np, isa)
                 };
                 let patches = match geo.frame {
@@ -1683,14 +1858,15 @@ mod tests {
         assert_eq!(lanes(4, 4), 0);
         // 7-wide rows: a 32-position strip from position 5 crosses 6 rows.
         let g = geo("mb1ic4ih7oc4oh7kh3ph1", Layout::Nchw);
-        let segs = g.segments(5, 32, usize::MAX);
+        let mut segs = Vec::new();
+        g.segments(5, 32, usize::MAX, &mut segs);
         assert_eq!(
             segs.iter().map(|s| s.len).collect::<Vec<_>>(),
             [2, 7, 7, 7, 7, 2]
         );
         assert_eq!((segs[1].at, segs[1].ih0, segs[1].iw0), (2, 0, -1));
         // Panel boundaries (unit 8) split runs too.
-        let segs = g.segments(0, 16, 8);
+        g.segments(0, 16, 8, &mut segs);
         assert_eq!(segs.iter().map(|s| s.len).collect::<Vec<_>>(), [7, 1, 6, 2]);
     }
 }

@@ -46,7 +46,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rayon::prelude::*;
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftDirection, FftPlannerAvx, FftPlannerScalar};
 
@@ -428,17 +427,12 @@ impl Spectral {
     /// The filter spectra of `w` (what prepared weights hold).
     pub(crate) fn prepare(&self, ctx: &ExecContext<'_>, w: &[f32]) -> Result<Vec<f32>> {
         let len = self.filter_floats().expect("checked when made");
-        let mut out = Vec::new();
-        out.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
-            bytes: len.saturating_mul(4),
-            what: format!("filter spectra: {e}"),
-        })?;
-        out.resize(len, 0.0);
-        let tables = self.filter_tables();
+        let mut out = crate::alloc::try_vec(len, 0.0, "filter spectra")?;
+        let tables = self.filter_tables()?;
         for g in 0..self.groups {
             let at = g * self.blocks * self.kg * self.cg * BLOCK;
             let dst = &mut out[at..at + self.blocks * self.kg * self.cg * BLOCK];
-            self.filter_spectra(ctx, &tables, w, g, 0, self.kg, dst);
+            self.filter_spectra(ctx, &tables, w, g, 0, self.kg, dst)?;
         }
         Ok(out)
     }
@@ -459,7 +453,7 @@ impl Spectral {
         k0: usize,
         kb: usize,
         dst: &mut [f32],
-    ) {
+    ) -> Result<()> {
         assert!(dst.len() >= self.blocks * kb * self.cg * BLOCK);
         let out = SharedOut::new(dst);
         let one = pick_filter_kernel(ctx.isa);
@@ -482,7 +476,7 @@ impl Spectral {
                 unsafe { out.write_slice(at, chunk) };
             }
         };
-        par_items(ctx, kb * self.cg, || FilterScratch::new(tables), item);
+        par_items(ctx, kb * self.cg, || FilterScratch::new(tables, 0), item)
     }
 
     /// The filters' row transforms (the first stage of [`Spectral::filter_spectra`]) into
@@ -496,7 +490,7 @@ impl Spectral {
         tables: &FilterTables,
         w: &[f32],
         dst: &mut [f32],
-    ) {
+    ) -> Result<()> {
         let filters = self.k() * self.cg;
         let f_stride = self.r * 2 * filters;
         assert!(dst.len() >= self.v * f_stride);
@@ -506,6 +500,7 @@ impl Spectral {
         let item = |buf: &mut FilterScratch, it: usize| {
             let i0 = it * LANES;
             let n = LANES.min(filters - i0);
+            // Every buffer below stays within what FilterScratch::new reserved.
             buf.taps.clear();
             buf.taps.resize(taps * LANES, 0.0);
             for j in 0..n {
@@ -538,20 +533,25 @@ impl Spectral {
             }
             buf.chunks = line;
         };
+        let run = self.v * self.r * BLOCK;
         par_items(
             ctx,
             filters.div_ceil(LANES),
-            || FilterScratch::new(tables),
+            || FilterScratch::new(tables, run),
             item,
-        );
+        )
     }
 
     /// The tables of [`Spectral::filter_spectra`] for this grid.
-    fn filter_tables(&self) -> FilterTables {
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when they cannot be allocated.
+    fn filter_tables(&self) -> Result<FilterTables> {
         use std::f64::consts::TAU;
+        let what = "the filter transform's tables";
         let (nh, nw, v) = (self.nh, self.nw, self.v);
         let vp = v.next_multiple_of(LANES);
-        let mut ev = vec![0f32; self.s * 2 * vp];
+        let mut ev = crate::alloc::try_vec(self.s * 2 * vp, 0f32, what)?;
         for s in 0..self.s {
             for f in 0..v {
                 let a = TAU * ((f * s * self.dil[1]) % nw) as f64 / nw as f64;
@@ -560,21 +560,30 @@ impl Spectral {
             }
         }
         let scale = 1.0 / (nh * nw) as f64;
-        let roots: Vec<(f32, f32)> = (0..nh)
-            .map(|j| {
-                let a = TAU * j as f64 / nh as f64;
-                ((a.cos() * scale) as f32, (a.sin() * scale) as f32)
-            })
-            .collect();
+        let mut roots = crate::alloc::try_vec_with_capacity(nh, what)?;
+        roots.extend((0..nh).map(|j| {
+            let a = TAU * j as f64 / nh as f64;
+            ((a.cos() * scale) as f32, (a.sin() * scale) as f32)
+        }));
         let bins = nh * v;
+        // The runs of one frequency column in each block, counted first (the loop below).
+        let mut runs = 0;
+        for b in 0..self.blocks {
+            let mut l = 0;
+            while l < LANES && b * LANES + l < bins {
+                let f = (b * LANES + l) / nh;
+                l = ((f + 1) * nh - b * LANES).min(LANES);
+                runs += 1;
+            }
+        }
         let mut t = FilterTables {
             r: self.r,
             s: self.s,
             vp,
             ev,
-            seg_v: Vec::new(),
-            seg_start: Vec::with_capacity(self.blocks + 1),
-            fu: Vec::new(),
+            seg_v: crate::alloc::try_vec_with_capacity(runs, what)?,
+            seg_start: crate::alloc::try_vec_with_capacity(self.blocks + 1, what)?,
+            fu: crate::alloc::try_vec_with_capacity(runs * self.r * BLOCK, what)?,
             blocks: self.blocks,
         };
         for b in 0..self.blocks {
@@ -598,7 +607,8 @@ impl Spectral {
             }
         }
         t.seg_start.push(t.seg_v.len());
-        t
+        debug_assert_eq!(t.seg_v.len(), runs);
+        Ok(t)
     }
 
     /// The 2-D forward transform of one real image on the grid, into `lines.cols` (bin
@@ -743,59 +753,59 @@ impl Spectral {
         let [wf, xf, _] = self.parts().expect("checked when made");
         let (wbuf, rest) = ws.split_at_mut(wf);
         let (xbuf, ybuf) = rest.split_at_mut(xf);
-        let plans = Plans::get(ctx.isa, self.nh, self.nw);
+        let plans = Plans::get(ctx.isa, self.nh, self.nw)?;
         let out = SharedOut::new(y);
         let tiles = self.tiles();
         let mut t0 = 0;
         while t0 < tiles {
             let count = self.per_pass.min(tiles - t0);
-            self.transform_inputs(ctx, &plans, x, t0, count, xbuf);
+            self.transform_inputs(ctx, &plans, x, t0, count, xbuf)?;
             match (w, self.plain) {
                 (AlgoWeights::Prepared(ww), _) => {
-                    self.products_all(ctx, ww, xbuf, count, ybuf);
+                    self.products_all(ctx, ww, xbuf, count, ybuf)?;
                 }
                 (AlgoWeights::Plain(ww), PlainFilter::Full) => {
                     if t0 == 0 {
-                        let tables = self.filter_tables();
+                        let tables = self.filter_tables()?;
                         let per_group = self.blocks * self.kg * self.cg * BLOCK;
                         for g in 0..self.groups {
                             let dst = &mut wbuf[g * per_group..(g + 1) * per_group];
-                            self.filter_spectra(ctx, &tables, ww, g, 0, self.kg, dst);
+                            self.filter_spectra(ctx, &tables, ww, g, 0, self.kg, dst)?;
                         }
                     }
-                    self.products_all(ctx, wbuf, xbuf, count, ybuf);
+                    self.products_all(ctx, wbuf, xbuf, count, ybuf)?;
                 }
                 (AlgoWeights::Plain(ww), PlainFilter::Fused) => {
-                    let tables = self.filter_tables();
-                    self.filter_rows(ctx, &tables, ww, wbuf);
+                    let tables = self.filter_tables()?;
+                    self.filter_rows(ctx, &tables, ww, wbuf)?;
                     let src = WSource::Fused {
                         tables: &tables,
                         rows: wbuf,
                     };
                     for g in 0..self.groups {
-                        self.products(ctx, &src, g, 0, self.kg, xbuf, count, ybuf);
+                        self.products(ctx, &src, g, 0, self.kg, xbuf, count, ybuf)?;
                     }
                 }
                 (AlgoWeights::Plain(ww), PlainFilter::KBlocks(_)) => {
                     let kb = self.plain_kblock();
-                    let tables = self.filter_tables();
+                    let tables = self.filter_tables()?;
                     for g in 0..self.groups {
                         let mut k0 = 0;
                         while k0 < self.kg {
                             let n = kb.min(self.kg - k0);
-                            self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf);
+                            self.filter_spectra(ctx, &tables, ww, g, k0, n, wbuf)?;
                             let wl = WSource::View(WView {
                                 data: wbuf,
                                 base: 0,
                                 bstride: n * self.cg * BLOCK,
                             });
-                            self.products(ctx, &wl, g, k0, n, xbuf, count, ybuf);
+                            self.products(ctx, &wl, g, k0, n, xbuf, count, ybuf)?;
                             k0 += n;
                         }
                     }
                 }
             }
-            self.transform_outputs(ctx, &plans, ybuf, t0, count, &out, epi);
+            self.transform_outputs(ctx, &plans, ybuf, t0, count, &out, epi)?;
             t0 += count;
         }
         Ok(())
@@ -810,7 +820,7 @@ impl Spectral {
         t0: usize,
         count: usize,
         xbuf: &mut [f32],
-    ) {
+    ) -> Result<()> {
         let c_all = self.c();
         let tstride = c_all * BLOCK;
         let bstride = self.per_pass * tstride;
@@ -877,7 +887,7 @@ impl Spectral {
                 unsafe { out.write_slice(at, &chunk) };
             }
         };
-        par_items(ctx, count * c_all, || Lines::new(plans, self), item);
+        par_items(ctx, count * c_all, || Lines::new(plans, self), item)
     }
 
     /// Inverse transforms of every output channel of tiles t0 .. t0 + count from Y, written
@@ -892,7 +902,7 @@ impl Spectral {
         count: usize,
         out: &SharedOut<'_>,
         epi: &EpilogueArgs<'_>,
-    ) {
+    ) -> Result<()> {
         let k_all = self.k();
         let bins = self.nh * self.v;
         let plain = epi.is_identity();
@@ -923,7 +933,7 @@ impl Spectral {
                 }
             });
         };
-        par_items(ctx, count * k_all, || Lines::new(plans, self), item);
+        par_items(ctx, count * k_all, || Lines::new(plans, self), item)
     }
 
     /// Products of every group and output channel with the full filter spectra `w`.
@@ -934,15 +944,16 @@ impl Spectral {
         xbuf: &[f32],
         count: usize,
         ybuf: &mut [f32],
-    ) {
+    ) -> Result<()> {
         for g in 0..self.groups {
             let wl = WSource::View(WView {
                 data: w,
                 base: g * self.blocks * self.kg * self.cg * BLOCK,
                 bstride: self.kg * self.cg * BLOCK,
             });
-            self.products(ctx, &wl, g, 0, self.kg, xbuf, count, ybuf);
+            self.products(ctx, &wl, g, 0, self.kg, xbuf, count, ybuf)?;
         }
+        Ok(())
     }
 
     /// Y\[b\]\[t\]\[g·kg + k0 + kk\] = Σ_c W\[b\]\[kk\]\[c\] ⊙ X\[b\]\[t\]\[g·cg + c\] for kk < kb,
@@ -958,12 +969,13 @@ impl Spectral {
         xbuf: &[f32],
         count: usize,
         ybuf: &mut [f32],
-    ) {
+    ) -> Result<()> {
         let (c_all, k_all) = (self.c(), self.k());
         let xb = self.per_pass * c_all * BLOCK;
         let kernels = Kernels::for_isa(ctx.isa);
         let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
         let fill = pick_wblock_kernel(ctx.isa);
+        // Both within what `scratch` reserved: nothing is allocated per block.
         let per_block = |(tmp, wblk): &mut (Vec<f32>, Vec<f32>), b: usize| {
             tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
             let mut kk = 0;
@@ -1015,7 +1027,16 @@ impl Spectral {
                 kk += kn;
             }
         };
-        par_items(ctx, self.blocks, || (Vec::new(), Vec::new()), per_block);
+        let fused = matches!(src, WSource::Fused { .. });
+        let scratch = || -> Result<(Vec<f32>, Vec<f32>)> {
+            let what = "the spectral products' scratch";
+            let wblk = if fused { KB_MAX * self.cg * BLOCK } else { 0 };
+            Ok((
+                crate::alloc::try_vec_with_capacity(KB_MAX * TB_MAX * BLOCK, what)?,
+                crate::alloc::try_vec_with_capacity(wblk, what)?,
+            ))
+        };
+        par_items(ctx, self.blocks, scratch, per_block)
     }
 
     /// Where bin block `b` of output channel `k` of pass tile `t` sits in Y:
@@ -1056,13 +1077,22 @@ struct FilterScratch {
 }
 
 impl FilterScratch {
-    fn new(t: &FilterTables) -> FilterScratch {
-        FilterScratch {
-            taps: Vec::with_capacity(t.r * t.s),
-            rows: vec![0.0; t.r * 2 * t.vp],
-            chunks: vec![0.0; t.blocks * BLOCK],
-            run: Vec::new(),
-        }
+    /// Buffers for `t`, with room for `run` floats of row transforms (0 when unused), each
+    /// as large as any use of it: nothing grows afterwards.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when they cannot be allocated.
+    fn new(t: &FilterTables, run: usize) -> Result<FilterScratch> {
+        let what = "the filter transform's scratch";
+        let mut chunks =
+            crate::alloc::try_vec_with_capacity((t.blocks * BLOCK).max(LANES * 2 * t.r), what)?;
+        chunks.resize(t.blocks * BLOCK, 0.0);
+        Ok(FilterScratch {
+            taps: crate::alloc::try_vec_with_capacity(t.r * t.s * LANES, what)?,
+            rows: crate::alloc::try_vec(t.r * 2 * t.vp, 0.0, what)?,
+            chunks,
+            run: crate::alloc::try_vec_with_capacity(run, what)?,
+        })
     }
 }
 
@@ -1345,22 +1375,17 @@ fn as_floats<'a>(algo: &str, ws: &'a mut [u8]) -> Result<&'a mut [f32]> {
 }
 
 /// Runs `f(state, i)` for i < items on the context's threads, each worker with its own
-/// state from `init`.
-fn par_items<S>(
+/// state from `init`, made before the loop (see [`crate::parallel::for_each_with`]).
+///
+/// # Errors
+/// The first error of `init` (out of memory).
+fn par_items<S: Send>(
     ctx: &ExecContext<'_>,
     items: usize,
-    init: impl Fn() -> S + Sync + Send,
-    f: impl Fn(&mut S, usize) + Sync + Send,
-) {
-    if ctx.threads <= 1 || items <= 1 {
-        let mut s = init();
-        for i in 0..items {
-            f(&mut s, i);
-        }
-    } else {
-        ctx.pool
-            .install(|| (0..items).into_par_iter().for_each_init(&init, &f));
-    }
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) -> Result<()> {
+    crate::parallel::for_each_with(ctx, items, init, f)
 }
 
 /// One worker's buffers for 2-D transforms on the grid.
@@ -1377,15 +1402,22 @@ struct Lines {
 }
 
 impl Lines {
-    fn new(plans: &Plans, sp: &Spectral) -> Lines {
-        Lines {
-            row: vec![Complex32::ZERO; sp.nw],
-            cols: vec![Complex32::ZERO; sp.v * sp.nh],
-            ra: vec![0.0; sp.nw],
-            rb: vec![0.0; sp.nw],
-            scratch: vec![Complex32::ZERO; plans.scratch],
-            rowlist: Vec::with_capacity(sp.nh),
-        }
+    /// The buffers, the transforms' scratch among them (handed to rustfft's
+    /// `process_with_scratch`, which then allocates nothing).
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when they cannot be allocated.
+    fn new(plans: &Plans, sp: &Spectral) -> Result<Lines> {
+        let what = "the grid transforms' lines";
+        let z = Complex32::ZERO;
+        Ok(Lines {
+            row: crate::alloc::try_vec(sp.nw, z, what)?,
+            cols: crate::alloc::try_vec(sp.v * sp.nh, z, what)?,
+            ra: crate::alloc::try_vec(sp.nw, 0.0, what)?,
+            rb: crate::alloc::try_vec(sp.nw, 0.0, what)?,
+            scratch: crate::alloc::try_vec(plans.scratch, z, what)?,
+            rowlist: crate::alloc::try_vec_with_capacity(sp.nh, what)?,
+        })
     }
 }
 
@@ -1404,11 +1436,16 @@ type PlanCache = Mutex<HashMap<PlanKey, Arc<dyn Fft<f32>>>>;
 impl Plans {
     /// Plans for an `nh × nw` grid under the ISA cap (rustfft's AVX planner from AVX2 up, its
     /// scalar planner otherwise), cached for the life of the process.
-    fn get(isa: Isa, nh: usize, nw: usize) -> Plans {
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the cache cannot grow. (The plans themselves are
+    /// rustfft's, allocated by its planner: see [`crate::alloc`].)
+    fn get(isa: Isa, nh: usize, nw: usize) -> Result<Plans> {
         static CACHE: OnceLock<PlanCache> = OnceLock::new();
         let avx = isa >= Isa::Avx2;
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
         let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        crate::alloc::try_reserve_map(&mut cache, 4, "the transform plan cache")?;
         let mut plan = |len: usize, inverse: bool| -> Arc<dyn Fft<f32>> {
             let dir = if inverse {
                 FftDirection::Inverse
@@ -1430,13 +1467,13 @@ impl Plans {
             .map(|p| p.get_inplace_scratch_len())
             .max()
             .unwrap_or(0);
-        Plans {
+        Ok(Plans {
             row_fwd,
             row_inv,
             col_fwd,
             col_inv,
             scratch,
-        }
+        })
     }
 }
 

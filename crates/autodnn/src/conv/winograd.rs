@@ -384,13 +384,8 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
     ) -> Result<Option<Vec<f32>>> {
         let plan = self.plan(problem)?;
         let len = plan.u_len + PREPARED_HEADER;
-        let mut data = Vec::new();
-        data.try_reserve_exact(len)
-            .map_err(|e| Error::OutOfMemory {
-                bytes: len.saturating_mul(4),
-                what: format!("{}'s transformed filter: {e}", T::NAME),
-            })?;
-        data.resize(len, 0.0);
+        let what = format!("{}'s transformed filter", T::NAME);
+        let mut data = crate::alloc::try_vec(len, 0.0, &what)?;
         // The transformed filter starts at the first cache line after data[0], which records
         // where (the micro-kernel's loads then never straddle lines while this allocation
         // lives; a copy elsewhere stays correct, if slower).

@@ -58,6 +58,7 @@ use super::blocking::THRESHOLDS;
 use super::epilogue::{FrameEpilogue, TileView};
 use super::kernels::{KernelSet, Tile};
 use super::pack::{PackA, PackB};
+use crate::error::{Error, Result};
 
 /// The output of the engine: a mutable matrix with validated strides, shared by the threads
 /// of one call, each writing its own tiles.
@@ -140,19 +141,24 @@ pub(crate) struct Gemm<'a> {
 }
 
 /// Runs one product with up to `ctx.threads` threads.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when a packing buffer cannot be allocated (C is then partly
+/// written).
 pub(crate) fn run(
     ks: &KernelSet,
     ctx: &crate::conv::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
-) {
+) -> Result<()> {
     let threads = ctx.threads;
     assert!(c.rows == g.m && c.cols == g.n);
     if g.m == 0 || g.n == 0 {
-        return;
+        return Ok(());
     }
     if g.k == 0 || g.alpha == 0.0 {
-        return scale(ks, g, c);
+        scale(ks, g, c);
+        return Ok(());
     }
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
     let (mr, nr) = (ks.blocking.mr, ks.blocking.nr);
@@ -245,22 +251,49 @@ thread_local! {
 
 /// Runs `f` on `len` elements of this thread's cached buffer, aligned to 64 bytes (a fresh
 /// allocation when the cache is in use, e.g. by a call this thread interleaves with).
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when the buffer cannot grow to `len` (the cached one is kept).
 fn with_buf<R>(
     cell: &'static LocalKey<RefCell<Vec<f32>>>,
     len: usize,
-    f: impl FnOnce(&mut [f32]) -> R,
-) -> R {
-    fn aligned(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    f: impl FnOnce(&mut [f32]) -> Result<R>,
+) -> Result<R> {
+    fn aligned(v: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
+        if len == 0 {
+            return Ok(&mut []);
+        }
+        // Counted even when the cached buffer is large enough (see `crate::alloc`).
+        crate::alloc::try_reserve(v, len + 16, "GEMM packing buffer")?;
         if v.len() < len + 16 {
             v.resize(len + 16, 0.0);
         }
         let off = v.as_ptr().align_offset(64).min(16);
-        &mut v[off..off + len]
+        Ok(&mut v[off..off + len])
     }
     cell.with(|c| match c.try_borrow_mut() {
-        Ok(mut v) => f(aligned(&mut v, len)),
-        Err(_) => f(aligned(&mut Vec::new(), len)),
+        Ok(mut v) => f(aligned(&mut v, len)?),
+        Err(_) => f(aligned(&mut Vec::new(), len)?),
     })
+}
+
+/// The first error any thread of a split reported.
+#[derive(Default)]
+struct FirstError(std::sync::Mutex<Option<Error>>);
+
+impl FirstError {
+    fn set(&self, r: Result<()>) {
+        if let Err(e) = r {
+            let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            f.get_or_insert(e);
+        }
+    }
+    fn into_result(self) -> Result<()> {
+        match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Splits `0..len` into `parts` near-equal contiguous ranges; this is range `t`.
@@ -309,7 +342,7 @@ fn frame(
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
     nt: usize,
-) {
+) -> Result<()> {
     let pool = ctx.pool;
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
@@ -349,7 +382,7 @@ fn frame(
         .map(|r| AtomicUsize::new(part(blocks, nt, r).start))
         .collect();
     let next = &next;
-    let work = move |t: usize| {
+    let work = move |t: usize| -> Result<()> {
         for r in (t..t + nt).map(|x| x % nt) {
             let end = part(blocks, nt, r).end;
             loop {
@@ -362,9 +395,10 @@ fn frame(
                 } else {
                     (0..mpan, part(npan, blocks, q))
                 };
-                serial(ks, g, c, rp, cp, a_src, b_in_place);
+                serial(ks, g, c, rp, cp, a_src, b_in_place)?;
             }
         }
+        Ok(())
     };
     // The calling thread takes blocks itself rather than handing all of them to the pool and
     // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
@@ -382,20 +416,23 @@ fn frame(
     // Threads of the pool that have finished.
     let done = AtomicUsize::new(0);
     let done = &done;
+    let failed = FirstError::default();
+    let failed_ref = &failed;
     pool.in_place_scope(|s| {
         for t in 1..nt {
             s.spawn(move |_| {
-                work(t);
+                failed_ref.set(work(t));
                 done.fetch_add(1, Ordering::Release);
             });
         }
-        work(0);
+        failed_ref.set(work(0));
         if outside {
             // Outside the pool, the scope would put this thread to sleep until the others
             // are done, and waking it is one more hand-off: spin a while first.
             spin_until(SPIN_WAIT, || done.load(Ordering::Acquire) == nt - 1);
         }
     });
+    failed.into_result()
 }
 
 /// How long the calling thread spins for the other blocks of a split before it sleeps. On a
@@ -478,13 +515,13 @@ fn serial(
     cp: Range<usize>,
     a_src: ASource<'_>,
     b_in_place: Option<InPlaceB<'_>>,
-) {
+) -> Result<()> {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
     let (j_lo, j_hi) = (cp.start * nr, (cp.end * nr).min(g.n));
     if i_lo >= i_hi || j_lo >= j_hi {
-        return;
+        return Ok(());
     }
     // Even blocks: n = 1024 with NC = 1022 is two panels of 518 and 506, not 1022 and 2.
     let nc_blk = even_block(j_hi - j_lo, bl.nc, nr);
@@ -510,7 +547,7 @@ fn serial(
                         p
                     } else {
                         let bp = &mut bbuf[..len];
-                        g.b.pack_b(pc, kc, jc, nc, nr, bp);
+                        g.b.pack_b(pc, kc, jc, nc, nr, bp)?;
                         bp
                     };
                     let step = Step {
@@ -525,11 +562,12 @@ fn serial(
                     };
                     for ic in (i_lo..i_hi).step_by(mc_blk) {
                         let mc = mc_blk.min(i_hi - ic);
-                        let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf);
+                        let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf)?;
                         macro_kernel(ks, g, c, &step, ic, mc, &mut block, 0..npan);
                     }
                 }
             }
+            Ok(())
         })
     })
 }
@@ -538,7 +576,13 @@ fn serial(
 /// they pack together (each a contiguous share of its micro-panels): two forks per depth
 /// block, worth it on large problems, where packing B once instead of once per thread
 /// saves more than the forks cost. Runs inside the pool.
-fn shared_b(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize, a_src: ASource<'_>) {
+fn shared_b(
+    ks: &KernelSet,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+    nt: usize,
+    a_src: ASource<'_>,
+) -> Result<()> {
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     let mpan = g.m.div_ceil(mr);
@@ -554,10 +598,10 @@ fn shared_b(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize, a_src: A
                 let per = npan.div_ceil(nt);
                 bp.par_chunks_mut(per * nr * kc)
                     .enumerate()
-                    .for_each(|(q, d)| {
+                    .try_for_each(|(q, d)| {
                         let j0 = q * per * nr;
                         g.b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
-                    });
+                    })?;
                 let step = Step {
                     pc,
                     kc,
@@ -568,23 +612,25 @@ fn shared_b(ks: &KernelSet, g: &Gemm<'_>, c: &OutMatrix<'_>, nt: usize, a_src: A
                     b: bp,
                     b_in_place: None,
                 };
-                (0..nt).into_par_iter().for_each(|t| {
+                (0..nt).into_par_iter().try_for_each(|t| {
                     let rp = part(mpan, nt, t);
                     let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
                     if i_lo >= i_hi {
-                        return;
+                        return Ok(());
                     }
                     let mc_blk = even_block(i_hi - i_lo, bl.mc, mr);
                     with_buf(&BUF_A, kc * mc_blk, |abuf| {
                         for ic in (i_lo..i_hi).step_by(mc_blk) {
                             let mc = mc_blk.min(i_hi - ic);
-                            let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf);
+                            let mut block = a_block(g, &step, ic, mc, mr, a_src, abuf)?;
                             macro_kernel(ks, g, c, &step, ic, mc, &mut block, 0..npan);
                         }
+                        Ok(())
                     })
-                });
+                })?;
             }
         }
+        Ok(())
     })
 }
 
@@ -598,22 +644,22 @@ fn a_block<'s>(
     mr: usize,
     a_src: ASource<'s>,
     buf: &'s mut [f32],
-) -> ABlock<'s> {
+) -> Result<ABlock<'s>> {
     if let Some(p) = g.a.prepacked_a(i0, mc, s.pc, s.kc, mr) {
         assert_eq!(
             p.len(),
             mc.div_ceil(mr) * mr * s.kc,
             "prepacked A block of the wrong size"
         );
-        return ABlock::Packed(p);
+        return Ok(ABlock::Packed(p));
     }
     let full = mc / mr;
     let rest = mc - full * mr;
-    match a_src {
+    Ok(match a_src {
         ASource::InPlace(data, lda) => {
             let tail = &mut buf[..if rest > 0 { mr * s.kc } else { 0 }];
             if rest > 0 {
-                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
+                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail)?;
             }
             ABlock::InPlace { data, lda, tail }
         }
@@ -621,16 +667,16 @@ fn a_block<'s>(
             let buf = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
             if rest > 0 {
                 let tail = &mut buf[full * mr * s.kc..];
-                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail);
+                g.a.pack_a(i0 + full * mr, rest, s.pc, s.kc, mr, tail)?;
             }
             ABlock::PackOnFirstUse { data, lda, buf }
         }
         ASource::Pack => {
             let dst = &mut buf[..mc.div_ceil(mr) * mr * s.kc];
-            g.a.pack_a(i0, mc, s.pc, s.kc, mr, dst);
+            g.a.pack_a(i0, mc, s.pc, s.kc, mr, dst)?;
             ABlock::Packed(dst)
         }
-    }
+    })
 }
 
 /// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
@@ -753,7 +799,17 @@ mod tests {
     /// B as if pre-packed: `prepacked_b` answers (with nothing the split reads).
     struct Prepacked;
     impl PackB for Prepacked {
-        fn pack_b(&self, _: usize, _: usize, _: usize, _: usize, _: usize, _: &mut [f32]) {}
+        fn pack_b(
+            &self,
+            _: usize,
+            _: usize,
+            _: usize,
+            _: usize,
+            _: usize,
+            _: &mut [f32],
+        ) -> Result<()> {
+            Ok(())
+        }
         fn prepacked_b(&self, _: usize, _: usize, _: usize, _: usize, _: usize) -> Option<&[f32]> {
             Some(&[])
         }

@@ -122,8 +122,7 @@ pub(crate) fn gemm_in_context<T: GemmInput>(
     desc.validate()?;
     desc.check_buffers(a.len(), b.len(), c.len())?;
     let fe = epilogue.for_output(desc.m(), desc.n())?;
-    run_validated(ctx, desc, alpha, a, b, beta, c, fe);
-    Ok(())
+    run_validated(ctx, desc, alpha, a, b, beta, c, fe)
 }
 
 /// Runs a product whose descriptor and buffers have been checked.
@@ -137,7 +136,7 @@ fn run_validated<T: GemmInput>(
     beta: f32,
     c: &mut [f32],
     fe: FrameEpilogue<'_>,
-) {
+) -> Result<()> {
     let (m, n, k) = (desc.m(), desc.n(), desc.k());
     // op(A) (m × k) and op(B) (k × n) as strided views.
     let [ars, acs] = desc.a_strides();
@@ -184,7 +183,7 @@ fn run_validated<T: GemmInput>(
             b: &bt,
             epilogue: fe.transposed(),
         };
-        loops::run(ks, ctx, &g, &out.t());
+        loops::run(ks, ctx, &g, &out.t())
     } else {
         let g = Gemm {
             m,
@@ -196,7 +195,7 @@ fn run_validated<T: GemmInput>(
             b: &bm,
             epilogue: fe,
         };
-        loops::run(ks, ctx, &g, &out);
+        loops::run(ks, ctx, &g, &out)
     }
 }
 
@@ -240,8 +239,7 @@ pub(crate) fn gemm_engine(
         b,
         epilogue: fe,
     };
-    loops::run(kernels::kernel_set(ctx.isa), ctx, &g, &out);
-    Ok(())
+    loops::run(kernels::kernel_set(ctx.isa), ctx, &g, &out)
 }
 
 /// Runs checked products (a, b, c) of one descriptor: across the batch, one product per
@@ -252,7 +250,7 @@ fn run_batch<T: GemmInput>(
     alpha: f32,
     beta: f32,
     items: Vec<(&[T], &[T], &mut [f32])>,
-) {
+) -> Result<()> {
     let fmas = desc.m().saturating_mul(desc.n()).saturating_mul(desc.k());
     let fe = FrameEpilogue::default();
     if ctx.threads > 1 && items.len() > 1 && fmas <= blocking::THRESHOLDS.batch_split_max_fmas {
@@ -262,14 +260,13 @@ fn run_batch<T: GemmInput>(
             items
                 .into_par_iter()
                 .with_min_len(chunk)
-                .for_each(|(a, b, c)| {
-                    run_validated(&one, desc, alpha, a, b, beta, c, fe);
-                })
-        });
+                .try_for_each(|(a, b, c)| run_validated(&one, desc, alpha, a, b, beta, c, fe))
+        })
     } else {
         for (a, b, c) in items {
-            run_validated(ctx, desc, alpha, a, b, beta, c, fe);
+            run_validated(ctx, desc, alpha, a, b, beta, c, fe)?;
         }
+        Ok(())
     }
 }
 
@@ -410,14 +407,14 @@ impl Handle {
                 }
             }
         }
-        let items = a
-            .iter()
-            .zip(b)
-            .zip(c.iter_mut())
-            .map(|((&a, &b), c)| (a, b, &mut **c))
-            .collect();
-        run_batch(&self.exec_context(), desc, alpha, beta, items);
-        Ok(())
+        let mut items = crate::alloc::try_vec_with_capacity(a.len(), "the batch's products")?;
+        items.extend(
+            a.iter()
+                .zip(b)
+                .zip(c.iter_mut())
+                .map(|((&a, &b), c)| (a, b, &mut **c)),
+        );
+        run_batch(&self.exec_context(), desc, alpha, beta, items)
     }
 
     /// `batch` products of one descriptor at fixed distances: product i uses
@@ -481,14 +478,14 @@ impl Handle {
         if batch == 0 || sc == 0 {
             return Ok(());
         }
-        let items: Vec<_> = c
-            .chunks_mut(stride_c.max(sc))
-            .take(batch)
-            .enumerate()
-            .map(|(i, c)| (tail(a, i, stride_a, sa), tail(b, i, stride_b, sb), c))
-            .collect();
-        run_batch(&self.exec_context(), desc, alpha, beta, items);
-        Ok(())
+        let mut items = crate::alloc::try_vec_with_capacity(batch, "the batch's products")?;
+        items.extend(
+            c.chunks_mut(stride_c.max(sc))
+                .take(batch)
+                .enumerate()
+                .map(|(i, c)| (tail(a, i, stride_a, sa), tail(b, i, stride_b, sb), c)),
+        );
+        run_batch(&self.exec_context(), desc, alpha, beta, items)
     }
 }
 
@@ -504,7 +501,15 @@ mod tests {
     }
 
     impl PackA for Im2Col<'_> {
-        fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+        fn pack_a(
+            &self,
+            i0: usize,
+            mc: usize,
+            p0: usize,
+            kc: usize,
+            mr: usize,
+            dst: &mut [f32],
+        ) -> Result<()> {
             for (q, panel) in dst.chunks_exact_mut(mr * kc).enumerate() {
                 for p in 0..kc {
                     for i in 0..mr {
@@ -517,6 +522,7 @@ mod tests {
                     }
                 }
             }
+            Ok(())
         }
     }
 

@@ -46,7 +46,18 @@ pub trait PackA: Sync {
     /// micro-panels of `kc × mr` (element `(i, p)` of a panel at `p·mr + i`), zero-filling
     /// rows past `mc`. `dst` holds exactly `ceil(mc / mr)·mr·kc` elements. The engine only
     /// asks for ranges inside the problem.
-    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]);
+    ///
+    /// # Errors
+    /// [`crate::Error::OutOfMemory`] when scratch the packing needs cannot be allocated.
+    fn pack_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<()>;
 
     /// When A is f32 and unit-stride along rows, the whole operand and its depth stride:
     /// element `(i, p)` is at `i + p·lda`. The engine may then read full micro-panels in place
@@ -70,7 +81,18 @@ pub trait PackB: Sync {
     /// Writes depth `p0 .. p0 + kc` and columns `j0 .. j0 + nc` into `dst` as
     /// `ceil(nc / nr)` micro-panels of `kc × nr` (element `(p, j)` of a panel at `p·nr + j`),
     /// zero-filling columns past `nc`. `dst` holds exactly `ceil(nc / nr)·nr·kc` elements.
-    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]);
+    ///
+    /// # Errors
+    /// [`crate::Error::OutOfMemory`] when scratch the packing needs cannot be allocated.
+    fn pack_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<()>;
 
     /// When the operand is already packed (prepared weights), the panel `pack_b` would write
     /// for these arguments, to be read in place; `None` (the default) to have it packed.
@@ -341,8 +363,17 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
 }
 
 impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
-    fn pack_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize, dst: &mut [f32]) {
+    fn pack_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<()> {
         self.pack_block(i0, mc, p0, kc, mr, dst);
+        Ok(())
     }
 
     fn in_place(&self) -> Option<(&[f32], usize)> {
@@ -351,9 +382,18 @@ impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
 }
 
 impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
-    fn pack_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize, dst: &mut [f32]) {
+    fn pack_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<()> {
         // B's micro-panel is A's format for the transpose.
         self.t().pack_block(j0, nc, p0, kc, nr, dst);
+        Ok(())
     }
 
     fn in_place_b(&self) -> Option<(&[f32], usize)> {

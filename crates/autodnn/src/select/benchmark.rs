@@ -141,13 +141,7 @@ impl<'a> Timer<'a> {
     ) -> Result<Timer<'a>> {
         crate::handle::check_call(p, x.len(), w.len(), p.y().span())?;
         let epi = epi.checked(p.epilogue(), p.w().k(), p.y().span())?;
-        let mut y = Vec::new();
-        let n = p.y().span();
-        y.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
-            bytes: n.saturating_mul(4),
-            what: format!("a scratch output for timing: {e}"),
-        })?;
-        y.resize(n, 0.0);
+        let y = crate::alloc::try_vec(p.y().span(), 0.0, "a scratch output for timing")?;
         wake_if_idle(handle);
         Ok(Timer {
             handle,

@@ -9,10 +9,24 @@
 //! - **File**: `{"format": "autodnn-tuning-cache", "version": 1, "entries": [...]}`, written
 //!   atomically (a temporary file in the same directory, then a rename) while holding an
 //!   advisory lock on `FILE.lock`; the writer reads the file again under the lock and merges,
-//!   so several processes sharing one file keep each other's entries. A corrupt or truncated
-//!   file, or one of another format version, is renamed to `FILE.bak` with a warning on
-//!   stderr, and the cache starts empty. Entries for other machines, thread counts or library
-//!   versions are kept (and written back) but never match.
+//!   so several processes sharing one file keep each other's entries. The lock is the
+//!   operating system's (`flock`/`LockFileEx`), released when its holder exits however it
+//!   exits, so a writer killed mid-write blocks no one; its temporary file is removed by the
+//!   next writer. `FILE.lock` is made on the first write and left in place. Entries for
+//!   other machines, thread counts or library versions are kept (and written back) but never
+//!   match.
+//! - **Readers write nothing**: [`TuningCache::load_read_only`] (for commands that only read
+//!   the cache) and [`TuningCache::read`] take no lock and create, rename or change nothing;
+//!   a file that is not a tuning cache of this format version (corrupt, truncated, not JSON,
+//!   another version) is an error naming it. [`TuningCache::load`] (for a writer) reads it as
+//!   empty with a warning and leaves it too; only a write ([`TuningCache::save`],
+//!   [`TuningCache::overwrite`]) sets such a file aside as `FILE.bak` (or the first free
+//!   `FILE.bak.N`), with a warning on stderr, so that it is never destroyed.
+//! - **Folders**: a cache path whose folder does not exist, or that is itself a folder, is an
+//!   error ([`Error::BadParam`] `cache.path`) for readers and writers alike; the one exception
+//!   is the per-user default path ([`crate::default_cache_path`] without `$AUTODNN_CACHE`),
+//!   whose folder is autodnn's own: missing, it reads as an empty cache, and the first write
+//!   makes it.
 //! - **Noise guard**: a new measurement replaces a cached choice only when its winner beats
 //!   the cached winner, measured in the same run, by more than [`NOISE_MARGIN`].
 
@@ -233,29 +247,55 @@ impl TuningCache {
         self.warnings.push(msg);
     }
 
-    /// Reads the cache at `path`. A missing file gives an empty cache. A corrupt or truncated
-    /// file, or one of another format version, is renamed to `path.bak` with a warning, and
-    /// the cache starts empty; entries whose problem is not valid are dropped with a warning.
+    /// Reads the cache at `path` for a writer, leaving the file as it is: a missing file
+    /// gives an empty cache, and so does a corrupt or truncated file or one of another format
+    /// version, with a warning that saving will set it aside (as the first free
+    /// `FILE.bak[.N]`). Entries whose problem is not valid are dropped with a warning. Takes no lock
+    /// (files are replaced atomically) and creates nothing.
     ///
     /// # Errors
-    /// [`Error::Io`] when the file exists but cannot be read, or the lock cannot be taken.
+    /// [`Error::BadParam`] (`cache.path`) when the file's folder does not exist (see the
+    /// [module](self) docs); [`Error::Io`] when the file exists but cannot be read.
     pub fn load(path: &Path) -> Result<TuningCache> {
-        if !path.exists() {
-            // Nothing to read: no lock file, no directory is made.
-            return Ok(TuningCache::new());
-        }
-        let _lock = FileLock::acquire(path)?;
         let mut cache = TuningCache::new();
-        cache.read_merge(path)?;
-        cache.dirty.clear();
+        let Some(bytes) = read_if_present(path)? else {
+            return Ok(cache);
+        };
+        match parse_file(&bytes) {
+            Ok(file) => cache.take_valid(path, file),
+            Err(why) => cache.warn(format!(
+                "tuning cache {}: {why}; it is left as it is until the cache is saved, which \
+                 sets it aside",
+                path.display()
+            )),
+        }
+        Ok(cache)
+    }
+
+    /// Reads the cache at `path` for a reader that writes nothing: as [`TuningCache::load`]
+    /// for a missing file and for invalid entries, but a file that is not a tuning cache of
+    /// this format version is an error. Takes no lock and creates nothing.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] (`cache.path`) when the file's folder does not exist,
+    /// [`Error::BadParam`] (`cache.file`) when the file is not a valid tuning cache,
+    /// [`Error::Io`] when it cannot be read.
+    pub fn load_read_only(path: &Path) -> Result<TuningCache> {
+        let mut cache = TuningCache::new();
+        let Some(bytes) = read_if_present(path)? else {
+            return Ok(cache);
+        };
+        let file = parse_file(&bytes).map_err(|why| not_a_cache(path, why))?;
+        cache.take_valid(path, file);
         Ok(cache)
     }
 
     /// Reads a cache file strictly, leaving it where it is: for files to merge or inspect.
     ///
     /// # Errors
-    /// [`Error::Io`] when it cannot be read, is not a cache file of this format version, or
-    /// holds an invalid problem.
+    /// [`Error::Io`] when it cannot be read (a missing file included);
+    /// [`Error::BadParam`] (`cache.file`) when it is not a cache file of this format version
+    /// or holds an invalid problem.
     pub fn read(path: &Path) -> Result<TuningCache> {
         let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
         TuningCache::parse_strict(&bytes, path)
@@ -264,51 +304,27 @@ impl TuningCache {
     /// Parses the bytes of a cache file strictly, as [`TuningCache::read`] reads a file.
     ///
     /// # Errors
-    /// [`Error::Io`] naming `tuning cache` when the bytes are not a cache file of this format
-    /// version, or hold an invalid problem.
+    /// [`Error::BadParam`] (`cache.file`, valued `tuning cache`) when the bytes are not a
+    /// cache file of this format version, or hold an invalid problem.
     pub fn parse(bytes: &[u8]) -> Result<TuningCache> {
         TuningCache::parse_strict(bytes, Path::new("tuning cache"))
     }
 
     fn parse_strict(bytes: &[u8], path: &Path) -> Result<TuningCache> {
-        let file = parse_file(bytes).map_err(|m| io_error(path, m))?;
+        let file = parse_file(bytes).map_err(|m| not_a_cache(path, m))?;
         let mut cache = TuningCache::new();
         for FileEntry { key, value } in file.entries {
             if !problem_is_valid(&key.problem) {
-                return Err(io_error(path, "an entry holds an invalid problem"));
+                return Err(not_a_cache(path, "an entry holds an invalid problem"));
             }
             cache.entries.insert(key, value);
         }
         Ok(cache)
     }
 
-    /// Reads the file at `path` (under the caller's lock) and adds its entries for the keys
-    /// this cache has not changed.
-    fn read_merge(&mut self, path: &Path) -> Result<()> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_error(path, e)),
-        };
-        let file = match parse_file(&bytes) {
-            Ok(f) => f,
-            Err(why) => {
-                let bak = backup_path(path);
-                match std::fs::rename(path, &bak) {
-                    Ok(()) => self.warn(format!(
-                        "tuning cache {}: {why}; set aside as {} and rebuilt",
-                        path.display(),
-                        bak.display()
-                    )),
-                    Err(e) => self.warn(format!(
-                        "tuning cache {}: {why}; could not set it aside ({e}); it will be \
-                         rebuilt",
-                        path.display()
-                    )),
-                }
-                return Ok(());
-            }
-        };
+    /// Adds a parsed file's entries with valid problems for the keys this cache has not
+    /// changed; warns of the others.
+    fn take_valid(&mut self, path: &Path, file: CacheFile) {
         let mut dropped = 0;
         for FileEntry { key, value } in file.entries {
             if !problem_is_valid(&key.problem) {
@@ -325,15 +341,46 @@ impl TuningCache {
                 path.display()
             ));
         }
+    }
+
+    /// Under the caller's lock: reads the file at `path` and adds its entries for the keys
+    /// this cache has not changed; a file that is not a tuning cache is set aside (renamed to
+    /// a free `FILE.bak`, `FILE.bak.1`, ...) with a warning, so that writing cannot destroy it.
+    fn read_merge(&mut self, path: &Path) -> Result<()> {
+        let Some(bytes) = read_if_present(path)? else {
+            return Ok(());
+        };
+        match parse_file(&bytes) {
+            Ok(file) => self.take_valid(path, file),
+            Err(why) => self.set_aside(path, &why)?,
+        }
+        Ok(())
+    }
+
+    fn set_aside(&mut self, path: &Path, why: &str) -> Result<()> {
+        let bak = free_backup_path(path);
+        std::fs::rename(path, &bak).map_err(|e| {
+            io_error(
+                path,
+                format!("{why}; could not set it aside as {} ({e})", bak.display()),
+            )
+        })?;
+        self.warn(format!(
+            "tuning cache {}: {why}; set aside as {} and rebuilt",
+            path.display(),
+            bak.display()
+        ));
         Ok(())
     }
 
     /// Writes the cache to `path`: under the lock, the file is read again and merged (this
     /// cache's changes win), then replaced atomically. Afterwards this cache holds the merged
-    /// entries.
+    /// entries. A file there that is not a tuning cache is set aside first, with a warning.
     ///
     /// # Errors
-    /// [`Error::Io`] when the directory, the lock or the file cannot be written.
+    /// [`Error::BadParam`] (`cache.path`) when the file's folder does not exist (except the
+    /// per-user default's, which is made); [`Error::Io`] when the lock or the file cannot be
+    /// written.
     pub fn save(&mut self, path: &Path) -> Result<()> {
         let _lock = FileLock::acquire(path)?;
         self.read_merge(path)?;
@@ -344,11 +391,17 @@ impl TuningCache {
     }
 
     /// Replaces the file at `path` with this cache's entries alone (no merge), under the lock.
+    /// A file there that is not a tuning cache is set aside first, with a warning.
     ///
     /// # Errors
     /// As [`TuningCache::save`].
     pub fn overwrite(&mut self, path: &Path) -> Result<()> {
         let _lock = FileLock::acquire(path)?;
+        if let Some(bytes) = read_if_present(path)? {
+            if let Err(why) = parse_file(&bytes) {
+                self.set_aside(path, &why)?;
+            }
+        }
         let text = self.to_json()?;
         write_atomically(path, text.as_bytes())?;
         self.dirty.clear();
@@ -418,11 +471,83 @@ fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Where a bad file is set aside: `FILE.bak`.
+fn not_a_cache(path: &Path, why: impl Into<String>) -> Error {
+    Error::BadParam {
+        field: "cache.file".into(),
+        value: path.display().to_string(),
+        reason: format!("not a tuning cache: {}", why.into()),
+    }
+}
+
+/// The folder `path` is in (`.` for a bare file name).
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Whether the folder of `path` exists: `Ok(true)` when it does; for the per-user default
+/// path (autodnn's own folder) `Ok(false)` when it does not, or, with `create`, it is made;
+/// an error for any other path whose folder does not exist, and for a path that is a folder.
+fn folder_ready(path: &Path, create: bool) -> Result<bool> {
+    let dir = folder_of(path);
+    let missing = |why: &str| Error::BadParam {
+        field: "cache.path".into(),
+        value: path.display().to_string(),
+        reason: format!("folder {} {why}", dir.display()),
+    };
+    if path.is_dir() {
+        return Err(Error::BadParam {
+            field: "cache.path".into(),
+            value: path.display().to_string(),
+            reason: "a folder, not a file".into(),
+        });
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(true),
+        Ok(_) => Err(missing("is not a folder")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if path != crate::per_user_cache_path() {
+                Err(missing("does not exist"))
+            } else if create {
+                std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+                Ok(true)
+            } else {
+                Ok(false)
+            }
+        }
+        Err(e) => Err(io_error(dir, e)),
+    }
+}
+
+/// The file's bytes, or `None` when there is no file (in an existing folder, or in the
+/// per-user default's missing folder).
+fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>> {
+    if !folder_ready(path, false)? {
+        return Ok(None);
+    }
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(path, e)),
+    }
+}
+
+/// Where a bad file is set aside: `FILE.bak` (or, when that is taken, the first free of
+/// `FILE.bak.1`, `FILE.bak.2`, ...).
 pub fn backup_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".bak");
-    PathBuf::from(s)
+    sibling(path, ".bak")
+}
+
+fn free_backup_path(path: &Path) -> PathBuf {
+    let first = backup_path(path);
+    if !first.exists() {
+        return first;
+    }
+    (1..)
+        .map(|i| sibling(path, &format!(".bak.{i}")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -431,14 +556,14 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// An advisory exclusive lock on `FILE.lock`, held until dropped.
+/// An advisory exclusive lock on `FILE.lock` (made on the first write and left in place),
+/// held until dropped. The operating system releases it when the holder exits, however it
+/// exits: a writer killed while holding it blocks no one.
 struct FileLock(File);
 
 impl FileLock {
     fn acquire(path: &Path) -> Result<FileLock> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
-        }
+        folder_ready(path, true)?;
         let lock_path = sibling(path, ".lock");
         let f = OpenOptions::new()
             .create(true)
@@ -447,6 +572,7 @@ impl FileLock {
             .open(&lock_path)
             .map_err(|e| io_error(&lock_path, e))?;
         f.lock().map_err(|e| io_error(&lock_path, e))?;
+        remove_stale_temporaries(path);
         Ok(FileLock(f))
     }
 }
@@ -457,16 +583,30 @@ impl Drop for FileLock {
     }
 }
 
+/// Removes `FILE.tmp.*` left by writers killed between writing and renaming: only the lock's
+/// holder writes them, so under the lock every one is stale.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(name), Ok(list)) = (path.file_name(), std::fs::read_dir(folder_of(path))) else {
+        return;
+    };
+    let mut prefix = name.to_owned();
+    prefix.push(".tmp.");
+    let prefix = prefix.to_string_lossy().into_owned();
+    for entry in list.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
-/// disk, then renamed over `path`. Creates the directory.
+/// disk, then renamed over `path`. Creates the directory (the cache's writers check its
+/// folder first, see the [module](self) docs).
 ///
 /// # Errors
 /// [`Error::Io`].
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = folder_of(path);
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

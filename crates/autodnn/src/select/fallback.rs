@@ -18,7 +18,8 @@ use crate::Handle;
 /// Runs `plan` on the data with the fallback chain, in the caller's workspace when one is
 /// given (algorithms needing more are stepped past with a too-small-workspace event) or in the
 /// handle's. When every algorithm fails, the error is [`Error::AllFailed`], listing each
-/// failure.
+/// failure; when the copy of y that a residual read from y needs cannot be allocated, it is
+/// that [`Error::OutOfMemory`], before any algorithm runs.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     h: &Handle,
@@ -50,13 +51,13 @@ pub(crate) fn execute(
         .filter_map(|n| algos.iter().copied().find(|a| a.name() == *n))
         .collect();
     // y's prior contents are the residual when beta ≠ 0 and none is given: keep a copy so
-    // that a failed attempt cannot change what the next one adds.
+    // that a failed attempt cannot change what the next one adds. Without one no attempt
+    // may start (a failed one would leave y half-written), so its failure ends the call.
     let snapshot = if epi.beta != 0.0 && epi.residual.is_none() && chain.len() > 1 {
-        let mut v = Vec::new();
-        v.try_reserve_exact(y.len()).ok().map(|_| {
-            v.extend_from_slice(y);
-            v
-        })
+        Some(crate::alloc::try_copy(
+            y,
+            "a copy of y for the fallback chain",
+        )?)
     } else {
         None
     };

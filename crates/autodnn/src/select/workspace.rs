@@ -146,16 +146,22 @@ impl WorkspacePool {
             });
         }
         let mut buf = std::mem::take(&mut *self.lock());
-        if buf.len() < bytes {
-            if buf.capacity() < bytes {
-                // Free the cached buffer before asking for a bigger one.
-                buf = Vec::new();
-                buf.try_reserve_exact(bytes)
-                    .map_err(|e| Error::OutOfMemory {
-                        bytes,
-                        what: format!("{algo}'s workspace: {e}"),
-                    })?;
+        if buf.capacity() < bytes {
+            // Free the cached buffer before asking for a bigger one.
+            buf = Vec::new();
+        }
+        // Through the library's allocator, so that its fault injector reaches workspaces
+        // too (a request the cached buffer covers counts as well, and allocates nothing).
+        let what = format!("{algo}'s workspace");
+        if let Err(e) = crate::alloc::try_reserve(&mut buf, bytes, &what) {
+            // Keep the cached buffer for the next call.
+            let mut cached = self.lock();
+            if buf.capacity() > cached.capacity() {
+                *cached = buf;
             }
+            return Err(e);
+        }
+        if buf.len() < bytes {
             // Bytes are initialised once, when the buffer first grows past them; later calls
             // reuse them as they are (algorithms must not assume a zeroed workspace).
             buf.resize(bytes, 0);

@@ -1,0 +1,431 @@
+//! Allocation failure everywhere: every allocation the library makes during a call is failed
+//! in turn (the N-th, for every N up to the call's count, once and from there on), as
+//! SQLite's malloc tests do. Each run must end in a correct output (through the fallback
+//! chain where there is one) or in a typed out-of-memory error: never an abort, never a wrong
+//! result.
+//!
+//! The injector is process-wide, so everything runs in one test function.
+
+mod common;
+
+use autodnn::alloc::FailNth;
+use autodnn::conv::{self, Accuracy, Activation, Epilogue, EpilogueArgs, Weights};
+use autodnn::cpu::Isa;
+use autodnn::gemm::GemmDesc;
+use autodnn::select::Policy;
+use autodnn::{reference, ConvProblem, Error, Handle, Layout};
+use common::{assert_accurate, int_data, problem};
+
+/// True for an out-of-memory error, or a fallback chain that failed for want of memory only.
+fn is_oom(e: &Error) -> bool {
+    match e {
+        Error::OutOfMemory { .. } => true,
+        Error::AllFailed { tried, last } => {
+            is_oom(last) && tried.iter().all(|t| t.contains("out of memory"))
+        }
+        _ => false,
+    }
+}
+
+/// What the runs of one configuration came to.
+#[derive(Default, Debug)]
+struct Totals {
+    calls: usize,
+    /// Runs in which the armed allocation was reached and failed.
+    injected: usize,
+    /// Of those, runs that still returned a correct output.
+    survived: usize,
+    /// Of those, runs that returned a typed out-of-memory error.
+    typed: usize,
+}
+
+impl Totals {
+    fn add(&mut self, o: &Totals) {
+        self.calls += o.calls;
+        self.injected += o.injected;
+        self.survived += o.survived;
+        self.typed += o.typed;
+    }
+}
+
+/// Runs `call` once to count its allocations A (asserting A > 0), then for every N in 1..=A
+/// with the N-th allocation failing once and failing from there on. `call` returns the
+/// output on success; `check` asserts it is correct. `recovers`: a call with a fallback chain,
+/// which must survive a one-shot failure inside the chain (a failure it cannot step past
+/// is an `OutOfMemory` of the call itself, never `AllFailed`).
+fn sweep<T>(
+    what: &str,
+    totals: &mut Totals,
+    recovers: bool,
+    mut call: impl FnMut() -> autodnn::Result<T>,
+    check: impl Fn(&T, &str),
+) {
+    FailNth::count();
+    let out = call().unwrap_or_else(|e| panic!("{what}: fails without injection: {e}"));
+    let count = FailNth::allocations();
+    check(&out, what);
+    assert!(
+        count > 0,
+        "{what}: makes no allocation the injector can fail"
+    );
+    totals.calls += 1;
+    for n in 1..=count {
+        for persist in [false, true] {
+            FailNth::arm(n, persist);
+            let r = call();
+            let tripped = FailNth::tripped();
+            FailNth::disarm();
+            let label = format!("{what}, allocation {n} of {count} failing (persist {persist})");
+            if tripped {
+                totals.injected += 1;
+            }
+            match r {
+                Ok(out) => {
+                    check(&out, &label);
+                    if tripped {
+                        totals.survived += 1;
+                    }
+                }
+                Err(e) => {
+                    assert!(
+                        tripped,
+                        "{label}: an error without an injected failure: {e}"
+                    );
+                    assert!(
+                        is_oom(&e),
+                        "{label}: not a typed out-of-memory error: {e:?}"
+                    );
+                    if recovers && !persist {
+                        assert!(
+                            matches!(e, Error::OutOfMemory { .. }),
+                            "{label}: the fallback chain did not recover: {e}"
+                        );
+                    }
+                    totals.typed += 1;
+                }
+            }
+        }
+    }
+}
+
+/// One convolution problem with its data and reference output.
+struct Case {
+    p: ConvProblem,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    z: Option<Vec<f32>>,
+    /// y's contents before the call (read when beta ≠ 0 without a residual).
+    prior: Vec<f32>,
+    beta: f32,
+    reference: Vec<f64>,
+}
+
+impl Case {
+    fn new(spec: &str, layout: Layout, epi: Epilogue, beta: f32, seed: u64) -> Case {
+        let p = problem(spec, layout).with_epilogue(epi);
+        let x = int_data(p.x().span(), seed);
+        let w = int_data(p.w().elements(), seed + 1);
+        let bias = epi.bias.then(|| int_data(p.w().k(), seed + 2));
+        let z = epi.residual.then(|| int_data(p.y().span(), seed + 3));
+        let prior = int_data(p.y().span(), seed + 4);
+        let reference = reference::conv_forward_fused(
+            &p,
+            &x,
+            &w,
+            1.0,
+            beta as f64,
+            bias.as_deref(),
+            Some(z.as_deref().unwrap_or(&prior)),
+        )
+        .unwrap();
+        Case {
+            p,
+            x,
+            w,
+            bias,
+            z,
+            prior,
+            beta,
+            reference,
+        }
+    }
+
+    fn args(&self) -> EpilogueArgs<'_> {
+        let mut a = EpilogueArgs::new(1.0, self.beta);
+        if let Some(b) = &self.bias {
+            a = a.with_bias(b);
+        }
+        if let Some(z) = &self.z {
+            a = a.with_residual(z);
+        }
+        a
+    }
+}
+
+/// The problems: every registered algorithm accepts at least one of them.
+fn cases() -> Vec<Case> {
+    let none = Epilogue::default();
+    let fused = Epilogue {
+        bias: true,
+        residual: true,
+        act: Activation::Relu,
+    };
+    let bias = Epilogue {
+        bias: true,
+        ..Epilogue::default()
+    };
+    vec![
+        // 3x3: Winograd (every tile size), FFT, the GEMMs, direct.
+        Case::new("mb1ic5ih9oc6kh3ph1", Layout::Nchw, none, 0.0, 1),
+        Case::new("mb2ic4ih8oc7kh3ph1", Layout::Nhwc, fused, 1.0, 2),
+        // y's prior contents as the residual (the fallback chain keeps a copy).
+        Case::new("mb1ic3ih7oc4kh3ph1", Layout::Nchw, bias, 0.5, 3),
+        // 5x5 on an FFT-friendly grid.
+        Case::new("mb1ic3ih12oc4kh5ph2", Layout::Nchw, none, 0.0, 4),
+        // 1x1: x is the GEMM's matrix.
+        Case::new("mb2ic16ih5oc8kh1ph0", Layout::Nchw, fused, 1.0, 5),
+        Case::new("mb1ic12ih6oc10kh1ph0", Layout::Nhwc, none, 0.0, 6),
+        // Strided, and strided 1x1.
+        Case::new("mb1ic4ih11oc5kh3sh2ph1", Layout::Nhwc, none, 0.0, 7),
+        Case::new("mb1ic8ih9oc6kh1sh2ph0", Layout::Nchw, none, 0.0, 8),
+        // Depthwise, both layouts, and grouped.
+        Case::new("mb1g8ic8ih9oc8kh3ph1", Layout::Nchw, bias, 0.0, 9),
+        Case::new("mb1g16ic16ih7oc16kh3sh2ph1", Layout::Nhwc, fused, 1.0, 10),
+        Case::new("mb1g2ic8ih6oc6kh3ph1", Layout::Nchw, none, 0.0, 11),
+        // Large enough for im2col's and the GEMM engine's threads to share the work.
+        Case::new("mb1ic16ih16oc32kh3ph1", Layout::Nchw, fused, 1.0, 12),
+        Case::new("mb1ic16ih16oc32kh3ph1", Layout::Nhwc, none, 0.0, 13),
+    ]
+}
+
+fn accuracy(name: &str) -> Accuracy {
+    conv::find(name).unwrap().accuracy()
+}
+
+/// The sweeps of every case, algorithm and entry point on one handle.
+fn conv_sweeps(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals, covered: &mut Vec<String>) {
+    for (i, c) in cases.iter().enumerate() {
+        let y0 = || c.prior.clone();
+        let checker = |acc: Accuracy| {
+            move |y: &Vec<f32>, what: &str| assert_accurate(&c.p, y, &c.reference, acc, what)
+        };
+        for a in conv::algorithms() {
+            if a.check(&c.p).is_err() {
+                continue;
+            }
+            let name = a.name();
+            if !covered.iter().any(|n| n == name) {
+                covered.push(name.to_string());
+            }
+            let what = format!("{tag} case {i} {name}");
+            sweep(
+                &what,
+                t,
+                false,
+                || {
+                    let mut y = y0();
+                    let w = Weights::Plain(&c.w);
+                    h.conv_forward_ex(&c.p, name, &c.x, w, &mut y, &c.args(), None)?;
+                    Ok(y)
+                },
+                checker(a.accuracy()),
+            );
+            sweep(
+                &format!("{what} prepared"),
+                t,
+                false,
+                || {
+                    let pw = h.prepare_weights(&c.p, name, &c.w)?;
+                    let mut y = y0();
+                    let w = Weights::Prepared(&pw);
+                    h.conv_forward_ex(&c.p, name, &c.x, w, &mut y, &c.args(), None)?;
+                    Ok(y)
+                },
+                checker(a.accuracy()),
+            );
+        }
+        let check_auto = |(y, algo): &(Vec<f32>, &'static str), what: &str| {
+            assert_accurate(&c.p, y, &c.reference, accuracy(algo), what)
+        };
+        sweep(
+            &format!("{tag} case {i} auto"),
+            t,
+            true,
+            || {
+                let mut y = y0();
+                let w = Weights::Plain(&c.w);
+                let r = h.conv_forward_auto(&c.p, &c.x, w, &mut y, &c.args())?;
+                Ok((y, r.algo))
+            },
+            check_auto,
+        );
+        // Transformed weights pin their algorithm: no chain to fall back along.
+        let first = h.get_conv_algorithms(&c.p).unwrap()[0].algo;
+        let pw = h.prepare_weights(&c.p, first, &c.w).unwrap();
+        sweep(
+            &format!("{tag} case {i} auto prepared for {first}"),
+            t,
+            false,
+            || {
+                let mut y = y0();
+                let w = Weights::Prepared(&pw);
+                let r = h.conv_forward_auto(&c.p, &c.x, w, &mut y, &c.args())?;
+                Ok((y, r.algo))
+            },
+            check_auto,
+        );
+    }
+}
+
+/// Handle::gemm (transposed A, padded C) and a strided batch, on integer data: exact. On
+/// several threads, products long enough for every thread to take blocks of C (`split`),
+/// and with `large` one big enough for the threads to share packed B panels.
+fn gemm_sweeps(h: &Handle, tag: &str, t: &mut Totals, split: bool, large: bool) {
+    let (m, n, k) = (130usize, 120usize, 100usize);
+    let a = int_data(m * k, 100);
+    let b = int_data(k * n, 101);
+    // op(A) = Aᵀ with A stored k × m row-major; B row-major; C m × n with row stride n + 3.
+    let d = GemmDesc::new(m, n, k)
+        .with_transa(true)
+        .with_a_strides(m, 1)
+        .with_b_strides(n, 1)
+        .with_c_strides(n + 3, 1);
+    let c0 = int_data(m * (n + 3), 102);
+    let mut want = c0.iter().map(|&v| v as f64).collect::<Vec<_>>();
+    reference::gemm(
+        m,
+        n,
+        k,
+        1.0,
+        &a,
+        [1, m],
+        &b,
+        [n, 1],
+        2.0,
+        &mut want,
+        [n + 3, 1],
+    )
+    .unwrap();
+    let exact = |c: &Vec<f32>, what: &str| {
+        for i in 0..m {
+            for j in 0..n {
+                let o = i * (n + 3) + j;
+                assert_eq!(c[o] as f64, want[o], "{what}: C[{i},{j}]");
+            }
+        }
+    };
+    sweep(
+        &format!("{tag} gemm"),
+        t,
+        false,
+        || {
+            let mut c = c0.clone();
+            h.gemm(&d, 1.0, &a, &b, 2.0, &mut c)?;
+            Ok(c)
+        },
+        exact,
+    );
+
+    let (m, n, k, batch) = (9usize, 11usize, 13usize, 5usize);
+    let a = int_data(m * k * batch, 103);
+    let b = int_data(k * n, 104);
+    let d = GemmDesc::new(m, n, k)
+        .with_a_strides(k, 1)
+        .with_b_strides(n, 1)
+        .with_c_strides(n, 1);
+    let mut want = vec![0.0f64; m * n * batch];
+    for i in 0..batch {
+        let (ai, ci) = (&a[i * m * k..], &mut want[i * m * n..]);
+        reference::gemm(m, n, k, 1.0, ai, [k, 1], &b, [n, 1], 0.0, ci, [n, 1]).unwrap();
+    }
+    sweep(
+        &format!("{tag} gemm_strided_batched"),
+        t,
+        false,
+        || {
+            let mut c = vec![f32::NAN; m * n * batch];
+            h.gemm_strided_batched(&d, 1.0, &a, m * k, &b, 0, 0.0, &mut c, m * n, batch)?;
+            Ok(c)
+        },
+        |c: &Vec<f32>, what: &str| {
+            for (o, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                assert_eq!(got as f64, w, "{what}: element {o}");
+            }
+        },
+    );
+
+    // C and A column-major, B row-major: B is packed (its depth is not unit-stride).
+    let sizes = [
+        (split, (400usize, 390usize, 380usize)),
+        (large, (780, 770, 760)),
+    ];
+    for (m, n, k) in sizes.into_iter().filter(|s| s.0).map(|s| s.1) {
+        let a = int_data(m * k, 105);
+        let b = int_data(k * n, 106);
+        let d = GemmDesc::new(m, n, k)
+            .with_a_strides(1, m)
+            .with_b_strides(n, 1)
+            .with_c_strides(1, m);
+        let mut want = vec![0.0f64; m * n];
+        reference::gemm(m, n, k, 1.0, &a, [1, m], &b, [n, 1], 0.0, &mut want, [1, m]).unwrap();
+        sweep(
+            &format!("{tag} gemm {m}x{n}x{k}"),
+            t,
+            false,
+            || {
+                let mut c = vec![f32::NAN; m * n];
+                h.gemm(&d, 1.0, &a, &b, 0.0, &mut c)?;
+                Ok(c)
+            },
+            |c: &Vec<f32>, what: &str| {
+                let bad = c.iter().zip(&want).position(|(&g, &w)| g as f64 != w);
+                assert!(bad.is_none(), "{what}: element {bad:?} differs");
+            },
+        );
+    }
+}
+
+#[test]
+fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error() {
+    let cases = cases();
+    let mut all = Totals::default();
+    let mut covered = Vec::new();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for threads in [1, 2] {
+            let mut h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            h.set_policy(Policy::Heuristic);
+            let tag = format!("{}x{threads}", isa.name());
+            let mut t = Totals::default();
+            conv_sweeps(&h, &cases, &tag, &mut t, &mut covered);
+            let best = isa == Isa::best_available();
+            gemm_sweeps(&h, &tag, &mut t, threads > 1, threads > 1 && best);
+            println!(
+                "{tag}: {} calls, {} injected failures: {} correct outputs, {} typed errors",
+                t.calls, t.injected, t.survived, t.typed
+            );
+            all.add(&t);
+        }
+    }
+    FailNth::disarm();
+    println!(
+        "all: {} calls, {} injected failures: {} correct outputs ({:.1}%), {} typed errors \
+         ({:.1}%)",
+        all.calls,
+        all.injected,
+        all.survived,
+        100.0 * all.survived as f64 / all.injected.max(1) as f64,
+        all.typed,
+        100.0 * all.typed as f64 / all.injected.max(1) as f64,
+    );
+    for a in conv::algorithms() {
+        assert!(
+            covered.iter().any(|n| n == a.name()),
+            "no case exercises {}",
+            a.name()
+        );
+    }
+    assert!(all.injected > 0);
+    assert_eq!(all.survived + all.typed, all.injected);
+}

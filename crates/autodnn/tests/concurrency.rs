@@ -1,0 +1,205 @@
+//! One handle shared by eight threads: mixed problems (3x3, 1x1, strided, grouped,
+//! depthwise, 5x5; both layouts), every registered algorithm that accepts each one plus the
+//! handle's own selection, and mixed workspaces (the handle's pool under different budgets
+//! through clones that share it, and caller-owned workspaces of different sizes). Every
+//! output is checked against the f64 reference: exactly for exact algorithms, within the
+//! integer tolerance for Winograd and FFT.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use autodnn::conv::{self, EpilogueArgs, Weights};
+use autodnn::{reference, ConvProblem, Error, Handle, Layout};
+use common::{assert_accurate, int_data, problem, Rng};
+
+const THREADS: usize = 8;
+const ITERATIONS: usize = 150;
+
+struct Case {
+    name: String,
+    p: ConvProblem,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    reference: Vec<f64>,
+    /// The registered algorithms that accept the problem, with their workspace bytes.
+    algos: Vec<(&'static str, usize)>,
+}
+
+fn cases() -> Vec<Case> {
+    let specs = [
+        "mb2ic8ih12oc16kh3ph1",
+        "mb2ic16ih9oc8kh1",
+        "mb1ic8ih13oc8kh3sh2ph1",
+        "mb2g4ic8ih10oc8kh3ph1",
+        "mb1g8ic8ih11oc8kh3ph1",
+        "mb1ic4ih16oc4kh5ph2",
+    ];
+    let mut out = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let p = problem(s, layout);
+            let x = int_data(p.x().span(), 100 + i as u64);
+            let w = int_data(p.w().elements(), 200 + i as u64);
+            let reference = reference::conv_forward(&p, &x, &w).unwrap();
+            let algos: Vec<(&'static str, usize)> = conv::algorithms()
+                .iter()
+                .filter(|a| a.check(&p).is_ok())
+                .map(|a| (a.name(), a.workspace_bytes(&p)))
+                .collect();
+            assert!(algos.len() >= 2, "{s}: {algos:?}");
+            out.push(Case {
+                name: format!("{s} {layout:?}"),
+                p,
+                x,
+                w,
+                reference,
+                algos,
+            });
+        }
+    }
+    out
+}
+
+fn check(case: &Case, algo: &str, y: &[f32], what: &str) {
+    let acc = common::algo(algo).accuracy();
+    assert_accurate(
+        &case.p,
+        y,
+        &case.reference,
+        acc,
+        &format!("{}: {what}", case.name),
+    );
+}
+
+#[test]
+fn one_handle_shared_by_eight_threads_computes_every_output_right() {
+    let cases = cases();
+    let handle = Handle::with_threads(2).unwrap();
+    // Clones share the handle's workspace pool, tuning cache and threads, each with its own
+    // budget: a small one most workspaces exceed, and none at all.
+    let small = cases
+        .iter()
+        .flat_map(|c| c.algos.iter().map(|a| a.1))
+        .filter(|&b| b > 0)
+        .min()
+        .expect("some algorithm needs a workspace");
+    let mut budgeted = handle.clone();
+    budgeted.set_workspace_limit(Some(small));
+    let mut no_workspace = handle.clone();
+    no_workspace.set_workspace_limit(Some(0));
+    let handles = [
+        (&handle, None),
+        (&budgeted, Some(small)),
+        (&no_workspace, Some(0)),
+    ];
+    let (runs, refused, auto) = (
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    );
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (cases, handles, handle) = (&cases, &handles, &handle);
+            let (runs, refused, auto) = (&runs, &refused, &auto);
+            s.spawn(move || {
+                let mut rng = Rng(0x5eed + t as u64);
+                for i in 0..ITERATIONS {
+                    let case = &cases[rng.next_u64() as usize % cases.len()];
+                    let (algo, needed) = case.algos[rng.next_u64() as usize % case.algos.len()];
+                    let mut y = vec![f32::NAN; case.p.y().span()];
+                    let what = format!("thread {t} iteration {i} {algo}");
+                    match rng.range(0, 3) {
+                        // The handle's workspace under one of the budgets.
+                        0 => {
+                            let (h, limit) = handles[rng.next_u64() as usize % handles.len()];
+                            let r = h.conv_forward(&case.p, algo, &case.x, &case.w, &mut y);
+                            if limit.is_some_and(|l| needed > l) {
+                                assert!(
+                                    matches!(r, Err(Error::OutOfMemory { .. })),
+                                    "{what}: {needed} bytes over the budget {limit:?}: {r:?}"
+                                );
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                                check(case, algo, &y, &what);
+                                runs.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // A caller-owned workspace: exact, larger and filled with garbage,
+                        // or one byte short.
+                        1 => {
+                            let extra = rng.range(0, 2);
+                            let len = match extra {
+                                0 => needed,
+                                1 => needed + 4096,
+                                _ => needed.saturating_sub(1),
+                            };
+                            let mut ws = vec![0xA5u8; len];
+                            let r = handle.conv_forward_with_workspace(
+                                &case.p, algo, &case.x, &case.w, &mut y, &mut ws,
+                            );
+                            if len < needed {
+                                assert!(
+                                    matches!(r, Err(Error::WorkspaceTooSmall { .. })),
+                                    "{what}: {r:?}"
+                                );
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                                check(case, algo, &y, &what);
+                                runs.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // The handle's selection, under one of the budgets.
+                        _ => {
+                            let (h, limit) = handles[rng.next_u64() as usize % handles.len()];
+                            let report = h
+                                .conv_forward_auto(
+                                    &case.p,
+                                    &case.x,
+                                    Weights::Plain(&case.w),
+                                    &mut y,
+                                    &EpilogueArgs::default(),
+                                )
+                                .unwrap_or_else(|e| panic!("{what}: auto: {e}"));
+                            assert!(
+                                limit.is_none_or(|l| report.workspace_bytes <= l),
+                                "{what}: auto chose {} with {} bytes over {limit:?}",
+                                report.algo,
+                                report.workspace_bytes
+                            );
+                            check(case, report.algo, &y, &format!("{what} auto"));
+                            auto.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let (runs, refused, auto) = (runs.into_inner(), refused.into_inner(), auto.into_inner());
+    assert_eq!(runs + refused + auto, THREADS * ITERATIONS);
+    assert!(
+        runs > 0 && refused > 0 && auto > 0,
+        "{runs} {refused} {auto}"
+    );
+    // Every (case, algorithm) pair once more, all threads at once on the same handle.
+    let pairs: Vec<(&Case, &'static str)> = cases
+        .iter()
+        .flat_map(|c| c.algos.iter().map(move |a| (c, a.0)))
+        .collect();
+    std::thread::scope(|s| {
+        for chunk in pairs.chunks(pairs.len().div_ceil(THREADS)) {
+            let handle = &handle;
+            s.spawn(move || {
+                for (case, algo) in chunk {
+                    let mut y = vec![f32::NAN; case.p.y().span()];
+                    handle
+                        .conv_forward(&case.p, algo, &case.x, &case.w, &mut y)
+                        .unwrap_or_else(|e| panic!("{} {algo}: {e}", case.name));
+                    check(case, algo, &y, "every pair");
+                }
+            });
+        }
+    });
+}
