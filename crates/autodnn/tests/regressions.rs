@@ -120,6 +120,75 @@ fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
     );
 }
 
+/// Checks, workspace queries, cost features and the ranking of `spec` in both layouts: none
+/// may panic, every algorithm that accepts it reports a workspace, `direct` accepts it.
+fn queries_hold(spec: &str) {
+    let h = Handle::with_threads(1).unwrap();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let p = problem(spec, layout);
+        let mut accepted = Vec::new();
+        for a in conv::algorithms() {
+            if a.check(&p).is_err() {
+                continue;
+            }
+            assert_eq!(
+                h.conv_workspace_size(&p, a.name()),
+                Ok(a.workspace_bytes(&p))
+            );
+            assert!(a
+                .cost_features(&p)
+                .iter()
+                .all(|f| f.is_finite() && *f >= 0.0));
+            accepted.push(a.name());
+        }
+        assert!(accepted.contains(&"direct"), "{spec}: {accepted:?}");
+        let ranked = h.get_conv_algorithms(&p).unwrap();
+        assert_eq!(ranked.len(), accepted.len(), "{spec}");
+    }
+}
+
+/// A 10^9-row image and a 10^8-column kernel (fuzzing, problem strings): the GEMM
+/// algorithms' frame costs multiplied 10^17 positions by 10^8 taps and overflowed.
+#[test]
+fn gemm_frame_cost_of_a_huge_image_and_kernel_saturates() {
+    queries_hold("ic1oc1ih999999999kw99999999kh1");
+}
+
+/// An image 2^40 rows high under a 3x3 kernel (fuzzing, descriptors): the FFT algorithms'
+/// checks looked for the next 2-3-5-smooth transform size by counting up from 2^40, which
+/// never ends in practice.
+#[test]
+fn fft_transform_size_of_a_huge_image_is_found_at_once() {
+    let t = std::time::Instant::now();
+    queries_hold("mb1ic1oc1ih1099511627791iw1kh3kw3ph1pw1");
+    assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
+}
+
+/// A strided batch of products with k = 0 (A and B empty, so their strides are free) and a
+/// stride of A near usize::MAX (fuzzing, gemm): the offset of each item's A was formed
+/// before looking at its span and overflowed. C becomes beta·C.
+#[test]
+fn strided_batch_with_empty_operands_and_huge_strides() {
+    let h = Handle::with_threads(1).unwrap();
+    let d = autodnn::gemm::GemmDesc::new(2, 3, 0);
+    let mut c = vec![1.0f32; 18];
+    let empty: [f32; 0] = [];
+    h.gemm_strided_batched(
+        &d,
+        1.0,
+        &empty,
+        usize::MAX,
+        &empty,
+        usize::MAX / 2,
+        2.0,
+        &mut c,
+        6,
+        3,
+    )
+    .unwrap();
+    assert_eq!(c, vec![2.0f32; 18]);
+}
+
 /// A kernel of 2·10^5 rows on a one-pixel image (all but one tap in the padding): `direct`
 /// kept a load description of every tap for every tile (480 bytes each), and
 /// `implicit_gemm` described every window for every strip it packed (quadratic in the

@@ -149,13 +149,15 @@ fn frame_cost(
     patches_packed: bool,
 ) -> FrameCost {
     let (mr, nr) = FRAME_TILE;
-    let up = |x: usize, to: usize| x.div_ceil(to) * to;
+    // Saturating: the costs of absurd problems (10^17 positions of 10^8 taps) only compare.
+    let up = |x: usize, to: usize| x.div_ceil(to).saturating_mul(to);
+    let mul = |a: usize, b: usize| a.saturating_mul(b);
     let width = match frame {
         Frame::Positions => mr,
         Frame::Channels => nr,
     };
     let pack = if patches_packed {
-        PACK_ROW_COST * positions.div_ceil(width) * depth
+        mul(mul(PACK_ROW_COST, positions.div_ceil(width)), depth)
     } else {
         0
     };
@@ -163,13 +165,16 @@ fn frame_cost(
     // The engine computes whole vectors of mr rows, but only the valid columns of a ragged
     // last column panel.
     let work = match frame {
-        Frame::Positions => up(positions, mr) * kg * depth,
-        Frame::Channels => up(kg, mr) * positions * depth / block * (block + STRIDED_STORE_COST),
+        Frame::Positions => mul(mul(up(positions, mr), kg), depth),
+        Frame::Channels => mul(
+            mul(mul(up(kg, mr), positions), depth) / block,
+            block + STRIDED_STORE_COST,
+        ),
     };
     FrameCost {
         work,
         pack,
-        packed: up(positions, width) * depth,
+        packed: mul(up(positions, width), depth),
     }
 }
 
@@ -195,7 +200,7 @@ fn choose_frame(
     let positions = gemm_positions(ys, oh, ow);
     let cost = |f| {
         let c = frame_cost(f, positions, kg, depth, patches_packed);
-        c.work + c.pack
+        c.work.saturating_add(c.pack)
     };
     if cost(Frame::Channels) < cost(Frame::Positions) {
         Frame::Channels

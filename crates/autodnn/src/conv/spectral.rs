@@ -65,21 +65,34 @@ pub(crate) const LANES: usize = 16;
 const BLOCK: usize = 2 * LANES;
 
 /// The smallest n' ≥ n whose only prime factors are 2, 3 and 5 (rustfft has fast butterflies
-/// for them).
+/// for them), or `usize::MAX` when none fits in `usize`. Enumerates the products 3^b·5^c and
+/// doubles each up to n: O(log³ n) steps whatever n (counting up from n takes astronomically
+/// long for the sizes of huge images, where such numbers are sparse).
 pub(crate) fn good_size(n: usize) -> usize {
-    let mut m = n.max(1);
+    let n = n.max(1);
+    let mut best = usize::MAX;
+    let mut p5 = 1usize;
     loop {
-        let mut r = m;
-        for p in [2, 3, 5] {
-            while r.is_multiple_of(p) {
-                r /= p;
+        let mut p35 = p5;
+        loop {
+            let mut v = Some(p35);
+            while let Some(x) = v.filter(|&x| x < n) {
+                v = x.checked_mul(2);
+            }
+            if let Some(v) = v {
+                best = best.min(v);
+            }
+            match p35.checked_mul(3) {
+                Some(x) if p35 < n => p35 = x,
+                _ => break,
             }
         }
-        if r == 1 {
-            return m;
+        match p5.checked_mul(5) {
+            Some(x) if p5 < n => p5 = x,
+            _ => break,
         }
-        m += 1;
     }
+    best
 }
 
 /// Cost model of one call, in cycles of one core (fitted roughly on Zen 4 at one thread): per
@@ -1688,5 +1701,32 @@ mod avx2 {
         fnmadd: _mm256_fnmadd_ps,
         halves: half in [0, 8],
         shapes: [(1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(6, 1)(1, 2)(2, 2)(3, 2)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::good_size;
+
+    fn smooth(mut n: usize) -> bool {
+        for p in [2, 3, 5] {
+            while n.is_multiple_of(p) {
+                n /= p;
+            }
+        }
+        n == 1
+    }
+
+    #[test]
+    fn good_size_is_the_next_2_3_5_smooth_number() {
+        for n in 0..5000 {
+            let want = (n.max(1)..).find(|&m| smooth(m)).unwrap();
+            assert_eq!(good_size(n), want, "n = {n}");
+        }
+        // Huge sizes (a fuzzed image 2^40 rows high) answer at once.
+        let g = good_size((1 << 40) + 15);
+        assert!(g >= (1 << 40) + 15 && smooth(g), "{g}");
+        assert_eq!(good_size(1 << 63), 1 << 63);
+        assert_eq!(good_size(usize::MAX), usize::MAX, "none fits");
     }
 }

@@ -286,12 +286,14 @@ fn batch_span(field: &str, batch: usize, stride: usize, span: usize) -> Result<u
         })
 }
 
-/// `x[off..]`, or nothing when the matrix there is empty (its offset may then lie anywhere).
-fn tail<T>(x: &[T], off: usize, span: usize) -> &[T] {
+/// `x[i·stride..]`, or nothing when the matrix there is empty (its stride is then free, and
+/// `i·stride` may not even fit in `usize`).
+fn tail<T>(x: &[T], i: usize, stride: usize, span: usize) -> &[T] {
     if span == 0 {
         &[]
     } else {
-        &x[off..]
+        // Fits: the batch's span (i·stride + span) was checked against the buffer.
+        &x[i * stride..]
     }
 }
 
@@ -481,7 +483,7 @@ impl Handle {
             c.chunks_mut(stride_c.max(sc))
                 .take(batch)
                 .enumerate()
-                .map(|(i, c)| (tail(a, i * stride_a, sa), tail(b, i * stride_b, sb), c)),
+                .map(|(i, c)| (tail(a, i, stride_a, sa), tail(b, i, stride_b, sb), c)),
         );
         run_batch(&self.exec_context(), desc, alpha, beta, items)
     }

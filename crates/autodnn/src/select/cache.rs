@@ -298,7 +298,20 @@ impl TuningCache {
     /// or holds an invalid problem.
     pub fn read(path: &Path) -> Result<TuningCache> {
         let bytes = std::fs::read(path).map_err(|e| io_error(path, e))?;
-        let file = parse_file(&bytes).map_err(|m| not_a_cache(path, m))?;
+        TuningCache::parse_strict(&bytes, path)
+    }
+
+    /// Parses the bytes of a cache file strictly, as [`TuningCache::read`] reads a file.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] (`cache.file`, valued `tuning cache`) when the bytes are not a
+    /// cache file of this format version, or hold an invalid problem.
+    pub fn parse(bytes: &[u8]) -> Result<TuningCache> {
+        TuningCache::parse_strict(bytes, Path::new("tuning cache"))
+    }
+
+    fn parse_strict(bytes: &[u8], path: &Path) -> Result<TuningCache> {
+        let file = parse_file(bytes).map_err(|m| not_a_cache(path, m))?;
         let mut cache = TuningCache::new();
         for FileEntry { key, value } in file.entries {
             if !problem_is_valid(&key.problem) {

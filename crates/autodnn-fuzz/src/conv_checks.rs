@@ -1,0 +1,226 @@
+//! What every valid convolution problem must satisfy, whatever surface it came from.
+
+use std::sync::OnceLock;
+
+use autodnn::conv::{self, Accuracy, EpilogueArgs, Weights};
+use autodnn::cpu::Isa;
+use autodnn::{reference, ConvProblem, DataType, Error, Handle};
+
+use crate::input::int_data;
+
+/// Problems whose tensors each hold at most this many elements (spans included) are run.
+pub const RUN_MAX_ELEMENTS: usize = 20_000;
+/// ... and whose direct definition costs at most this many FLOPs.
+pub const RUN_MAX_FLOPS: f64 = 2e6;
+/// Below this many FLOPs, prepared weights and a caller-owned workspace are run too.
+pub const FULL_RUN_MAX_FLOPS: f64 = 2e5;
+
+/// Handles for every instruction set this machine has, on 1 and 2 threads.
+pub fn handles() -> &'static [Handle] {
+    static HANDLES: OnceLock<Vec<Handle>> = OnceLock::new();
+    HANDLES.get_or_init(|| {
+        let mut out = Vec::new();
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+            for threads in [1, 2] {
+                let mut h = Handle::with_threads(threads).expect("a handle starts");
+                h.set_isa_cap(isa);
+                out.push(h);
+            }
+        }
+        out
+    })
+}
+
+/// The handle `sel` picks.
+pub fn handle(sel: usize) -> &'static Handle {
+    let hs = handles();
+    &hs[sel % hs.len()]
+}
+
+/// True when `p` is small enough to run every algorithm on it.
+pub fn is_small(p: &ConvProblem) -> bool {
+    p.x().span() <= RUN_MAX_ELEMENTS
+        && p.y().span() <= RUN_MAX_ELEMENTS
+        && p.w().elements() <= RUN_MAX_ELEMENTS
+        && p.flops() <= RUN_MAX_FLOPS
+}
+
+/// Checks, workspace queries, cost features and the heuristic ranking of `p` (for every
+/// problem, however large: they must be cheap), then, for small f32 problems without an
+/// epilogue, runs every accepting algorithm on integer data against `direct` and `direct`
+/// against the f64 reference.
+pub fn check_problem(p: &ConvProblem, h: &Handle, seed: u64) {
+    let accepted = queries(p, h);
+    if !is_small(p) || !p.epilogue().is_none() {
+        return;
+    }
+    if p.x().dtype() != DataType::F32 {
+        // Descriptors of other element types exist; running them is refused, cleanly.
+        let x = vec![0.0; p.x().span()];
+        let w = vec![0.0; p.w().elements()];
+        let mut y = vec![0.0; p.y().span()];
+        let e = h.conv_forward(p, "direct", &x, &w, &mut y).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        return;
+    }
+    run_all(p, h, seed, &accepted);
+}
+
+/// The names of the algorithms that accept `p`, after checking the queries of every one.
+fn queries(p: &ConvProblem, h: &Handle) -> Vec<&'static str> {
+    let mut accepted = Vec::new();
+    for a in conv::algorithms() {
+        match a.check(p) {
+            Ok(()) => {
+                let ws = a.workspace_bytes(p);
+                assert_eq!(h.conv_workspace_size(p, a.name()), Ok(ws), "{}", a.name());
+                for (i, f) in a.cost_features(p).iter().enumerate() {
+                    assert!(
+                        f.is_finite() && *f >= 0.0,
+                        "{}: cost feature {i} is {f}",
+                        a.name()
+                    );
+                }
+                accepted.push(a.name());
+            }
+            Err(reason) => {
+                assert!(!reason.is_empty(), "{} declined without a reason", a.name());
+                let e = h.conv_workspace_size(p, a.name()).unwrap_err();
+                assert!(matches!(e, Error::Declined { .. }), "{e:?}");
+            }
+        }
+    }
+    assert!(
+        accepted.contains(&"direct"),
+        "direct must accept every valid problem: {p:?}"
+    );
+    let ranked = h.get_conv_algorithms(p).expect("the heuristic ranks");
+    let mut names: Vec<&str> = ranked.iter().map(|r| r.algo).collect();
+    names.sort_unstable();
+    let mut want = accepted.clone();
+    want.sort_unstable();
+    assert_eq!(
+        names, want,
+        "the ranking lists each accepting algorithm once"
+    );
+    for r in &ranked {
+        assert!(
+            r.predicted_ms.is_finite() && r.predicted_ms >= 0.0,
+            "{}: predicted {} ms",
+            r.algo,
+            r.predicted_ms
+        );
+        let a = conv::find(r.algo).expect("ranked algorithms are registered");
+        assert_eq!(r.workspace_bytes, a.workspace_bytes(p));
+    }
+    accepted
+}
+
+fn run(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) -> Vec<f32> {
+    // NaN: every element of the tensor must be written.
+    let mut y = vec![f32::NAN; p.y().span()];
+    h.conv_forward(p, name, x, w, &mut y)
+        .unwrap_or_else(|e| panic!("{name} failed on an accepted problem: {e} ({p:?})"));
+    y
+}
+
+/// Compares `y` with `want` over the tensor's elements: equal for exact algorithms, within
+/// the integer-data bound otherwise.
+fn compare(p: &ConvProblem, y: &[f32], want: &[f32], acc: Accuracy, what: &str) {
+    let [n, k, oh, ow] = p.y().dims();
+    let (mut diff, mut max) = (0.0f64, 0.0f64);
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let o = p.y().offset(b, c, i, j);
+                    let (got, exp) = (y[o], want[o]);
+                    if acc == Accuracy::Exact {
+                        assert!(
+                            got == exp,
+                            "{what}: y[{b},{c},{i},{j}] = {got}, direct gives {exp} ({p:?})"
+                        );
+                    } else {
+                        let d = (f64::from(got) - f64::from(exp)).abs();
+                        assert!(!d.is_nan(), "{what}: y[{b},{c},{i},{j}] = {got} ({p:?})");
+                        diff = diff.max(d);
+                        max = max.max(f64::from(exp).abs());
+                    }
+                }
+            }
+        }
+    }
+    let tol = acc.integer_tolerance() * max.max(1.0);
+    assert!(
+        diff <= tol,
+        "{what}: max|y - direct| = {diff} > {tol} ({p:?})"
+    );
+}
+
+fn run_all(p: &ConvProblem, h: &Handle, seed: u64, accepted: &[&'static str]) {
+    let x = int_data(p.x().span(), seed);
+    let w = int_data(p.w().elements(), seed ^ 0x5555);
+    let direct = run(h, "direct", p, &x, &w);
+    let r = reference::conv_forward(p, &x, &w).expect("the reference runs");
+    let as_f32: Vec<f32> = r.iter().map(|&v| v as f32).collect();
+    compare(
+        p,
+        &direct,
+        &as_f32,
+        Accuracy::Exact,
+        "direct vs the f64 reference",
+    );
+    let full = p.flops() <= FULL_RUN_MAX_FLOPS;
+    for &name in accepted {
+        let a = conv::find(name).expect("registered");
+        let acc = a.accuracy();
+        if name != "direct" {
+            let y = run(h, name, p, &x, &w);
+            compare(p, &y, &direct, acc, name);
+        }
+        if !full {
+            continue;
+        }
+        // Prepared weights give the same output.
+        let prepared = h
+            .prepare_weights(p, name, &w)
+            .unwrap_or_else(|e| panic!("{name}: prepare failed: {e}"));
+        let mut y = vec![f32::NAN; p.y().span()];
+        h.conv_forward_ex(
+            p,
+            name,
+            &x,
+            Weights::Prepared(&prepared),
+            &mut y,
+            &EpilogueArgs::default(),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{name} prepared: {e}"));
+        compare(p, &y, &direct, acc, &format!("{name} prepared"));
+        // A caller-owned workspace of exactly the reported size suffices; one byte less is
+        // refused.
+        let need = a.workspace_bytes(p);
+        let mut ws = vec![0u8; need];
+        let mut y = vec![f32::NAN; p.y().span()];
+        h.conv_forward_with_workspace(p, name, &x, &w, &mut y, &mut ws)
+            .unwrap_or_else(|e| panic!("{name} with its workspace: {e}"));
+        compare(p, &y, &direct, acc, &format!("{name} caller workspace"));
+        if need > 0 {
+            let mut ws = vec![0u8; need - 1];
+            let e = h
+                .conv_forward_with_workspace(p, name, &x, &w, &mut y, &mut ws)
+                .unwrap_err();
+            assert!(matches!(e, Error::WorkspaceTooSmall { .. }), "{e:?}");
+        }
+    }
+}
+
+/// An error from a descriptor constructor or a parse: a bad-input kind naming its field.
+pub fn assert_named_error(e: &Error) {
+    match e {
+        Error::BadParam { field, .. } | Error::Overflow { field, .. } => {
+            assert!(!field.is_empty(), "an error without a field: {e:?}")
+        }
+        other => panic!("a descriptor error of an unexpected kind: {other:?}"),
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Fuzz campaigns of autodnn's input surfaces (nightly toolchain, cargo-fuzz, libFuzzer).
+#
+#   fuzz/run.sh [RUNS] [TARGET...]
+#
+# Runs each target (all of them by default) in turn, one process at a time, for RUNS
+# executions (default 1000000; MAX_TIME=seconds also stops each target after that long),
+# with libFuzzer's limits: an input running over 1 s is a hang (-timeout=1), a process over
+# 2 GiB of memory fails (-rss_limit_mb=2048), and so does any single allocation over 1 GiB
+# (-malloc_limit_mb=1024). New inputs go to fuzz/corpus-work/TARGET (not committed); the
+# committed seeds under fuzz/corpus/TARGET and the pinned findings under
+# fuzz/regressions/TARGET are read as well. Findings land in fuzz/artifacts/TARGET.
+# Each target's final statistics (executions, exec/s) are appended to fuzz/campaign.log.
+set -euo pipefail
+cd "$(dirname "$0")"
+runs=${1:-1000000}
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(problem_string descriptors cache_file cost_model_file gemm npy)
+fi
+cargo +nightly fuzz build
+for t in "${targets[@]}"; do
+    mkdir -p "corpus-work/$t" "corpus/$t" "regressions/$t"
+    dict=()
+    if [ -f "dicts/$t.dict" ]; then
+        dict=("-dict=dicts/$t.dict")
+    fi
+    start=$(date +%s)
+    set +e
+    cargo +nightly fuzz run "$t" "corpus-work/$t" "corpus/$t" "regressions/$t" -- \
+        -runs="$runs" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+        -print_final_stats=1 ${MAX_TIME:+-max_total_time=$MAX_TIME} "${dict[@]}" \
+        >"campaign-$t.out" 2>&1
+    status=$?
+    set -e
+    end=$(date +%s)
+    {
+        echo "$(date -u +%FT%TZ) $t runs=$runs wall=$((end - start))s status=$status"
+        grep -E "^(stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|SUMMARY)" \
+            "campaign-$t.out" || true
+        grep -E "Test unit written" "campaign-$t.out" || true
+    } | tee -a campaign.log
+done
