@@ -217,3 +217,15 @@ fn a_kernel_far_larger_than_the_image_runs_in_bounded_memory() {
         }
     }
 }
+
+/// A 2000×2 kernel on a 1×4 image (two outputs): `fft` transformed a 2000×3 grid and the
+/// filter's 4000 taps onto it, 78 ms for 16 000 multiply-adds (a fuzzing hang under its
+/// instrumented build). It declines grids over 256 times an image's outputs now; every other
+/// accepting algorithm still computes it.
+#[test]
+fn fft_declines_a_grid_far_larger_than_the_output() {
+    let p = problem("mb1ic1oc1ih1iw4kh2000kw2oh1ow2", Layout::Nchw);
+    let e = conv::find("fft").unwrap().check(&p).unwrap_err();
+    assert!(e.contains("over 256 times"), "{e}");
+    every_algorithm_matches_the_reference("mb1ic1oc1ih1iw4kh2000kw2oh1ow2");
+}

@@ -24,7 +24,8 @@
 //!   does not.
 //! - **Declines:** strides other than 1 (a strided output samples one point in `stride²` of
 //!   the grid: most of the transform would be thrown away); 1×1 kernels (a plain matrix
-//!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side.
+//!   product, nothing for a transform to save); grids larger than [`MAX_SIDE`] on a side, or
+//!   over [`MAX_GRID_PER_OUTPUT`] times an image's outputs (a kernel far larger than them).
 //!   Dilation is handled by spreading the kernel's taps on the grid; groups and both layouts
 //!   are supported.
 //! - **Accuracy:** normwise (see [`Accuracy`](super::Accuracy)); **deterministic:** every value is computed by
@@ -74,11 +75,23 @@ fn spectral(problem: &ConvProblem) -> Option<Spectral> {
     )
 }
 
+/// Most grid points per output position of an image: past it the output is a small corner
+/// of the transform (a kernel far larger than the output), and the filter's spectra alone
+/// cost that many times the direct definition's multiply-adds.
+pub const MAX_GRID_PER_OUTPUT: usize = 256;
+
 fn limit(problem: &ConvProblem) -> std::result::Result<(), String> {
     let [nh, nw] = grid(problem);
     if nh.max(nw) > MAX_SIDE {
         return Err(format!(
             "the transform grid {nh}x{nw} is larger than {MAX_SIDE} on a side"
+        ));
+    }
+    let outputs = problem.y().h() * problem.y().w();
+    if nh * nw > MAX_GRID_PER_OUTPUT * outputs {
+        return Err(format!(
+            "the transform grid {nh}x{nw} is over {MAX_GRID_PER_OUTPUT} times the {outputs} \
+             outputs of an image"
         ));
     }
     Ok(())
