@@ -229,3 +229,37 @@ fn fft_declines_a_grid_far_larger_than_the_output() {
     assert!(e.contains("over 256 times"), "{e}");
     every_algorithm_matches_the_reference("mb1ic1oc1ih1iw4kh2000kw2oh1ow2");
 }
+
+/// An image of one column whose column stride is 2^62 (any stride is valid for a dimension
+/// of 1) with a column stride of the convolution of 4: the im2col copy multiplied the two
+/// (overflow) although it never steps between columns. Found by the descriptors fuzzer.
+#[test]
+fn a_lone_column_with_a_huge_stride() {
+    use autodnn::TensorDesc;
+    use autodnn::{ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Padding};
+    let x = TensorDesc::with_strides(DataType::F32, [1, 2, 3, 1], [6, 3, 1, 1 << 62]).unwrap();
+    let w = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [3, 2, 2, 1]).unwrap();
+    let pad = Padding {
+        top: 1,
+        bottom: 0,
+        left: 0,
+        right: 0,
+    };
+    let conv = ConvDesc::new(pad, [1, 4], [1, 1], 1, ConvMode::CrossCorrelation).unwrap();
+    let dims = ConvProblem::output_dims(&x, &w, &conv).unwrap();
+    let y = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
+    let p = ConvProblem::forward(x, w, conv, y).unwrap();
+    let xd = int_data(p.x().span(), 1);
+    let wd = int_data(p.w().elements(), 2);
+    let r = reference::conv_forward(&p, &xd, &wd).unwrap();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let mut h = Handle::with_threads(1).unwrap();
+        h.set_isa_cap(isa);
+        for a in conv::algorithms() {
+            if a.check(&p).is_ok() {
+                let y = run_plain(&h, a.name(), &p, &xd, &wd);
+                assert_exact(&p, &y, &r, &format!("{} {isa:?}", a.name()));
+            }
+        }
+    }
+}

@@ -442,7 +442,9 @@ impl Geometry {
                 + tap.xoff
                 + ih as usize * self.xs[2]
                 + (first + lo as i64 * sw) as usize * self.xs[3];
-            let step = sw as usize * self.xs[3];
+            // A lone column's stride may be anything: the step is used only between
+            // columns inside x, so saturating is exact where it matters.
+            let step = (sw as usize).saturating_mul(self.xs[3]);
             let out = &mut dst[lo..hi];
             if step == 1 {
                 out.copy_from_slice(&x[start..start + out.len()]);
@@ -741,7 +743,9 @@ impl Geometry {
     /// than [`MAX_SEGMENTS`] runs or offsets the kernels cannot index. The column arithmetic
     /// (the only divisions) is done once per (segment, s), not per window.
     fn row_loads(&self, segs: &[Seg], sc: &mut StripScratch, win0: usize, win1: usize) -> bool {
-        if segs.len() > MAX_SEGMENTS || self.stride[1] as usize * self.xs[3] > 1 << 24 {
+        if segs.len() > MAX_SEGMENTS
+            || (self.stride[1] as usize).saturating_mul(self.xs[3]) > 1 << 24
+        {
             return false;
         }
         let sw = self.stride[1];
