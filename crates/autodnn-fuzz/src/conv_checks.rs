@@ -11,9 +11,9 @@ use crate::input::int_data;
 /// Problems whose tensors each hold at most this many elements (spans included) are run.
 pub const RUN_MAX_ELEMENTS: usize = 20_000;
 /// ... and whose direct definition costs at most this many FLOPs.
-pub const RUN_MAX_FLOPS: f64 = 2e6;
+pub const RUN_MAX_FLOPS: f64 = 4e5;
 /// Below this many FLOPs, prepared weights and a caller-owned workspace are run too.
-pub const FULL_RUN_MAX_FLOPS: f64 = 2e5;
+pub const FULL_RUN_MAX_FLOPS: f64 = 5e4;
 
 /// Handles for every instruction set this machine has, on 1 and 2 threads.
 pub fn handles() -> &'static [Handle] {

@@ -12,6 +12,7 @@ pub mod descriptors;
 pub mod gemm;
 pub mod input;
 pub mod npy;
+pub mod plans;
 pub mod problem_string;
 
 pub use cache_file::cache_file;
@@ -19,17 +20,19 @@ pub use cost_model_file::cost_model_file;
 pub use descriptors::descriptors;
 pub use gemm::gemm;
 pub use npy::npy;
+pub use plans::plans;
 pub use problem_string::problem_string;
 
 /// A harness: any bytes in, a panic on a broken invariant.
 pub type Harness = fn(&[u8]);
 
 /// Every harness by name, as the fuzz targets and the corpus folders call them.
-pub const HARNESSES: [(&str, Harness); 6] = [
+pub const HARNESSES: [(&str, Harness); 7] = [
     ("problem_string", problem_string),
     ("descriptors", descriptors),
     ("cache_file", cache_file),
     ("cost_model_file", cost_model_file),
     ("gemm", gemm),
     ("npy", npy),
+    ("plans", plans),
 ];

@@ -74,6 +74,11 @@ fn npy_corpus() {
     replay_nonempty("npy");
 }
 
+#[test]
+fn plans_corpus() {
+    replay_nonempty("plans");
+}
+
 /// Every corpus folder belongs to a harness (a renamed target leaves none behind).
 #[test]
 fn every_corpus_folder_has_a_harness() {
