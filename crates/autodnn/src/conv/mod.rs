@@ -11,18 +11,10 @@ mod depthwise;
 mod direct;
 mod epilogue;
 mod fft;
-mod fft_tiling;
 mod gemm;
-mod im2col;
-mod implicit_gemm;
 mod prepared;
 mod registry;
-mod spectral;
 mod winograd;
-mod winograd_2x2;
-mod winograd_4x4;
-mod winograd_6x6;
-mod winograd_simd;
 
 pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};

@@ -3,10 +3,8 @@
 
 use super::depthwise::Depthwise;
 use super::direct::Direct;
-use super::fft::FFT;
-use super::fft_tiling::FFT_TILING;
-use super::gemm::GEMM;
-use super::implicit_gemm::IMPLICIT_GEMM;
+use super::fft::{FFT, FFT_TILING};
+use super::gemm::{GEMM, IMPLICIT_GEMM};
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};

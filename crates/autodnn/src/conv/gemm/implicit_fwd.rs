@@ -17,7 +17,7 @@
 //! - **Prepared weights:** each group's filter packed once into the engine's panels.
 //! - **Deterministic:** yes; the engine's results do not depend on the thread count.
 
-use super::im2col::{GemmConv, PatchSource};
+use super::{GemmConv, PatchSource};
 
 /// Implicit GEMM.
 pub(crate) const IMPLICIT_GEMM: GemmConv = GemmConv {

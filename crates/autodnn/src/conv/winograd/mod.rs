@@ -10,7 +10,7 @@
 //! The sum over channels at each of the (m+2)² transform positions ξ is a matrix product,
 //! M_ξ (K × tiles) = U_ξ (K × C) · V_ξ (C × tiles), computed by a register-blocked
 //! micro-kernel. The matrices Bᵀ, G, Aᵀ of each tile size are data ([`Tile`], in
-//! `winograd_2x2.rs`, `winograd_4x4.rs`, `winograd_6x6.rs`), with the input and output
+//! `f2x2.rs`, `f4x4.rs`, `f6x6.rs`), with the input and output
 //! transforms written out as butterflies that tests check against them.
 //!
 //! - **Wins** on 3×3 stride-1 layers with many channels: F(4×4) does 4× and F(6×6) 5.06×
@@ -65,12 +65,17 @@
 //! measured on one Zen 4 core with prepared weights, F(6×6) is fastest on ResNet-50's 56×56 and
 //! 28×28 layers, F(4×4) on 14×14 and F(2×2) on 7×7 with 512 channels.
 
+mod f2x2;
+mod f4x4;
+mod f6x6;
+mod simd;
+
 use std::marker::PhantomData;
 
 use rayon::prelude::*;
 
-use super::winograd_simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
-use super::{
+use simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
+use crate::conv::{
     default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
     COST_FEATURES,
 };
@@ -80,9 +85,9 @@ use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::parallel::SharedOut;
 
-pub(crate) use super::winograd_2x2::F2x2;
-pub(crate) use super::winograd_4x4::F4x4;
-pub(crate) use super::winograd_6x6::F6x6;
+pub(crate) use f2x2::F2x2;
+pub(crate) use f4x4::F4x4;
+pub(crate) use f6x6::F6x6;
 
 /// Bytes of transformed input and products one block of tiles may take: about three
 /// quarters of a 1 MiB L2 cache, the smallest of today's AVX-512 server cores.
@@ -409,7 +414,7 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         match ctx.isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
-                if let Some(s) = super::winograd_simd::Avx512::new() {
+                if let Some(s) = simd::Avx512::new() {
                     return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
                 }
             }

@@ -21,7 +21,7 @@
 
 use std::sync::OnceLock;
 
-use super::im2col::{GemmConv, Geometry, PatchSource};
+use super::{GemmConv, Geometry, PatchSource};
 
 /// Explicit im2col + GEMM.
 pub(crate) const GEMM: GemmConv = GemmConv {

@@ -42,7 +42,7 @@ use std::ptr;
 
 use rayon::prelude::*;
 
-use super::{Activation, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::conv::{Activation, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};

@@ -3,7 +3,7 @@
 //! The output is cut into tiles of (nt − R' + 1) × (nt − S' + 1) positions (R', S' the
 //! dilated kernel extent); each tile's nt × nt input window (overlapping its neighbours by
 //! the kernel's extent) is transformed, multiplied by the filter spectra on the same grid and
-//! transformed back, keeping the tile's outputs (see [`super::spectral`]). The sides (rows and
+//! transformed back, keeping the tile's outputs (see [`super`]). The sides (rows and
 //! columns apart) are 8, 16, 32 or 64, or the whole image's grid when that is at most
 //! [`MAX_TILE`], whichever the spectral cost model finds cheapest with prepared weights:
 //! larger tiles waste less overlap, smaller ones keep the filter spectra small enough to
@@ -22,9 +22,9 @@
 //! - **Declines:** strides other than 1 (most of the transform would be discarded), 1×1
 //!   kernels (nothing for a transform to save), kernels whose dilated extent exceeds
 //!   [`MAX_TILE`] / 2 (use `fft`). Dilation, groups and both layouts are supported.
-//! - **Accuracy:** normwise (see [`Accuracy`](super::Accuracy)); **deterministic.**
+//! - **Accuracy:** normwise (see [`Accuracy`](crate::conv::Accuracy)); **deterministic.**
 
-use super::spectral::{extent, good_size, PlainFilter, Spectral, SpectralConv};
+use super::{extent, good_size, PlainFilter, Spectral, SpectralConv};
 use crate::desc::ConvProblem;
 
 /// The tiled FFT convolution.

@@ -43,13 +43,19 @@
 //! on fused plain calls, one output-channel block of a bin block's filter spectra
 //! (12·C/g·128 bytes at most).
 
+mod full_fwd;
+mod tiling_fwd;
+
+pub(crate) use full_fwd::FFT;
+pub(crate) use tiling_fwd::FFT_TILING;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rustfft::num_complex::Complex32;
 use rustfft::{Fft, FftDirection, FftPlannerAvx, FftPlannerScalar};
 
-use super::{
+use crate::conv::{
     default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
     COST_FEATURES,
 };

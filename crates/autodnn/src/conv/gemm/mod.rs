@@ -29,6 +29,12 @@
 //! ([`PackA::prepacked_a`], [`PackB::prepacked_b`]) instead of packing the filter on every
 //! call.
 
+mod explicit_fwd;
+mod implicit_fwd;
+
+pub(crate) use explicit_fwd::GEMM;
+pub(crate) use implicit_fwd::IMPLICIT_GEMM;
+
 use crate::conv::{
     default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
 };

@@ -5,7 +5,7 @@
 //! good(OW + S' − 1) points (R', S' the dilated kernel extent; good(n) the next size with
 //! factors 2, 3 and 5), which holds every output of an image without wrap-around. The
 //! products are complex (K × C)·(C × images) matrix products, one per frequency bin
-//! (see [`super::spectral`]).
+//! (see [`super`]).
 //!
 //! - **Wins** on large kernels with many channels: the cost per output is nearly independent
 //!   of R·S. With prepared weights it beats `direct` from 5×5 at 64 channels; `fft_tiling`,
@@ -28,10 +28,10 @@
 //!   over [`MAX_GRID_PER_OUTPUT`] times an image's outputs (a kernel far larger than them).
 //!   Dilation is handled by spreading the kernel's taps on the grid; groups and both layouts
 //!   are supported.
-//! - **Accuracy:** normwise (see [`Accuracy`](super::Accuracy)); **deterministic:** every value is computed by
+//! - **Accuracy:** normwise (see [`Accuracy`](crate::conv::Accuracy)); **deterministic:** every value is computed by
 //!   one thread in a fixed order whatever the thread count.
 
-use super::spectral::{extent, good_size, PlainFilter, Spectral, SpectralConv};
+use super::{extent, good_size, PlainFilter, Spectral, SpectralConv};
 use crate::desc::ConvProblem;
 
 /// Images transformed and multiplied together (more reuse each filter spectrum across the

@@ -19,7 +19,7 @@
 //! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
 //! small images (7×7) where vectorising along a row would not.
 
-use super::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};

@@ -11,7 +11,7 @@
 //! an 8-lane family handles a block as two halves. The packed layouts (and so prepared
 //! weights) are therefore the same under every instruction-set cap.
 
-use super::winograd::{self, FilterArgs, InputArgs, OutputArgs, Tile};
+use super::{self as winograd, FilterArgs, InputArgs, OutputArgs, Tile};
 
 /// Channels per block in every transformed-domain layout (one 64-byte line of f32).
 pub(crate) const CB: usize = 16;
@@ -88,7 +88,7 @@ pub(crate) fn scale<S: Simd>(s: S, c: f32, x: S::V) -> S::V {
 
 /// A kernel family: a [`Simd`] token with the Winograd phases compiled for its instruction
 /// set. Each method is a `#[target_feature]` entry around the generic code in
-/// [`super::winograd`].
+/// [`super`].
 pub(crate) trait Family: Simd {
     /// Converts and input-transforms one channel block of one tile block.
     fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]);
