@@ -1,7 +1,7 @@
 //! Fallible allocation of every buffer the library sizes from a problem, with a fault
 //! injector that fails the N-th allocation (as SQLite's malloc tests do).
 //!
-//! Workspaces come from the handle's budgeted pool (`select::workspace`); everything else an
+//! Workspaces come from the handle's budgeted pool (`runtime::workspace`); everything else an
 //! algorithm or the GEMM engine allocates (packing buffers, prepared weights, transform
 //! plans, tap tables, per-thread scratch) goes through the functions here, so that a request
 //! the system cannot satisfy is [`Error::OutOfMemory`], never an abort, and so that a test can

@@ -10,8 +10,8 @@ use crate::conv::{
 use crate::cpu::Isa;
 use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
+use crate::runtime::workspace::{Workspace, WorkspacePool};
 use crate::select::heuristic::Machine;
-use crate::select::workspace::{Workspace, WorkspacePool};
 use crate::select::{
     self, AlgoPerf, CacheEntry, CacheKey, ConvPlan, CostModel, Data, FailAlloc, Mode, Policy,
     Ranked, RunReport, Settings, Source, TuningCache,

@@ -40,9 +40,9 @@ pub mod gemm;
 mod handle;
 pub mod models;
 pub mod npy;
-mod parallel;
 mod problem_string;
 pub mod reference;
+pub mod runtime;
 pub mod select;
 
 pub use activation::Activation;

@@ -20,33 +20,9 @@ pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};
 pub use registry::{algorithms, find, names};
 
-use crate::cpu::Isa;
 use crate::desc::ConvProblem;
 use crate::error::Result;
-
-/// What an algorithm may use while running: the handle's worker threads and instruction-set
-/// cap.
-#[derive(Debug, Clone, Copy)]
-pub struct ExecContext<'a> {
-    pub(crate) pool: &'a rayon::ThreadPool,
-    /// `threads − 1` workers that join a caller outside `pool` in a GEMM split, the caller
-    /// computing a share itself (`None` with one thread): with `pool`'s own workers there
-    /// would be one more runnable thread than cores.
-    pub(crate) helpers: Option<&'a rayon::ThreadPool>,
-    pub(crate) threads: usize,
-    pub(crate) isa: Isa,
-}
-
-impl ExecContext<'_> {
-    /// Worker threads available.
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-    /// Widest instruction set kernels may use.
-    pub fn isa(&self) -> Isa {
-        self.isa
-    }
-}
+pub use crate::runtime::ExecContext;
 
 /// One forward-convolution algorithm.
 pub trait ConvAlgorithm: Send + Sync {

@@ -53,11 +53,11 @@ pub use peak::fma_peak;
 
 use rayon::prelude::*;
 
-use crate::conv::ExecContext;
 use crate::cpu::Isa;
 use crate::desc::DataType;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
+use crate::runtime::ExecContext;
 use epilogue::FrameEpilogue;
 pub(crate) use kernels::Transposer;
 pub(crate) use loops::depth_block;

@@ -54,7 +54,7 @@ pub mod cache;
 mod fallback;
 pub mod heuristic;
 mod policy;
-pub mod workspace;
+pub use crate::runtime::workspace;
 
 use serde::{Deserialize, Serialize};
 

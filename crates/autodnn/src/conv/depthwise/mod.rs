@@ -46,7 +46,7 @@ use crate::conv::{Activation, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecCont
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
-use crate::parallel::SharedOut;
+use crate::runtime::parallel::SharedOut;
 
 #[cfg(target_arch = "x86_64")]
 use simd::{Avx2, Avx512};
@@ -802,7 +802,7 @@ fn channels_last(
             crate::alloc::try_vec_with_capacity(i, what)?,
         ))
     };
-    crate::parallel::for_each_with(ctx, items, scratch, run_item)
+    crate::runtime::parallel::for_each_with(ctx, items, scratch, run_item)
 }
 
 // ---------------------------------------------------------------------------------------------

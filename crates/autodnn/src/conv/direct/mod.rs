@@ -23,7 +23,7 @@ use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
-use crate::parallel::SharedOut;
+use crate::runtime::parallel::SharedOut;
 
 /// The direct convolution.
 pub struct Direct;
@@ -378,7 +378,7 @@ fn frame<const L: usize>(
             crate::alloc::try_vec_with_capacity(tile.ocb * PV_MAX * L, "direct's accumulators")?,
         ))
     };
-    crate::parallel::for_each_with(ctx, items, scratch, |(taps, acc), item| {
+    crate::runtime::parallel::for_each_with(ctx, items, scratch, |(taps, acc), item| {
         run_item(taps, acc, item)
     })
 }

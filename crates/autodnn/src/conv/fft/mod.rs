@@ -62,7 +62,8 @@ use crate::conv::{
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
-use crate::parallel::SharedOut;
+use crate::runtime::parallel::SharedOut;
+use crate::runtime::Carve;
 
 /// Frequency bins per block: the vector width of the products (one AVX-512 register, two
 /// AVX2 ones). The data layout, and so prepared weights, do not depend on the ISA.
@@ -755,7 +756,7 @@ impl Spectral {
                 ));
             }
         }
-        let ws = as_floats(algo, &mut workspace[..need])?;
+        let ws = Carve::new(&mut workspace[..need]).take::<f32>(need / 4)?;
         let [wf, xf, _] = self.parts().expect("checked when made");
         let (wbuf, rest) = ws.split_at_mut(wf);
         let (xbuf, ybuf) = rest.split_at_mut(xf);
@@ -1365,23 +1366,8 @@ struct WView<'a> {
     bstride: usize,
 }
 
-/// Reinterprets the workspace as floats.
-fn as_floats<'a>(algo: &str, ws: &'a mut [u8]) -> Result<&'a mut [f32]> {
-    // SAFETY: every bit pattern is a valid f32, and align_to_mut only hands out the
-    // correctly aligned middle part.
-    let (head, mid, tail) = unsafe { ws.align_to_mut::<f32>() };
-    if !head.is_empty() || !tail.is_empty() {
-        return Err(Error::bad(
-            "workspace",
-            "misaligned",
-            format!("{algo} needs a workspace whose start is aligned to 4 bytes"),
-        ));
-    }
-    Ok(mid)
-}
-
 /// Runs `f(state, i)` for i < items on the context's threads, each worker with its own
-/// state from `init`, made before the loop (see [`crate::parallel::for_each_with`]).
+/// state from `init`, made before the loop (see [`crate::runtime::parallel::for_each_with`]).
 ///
 /// # Errors
 /// The first error of `init` (out of memory).
@@ -1391,7 +1377,7 @@ fn par_items<S: Send>(
     init: impl Fn() -> Result<S> + Sync,
     f: impl Fn(&mut S, usize) + Sync,
 ) -> Result<()> {
-    crate::parallel::for_each_with(ctx, items, init, f)
+    crate::runtime::parallel::for_each_with(ctx, items, init, f)
 }
 
 /// One worker's buffers for 2-D transforms on the grid.

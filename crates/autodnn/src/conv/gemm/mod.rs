@@ -42,6 +42,7 @@ use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::gemm::{self, PackA, PackB, StridedMatrix};
+use crate::runtime::Carve;
 
 /// Which engine operand holds the image patches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1706,7 +1707,7 @@ impl ConvAlgorithm for GemmConv {
         let isa = ctx.isa;
         let copied = self.copied_positions(&geo);
         let (bp, col) = match copied {
-            Some(bp) => (bp, workspace_f32(self.name, workspace, geo.depth * bp)?),
+            Some(bp) => (bp, Carve::new(workspace).take::<f32>(geo.depth * bp)?),
             None => (usize::MAX, &mut [][..]),
         };
         for block in geo.blocks(bp)? {
@@ -1742,39 +1743,6 @@ impl ConvAlgorithm for GemmConv {
         }
         Ok(())
     }
-}
-
-/// The first `elements` f32 of a byte workspace.
-///
-/// # Errors
-/// [`Error::WorkspaceTooSmall`] when it is shorter than `elements · 4` bytes (the caller has
-/// checked this; an algorithm called directly may not have), [`Error::BadParam`] naming
-/// `workspace` when it is not 4-byte aligned.
-pub(crate) fn workspace_f32<'w>(
-    algo: &str,
-    ws: &'w mut [u8],
-    elements: usize,
-) -> Result<&'w mut [f32]> {
-    let bytes = elements * std::mem::size_of::<f32>();
-    if ws.len() < bytes {
-        return Err(Error::WorkspaceTooSmall {
-            algo: algo.into(),
-            needed: bytes,
-            got: ws.len(),
-        });
-    }
-    let ws = &mut ws[..bytes];
-    // SAFETY: every bit pattern is a valid f32 and u8 → f32 reinterpretation keeps the
-    // borrow; align_to_mut puts only correctly aligned whole f32s in the middle slice.
-    let (head, mid, _) = unsafe { ws.align_to_mut::<f32>() };
-    if !head.is_empty() {
-        return Err(Error::bad(
-            "workspace",
-            format!("{:p}", head.as_ptr()),
-            "must be aligned to 4 bytes (f32)",
-        ));
-    }
-    Ok(&mut mid[..elements])
 }
 
 #[cfg(test)]

@@ -74,16 +74,17 @@ use std::marker::PhantomData;
 
 use rayon::prelude::*;
 
-use simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
+use crate::activation::Activation;
 use crate::conv::{
     default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
     COST_FEATURES,
 };
-use crate::activation::Activation;
 use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
-use crate::parallel::SharedOut;
+use crate::runtime::parallel::SharedOut;
+use crate::runtime::Carve;
+use simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
 
 pub(crate) use f2x2::F2x2;
 pub(crate) use f4x4::F4x4;
@@ -465,20 +466,8 @@ fn carve<'w>(plan: &Plan, ws: &'w mut [u8]) -> Result<&'w mut [f32]> {
         });
     }
     ws[need - 1] = 0;
-    let off = ws.as_ptr().align_offset(ALIGN);
-    if off >= ALIGN {
-        return Err(Error::bad("workspace", "a byte slice", "cannot be aligned"));
-    }
-    // off + 4·floats <= ALIGN − 1 + 4·floats = need − 1: the byte marked above is not part
-    // of the buffers.
-    let bytes = &mut ws[off..off + floats * 4];
-    // SAFETY: every bit pattern is a valid f32, and `bytes` starts at a 64-byte boundary,
-    // so the middle part is the whole slice.
-    let (head, mid, tail) = unsafe { bytes.align_to_mut::<f32>() };
-    if !head.is_empty() || !tail.is_empty() {
-        return Err(Error::bad("workspace", "a byte slice", "cannot be aligned"));
-    }
-    Ok(mid)
+    // The aligned buffers end before that byte: ALIGN − 1 bytes of slack precede them at most.
+    Carve::new(&mut ws[..need - 1]).take_aligned::<f32>(floats, ALIGN)
 }
 
 /// Runs `f(i, a_i, b_i)` for the first `count` chunks of `alen` floats of `a` and `blen`

@@ -5,6 +5,9 @@
 //! a request past the budget, an injected failure and a failing system allocation are all
 //! [`Error::OutOfMemory`], never an abort. The slice handed out is exactly the bytes asked
 //! for, so no algorithm ever sees more than the budget allows.
+//!
+//! Algorithms split the bytes they receive into typed buffers with [`Carve`]:
+//! `Carve::new(ws).take::<f32>(n)?`, one helper for every element type and alignment.
 
 use std::sync::Mutex;
 
@@ -184,9 +187,129 @@ impl WorkspacePool {
     }
 }
 
+/// Element types a workspace can be carved into: plain numbers for which every bit pattern is
+/// a valid value.
+pub trait WorkspaceElement: Copy + sealed::Sealed {}
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! workspace_element {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl WorkspaceElement for $t {}
+    )*};
+}
+workspace_element!(u8, u16, u32, i32, f32, f64, half::bf16, half::f16);
+
+/// Typed buffers cut one after another from a workspace's bytes.
+#[derive(Debug)]
+pub struct Carve<'w> {
+    rest: &'w mut [u8],
+}
+
+impl<'w> Carve<'w> {
+    /// Starts carving `ws`.
+    pub fn new(ws: &'w mut [u8]) -> Carve<'w> {
+        Carve { rest: ws }
+    }
+
+    /// The next `n` elements of type `T`, at their natural alignment.
+    ///
+    /// # Errors
+    /// As [`Carve::take_aligned`].
+    pub fn take<T: WorkspaceElement>(&mut self, n: usize) -> Result<&'w mut [T]> {
+        self.take_aligned(n, std::mem::align_of::<T>())
+    }
+
+    /// The next `n` elements of type `T`, starting at a multiple of `align` bytes (a power of
+    /// two; the natural alignment at least); the bytes skipped to reach it are lost.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] naming `workspace` when what is left is too short;
+    /// [`Error::BadParam`] naming `workspace` when it would fit but for the alignment;
+    /// [`Error::Overflow`] when the size overflows.
+    pub fn take_aligned<T: WorkspaceElement>(
+        &mut self,
+        n: usize,
+        align: usize,
+    ) -> Result<&'w mut [T]> {
+        let align = align.max(std::mem::align_of::<T>()).next_power_of_two();
+        let skip = self.rest.as_ptr().align_offset(align);
+        let bytes = n
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| Error::overflow("workspace", "size"))?;
+        let need = skip
+            .checked_add(bytes)
+            .ok_or_else(|| Error::overflow("workspace", "size"))?;
+        if need > self.rest.len() && skip > 0 && bytes <= self.rest.len() {
+            return Err(Error::bad(
+                "workspace",
+                format!("{:p}", self.rest.as_ptr()),
+                format!("must be aligned to {align} bytes"),
+            ));
+        }
+        if need > self.rest.len() {
+            return Err(Error::BufferTooSmall {
+                field: "workspace".into(),
+                needed: need,
+                got: self.rest.len(),
+            });
+        }
+        let rest = std::mem::take(&mut self.rest);
+        let (head, tail) = rest.split_at_mut(need);
+        self.rest = tail;
+        let buf = &mut head[skip..];
+        // SAFETY: `T` is a plain number type (sealed `WorkspaceElement`) for which every bit
+        // pattern is valid; `buf` starts at a multiple of `align` ≥ align_of::<T>() and holds
+        // exactly n·size_of::<T>() bytes, so the middle part is the whole slice.
+        let (pre, mid, post) = unsafe { buf.align_to_mut::<T>() };
+        debug_assert!(pre.is_empty() && post.is_empty());
+        if !pre.is_empty() || !post.is_empty() || mid.len() != n {
+            return Err(Error::bad("workspace", "a byte slice", "cannot be aligned"));
+        }
+        Ok(mid)
+    }
+
+    /// Bytes not carved yet.
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn carving_types_and_alignment() {
+        let mut bytes = vec![0u8; 200];
+        let mut c = Carve::new(&mut bytes[1..]);
+        let a = c.take::<f32>(3).unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.as_ptr() as usize % 4, 0);
+        a[2] = 1.5;
+        let b = c.take_aligned::<half::bf16>(5, 64).unwrap();
+        assert_eq!(b.as_ptr() as usize % 64, 0);
+        assert_eq!(b.len(), 5);
+        let left = c.remaining();
+        // Room for the elements but not for the padding: misaligned, named as such.
+        let mut odd = vec![0u8; 16];
+        let at = odd.as_ptr().align_offset(4) + 1;
+        let e = Carve::new(&mut odd[at..at + 8]).take::<f32>(2).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadParam { field, .. } if field == "workspace"),
+            "{e:?}"
+        );
+        assert!(matches!(
+            c.take::<f64>(left),
+            Err(Error::BufferTooSmall { .. })
+        ));
+        assert!(matches!(
+            c.take::<f32>(usize::MAX),
+            Err(Error::Overflow { .. })
+        ));
+        assert_eq!(c.take::<u8>(0).unwrap().len(), 0);
+    }
 
     #[test]
     fn parse_forms() {

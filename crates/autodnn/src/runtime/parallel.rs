@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::conv::ExecContext;
 use crate::error::Result;
+use crate::runtime::ExecContext;
 
 /// Runs `f(scratch, i)` for every `i` in `0..items` on the context's threads, each thread
 /// with its own scratch, made by `init` before the loop starts (on the calling thread alone
