@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn carving_types_and_alignment() {
-        let mut bytes = vec![0u8; 200];
+        let mut bytes = [0u8; 200];
         let mut c = Carve::new(&mut bytes[1..]);
         let a = c.take::<f32>(3).unwrap();
         assert_eq!(a.len(), 3);
@@ -293,7 +293,7 @@ mod tests {
         assert_eq!(b.len(), 5);
         let left = c.remaining();
         // Room for the elements but not for the padding: misaligned, named as such.
-        let mut odd = vec![0u8; 16];
+        let mut odd = [0u8; 16];
         let at = odd.as_ptr().align_offset(4) + 1;
         let e = Carve::new(&mut odd[at..at + 8]).take::<f32>(2).unwrap_err();
         assert!(
