@@ -5,41 +5,16 @@
 //! it aside as `FILE.bak` and say so; a cache path whose folder does not exist is an error
 //! for every command (except the per-user default's folder, autodnn's own).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-const BIN: &str = env!("CARGO_BIN_EXE_autodnn");
+use common::{TempDir, BIN};
 
 const A: &str = "mb1ic4ih8oc8kh3ph1";
 const EMPTY_CACHE: &str = r#"{"format": "autodnn-tuning-cache", "version": 1, "entries": []}"#;
-
-/// A fresh directory, removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "autodnn-cachefiles-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Every file under `dir` (recursively) with its bytes.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -205,7 +180,7 @@ fn read_only_commands(home: &Path, file: &Path) -> Vec<(&'static str, Command, b
 #[test]
 fn read_only_commands_refuse_a_bad_cache_and_leave_it_byte_identical() {
     for (tag, content) in bad_contents() {
-        let dir = Dir::new("readonly");
+        let dir = TempDir::new("readonly");
         let file = dir.path("tuning.json");
         std::fs::write(&file, &content).unwrap();
         let before = snapshot(&dir.0);
@@ -223,7 +198,7 @@ fn read_only_commands_refuse_a_bad_cache_and_leave_it_byte_identical() {
 #[test]
 fn read_only_commands_on_a_good_or_missing_cache_create_nothing() {
     // A good cache, written by a measuring run elsewhere and copied in (no lock file beside).
-    let src = Dir::new("goodsrc");
+    let src = TempDir::new("goodsrc");
     let good = src.path("tuning.json");
     succeeds(
         cmd(
@@ -233,7 +208,7 @@ fn read_only_commands_on_a_good_or_missing_cache_create_nothing() {
         ),
         "tune",
     );
-    let dir = Dir::new("good");
+    let dir = TempDir::new("good");
     let file = dir.path("tuning.json");
     std::fs::copy(&good, &file).unwrap();
     let before = snapshot(&dir.0);
@@ -259,7 +234,7 @@ fn read_only_commands_on_a_good_or_missing_cache_create_nothing() {
 #[test]
 fn writers_set_a_bad_cache_aside_and_say_so() {
     for (tag, content) in bad_contents() {
-        let dir = Dir::new("writers");
+        let dir = TempDir::new("writers");
         let file = dir.path("tuning.json");
         let other = dir.path("other.json");
         std::fs::write(&other, EMPTY_CACHE).unwrap();
@@ -315,20 +290,20 @@ fn writers_set_a_bad_cache_aside_and_say_so() {
 
 #[test]
 fn a_missing_folder_is_an_error_for_every_command() {
-    let dir = Dir::new("nofolder");
+    let dir = TempDir::new("nofolder");
     every_command_refuses(&dir, &dir.path("nosuch").join("tuning.json"));
 }
 
 #[test]
 fn a_cache_path_that_is_a_folder_is_an_error_for_every_command() {
-    let dir = Dir::new("isfolder");
+    let dir = TempDir::new("isfolder");
     std::fs::create_dir(dir.path("afolder")).unwrap();
     every_command_refuses(&dir, &dir.path("afolder"));
 }
 
 /// Every command that opens the cache refuses `file` (exit 2, naming it) and changes nothing
 /// in `dir`.
-fn every_command_refuses(dir: &Dir, file: &Path) {
+fn every_command_refuses(dir: &TempDir, file: &Path) {
     let file = file.to_path_buf();
     let other = dir.path("other.json");
     std::fs::write(&other, EMPTY_CACHE).unwrap();
@@ -381,7 +356,7 @@ fn every_command_refuses(dir: &Dir, file: &Path) {
 
 #[test]
 fn the_per_user_default_folder_is_made_by_the_first_write_only() {
-    let dir = Dir::new("peruser");
+    let dir = TempDir::new("peruser");
     let default = dir.path("xdg").join("autodnn").join("tuning.json");
     let before = snapshot(&dir.0);
     // Readers see an empty cache and make nothing.

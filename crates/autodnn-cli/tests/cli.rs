@@ -1,13 +1,14 @@
 //! End-to-end tests of the `autodnn` command: run the built binary, check stdout, stderr and
 //! the exit status.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_autodnn");
+use common::{json_lines, keys, sorted, TempDir, BIN};
 
 /// Runs the command; whatever happens, stderr must not hold a panic.
 fn autodnn(args: &[&str]) -> Output {
@@ -73,23 +74,6 @@ fn usage_error(args: &[&str]) -> String {
     err
 }
 
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect()
-}
-
-fn keys(v: &Value) -> Vec<String> {
-    let mut k: Vec<String> = v
-        .as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .cloned()
-        .collect();
-    k.sort();
-    k
-}
-
 /// The strings of the array `v[key]`.
 fn strings<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {
     v[key]
@@ -101,38 +85,6 @@ fn strings<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {
                 .unwrap_or_else(|| panic!("{key} holds a non-string {s}"))
         })
         .collect()
-}
-
-fn sorted(k: &[&str]) -> Vec<String> {
-    let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
-    k.sort();
-    k
-}
-
-/// A fresh, empty directory under the system's temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "autodnn-cli-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn s(p: &Path) -> &str {

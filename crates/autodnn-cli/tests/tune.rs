@@ -2,45 +2,24 @@
 //! schema, policies, the cache file shared by concurrent processes, bad cache files, the
 //! workspace limit, fault injection, and the environment knobs.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_autodnn");
+use common::{json_lines, keys, sorted, TempDir, BIN};
 
-/// A fresh directory, removed on drop; the tuning cache and cost model live in it.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "autodnn-tune-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
+impl TempDir {
+    /// The tuning cache inside the directory (the cost model lives beside it).
     fn cache(&self) -> PathBuf {
         self.path("tuning.json")
     }
 }
 
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The command with a clean environment: the default cache inside `dir`, no knobs set.
-fn cmd(dir: &Dir, args: &[&str]) -> Command {
+fn cmd(dir: &TempDir, args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
         .env("AUTODNN_CACHE", dir.cache())
@@ -58,7 +37,7 @@ fn run(c: &mut Command) -> Output {
     o
 }
 
-fn ok(dir: &Dir, args: &[&str]) -> (String, String) {
+fn ok(dir: &TempDir, args: &[&str]) -> (String, String) {
     let o = run(&mut cmd(dir, args));
     let (out, err) = (
         String::from_utf8(o.stdout).unwrap(),
@@ -68,7 +47,7 @@ fn ok(dir: &Dir, args: &[&str]) -> (String, String) {
     (out, err)
 }
 
-fn bad(dir: &Dir, args: &[&str], env: &[(&str, &str)]) -> String {
+fn bad(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> String {
     let mut c = cmd(dir, args);
     for (k, v) in env {
         c.env(k, v);
@@ -79,24 +58,6 @@ fn bad(dir: &Dir, args: &[&str], env: &[(&str, &str)]) -> String {
     assert!(o.stdout.is_empty());
     assert_eq!(err.lines().count(), 1, "{err}");
     err
-}
-
-fn lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
-        .collect()
-}
-
-fn keys(v: &Value) -> Vec<String> {
-    let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
-    k.sort();
-    k
-}
-
-fn sorted(k: &[&str]) -> Vec<String> {
-    let mut k: Vec<String> = k.iter().map(|s| s.to_string()).collect();
-    k.sort();
-    k
 }
 
 const A: &str = r#"mb1ic4ih8oc8kh3ph1n"a*2""#;
@@ -122,11 +83,11 @@ const TOTAL_KEYS: [&str; 7] = [
     "fallbacks",
 ];
 
-fn tune_json(dir: &Dir, extra: &[&str]) -> (Vec<Value>, Value) {
+fn tune_json(dir: &TempDir, extra: &[&str]) -> (Vec<Value>, Value) {
     let mut args = vec!["tune", A, B, C, "--json", "--reps", "2", "--threads", "1"];
     args.extend_from_slice(extra);
     let (out, _) = ok(dir, &args);
-    let mut v = lines(&out);
+    let mut v = json_lines(&out);
     let total = v.pop().unwrap();
     (v, total)
 }
@@ -164,7 +125,7 @@ fn check_schema(layers: &[Value], total: &Value) {
 
 #[test]
 fn tune_json_schema_then_a_second_run_hits_the_cache() {
-    let dir = Dir::new("schema");
+    let dir = TempDir::new("schema");
     let (layers, total) = tune_json(&dir, &[]);
     check_schema(&layers, &total);
     assert_eq!(layers.len(), 3);
@@ -200,7 +161,7 @@ fn tune_json_schema_then_a_second_run_hits_the_cache() {
 
 #[test]
 fn tune_policies_and_repeated_layers() {
-    let dir = Dir::new("policies");
+    let dir = TempDir::new("policies");
     let (layers, total) = tune_json(&dir, &["--policy", "heuristic"]);
     check_schema(&layers, &total);
     assert!(layers.iter().all(|l| l["source"] == "heuristic"));
@@ -230,7 +191,7 @@ fn tune_policies_and_repeated_layers() {
             "heuristic",
         ],
     );
-    let v = lines(&out);
+    let v = json_lines(&out);
     assert_eq!(v.len(), 2);
     assert_eq!(v[0]["count"], 4);
     assert_eq!(v[1]["instances"], 4);
@@ -239,7 +200,7 @@ fn tune_policies_and_repeated_layers() {
 
 #[test]
 fn tune_a_model_at_batch_1_by_default() {
-    let dir = Dir::new("model");
+    let dir = TempDir::new("model");
     let (out, _) = ok(
         &dir,
         &[
@@ -253,7 +214,7 @@ fn tune_a_model_at_batch_1_by_default() {
             "heuristic",
         ],
     );
-    let mut v = lines(&out);
+    let mut v = json_lines(&out);
     let total = v.pop().unwrap();
     check_schema(&v, &total);
     assert!(v
@@ -267,7 +228,7 @@ fn tune_a_model_at_batch_1_by_default() {
 
 #[test]
 fn tune_with_a_zero_workspace_limit() {
-    let dir = Dir::new("limit0");
+    let dir = TempDir::new("limit0");
     for policy in ["benchmark", "exhaustive", "heuristic"] {
         let (layers, total) = tune_json(&dir, &["--workspace-limit", "0", "--policy", policy]);
         check_schema(&layers, &total);
@@ -281,7 +242,7 @@ fn tune_with_a_zero_workspace_limit() {
 
 #[test]
 fn tune_under_fault_injection_of_the_first_choice() {
-    let dir = Dir::new("faults");
+    let dir = TempDir::new("faults");
     let (layers, _) = tune_json(&dir, &["--policy", "heuristic"]);
     let first = layers[0]["algo"].as_str().unwrap().to_string();
     let mut c = cmd(
@@ -302,7 +263,7 @@ fn tune_under_fault_injection_of_the_first_choice() {
     let o = run(&mut c);
     let out = String::from_utf8(o.stdout).unwrap();
     let err = String::from_utf8(o.stderr).unwrap();
-    let v = lines(&out);
+    let v = json_lines(&out);
     assert_eq!(v.len(), 2, "{out}");
     assert!(v[0]["fallbacks"].as_u64().unwrap() >= 1, "{out}");
     assert!(err.contains(&format!("fallback: {first} failed")), "{err}");
@@ -335,13 +296,13 @@ fn tune_under_fault_injection_of_the_first_choice() {
     c.env("AUTODNN_FAIL_ALLOC", ">0");
     let o = run(&mut c);
     assert_eq!(o.status.code(), Some(0));
-    let v = lines(&String::from_utf8(o.stdout).unwrap());
+    let v = json_lines(&String::from_utf8(o.stdout).unwrap());
     assert!(v[..3].iter().all(|l| l["workspace_bytes"] == 0));
 }
 
 #[test]
 fn tune_refuses_bad_input() {
-    let dir = Dir::new("bad");
+    let dir = TempDir::new("bad");
     let e = bad(&dir, &["tune", A, "--policy", "fastest"], &[]);
     assert!(e.contains("policy") && e.contains("fastest"), "{e}");
     bad(&dir, &["tune", "--model", "nosuch"], &[]);
@@ -357,13 +318,13 @@ fn tune_refuses_bad_input() {
 
 #[test]
 fn forced_algorithm_and_dispatch_log() {
-    let dir = Dir::new("forced");
+    let dir = TempDir::new("forced");
     let name = *autodnn::conv::names().last().unwrap();
     let mut c = cmd(&dir, &["tune", A, "--json", "--reps", "1"]);
     c.env("AUTODNN_ALGO", name).env("AUTODNN_LOG", "dispatch");
     let o = run(&mut c);
     assert_eq!(o.status.code(), Some(0));
-    let v = lines(&String::from_utf8(o.stdout).unwrap());
+    let v = json_lines(&String::from_utf8(o.stdout).unwrap());
     assert_eq!(v[0]["source"], "forced");
     assert_eq!(v[0]["algo"], name);
     let err = String::from_utf8(o.stderr).unwrap();
@@ -383,7 +344,7 @@ fn forced_algorithm_and_dispatch_log() {
 
 #[test]
 fn bad_cache_files_warn_and_are_rebuilt() {
-    let dir = Dir::new("badfile");
+    let dir = TempDir::new("badfile");
     tune_json(&dir, &[]);
     let good = std::fs::read_to_string(dir.cache()).unwrap();
     for (round, content) in [
@@ -401,7 +362,7 @@ fn bad_cache_files_warn_and_are_rebuilt() {
                 err.contains("warning") && err.contains("set aside"),
                 "{err}"
             );
-            let mut v = lines(&out);
+            let mut v = json_lines(&out);
             let t = v.pop().unwrap();
             (v, t)
         };
@@ -424,7 +385,7 @@ fn bad_cache_files_warn_and_are_rebuilt() {
 
 #[test]
 fn concurrent_processes_share_one_cache_file() {
-    let dir = Dir::new("procs");
+    let dir = TempDir::new("procs");
     let sets: [Vec<String>; 2] = [
         (5..11).map(|i| format!("mb1ic3ih{i}oc5kh3ph1")).collect(),
         (5..11).map(|i| format!("mb1ic5ih{i}oc3kh1")).collect(),
@@ -455,7 +416,7 @@ fn concurrent_processes_share_one_cache_file() {
 
 #[test]
 fn cache_show_clear_merge() {
-    let dir = Dir::new("cachecmd");
+    let dir = TempDir::new("cachecmd");
     let other = dir.path("shipped.json");
     ok(&dir, &["tune", A, "--reps", "1", "--threads", "1"]);
     ok(
@@ -481,7 +442,7 @@ fn cache_show_clear_merge() {
     let (out, _) = ok(&dir, &["cache", "merge", other.to_str().unwrap()]);
     assert!(out.contains("merged 2 of 2 entries"), "{out}");
     let (out, _) = ok(&dir, &["cache", "show", "--json"]);
-    let v = lines(&out);
+    let v = json_lines(&out);
     assert_eq!(v.len(), 3);
     for e in &v {
         for k in [
@@ -523,7 +484,7 @@ fn cache_show_clear_merge() {
 
 #[test]
 fn info_shows_the_cache_path_in_use() {
-    let dir = Dir::new("info");
+    let dir = TempDir::new("info");
     let (out, _) = ok(&dir, &["info", "--json"]);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["cache_path"], dir.cache().to_str().unwrap());
@@ -534,7 +495,7 @@ fn info_shows_the_cache_path_in_use() {
     assert_eq!(v["calibrated"], false);
 }
 
-fn calibrate(dir: &Dir, out: &Path) -> Vec<Value> {
+fn calibrate(dir: &TempDir, out: &Path) -> Vec<Value> {
     let (text, _) = ok(
         dir,
         &[
@@ -546,12 +507,12 @@ fn calibrate(dir: &Dir, out: &Path) -> Vec<Value> {
             out.to_str().unwrap(),
         ],
     );
-    lines(&text)
+    json_lines(&text)
 }
 
 #[test]
 fn calibrate_fits_every_algorithm_and_reports_the_error() {
-    let dir = Dir::new("calibrate");
+    let dir = TempDir::new("calibrate");
     let out = dir.path("cost_model.json");
     let v = calibrate(&dir, &out);
     let (total, algos) = v.split_last().unwrap();

@@ -1,0 +1,85 @@
+//! `autodnn conv`: run problems with the registered algorithms on generated data (timing and,
+//! with `--check`, accuracy against the f64 reference), or once on data from `.npy` files.
+//!
+//! Split by concern: [`args`] (the flags and what they select), [`problems`] (the problems to
+//! run), [`inputs`] (generated data), [`bench`] (timing), [`check`] (accuracy), [`output`] (the
+//! table and JSON lines) and [`real_data`] (one run on `.npy` files).
+
+mod args;
+mod bench;
+mod check;
+mod inputs;
+mod output;
+mod problems;
+mod real_data;
+
+use std::io::Write;
+
+use autodnn::{Handle, Layout};
+
+use crate::error::{CliError, CliResult};
+
+pub use args::{ConvArgs, LayoutArg};
+pub use bench::median_ms;
+pub use check::max_rel_err;
+pub use output::to_json;
+pub use problems::problem_specs;
+
+use args::{epilogue_of, real_data_paths, select_algorithms};
+use bench::bench;
+use problems::{collect_specs, Job};
+use real_data::run_real_data;
+
+/// Runs `autodnn conv`.
+///
+/// # Errors
+/// Bad input for wrong arguments, problems, algorithm names or `.npy` files; a failure when a
+/// run fails (after all results are written) or output cannot be written.
+pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
+    if args.reps == 0 {
+        return Err(CliError::bad("bad --reps = 0: must be at least 1"));
+    }
+    if args.mb == Some(0) {
+        return Err(CliError::bad("bad --mb = 0: must be at least 1"));
+    }
+    let real = real_data_paths(args)?;
+    let algos = select_algorithms(&args.algo)?;
+    let layout = Layout::from(args.layout);
+    let epilogue = epilogue_of(args, real.is_some())?;
+    let jobs = collect_specs(args)?
+        .into_iter()
+        .map(|spec| {
+            let problem = spec
+                .to_problem(layout)
+                .map_err(|e| CliError::from(e).context(format!("problem {spec}")))?
+                .with_epilogue(epilogue);
+            Ok(Job { spec, problem })
+        })
+        .collect::<CliResult<Vec<Job>>>()?;
+    if let Some((x, w, y)) = real {
+        if jobs.len() != 1 {
+            return Err(CliError::bad(format!(
+                "bad arguments: --input/--weights/--output take exactly one problem, got {}",
+                jobs.len()
+            )));
+        }
+        if algos.len() != 1 || args.algo.trim() == "all" {
+            return Err(CliError::bad(format!(
+                "bad --algo = {}: --input/--weights/--output need a single algorithm name",
+                args.algo
+            )));
+        }
+        let handle = make_handle(args.threads)?;
+        return run_real_data(args, &handle, &jobs[0], algos[0], [&x, &w, &y], out);
+    }
+    let handle = make_handle(args.threads)?;
+    // Cores at full speed before the first problem is timed.
+    autodnn::select::benchmark::wake_cores(&handle);
+    bench(args, &handle, &jobs, &algos, out)
+}
+
+pub fn make_handle(threads: Option<usize>) -> CliResult<Handle> {
+    Ok(Handle::with_threads(
+        threads.unwrap_or_else(crate::default_threads),
+    )?)
+}
