@@ -72,14 +72,22 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                 writeln!(out, "cache: {} ({} entries)", path.display(), cache.len())?;
             }
             for (k, e) in cache.entries() {
-                let p = &k.problem;
+                // Loaded keys are valid problems of their operation; the convolutions' are
+                // shown as benchdnn strings, any other as its JSON.
+                let conv = k.problem_as::<autodnn::ConvProblem>();
                 let line = EntryLine {
-                    problem: ProblemSpec::from_problem(p, "").to_string(),
-                    layout: p.x().layout().map_or("strided", |l| l.name()).into(),
-                    epilogue: if p.epilogue().is_none() {
-                        "none".into()
-                    } else {
-                        format!("{:?}", p.epilogue())
+                    problem: conv.as_ref().map_or_else(
+                        || format!("{}:{}", k.op, k.problem),
+                        |p| ProblemSpec::from_problem(p, "").to_string(),
+                    ),
+                    layout: conv
+                        .as_ref()
+                        .map_or("-", |p| p.x().layout().map_or("strided", |l| l.name()))
+                        .into(),
+                    epilogue: match &conv {
+                        Some(p) if p.epilogue().is_none() => "none".into(),
+                        Some(p) => format!("{:?}", p.epilogue()),
+                        None => "-".into(),
                     },
                     threads: k.threads,
                     cpu: &k.cpu,

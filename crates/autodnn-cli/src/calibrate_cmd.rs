@@ -58,7 +58,7 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
         .clone()
         .unwrap_or_else(heuristic::default_cost_model_path);
     let terminal = std::io::stderr().is_terminal();
-    let cal = heuristic::calibrate(&handle, |done, total| {
+    let cal = autodnn::calibrate::calibrate(&handle, |done, total| {
         if terminal {
             eprint!("\rcalibrating: {done}/{total} problems");
             if done == total {
@@ -129,7 +129,7 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
             }
         }
     }
-    let problems = heuristic::calibration_problems().len();
+    let problems = autodnn::calibrate::calibration_problems().len();
     if args.json {
         let total = TotalLine {
             total: true,

@@ -154,7 +154,7 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
 
     // Cores at full speed before the first layer is selected or timed, under every policy
     // alike (outside the tuning time).
-    autodnn::select::benchmark::wake_cores(&handle);
+    handle.wake_cores();
     let progress = progress_bar(layers.len());
     let (mut total_ms, mut tuning_ms) = (0.0f64, 0.0f64);
     let (mut hits, mut fallbacks, mut measured) = (0usize, 0usize, false);

@@ -112,7 +112,7 @@ fn bad_contents() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "other version",
-            br#"{"format": "autodnn-tuning-cache", "version": 2, "entries": []}"#.to_vec(),
+            br#"{"format": "autodnn-tuning-cache", "version": 999, "entries": []}"#.to_vec(),
         ),
         (
             "other format",

@@ -84,7 +84,7 @@ pub fn cost_model_file(data: &[u8]) {
             );
             for r in &ranked {
                 let a = conv::find(r.algo).expect("registered");
-                let ms = model.predict_ms(a, p, &h.machine());
+                let ms = model.predict_ms::<autodnn::op::ConvForward>(a, p, &h.machine());
                 assert!(
                     ms.to_bits() == r.predicted_ms.to_bits()
                         || (ms.is_nan() && r.predicted_ms.is_nan()),

@@ -289,7 +289,7 @@ fn strided(
     let stride = |span: usize, b: &mut Bytes<'_>| match b.below(4) {
         0 => 0,
         1 => b.size(64),
-        _ => span + b.below(4),
+        _ => span.saturating_add(b.below(4)),
     };
     let (st_a, st_b, st_c) = (stride(sa, b), stride(sb, b), stride(sc, b));
     let need = |st: usize, span: usize| {

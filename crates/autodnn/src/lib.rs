@@ -32,6 +32,7 @@
 
 mod activation;
 pub mod alloc;
+pub mod calibrate;
 pub mod conv;
 pub mod cpu;
 mod desc;
@@ -40,6 +41,7 @@ pub mod gemm;
 mod handle;
 pub mod models;
 pub mod npy;
+pub mod op;
 mod problem_string;
 pub mod reference;
 pub mod runtime;
@@ -54,30 +56,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use half::{bf16, f16};
 pub use handle::{Backend, Handle};
 pub use problem_string::{parse_problem_list, read_problems, ProblemSpec};
+pub use select::cache::default_cache_path;
 
 /// The library's version (`x.y.z`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The default per-user path of the tuning cache: `$AUTODNN_CACHE` if set, else
-/// `$XDG_CACHE_HOME/autodnn/tuning.json`, else `$HOME/.cache/autodnn/tuning.json` (on Windows
-/// `%LOCALAPPDATA%\autodnn\tuning.json`). The folder of the per-user path is made on the first
-/// write; the folder of a path from `$AUTODNN_CACHE` must exist (see [`select::cache`]).
-pub fn default_cache_path() -> std::path::PathBuf {
-    match std::env::var_os("AUTODNN_CACHE").filter(|v| !v.is_empty()) {
-        Some(p) => std::path::PathBuf::from(p),
-        None => per_user_cache_path(),
-    }
-}
-
-/// The per-user path of the tuning cache, ignoring `$AUTODNN_CACHE`: its folder is autodnn's
-/// own, made on the first write.
-pub(crate) fn per_user_cache_path() -> std::path::PathBuf {
-    use std::path::PathBuf;
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    let base = env("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .or_else(|| env("LOCALAPPDATA").map(PathBuf::from))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("autodnn").join("tuning.json")
-}

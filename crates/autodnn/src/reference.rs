@@ -3,7 +3,7 @@
 
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
-use crate::handle::check_call;
+use crate::op::conv_fwd::check_call;
 
 /// y = conv(x, w) by the definition, in f64, any layout, strides, groups, dilation, padding and
 /// mode. The result is indexed like the problem's `y` descriptor (length `y.span()`; elements

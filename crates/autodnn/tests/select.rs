@@ -17,6 +17,7 @@ use std::time::Duration;
 use autodnn::conv::{
     self, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, Weights,
 };
+use autodnn::op::{ConvForward, ConvFwdInputs, TensorMut};
 use autodnn::select::heuristic::{AlgoFit, Fit};
 use autodnn::select::{
     cache, CacheEntry, CacheKey, CostModel, FailAlloc, PerfStatus, Policy, RunReport, Source,
@@ -175,6 +176,11 @@ struct Data {
     reference: Vec<f64>,
 }
 
+/// The forward inputs of `d` with the epilogue values `epi`.
+fn inputs<'a>(d: &'a Data, epi: EpilogueArgs<'a>) -> ConvFwdInputs<'a> {
+    ConvFwdInputs::new(&d.x, Weights::Plain(&d.w), epi)
+}
+
 fn data(p: &ConvProblem, seed: u64) -> Data {
     let x = int_data(p.x().span(), seed);
     let w = int_data(p.w().elements(), seed + 1);
@@ -195,7 +201,7 @@ fn auto_call(
     let mut y = vec![fill; p.y().span()];
     let epi = EpilogueArgs::default();
     let r = match algos {
-        Some(algos) => h.conv_forward_auto_with(algos, p, x, Weights::Plain(w), &mut y, &epi),
+        Some(algos) => h.conv_forward_auto_among(algos, p, x, Weights::Plain(w), &mut y, &epi),
         None => h.conv_forward_auto(p, x, Weights::Plain(w), &mut y, &epi),
     };
     (r, y)
@@ -312,7 +318,7 @@ fn ranking_holds_exactly_the_accepting_algorithms() {
     for case in 0..150 {
         let p = random_problem(&mut rng);
         for list in &lists {
-            let ranked = h.get_conv_algorithms_with(list, &p).unwrap();
+            let ranked = h.get_among::<ConvForward>(list, &p).unwrap();
             let got: BTreeSet<&str> = ranked.iter().map(|r| r.algo).collect();
             let want: BTreeSet<&str> = list
                 .iter()
@@ -355,7 +361,7 @@ fn heuristic_follows_the_cost_model_and_never_times() {
     let algos: Vec<&dyn ConvAlgorithm> = vec![&slow, &fast];
     let p = problem(SMALL);
     let d = data(&p, 1);
-    let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
+    let ranked = h.get_among::<ConvForward>(&algos, &p).unwrap();
     assert_eq!(ranked[0].algo, "fast");
     assert_eq!(ranked[0].predicted_ms, 1.0);
     let (r, y) = run_auto(&h, &algos, &p, &d);
@@ -367,7 +373,7 @@ fn heuristic_follows_the_cost_model_and_never_times() {
     // Swapping the model swaps the choice: the coefficients are data.
     h.set_cost_model(model_for(&h, &[("fast", 3.0), ("slow", 2.0)]));
     assert_eq!(
-        h.get_conv_algorithms_with(&algos, &p).unwrap()[0].algo,
+        h.get_among::<ConvForward>(&algos, &p).unwrap()[0].algo,
         "slow"
     );
 }
@@ -426,7 +432,7 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
     let p = problem(SMALL);
     let d = data(&p, 4);
     let race = h
-        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
     assert_eq!(race[0].algo, "a");
     assert_eq!(race[0].status, PerfStatus::Ok);
@@ -444,7 +450,7 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
 
     h.set_policy(Policy::Exhaustive);
     let all = h
-        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
     assert!(all.iter().all(|r| r.status == PerfStatus::Ok), "{all:?}");
     let ms: Vec<f64> = all.iter().map(|r| r.ms.unwrap()).collect();
@@ -485,7 +491,7 @@ fn a_limit_on_timed_candidates() {
     let p = problem(SMALL);
     let d = data(&p, 5);
     let rec = h
-        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
     let third = rec.iter().find(|r| r.algo == "third").unwrap();
     assert_eq!(third.status, PerfStatus::NotTimed);
@@ -508,7 +514,7 @@ fn the_race_skips_candidates_predicted_far_behind() {
     let p = problem(SMALL);
     let d = data(&p, 5);
     let rec = h
-        .find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+        .find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
     let far_rec = rec.iter().find(|r| r.algo == "far").unwrap();
     assert_eq!(far_rec.status, PerfStatus::NotTimed);
@@ -521,7 +527,7 @@ fn the_race_skips_candidates_predicted_far_behind() {
     // Exhaustive times everything whatever the predictions.
     let mut h = h;
     h.set_policy(Policy::Exhaustive);
-    h.find_conv_algorithms_with(&algos, &p, &d.x, &d.w, &EpilogueArgs::default())
+    h.find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
     assert!(far.runs() > 0);
 }
@@ -546,7 +552,7 @@ fn deterministic_option_excludes_nondeterministic_algorithms() {
         let (r, y) = run_auto(&h, &algos, &p, &d);
         assert_eq!(r.algo, "steady", "{policy:?}");
         assert_right(&p, &y, &d, Accuracy::Exact, "deterministic");
-        let ranked = h.get_conv_algorithms_with(&algos, &p).unwrap();
+        let ranked = h.get_among::<ConvForward>(&algos, &p).unwrap();
         assert!(!ranked.iter().find(|r| r.algo == "racy").unwrap().eligible);
     }
     // The registry's algorithms that claim determinism are the only ones left.
@@ -719,7 +725,9 @@ fn a_caller_workspace_too_small_steps_down_the_chain() {
     let p = problem(SMALL);
     let d = data(&p, 22);
     let epi = EpilogueArgs::default();
-    let plan = h.plan_conv_with(&algos, &p, &d.x, &d.w, &epi).unwrap();
+    let plan = h
+        .plan_among::<ConvForward>(&algos, &p, &inputs(&d, epi))
+        .unwrap();
     assert_eq!(plan.chain(), ["ws_big", "ws_small", base().name()]);
     for (len, want, events) in [
         (1 << 16, "ws_big", 0),
@@ -731,13 +739,11 @@ fn a_caller_workspace_too_small_steps_down_the_chain() {
         let mut ws = vec![0u8; len];
         let mut y = vec![f32::NAN; p.y().span()];
         let r = h
-            .conv_forward_plan_with(
+            .run_plan_among::<ConvForward>(
                 &algos,
                 &plan,
-                &d.x,
-                Weights::Plain(&d.w),
-                &mut y,
-                &epi,
+                &inputs(&d, epi),
+                &mut TensorMut::F32(&mut y),
                 Some(&mut ws),
             )
             .unwrap();
@@ -842,7 +848,7 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
     let mut y = prior.clone();
     let epi = EpilogueArgs::new(1.0, 2.0);
     let r = h
-        .conv_forward_auto_with(&algos, &p, &d.x, Weights::Plain(&d.w), &mut y, &epi)
+        .conv_forward_auto_among(&algos, &p, &d.x, Weights::Plain(&d.w), &mut y, &epi)
         .unwrap();
     assert_eq!(r.algo, base().name());
     assert_eq!(scribbler.runs(), 1, "the scribbler ran first");
@@ -1226,7 +1232,7 @@ fn dispatch_log_and_describe() {
 
 #[test]
 fn calibration_problems_share_no_layer_with_the_models() {
-    let cal = autodnn::select::heuristic::calibration_problems();
+    let cal = autodnn::calibrate::calibration_problems();
     assert!(cal.len() >= 20);
     let key = |s: &ProblemSpec| s.with_name("").with_mb(1);
     let cal_keys: BTreeSet<String> = cal.iter().map(|s| key(s).to_string()).collect();

@@ -74,7 +74,7 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
     }
     let handle = make_handle(args.threads)?;
     // Cores at full speed before the first problem is timed.
-    autodnn::select::benchmark::wake_cores(&handle);
+    handle.wake_cores();
     bench(args, &handle, &jobs, &algos, out)
 }
 

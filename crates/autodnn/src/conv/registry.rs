@@ -8,6 +8,7 @@ use super::gemm::{GEMM, IMPLICIT_GEMM};
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
+use crate::op::{ConvForward, Registered};
 
 static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &Depthwise,
@@ -20,6 +21,12 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &GEMM,
     &Direct,
 ];
+
+impl Registered for ConvForward {
+    fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
+        ALGORITHMS
+    }
+}
 
 /// Every registered algorithm, in preference order; the last one accepts every valid problem.
 pub fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {

@@ -6,11 +6,13 @@
 //! from it (element counts, byte sizes, offsets) fits in `isize`.
 
 mod conv;
+mod epilogue;
 mod filter;
 mod problem;
 mod tensor;
 
 pub use conv::{ConvDesc, ConvMode, Padding};
+pub use epilogue::Epilogue;
 pub use filter::{FilterDesc, FilterLayout};
 pub use problem::{ConvProblem, OpKind};
 pub use tensor::{DataType, Layout, TensorDesc};

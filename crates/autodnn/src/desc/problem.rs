@@ -3,7 +3,7 @@ use serde::{Deserialize, Serialize};
 use super::conv::ConvDesc;
 use super::filter::FilterDesc;
 use super::tensor::{Layout, TensorDesc};
-use crate::conv::Epilogue;
+use super::Epilogue;
 use crate::error::{Error, Result};
 
 /// Which operation a problem describes. Only the forward convolution exists today; backward

@@ -147,7 +147,7 @@ pub(crate) struct Gemm<'a> {
 /// written).
 pub(crate) fn run(
     ks: &KernelSet,
-    ctx: &crate::conv::ExecContext<'_>,
+    ctx: &crate::runtime::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
 ) -> Result<()> {
@@ -338,7 +338,7 @@ fn balance(units: usize, nt: usize) -> f64 {
 /// blocks are taken dynamically), and runs the serial loops on each block.
 fn frame(
     ks: &KernelSet,
-    ctx: &crate::conv::ExecContext<'_>,
+    ctx: &crate::runtime::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
     nt: usize,

@@ -18,11 +18,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{AlgoPerf, PerfStatus};
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs};
-use crate::desc::ConvProblem;
+use super::{AlgoPerf, Env, PerfStatus};
 use crate::error::{Error, Result};
-use crate::Handle;
+use crate::op::{Algorithm, Operation};
+use crate::runtime::ExecContext;
 
 /// After the warm-up, a candidate this many times slower than the fastest is eliminated.
 pub const WARMUP_ELIMINATION: f64 = 2.0;
@@ -68,11 +67,12 @@ fn note_timed() {
     }
 }
 
-/// Keeps every worker thread of `handle` busy with arithmetic for [`WAKE_UP`], so that the
+/// Keeps every worker thread of `ctx` busy with arithmetic for [`WAKE_UP`], so that the
 /// timings that follow see the cores at full speed. Measured selection and calibration do
-/// this by themselves after an idle spell; benchmarks outside them may call it first.
-pub fn wake_cores(handle: &Handle) {
-    handle.exec_context().pool.broadcast(|_| {
+/// this by themselves after an idle spell; benchmarks outside them may call it first
+/// ([`crate::Handle::wake_cores`]).
+pub fn wake_cores(ctx: &ExecContext<'_>) {
+    ctx.pool.broadcast(|_| {
         let start = Instant::now();
         let mut x = 1.0f64;
         while start.elapsed() < WAKE_UP {
@@ -85,13 +85,13 @@ pub fn wake_cores(handle: &Handle) {
 }
 
 /// [`wake_cores`] unless this process timed something within [`IDLE_AFTER`].
-fn wake_if_idle(handle: &Handle) {
+pub(crate) fn wake_if_idle(ctx: &ExecContext<'_>) {
     let idle = LAST_TIMED
         .lock()
         .map(|t| t.is_none_or(|t| t.elapsed() > IDLE_AFTER))
         .unwrap_or(true);
     if idle {
-        wake_cores(handle);
+        wake_cores(ctx);
     }
 }
 
@@ -116,60 +116,46 @@ pub(crate) fn test_data(len: usize, seed: u64) -> Result<Vec<f32>> {
     Ok(v)
 }
 
-/// Runs algorithms on one problem's data, into a scratch output (the caller's y, which an
-/// epilogue with beta ≠ 0 reads, is never touched).
-pub(crate) struct Timer<'a> {
-    handle: &'a Handle,
-    p: &'a ConvProblem,
-    x: &'a [f32],
-    w: &'a [f32],
-    y: Vec<f32>,
-    epi: EpilogueArgs<'a>,
+/// Runs algorithms on one problem's data, into a scratch output (the caller's output, which
+/// the call may read, is never touched).
+pub(crate) struct Timer<'a, 'i, O: Operation> {
+    env: &'a Env<'a>,
+    p: &'a O::Problem,
+    inputs: O::Inputs<'i>,
+    out: O::Buffer,
 }
 
-impl<'a> Timer<'a> {
-    /// A timer for `p` on `x` and `w` with the epilogue values `epi` (checked here).
+impl<'a, 'i, O: Operation> Timer<'a, 'i, O> {
+    /// A timer for `p` on `inputs` (checked here).
     ///
     /// # Errors
-    /// Bad buffers or epilogue values; no memory for the scratch output.
+    /// Bad inputs; no memory for the scratch output.
     pub(crate) fn new(
-        handle: &'a Handle,
-        p: &'a ConvProblem,
-        x: &'a [f32],
-        w: &'a [f32],
-        epi: &EpilogueArgs<'a>,
-    ) -> Result<Timer<'a>> {
-        crate::handle::check_call(p, x.len(), w.len(), p.y().span())?;
-        let epi = epi.checked(p.epilogue(), p.w().k(), p.y().span())?;
-        let y = crate::alloc::try_vec(p.y().span(), 0.0, "a scratch output for timing")?;
-        wake_if_idle(handle);
+        env: &'a Env<'a>,
+        p: &'a O::Problem,
+        inputs: &O::Inputs<'i>,
+    ) -> Result<Timer<'a, 'i, O>> {
+        let inputs = O::check_call(p, inputs, None)?;
+        let out = O::scratch(p)?;
+        wake_if_idle(&env.ctx);
         Ok(Timer {
-            handle,
+            env,
             p,
-            x,
-            w,
-            y,
-            epi,
+            inputs,
+            out,
         })
     }
 
     /// Milliseconds of `runs` consecutive timed runs of `a` (each one entry).
-    fn time(&mut self, a: &dyn ConvAlgorithm, runs: usize) -> Result<Vec<f64>> {
+    fn time(&mut self, a: &O::Algo<'_>, runs: usize) -> Result<Vec<f64>> {
         let need = a.workspace_bytes(self.p);
-        let mut ws = self.handle.reserve_workspace(need, a.name())?;
-        let ctx = self.handle.exec_context();
+        let mut ws = self.env.reserve(need, a.name())?;
+        let ctx = self.env.ctx;
         let mut out = Vec::with_capacity(runs);
+        let mut y = O::output(&mut self.out);
         for _ in 0..runs {
             let t = Instant::now();
-            a.run(
-                &ctx,
-                self.p,
-                self.x,
-                AlgoWeights::Plain(self.w),
-                &mut self.y,
-                ws.slice(),
-                &self.epi,
-            )?;
+            a.run(&ctx, self.p, &self.inputs, &mut y, ws.slice())?;
             out.push(t.elapsed().as_secs_f64() * 1e3);
         }
         note_timed();
@@ -180,7 +166,7 @@ impl<'a> Timer<'a> {
     /// `t` holds `runs` of them taking `min_ms` in all, or `max` runs.
     fn turn(
         &mut self,
-        a: &dyn ConvAlgorithm,
+        a: &O::Algo<'_>,
         t: &mut Vec<f64>,
         [runs, max]: [usize; 2],
         min_ms: f64,
@@ -196,7 +182,7 @@ impl<'a> Timer<'a> {
     }
 
     /// One warm-up, then the median of `runs` timed runs.
-    pub(crate) fn median_of(&mut self, a: &dyn ConvAlgorithm, runs: usize) -> Result<f64> {
+    pub(crate) fn median_of(&mut self, a: &O::Algo<'_>, runs: usize) -> Result<f64> {
         let mut t = self.time(a, runs + 1)?;
         t.remove(0);
         Ok(median(&mut t))
@@ -212,7 +198,12 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-fn record(a: &dyn ConvAlgorithm, p: &ConvProblem, status: PerfStatus, ms: Option<f64>) -> AlgoPerf {
+fn record<O: Operation>(
+    a: &O::Algo<'_>,
+    p: &O::Problem,
+    status: PerfStatus,
+    ms: Option<f64>,
+) -> AlgoPerf {
     AlgoPerf {
         algo: a.name().to_string(),
         status,
@@ -223,10 +214,10 @@ fn record(a: &dyn ConvAlgorithm, p: &ConvProblem, status: PerfStatus, ms: Option
     }
 }
 
-fn failed(a: &dyn ConvAlgorithm, p: &ConvProblem, e: &Error) -> AlgoPerf {
+fn failed<O: Operation>(a: &O::Algo<'_>, p: &O::Problem, e: &Error) -> AlgoPerf {
     AlgoPerf {
         note: Some(e.to_string()),
-        ..record(a, p, PerfStatus::Failed, None)
+        ..record::<O>(a, p, PerfStatus::Failed, None)
     }
 }
 
@@ -250,11 +241,13 @@ pub(crate) fn sort_records(r: &mut [AlgoPerf]) {
 /// turn gets one warm-up and then timed runs back to back, until after the last turn it has
 /// [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
 /// [`EXHAUSTIVE_MAX_RUNS`]); the median. Returns the sorted records.
-pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) -> Vec<AlgoPerf> {
+pub(crate) fn exhaustive<O: Operation>(
+    timer: &mut Timer<'_, '_, O>,
+    cands: &[&O::Algo<'_>],
+) -> Vec<AlgoPerf> {
     let p = timer.p;
     let mut out = Vec::new();
-    let mut alive: Vec<(&dyn ConvAlgorithm, Vec<f64>)> =
-        cands.iter().map(|&a| (a, vec![])).collect();
+    let mut alive: Vec<(&O::Algo<'_>, Vec<f64>)> = cands.iter().map(|&a| (a, vec![])).collect();
     for turn in 1..=EXHAUSTIVE_TURNS {
         let runs = [EXHAUSTIVE_RUNS, EXHAUSTIVE_MAX_RUNS].map(|r| r * turn / EXHAUSTIVE_TURNS);
         let min_ms = EXHAUSTIVE_MIN_MS * turn as f64 / EXHAUSTIVE_TURNS as f64;
@@ -264,14 +257,14 @@ pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) ->
             match timer.turn(*a, t, runs, min_ms) {
                 Ok(()) => i += 1,
                 Err(e) => {
-                    out.push(failed(*a, p, &e));
+                    out.push(failed::<O>(*a, p, &e));
                     alive.remove(i);
                 }
             }
         }
     }
     for (a, mut t) in alive {
-        out.push(record(a, p, PerfStatus::Ok, Some(median(&mut t))));
+        out.push(record::<O>(a, p, PerfStatus::Ok, Some(median(&mut t))));
     }
     sort_records(&mut out);
     out
@@ -280,9 +273,9 @@ pub(crate) fn exhaustive(timer: &mut Timer<'_>, cands: &[&dyn ConvAlgorithm]) ->
 /// A race among `cands` (in predicted order, with their predicted times in ms), timing at
 /// most `max_timed` of them and none predicted beyond [`RACE_PREDICTED_CUTOFF`] times the
 /// best.
-pub(crate) fn race(
-    timer: &mut Timer<'_>,
-    cands: &[(&dyn ConvAlgorithm, f64)],
+pub(crate) fn race<O: Operation>(
+    timer: &mut Timer<'_, '_, O>,
+    cands: &[(&O::Algo<'_>, f64)],
     max_timed: usize,
 ) -> Vec<AlgoPerf> {
     let p = timer.p;
@@ -310,22 +303,22 @@ pub(crate) fn race(
         };
         out.push(AlgoPerf {
             note: Some(note),
-            ..record(a, p, PerfStatus::NotTimed, None)
+            ..record::<O>(a, p, PerfStatus::NotTimed, None)
         });
     }
     // Warm-up: one run each.
-    let mut alive: Vec<(&dyn ConvAlgorithm, f64, Vec<f64>)> = Vec::new();
+    let mut alive: Vec<(&O::Algo<'_>, f64, Vec<f64>)> = Vec::new();
     for a in timed {
         match timer.time(a, 1) {
             Ok(t) => alive.push((a, t[0], Vec::new())),
-            Err(e) => out.push(failed(a, p, &e)),
+            Err(e) => out.push(failed::<O>(a, p, &e)),
         }
     }
     let best_warm = alive.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
     alive.retain(|(a, w, _)| {
         let keep = *w <= best_warm * WARMUP_ELIMINATION;
         if !keep {
-            out.push(record(*a, p, PerfStatus::Eliminated, Some(*w)));
+            out.push(record::<O>(*a, p, PerfStatus::Eliminated, Some(*w)));
         }
         keep
     });
@@ -340,7 +333,7 @@ pub(crate) fn race(
                         i += 1;
                     }
                     Err(e) => {
-                        out.push(failed(alive[i].0, p, &e));
+                        out.push(failed::<O>(alive[i].0, p, &e));
                         alive.remove(i);
                     }
                 }
@@ -373,7 +366,7 @@ pub(crate) fn race(
                 next.push(c);
             } else {
                 let m = median(&mut c.2.clone());
-                out.push(record(c.0, p, PerfStatus::Eliminated, Some(m)));
+                out.push(record::<O>(c.0, p, PerfStatus::Eliminated, Some(m)));
             }
         }
         alive = next;
@@ -385,7 +378,7 @@ pub(crate) fn race(
                 .time(a, RACE_ROUND_RUNS)
                 .unwrap_or_else(|_| vec![warm]);
         }
-        out.push(record(a, p, PerfStatus::Ok, Some(median(&mut times))));
+        out.push(record::<O>(a, p, PerfStatus::Ok, Some(median(&mut times))));
     }
     sort_records(&mut out);
     out

@@ -1,12 +1,15 @@
 //! The tuning cache: measured rankings keyed by everything that decides them, persisted as a
 //! readable JSON file.
 //!
-//! - **Key** ([`CacheKey`]): the operation kind, the problem (shapes, layouts and strides,
-//!   element type, groups, padding, stride, dilation, mode, epilogue kind), the thread count,
-//!   the CPU model string, the instruction set, and the library version.
+//! - **Key** ([`CacheKey`]): a tagged key: the operation's tag, its problem as it serialises
+//!   (for a convolution: shapes, layouts and strides, element type, groups, padding, stride,
+//!   dilation, mode, epilogue kind), the element types, the math mode, the thread count, the
+//!   CPU model string, the instruction set, and the library version. Loaded keys validate
+//!   themselves: the problem of every entry is rebuilt through its operation's validating
+//!   constructors ([`crate::op::problem_is_valid`]), whatever the operation.
 //! - **Value** ([`CacheEntry`]): the ranked records `{algo, status, ms, workspace_bytes,
 //!   deterministic}` of every algorithm that accepted the problem, and how they were made.
-//! - **File**: `{"format": "autodnn-tuning-cache", "version": 1, "entries": [...]}`, written
+//! - **File**: `{"format": "autodnn-tuning-cache", "version": 2, "entries": [...]}`, written
 //!   atomically (a temporary file in the same directory, then a rename) while holding an
 //!   advisory lock on `FILE.lock`; the writer reads the file again under the lock and merges,
 //!   so several processes sharing one file keep each other's entries. The lock is the
@@ -17,8 +20,10 @@
 //!   match.
 //! - **Readers write nothing**: [`TuningCache::load_read_only`] (for commands that only read
 //!   the cache) and [`TuningCache::read`] take no lock and create, rename or change nothing;
-//!   a file that is not a tuning cache of this format version (corrupt, truncated, not JSON,
-//!   another version) is an error naming it. [`TuningCache::load`] (for a writer) reads it as
+//!   a file that is not a tuning cache of a format version this build reads (corrupt,
+//!   truncated, not JSON, another version) is an error naming it. Version 1 files (before
+//!   the key named its types and math mode) read as forward-convolution entries in f32,
+//!   strict math; saving writes version 2. [`TuningCache::load`] (for a writer) reads it as
 //!   empty with a warning and leaves it too; only a write ([`TuningCache::save`],
 //!   [`TuningCache::overwrite`]) sets such a file aside as `FILE.bak` (or the first free
 //!   `FILE.bak.N`), with a warning on stderr, so that it is never destroyed.
@@ -32,6 +37,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -40,23 +46,33 @@ use serde::{Deserialize, Serialize};
 
 use super::{AlgoPerf, PerfStatus, Source};
 use crate::cpu::Isa;
-use crate::desc::{ConvDesc, ConvProblem, FilterDesc, OpKind, TensorDesc};
 use crate::error::{Error, Result};
+use crate::op::OpProblem;
 
 /// The `format` field of a tuning-cache file.
 pub const CACHE_FORMAT: &str = "autodnn-tuning-cache";
-/// The version of the file format this build reads and writes.
-pub const CACHE_FORMAT_VERSION: u32 = 1;
+/// The version of the file format this build writes.
+pub const CACHE_FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads (version 1 keys lack the types and math mode).
+pub const CACHE_FORMAT_OLDEST: u32 = 1;
+/// The math mode of keys that name none (version 1 files; every f32 problem today).
+pub const STRICT_MATH: &str = "strict";
 /// A cached choice is replaced only when a new measurement beats it by more than this fraction.
 pub const NOISE_MARGIN: f64 = 0.05;
 
-/// What a cached ranking depends on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What a cached ranking depends on: a tagged key, valid for any operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheKey {
-    /// The operation.
-    pub op: OpKind,
-    /// The problem, with its layouts, strides and epilogue kind.
-    pub problem: ConvProblem,
+    /// The operation's tag ([`OpProblem::op_tag`]).
+    pub op: String,
+    /// The problem, as its operation serialises it.
+    pub problem: serde_json::Value,
+    /// The element types ([`OpProblem::types`]).
+    #[serde(default = "f32_types")]
+    pub types: String,
+    /// The math mode.
+    #[serde(default = "strict_math")]
+    pub math: String,
     /// Worker threads.
     pub threads: usize,
     /// The CPU's model string.
@@ -67,12 +83,35 @@ pub struct CacheKey {
     pub version: String,
 }
 
+fn f32_types() -> String {
+    "f32".into()
+}
+fn strict_math() -> String {
+    STRICT_MATH.into()
+}
+
+impl Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.op.hash(state);
+        // serde_json's maps keep their keys sorted: equal values print alike.
+        self.problem.to_string().hash(state);
+        self.types.hash(state);
+        self.math.hash(state);
+        self.threads.hash(state);
+        self.cpu.hash(state);
+        self.isa.hash(state);
+        self.version.hash(state);
+    }
+}
+
 impl CacheKey {
     /// The key of `problem` on this machine with `threads` and `isa`, for this library version.
-    pub fn new(problem: &ConvProblem, threads: usize, isa: Isa) -> CacheKey {
+    pub fn new<P: OpProblem>(problem: &P, threads: usize, isa: Isa) -> CacheKey {
         CacheKey {
-            op: problem.op(),
-            problem: *problem,
+            op: problem.op_tag().into(),
+            problem: serde_json::to_value(problem).unwrap_or(serde_json::Value::Null),
+            types: problem.types(),
+            math: STRICT_MATH.into(),
             threads,
             cpu: cpu_model(),
             isa,
@@ -80,9 +119,21 @@ impl CacheKey {
         }
     }
 
+    /// The problem as a value of `P` (the operation's problem type), when it is one.
+    pub fn problem_as<P: OpProblem>(&self) -> Option<P> {
+        serde_json::from_value(self.problem.clone()).ok()
+    }
+
     /// True when the key was made on this CPU with this library version.
     pub fn is_this_machine(&self) -> bool {
         self.cpu == cpu_model() && self.version == crate::VERSION
+    }
+
+    /// False when its problem is not a valid problem of its operation (see
+    /// [`crate::op::problem_is_valid`]; keys of operations this build does not know count as
+    /// valid: they are kept, and only an operation of their tag reads them).
+    pub fn is_valid(&self) -> bool {
+        crate::op::problem_is_valid(&self.op, &self.problem) != Some(false)
     }
 }
 
@@ -314,7 +365,7 @@ impl TuningCache {
         let file = parse_file(bytes).map_err(|m| not_a_cache(path, m))?;
         let mut cache = TuningCache::new();
         for FileEntry { key, value } in file.entries {
-            if !problem_is_valid(&key.problem) {
+            if !key.is_valid() {
                 return Err(not_a_cache(path, "an entry holds an invalid problem"));
             }
             cache.entries.insert(key, value);
@@ -327,7 +378,7 @@ impl TuningCache {
     fn take_valid(&mut self, path: &Path, file: CacheFile) {
         let mut dropped = 0;
         for FileEntry { key, value } in file.entries {
-            if !problem_is_valid(&key.problem) {
+            if !key.is_valid() {
                 dropped += 1;
                 continue;
             }
@@ -441,27 +492,38 @@ fn parse_file(bytes: &[u8]) -> std::result::Result<CacheFile, String> {
             header.format
         ));
     }
-    if header.version != CACHE_FORMAT_VERSION {
+    if !(CACHE_FORMAT_OLDEST..=CACHE_FORMAT_VERSION).contains(&header.version) {
         return Err(format!(
-            "file format version {}, this build reads version {CACHE_FORMAT_VERSION}",
+            "file format version {}, this build reads versions {CACHE_FORMAT_OLDEST} to \
+             {CACHE_FORMAT_VERSION}",
             header.version
         ));
     }
     serde_json::from_slice(bytes).map_err(|e| format!("not a valid cache file ({e})"))
 }
 
-/// True when the problem, rebuilt through the validating constructors, is the same: a file
-/// cannot smuggle in descriptors the library would refuse.
-fn problem_is_valid(p: &ConvProblem) -> bool {
-    let rebuild = || -> Result<ConvProblem> {
-        let x = TensorDesc::with_strides(p.x().dtype(), p.x().dims(), p.x().strides())?;
-        let y = TensorDesc::with_strides(p.y().dtype(), p.y().dims(), p.y().strides())?;
-        let w = FilterDesc::new(p.w().dtype(), p.w().layout(), p.w().dims())?;
-        let c = p.conv();
-        let conv = ConvDesc::new(c.padding(), c.stride(), c.dilation(), c.groups(), c.mode())?;
-        Ok(ConvProblem::forward(x, w, conv, y)?.with_epilogue(*p.epilogue()))
-    };
-    rebuild().is_ok_and(|q| q == *p)
+/// The default per-user path of the tuning cache: `$AUTODNN_CACHE` if set, else
+/// `$XDG_CACHE_HOME/autodnn/tuning.json`, else `$HOME/.cache/autodnn/tuning.json` (on Windows
+/// `%LOCALAPPDATA%\autodnn\tuning.json`). The folder of the per-user path is made on the first
+/// write; the folder of a path from `$AUTODNN_CACHE` must exist (see the [module](self) docs).
+pub fn default_cache_path() -> std::path::PathBuf {
+    match std::env::var_os("AUTODNN_CACHE").filter(|v| !v.is_empty()) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => per_user_cache_path(),
+    }
+}
+
+/// The per-user path of the tuning cache, ignoring `$AUTODNN_CACHE`: its folder is autodnn's
+/// own, made on the first write.
+pub(crate) fn per_user_cache_path() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    let base = env("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| env("LOCALAPPDATA").map(PathBuf::from))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("autodnn").join("tuning.json")
 }
 
 fn io_error(path: &Path, e: impl std::fmt::Display) -> Error {
@@ -507,7 +569,7 @@ fn folder_ready(path: &Path, create: bool) -> Result<bool> {
         Ok(m) if m.is_dir() => Ok(true),
         Ok(_) => Err(missing("is not a folder")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if path != crate::per_user_cache_path() {
+            if path != per_user_cache_path() {
                 Err(missing("does not exist"))
             } else if create {
                 std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;

@@ -9,63 +9,43 @@
 //! caller's input ([`ErrorKind::BadInput`](crate::ErrorKind::BadInput)) fail for every
 //! algorithm and are returned at once.
 
-use super::{log_lines, ConvPlan, FallbackEvent, RunReport};
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, Weights};
-use crate::desc::ConvProblem;
+use super::{log_lines, Env, FallbackEvent, Plan, RunReport};
 use crate::error::{Error, ErrorKind, Result};
-use crate::Handle;
+use crate::op::{Algorithm, Operation};
 
 /// Runs `plan` on the data with the fallback chain, in the caller's workspace when one is
 /// given (algorithms needing more are stepped past with a too-small-workspace event) or in the
 /// handle's. When every algorithm fails, the error is [`Error::AllFailed`], listing each
-/// failure; when the copy of y that a residual read from y needs cannot be allocated, it is
-/// that [`Error::OutOfMemory`], before any algorithm runs.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn execute(
-    h: &Handle,
-    algos: &[&dyn ConvAlgorithm],
-    plan: &ConvPlan,
-    p: &ConvProblem,
-    x: &[f32],
-    w: Weights<'_>,
-    y: &mut [f32],
-    epilogue: &EpilogueArgs<'_>,
+/// failure; when the copy of an output the call reads (see [`Operation::snapshot`]) cannot be
+/// allocated, it is that [`Error::OutOfMemory`], before any algorithm runs.
+pub(crate) fn execute<O: Operation>(
+    env: &Env<'_>,
+    algos: &[&O::Algo<'_>],
+    plan: &Plan<O>,
+    inputs: &O::Inputs<'_>,
+    y: &mut O::Output<'_>,
     mut caller_ws: Option<&mut [u8]>,
 ) -> Result<RunReport> {
-    if plan.problem != *p {
-        return Err(Error::bad(
-            "plan",
-            "a different problem",
-            "the plan was made for another problem",
-        ));
-    }
-    let w_len = match w {
-        Weights::Plain(w) => w.len(),
-        Weights::Prepared(_) => p.w().elements(),
-    };
-    crate::handle::check_call(p, x.len(), w_len, y.len())?;
-    let epi = epilogue.checked(p.epilogue(), p.w().k(), p.y().span())?;
-    let chain: Vec<&dyn ConvAlgorithm> = plan
+    let p = &plan.problem;
+    let inputs = O::check_call(p, inputs, Some(O::output_len(y)))?;
+    let chain: Vec<&O::Algo<'_>> = plan
         .chain
         .iter()
         .filter_map(|n| algos.iter().copied().find(|a| a.name() == *n))
         .collect();
-    // y's prior contents are the residual when beta ≠ 0 and none is given: keep a copy so
-    // that a failed attempt cannot change what the next one adds. Without one no attempt
+    // An output the call also reads (y's prior contents as the residual): keep a copy so
+    // that a failed attempt cannot change what the next one reads. Without one no attempt
     // may start (a failed one would leave y half-written), so its failure ends the call.
-    let snapshot = if epi.beta != 0.0 && epi.residual.is_none() && chain.len() > 1 {
-        Some(crate::alloc::try_copy(
-            y,
-            "a copy of y for the fallback chain",
-        )?)
+    let snapshot = if chain.len() > 1 {
+        O::snapshot(p, &inputs, y)?
     } else {
         None
     };
-    let log = h.settings().log;
-    let ctx = h.exec_context();
+    let log = env.settings.log;
+    let ctx = env.ctx;
     let mut events: Vec<FallbackEvent> = Vec::new();
     let mut ceiling: Option<usize> = None;
-    let fits = |a: &dyn ConvAlgorithm, ceiling: Option<usize>| {
+    let fits = |a: &O::Algo<'_>, ceiling: Option<usize>| {
         let need = a.workspace_bytes(p);
         ceiling.is_none_or(|c| need == 0 || need < c)
     };
@@ -75,24 +55,17 @@ pub(crate) fn execute(
             continue;
         }
         let need = a.workspace_bytes(p);
-        let result = (|| -> Result<()> {
-            let weights = match w {
-                Weights::Plain(w) => AlgoWeights::Plain(w),
-                Weights::Prepared(pw) => pw.for_call(p, a.name())?,
-            };
-            match caller_ws.as_deref_mut() {
-                Some(ws) if ws.len() < need => Err(Error::WorkspaceTooSmall {
-                    algo: a.name().into(),
-                    needed: need,
-                    got: ws.len(),
-                }),
-                Some(ws) => a.run(&ctx, p, x, weights, y, &mut ws[..need], &epi),
-                None => {
-                    let mut ws = h.reserve_workspace(need, a.name())?;
-                    a.run(&ctx, p, x, weights, y, ws.slice(), &epi)
-                }
-            }
-        })();
+        let result = match caller_ws.as_deref_mut() {
+            Some(ws) if ws.len() < need => Err(Error::WorkspaceTooSmall {
+                algo: a.name().into(),
+                needed: need,
+                got: ws.len(),
+            }),
+            Some(ws) => a.run(&ctx, p, &inputs, y, &mut ws[..need]),
+            None => env
+                .reserve(need, a.name())
+                .and_then(|mut ws| a.run(&ctx, p, &inputs, y, ws.slice())),
+        };
         match result {
             Ok(()) => {
                 return Ok(RunReport {
@@ -121,13 +94,13 @@ pub(crate) fn execute(
                 if let Some(n) = short {
                     ceiling = Some(ceiling.map_or(n, |c| c.min(n)));
                 }
-                h.release_workspace();
+                env.release();
                 if let Some(s) = &snapshot {
-                    y[..s.len()].copy_from_slice(s);
+                    O::restore(y, s);
                 }
                 let next = chain[i + 1..]
                     .iter()
-                    .find(|b| fits(**b, ceiling))
+                    .find(|b| fits(b, ceiling))
                     .map(|b| b.name());
                 if log {
                     log_lines(&[format!(

@@ -2,33 +2,27 @@
 //! linear cost model predicts, without running anything.
 //!
 //! An algorithm's predicted time is Σ coef\[i\] · feature\[i\] over its
-//! [`ConvAlgorithm::cost_features`]; the coefficients are fitted per algorithm, by
-//! non-negative least squares on relative error, from measurements of a fixed calibration set
-//! ([`calibration_problems`], which shares no layer with the built-in models). Coefficients are
-//! data keyed by algorithm name: a [`CostModel`] file beside the tuning cache written by
-//! `autodnn calibrate`, or the defaults shipped in the library (fitted on the development
-//! machine) when the machine is uncalibrated. An algorithm without coefficients of its own gets
-//! the fit's `"*"` entry (the element-wise median of the fitted algorithms).
+//! [`Algorithm::cost_features`]; the coefficients are fitted per (operation, element types,
+//! algorithm) by non-negative least squares on relative error, from measurements of a fixed
+//! calibration set (`crate::calibrate`, which shares no layer with the built-in models).
+//! Coefficients are data keyed by [`fit_key`]: a [`CostModel`] file beside the tuning cache
+//! written by `autodnn calibrate`, or the defaults shipped in the library (fitted on the
+//! development machine) when the machine is uncalibrated. An algorithm without coefficients of
+//! its own gets the fit's `"*"` entry (the element-wise median of the fitted algorithms).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::conv::{ConvAlgorithm, COST_FEATURES};
 use crate::cpu::Isa;
-use crate::desc::{ConvProblem, Layout};
 use crate::error::{Error, Result};
-use crate::problem_string::ProblemSpec;
+use crate::op::{Algorithm, OpProblem, Operation, COST_FEATURES};
 
 /// The `format` field of a cost-model file.
 pub const COST_MODEL_FORMAT: &str = "autodnn-cost-model";
 /// The version of the cost-model file format this build reads and writes.
 pub const COST_MODEL_VERSION: u32 = 3;
-/// Timed runs per problem and algorithm when calibrating (after one warm-up); the median is
-/// fitted.
-pub const CALIBRATION_RUNS: usize = 7;
 /// Predictions within this fraction of each other count as a tie, which the ranking breaks in
 /// favour of the candidate with less workspace.
 pub const PREDICTION_TIE: f64 = 0.03;
@@ -51,7 +45,7 @@ pub struct AlgoFit {
 }
 
 impl AlgoFit {
-    fn predict(&self, f: &[f64; COST_FEATURES]) -> f64 {
+    pub(crate) fn predict(&self, f: &[f64; COST_FEATURES]) -> f64 {
         self.coef.iter().zip(f).map(|(c, v)| c * v).sum()
     }
 }
@@ -67,7 +61,7 @@ pub struct Fit {
     pub threads: usize,
     /// The library version that measured.
     pub library_version: String,
-    /// Coefficients by algorithm name (and [`ANY_ALGORITHM`]).
+    /// Coefficients by [`fit_key`] (and [`ANY_ALGORITHM`]).
     pub algorithms: BTreeMap<String, AlgoFit>,
 }
 
@@ -186,24 +180,46 @@ impl CostModel {
     }
 
     /// Predicted milliseconds of `algo` on `p`.
-    pub fn predict_ms(&self, algo: &dyn ConvAlgorithm, p: &ConvProblem, cfg: &Machine) -> f64 {
-        let f = algo.cost_features(p);
+    pub fn predict_ms<O: Operation>(
+        &self,
+        algo: &O::Algo<'_>,
+        p: &O::Problem,
+        cfg: &Machine,
+    ) -> f64 {
+        let key = fit_key(p.op_tag(), &p.types(), algo.name());
+        self.predict_features(&key, &algo.cost_features(p), cfg)
+    }
+
+    /// Predicted milliseconds of the fit under `key` ([`fit_key`]) for `f`.
+    pub fn predict_features(&self, key: &str, f: &[f64; COST_FEATURES], cfg: &Machine) -> f64 {
         match self.fit_for(&cfg.cpu, cfg.isa, cfg.threads) {
             Some((fit, scale)) => {
                 let a = fit
                     .algorithms
-                    .get(algo.name())
+                    .get(key)
                     .or_else(|| fit.algorithms.get(ANY_ALGORITHM));
                 match a {
                     Some(a) => {
                         let fixed = a.coef[0] * f[0];
-                        fixed + (a.predict(&f) - fixed) * scale
+                        fixed + (a.predict(f) - fixed) * scale
                     }
-                    None => fallback_predict(&f, cfg.threads),
+                    None => fallback_predict(f, cfg.threads),
                 }
             }
-            None => fallback_predict(&f, cfg.threads),
+            None => fallback_predict(f, cfg.threads),
         }
+    }
+}
+
+/// The key of an algorithm's coefficients in a [`Fit`]: `op/types/algo`, except for the
+/// forward convolution in f32, whose keys are the bare algorithm names (as cost-model files
+/// before other operations held them), so that a forward and a backward `gemm` never share a
+/// fit.
+pub fn fit_key(op: &str, types: &str, algo: &str) -> String {
+    if op == crate::op::ConvForward::NAME && types == "f32" {
+        algo.to_string()
+    } else {
+        format!("{op}/{types}/{algo}")
     }
 }
 
@@ -236,225 +252,7 @@ pub fn cost_model_path_beside(cache_path: &Path) -> PathBuf {
     cache_path.with_file_name("cost_model.json")
 }
 
-/// The calibration problems: varied channels, sizes, kernels 1/3/5/7, strides 1 and 2,
-/// grouped, depthwise and dilated, at batch 1, none of them a layer of a built-in model.
-pub fn calibration_problems() -> Vec<ProblemSpec> {
-    // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 78] = [
-        (16, 32, 47, 1, 1, 1, 0),
-        (64, 48, 33, 1, 1, 1, 0),
-        (96, 200, 17, 1, 1, 1, 0),
-        (320, 160, 9, 1, 1, 1, 0),
-        (40, 80, 23, 1, 2, 1, 0),
-        (520, 260, 9, 1, 1, 1, 0),
-        (200, 400, 19, 1, 1, 1, 0),
-        (8, 24, 47, 3, 1, 1, 0),
-        (24, 40, 33, 3, 1, 1, 0),
-        (48, 96, 23, 3, 1, 1, 0),
-        (120, 136, 17, 3, 1, 1, 0),
-        (200, 264, 9, 3, 1, 1, 0),
-        (40, 72, 33, 3, 2, 1, 0),
-        (96, 96, 17, 3, 2, 1, 0),
-        (3, 24, 95, 3, 2, 1, 0),
-        (160, 192, 19, 3, 2, 1, 0),
-        (64, 64, 47, 3, 1, 1, 0),
-        (128, 128, 33, 3, 1, 1, 0),
-        (256, 256, 17, 3, 1, 1, 0),
-        (24, 32, 95, 3, 1, 1, 0),
-        (16, 24, 33, 5, 1, 1, 0),
-        (48, 64, 17, 5, 1, 1, 0),
-        (96, 128, 9, 5, 1, 1, 0),
-        (24, 48, 47, 5, 2, 1, 0),
-        (64, 96, 19, 5, 2, 1, 0),
-        (3, 40, 95, 7, 2, 1, 0),
-        (16, 32, 23, 7, 1, 1, 0),
-        (64, 64, 9, 7, 1, 1, 0),
-        (3, 48, 150, 7, 2, 1, 0),
-        (40, 40, 47, 3, 1, 40, 0),
-        (72, 72, 33, 3, 2, 72, 0),
-        (200, 200, 17, 3, 1, 200, 0),
-        (520, 520, 9, 3, 1, 520, 0),
-        (96, 96, 23, 5, 1, 96, 0),
-        (240, 240, 9, 5, 2, 240, 0),
-        (48, 48, 95, 3, 1, 48, 0),
-        (144, 144, 47, 3, 2, 144, 0),
-        (800, 800, 5, 3, 1, 800, 0),
-        (640, 640, 13, 3, 1, 640, 0),
-        (960, 960, 7, 3, 1, 960, 0),
-        (384, 384, 15, 3, 2, 384, 0),
-        (32, 32, 111, 3, 1, 32, 0),
-        (320, 320, 21, 3, 1, 320, 0),
-        (64, 64, 23, 3, 1, 4, 0),
-        (128, 256, 17, 3, 1, 8, 0),
-        (48, 48, 23, 3, 1, 1, 1),
-        (2048, 40, 3, 1, 1, 1, 0),
-        (1000, 24, 1, 1, 1, 1, 0),
-        (24, 1000, 1, 1, 1, 1, 0),
-        // Deep layers on small images, where per-call filter work weighs most.
-        (384, 384, 7, 3, 1, 1, 0),
-        (320, 448, 11, 3, 1, 1, 0),
-        (768, 512, 5, 3, 1, 1, 0),
-        (160, 224, 13, 3, 1, 1, 0),
-        (96, 80, 61, 3, 1, 1, 0),
-        (48, 64, 71, 3, 1, 1, 0),
-        (768, 384, 7, 1, 1, 1, 0),
-        (384, 1536, 7, 1, 1, 1, 0),
-        (1280, 320, 11, 1, 1, 1, 0),
-        (160, 640, 27, 1, 1, 1, 0),
-        (96, 384, 41, 1, 1, 1, 0),
-        // Strided 1x1 projections and a strided 3x3 on a mid-sized image.
-        (256, 512, 29, 1, 2, 1, 0),
-        (704, 1408, 13, 1, 2, 1, 0),
-        (128, 320, 57, 1, 2, 1, 0),
-        (448, 448, 15, 3, 2, 1, 0),
-        (32, 96, 119, 3, 2, 1, 0),
-        // Few input channels at stride 1 (a network's first layer).
-        (3, 32, 127, 3, 1, 1, 0),
-        (4, 16, 191, 3, 1, 1, 0),
-        // Pointwise layers on large images.
-        (48, 192, 57, 1, 1, 1, 0),
-        (192, 96, 53, 1, 1, 1, 0),
-        (128, 384, 37, 1, 1, 1, 0),
-        // Small layers, where fixed costs weigh: narrow projections, small 5x5 and 3x3.
-        (528, 24, 13, 1, 1, 1, 0),
-        (832, 40, 7, 1, 1, 1, 0),
-        (480, 12, 15, 1, 1, 1, 0),
-        (24, 56, 13, 5, 1, 1, 0),
-        (40, 112, 7, 5, 1, 1, 0),
-        (176, 352, 7, 3, 1, 1, 0),
-        // Deep 3x3 layers whose transformed filters do not fit the caches.
-        (640, 768, 17, 3, 1, 1, 0),
-        (448, 896, 23, 3, 1, 1, 0),
-    ];
-    SET.iter()
-        .enumerate()
-        .map(|(i, &(ic, oc, hw, k, s, g, d))| {
-            let pad = (k - 1) * (d + 1) / 2;
-            let text =
-                format!("mb1g{g}ic{ic}ih{hw}oc{oc}kh{k}sh{s}ph{pad}dh{d}n\"calibration:{i}\"");
-            ProblemSpec::parse(&text).expect("calibration problems are valid")
-        })
-        .collect()
-}
-
-/// One measurement of a calibration run.
-#[derive(Debug, Clone, Serialize)]
-pub struct CalibrationSample {
-    /// The problem (benchdnn string).
-    pub problem: String,
-    /// The algorithm.
-    pub algo: String,
-    /// Median measured milliseconds.
-    pub ms: f64,
-    /// What the fitted model predicts.
-    pub predicted_ms: f64,
-}
-
-/// The result of [`calibrate`]: the fit and the measurements behind it.
-#[derive(Debug, Clone)]
-pub struct Calibration {
-    /// The fitted coefficients.
-    pub fit: Fit,
-    /// Every measurement, with its prediction.
-    pub samples: Vec<CalibrationSample>,
-    /// Wall time of the calibration, in milliseconds.
-    pub wall_ms: f64,
-}
-
-/// One measurement: the cost features, the median ms and the problem string.
-type Row = ([f64; COST_FEATURES], f64, String);
-
-/// Measures every registered algorithm on every calibration problem it accepts (one warm-up,
-/// then [`CALIBRATION_RUNS`] timed runs, median) with `handle`'s threads and instruction set,
-/// and fits each algorithm's coefficients. `progress` is called after each problem with
-/// (done, total).
-///
-/// # Errors
-/// Allocation failures for the test data.
-pub fn calibrate(
-    handle: &crate::Handle,
-    mut progress: impl FnMut(usize, usize),
-) -> Result<Calibration> {
-    let start = Instant::now();
-    let problems = calibration_problems();
-    let algos = crate::conv::algorithms();
-    let mut rows: BTreeMap<&'static str, Vec<Row>> = BTreeMap::new();
-    for (i, spec) in problems.iter().enumerate() {
-        let p = spec.to_problem(Layout::Nchw)?;
-        let x = super::benchmark::test_data(p.x().span(), 1)?;
-        let w = super::benchmark::test_data(p.w().elements(), 2)?;
-        let mut timer = super::benchmark::Timer::new(handle, &p, &x, &w, &Default::default())?;
-        for &a in algos {
-            if a.check(&p).is_err() {
-                continue;
-            }
-            if let Ok(ms) = timer.median_of(a, CALIBRATION_RUNS) {
-                rows.entry(a.name()).or_default().push((
-                    a.cost_features(&p),
-                    ms,
-                    spec.with_name("").to_string(),
-                ));
-            }
-        }
-        progress(i + 1, problems.len());
-    }
-    let mut fit = Fit {
-        cpu: super::cache::cpu_model(),
-        isa: handle.isa(),
-        threads: handle.threads(),
-        library_version: crate::VERSION.into(),
-        algorithms: BTreeMap::new(),
-    };
-    let mut samples = Vec::new();
-    for (name, rows) in &rows {
-        let a: Vec<[f64; COST_FEATURES]> = rows.iter().map(|r| r.0).collect();
-        let t: Vec<f64> = rows.iter().map(|r| r.1).collect();
-        let coef = fit_relative(&a, &t);
-        let mut f = AlgoFit {
-            coef: coef.to_vec(),
-            samples: rows.len(),
-            median_rel_err: 0.0,
-            max_rel_err: 0.0,
-        };
-        let mut errs = Vec::new();
-        for (features, ms, problem) in rows {
-            let pred = f.predict(features);
-            errs.push((pred - ms).abs() / ms.max(1e-9));
-            samples.push(CalibrationSample {
-                problem: problem.clone(),
-                algo: name.to_string(),
-                ms: *ms,
-                predicted_ms: pred,
-            });
-        }
-        errs.sort_by(f64::total_cmp);
-        f.median_rel_err = median(&errs);
-        f.max_rel_err = errs.last().copied().unwrap_or(0.0);
-        fit.algorithms.insert(name.to_string(), f);
-    }
-    if !fit.algorithms.is_empty() {
-        let any = AlgoFit {
-            coef: (0..COST_FEATURES)
-                .map(|i| {
-                    let mut v: Vec<f64> = fit.algorithms.values().map(|a| a.coef[i]).collect();
-                    v.sort_by(f64::total_cmp);
-                    median(&v)
-                })
-                .collect(),
-            samples: 0,
-            median_rel_err: 0.0,
-            max_rel_err: 0.0,
-        };
-        fit.algorithms.insert(ANY_ALGORITHM.into(), any);
-    }
-    Ok(Calibration {
-        fit,
-        samples,
-        wall_ms: start.elapsed().as_secs_f64() * 1e3,
-    })
-}
-
-fn median(sorted: &[f64]) -> f64 {
+pub(crate) fn median(sorted: &[f64]) -> f64 {
     match sorted.len() {
         0 => 0.0,
         n if n % 2 == 1 => sorted[n / 2],
@@ -636,22 +434,6 @@ mod tests {
         let b: Vec<f64> = (1..10).map(|i| 10.0 - i as f64).collect();
         let x = nnls(&a, &b);
         assert!(x.iter().all(|&v| v >= 0.0) && x[1] == 0.0, "{x:?}");
-    }
-
-    #[test]
-    fn shipped_model_parses_and_predicts_positive_times() {
-        let m = CostModel::shipped();
-        assert_eq!(m.origin, "shipped");
-        assert!(!m.fits.is_empty(), "the shipped model has a fit");
-        let cfg = Machine {
-            cpu: "x".into(),
-            isa: Isa::Scalar,
-            threads: 3,
-        };
-        let p = calibration_problems()[0].to_problem(Layout::Nchw).unwrap();
-        for a in crate::conv::algorithms() {
-            assert!(m.predict_ms(*a, &p, &cfg) > 0.0);
-        }
     }
 
     #[test]

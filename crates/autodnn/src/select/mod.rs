@@ -1,8 +1,13 @@
 //! Algorithm selection: which registered algorithm runs a problem, and what happens when it
 //! cannot.
 //!
-//! The machinery works over the [registry](crate::conv::algorithms) and never names an
-//! algorithm: adding one is a file and a registry line, and selection picks it up.
+//! The machinery is written once, generic over the operation ([`crate::op::Operation`]): it
+//! works over an operation's ordered list of algorithms (for the forward convolution,
+//! [the registry](crate::conv::algorithms)) and never names an algorithm or an operation;
+//! adding an algorithm is a file and a registry line, adding an operation is its types and
+//! its registry, and selection picks them up. It never sees the handle either: the handle
+//! hands it an [`Env`] (execution context, settings, workspace pool, tuning cache, cost
+//! model).
 //!
 //! - **Heuristic** ([`heuristic`], cuDNN's `Get`): [`Handle::get_conv_algorithms`] ranks every
 //!   algorithm that accepts a problem by the time a calibrated linear cost model predicts,
@@ -56,19 +61,68 @@ pub mod heuristic;
 mod policy;
 pub use crate::runtime::workspace;
 
+use std::sync::{Arc, RwLock};
+
 use serde::{Deserialize, Serialize};
 
 pub use cache::{CacheEntry, CacheKey, TuningCache};
-pub use heuristic::CostModel;
+pub use heuristic::{CostModel, Machine};
 pub use policy::Policy;
 pub use workspace::FailAlloc;
 
 pub(crate) use fallback::execute;
-pub(crate) use policy::{entry_covers, plan, rank, Data, Mode};
+pub(crate) use policy::{plan, rank, Mode};
 
-use crate::conv::Accuracy;
-use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
+use crate::op::{Accuracy, OpProblem, Operation};
+use crate::runtime::workspace::{Workspace, WorkspacePool};
+use crate::runtime::ExecContext;
+
+/// What selection works with, lent by the handle for one call: the execution context, the
+/// selection settings, the workspace pool and budget, the tuning cache and the cost model.
+#[derive(Debug, Clone)]
+pub(crate) struct Env<'h> {
+    pub(crate) ctx: ExecContext<'h>,
+    pub(crate) settings: &'h Settings,
+    pub(crate) limit: Option<usize>,
+    pub(crate) workspace: &'h WorkspacePool,
+    pub(crate) cache: &'h RwLock<TuningCache>,
+    pub(crate) model: Arc<CostModel>,
+    pub(crate) machine: Machine,
+}
+
+impl Env<'_> {
+    /// A workspace of exactly `bytes` for `algo`: within the budget, subject to fault
+    /// injection, allocated fallibly, reusing the cached buffer.
+    pub(crate) fn reserve(&self, bytes: usize, algo: &str) -> Result<Workspace<'_>> {
+        self.workspace
+            .reserve(bytes, algo, self.limit, &self.settings.fail_alloc)
+    }
+
+    /// Frees the cached workspace buffer.
+    pub(crate) fn release(&self) {
+        self.workspace.release();
+    }
+
+    /// The cached entry for `key` when it covers every eligible algorithm.
+    pub(crate) fn cache_lookup(
+        &self,
+        key: &CacheKey,
+        eligible: &[&'static str],
+    ) -> Option<CacheEntry> {
+        let c = self.cache.read().unwrap_or_else(|e| e.into_inner());
+        c.get(key)
+            .filter(|e| policy::entry_covers(e, eligible))
+            .cloned()
+    }
+
+    /// Stores a measurement (through the noise guard) and returns the entry kept.
+    pub(crate) fn cache_store(&self, key: CacheKey, entry: CacheEntry) -> CacheEntry {
+        let mut c = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        c.insert(key.clone(), entry.clone());
+        c.get(&key).cloned().unwrap_or(entry)
+    }
+}
 
 /// Environment variable read when a handle is made: `dispatch` prints each selection decision
 /// on stderr.
@@ -169,10 +223,11 @@ pub struct Declined {
     pub reason: String,
 }
 
-/// The outcome of selection for one problem: the chain of algorithms to try, in order.
-#[derive(Debug, Clone)]
-pub struct ConvPlan {
-    pub(crate) problem: ConvProblem,
+/// The outcome of selection for one problem of operation `O`: the chain of algorithms to
+/// try, in order.
+#[derive(Debug)]
+pub struct Plan<O: Operation> {
+    pub(crate) problem: O::Problem,
     pub(crate) chain: Vec<&'static str>,
     /// Where the first choice came from.
     pub source: Source,
@@ -188,7 +243,39 @@ pub struct ConvPlan {
     pub declined: Vec<Declined>,
 }
 
-impl ConvPlan {
+/// A plan of the forward convolution.
+pub type ConvPlan = Plan<crate::op::ConvForward>;
+
+impl<O: Operation> Clone for Plan<O> {
+    fn clone(&self) -> Self {
+        Plan {
+            problem: self.problem.clone(),
+            chain: self.chain.clone(),
+            source: self.source,
+            selection_ms: self.selection_ms,
+            cache_hit: self.cache_hit,
+            records: self.records.clone(),
+            timed: self.timed,
+            declined: self.declined.clone(),
+        }
+    }
+}
+
+impl<O: Operation> Plan<O> {
+    /// A plan of one algorithm (for instance the one prepared weights were made for).
+    pub(crate) fn single(problem: &O::Problem, algo: &'static str, source: Source) -> Plan<O> {
+        Plan {
+            problem: problem.clone(),
+            chain: vec![algo],
+            source,
+            selection_ms: 0.0,
+            cache_hit: false,
+            records: Vec::new(),
+            timed: 0,
+            declined: Vec::new(),
+        }
+    }
+
     /// The first choice.
     pub fn algo(&self) -> &'static str {
         self.chain[0]
@@ -198,13 +285,13 @@ impl ConvPlan {
         &self.chain
     }
     /// The problem it was made for.
-    pub fn problem(&self) -> &ConvProblem {
+    pub fn problem(&self) -> &O::Problem {
         &self.problem
     }
     /// The same plan with the chain starting at `algo` (for instance the algorithm that
     /// finally ran after a fallback), the algorithms before it dropped. Unchanged when `algo`
     /// is not in the chain.
-    pub fn starting_at(&self, algo: &str) -> ConvPlan {
+    pub fn starting_at(&self, algo: &str) -> Plan<O> {
         let mut p = self.clone();
         if let Some(i) = p.chain.iter().position(|a| *a == algo) {
             p.chain.drain(..i);
@@ -286,24 +373,7 @@ pub(crate) fn log_lines(lines: &[String]) {
     let _ = std::io::stderr().lock().write_all(s.as_bytes());
 }
 
-/// A short description of a problem for logs: its benchdnn string, layouts and epilogue.
-pub fn describe(p: &ConvProblem) -> String {
-    let spec = crate::ProblemSpec::from_problem(p, "");
-    let layout = |l: Option<crate::Layout>| l.map_or("strided", |l| l.name());
-    let mut s = format!(
-        "{spec} x:{} w:{} y:{}",
-        layout(p.x().layout()),
-        p.w().layout().name(),
-        layout(p.y().layout())
-    );
-    if !p.epilogue().is_none() {
-        let e = p.epilogue();
-        s.push_str(&format!(
-            " epilogue(bias:{} residual:{} act:{})",
-            e.bias,
-            e.residual,
-            e.act.name()
-        ));
-    }
-    s
+/// A short description of a problem for logs (its [`OpProblem::describe`]).
+pub fn describe<P: OpProblem>(p: &P) -> String {
+    p.describe()
 }

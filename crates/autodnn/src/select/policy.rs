@@ -1,5 +1,5 @@
-//! Policies, and selection by policy: from the registry (or a caller's list) to a
-//! [`ConvPlan`].
+//! Policies, and selection by policy: from an operation's registry (or a caller's list) to a
+//! [`Plan`].
 
 use std::time::Instant;
 
@@ -8,11 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::benchmark::{self, Timer};
 use super::cache::{CacheEntry, CacheKey};
 use super::heuristic;
-use super::{describe, log_lines, ConvPlan, Declined, PerfStatus, Ranked, Source};
-use crate::conv::{ConvAlgorithm, EpilogueArgs};
-use crate::desc::ConvProblem;
+use super::{log_lines, Declined, Env, PerfStatus, Plan, Ranked, Source};
 use crate::error::{Error, Result};
-use crate::Handle;
+use crate::op::{Algorithm, OpProblem, Operation};
 
 /// How a handle chooses an algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -72,13 +70,13 @@ impl Policy {
 /// The algorithms of `algos` that accept `p`, ranked by predicted time (ties keep list order),
 /// each marked eligible or not under the handle's budget and determinism setting; and those
 /// that declined or are not eligible, with why.
-pub(crate) fn rank(
-    h: &Handle,
-    algos: &[&dyn ConvAlgorithm],
-    p: &ConvProblem,
+pub(crate) fn rank<O: Operation>(
+    env: &Env<'_>,
+    algos: &[&O::Algo<'_>],
+    p: &O::Problem,
 ) -> (Vec<Ranked>, Vec<Declined>) {
-    let model = h.cost_model();
-    let machine = h.machine();
+    let model = &env.model;
+    let machine = &env.machine;
     let mut ranked = Vec::new();
     let mut declined = Vec::new();
     for &a in algos {
@@ -91,7 +89,7 @@ pub(crate) fn rank(
         }
         let ws = a.workspace_bytes(p);
         let mut eligible = true;
-        if let Some(limit) = h.workspace_limit() {
+        if let Some(limit) = env.limit {
             if ws > limit {
                 eligible = false;
                 declined.push(Declined {
@@ -100,7 +98,7 @@ pub(crate) fn rank(
                 });
             }
         }
-        if h.deterministic() && !a.deterministic() {
+        if env.settings.deterministic && !a.deterministic() {
             eligible = false;
             declined.push(Declined {
                 algo: a.name(),
@@ -109,7 +107,7 @@ pub(crate) fn rank(
         }
         ranked.push(Ranked {
             algo: a.name(),
-            predicted_ms: model.predict_ms(a, p, &machine),
+            predicted_ms: model.predict_ms::<O>(a, p, machine),
             workspace_bytes: ws,
             deterministic: a.deterministic(),
             accuracy: a.accuracy(),
@@ -139,13 +137,6 @@ fn prefer_less_workspace_on_ties(ranked: &mut [Ranked]) {
     }
 }
 
-/// What selection may time with.
-pub(crate) struct Data<'a, 'e> {
-    pub x: &'a [f32],
-    pub w: &'a [f32],
-    pub epi: &'a EpilogueArgs<'e>,
-}
-
 /// How selection is asked for: by the handle's policy, or as a measurement (`find`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -153,20 +144,21 @@ pub(crate) enum Mode {
     Find,
 }
 
-/// Selects for `p` among `algos` by the handle's settings.
-pub(crate) fn plan(
-    h: &Handle,
-    algos: &[&dyn ConvAlgorithm],
-    p: &ConvProblem,
-    data: Option<Data<'_, '_>>,
+/// Selects for `p` among `algos` by the settings; `data` is what the candidates are timed
+/// on when the policy times (checked inputs, see [`Operation::check_call`]).
+pub(crate) fn plan<O: Operation>(
+    env: &Env<'_>,
+    algos: &[&O::Algo<'_>],
+    p: &O::Problem,
+    data: Option<&O::Inputs<'_>>,
     mode: Mode,
-) -> Result<ConvPlan> {
+) -> Result<Plan<O>> {
     let t0 = Instant::now();
-    let settings = h.settings();
+    let settings = env.settings;
     let mut log = Vec::new();
-    let (ranked, declined) = rank(h, algos, p);
+    let (ranked, declined) = rank::<O>(env, algos, p);
     if settings.log {
-        log.push(format!("problem {}", describe(p)));
+        log.push(format!("problem {}", p.describe()));
         for d in &declined {
             log.push(format!("  declined {}: {}", d.algo, d.reason));
         }
@@ -182,12 +174,12 @@ pub(crate) fn plan(
     }
     let find = |name: &str| algos.iter().copied().find(|a| a.name() == name);
     // The eligible algorithms in heuristic order, with their predicted times.
-    let predicted: Vec<(&dyn ConvAlgorithm, f64)> = ranked
+    let predicted: Vec<(&O::Algo<'_>, f64)> = ranked
         .iter()
         .filter(|r| r.eligible)
         .filter_map(|r| find(r.algo).map(|a| (a, r.predicted_ms)))
         .collect();
-    let eligible: Vec<&dyn ConvAlgorithm> = predicted.iter().map(|c| c.0).collect();
+    let eligible: Vec<&O::Algo<'_>> = predicted.iter().map(|c| c.0).collect();
     if eligible.is_empty() {
         let why: Vec<String> = declined
             .iter()
@@ -203,8 +195,8 @@ pub(crate) fn plan(
         });
     }
     let heuristic_chain: Vec<&'static str> = eligible.iter().map(|a| a.name()).collect();
-    let mut out = ConvPlan {
-        problem: *p,
+    let mut out = Plan::<O> {
+        problem: p.clone(),
         chain: heuristic_chain.clone(),
         source: Source::Heuristic,
         selection_ms: 0.0,
@@ -253,11 +245,11 @@ pub(crate) fn plan(
             Mode::Find => super::Policy::Benchmark,
             Mode::Policy => settings.policy,
         };
-        let key = CacheKey::new(p, h.threads(), h.isa());
+        let key = CacheKey::new(p, env.ctx.threads(), env.ctx.isa());
         let use_cache = matches!(policy, super::Policy::Benchmark | super::Policy::CachedOnly)
             && mode == Mode::Policy;
         let cached = if use_cache {
-            h.cache_lookup(&key, &heuristic_chain)
+            env.cache_lookup(&key, &heuristic_chain)
         } else {
             None
         };
@@ -282,7 +274,7 @@ pub(crate) fn plan(
                     note: Some("the only candidate".into()),
                 }]
             } else {
-                let mut timer = Timer::new(h, p, d.x, d.w, d.epi)?;
+                let mut timer = Timer::<O>::new(env, p, d)?;
                 if exhaustive {
                     benchmark::exhaustive(&mut timer, &eligible)
                 } else {
@@ -303,7 +295,7 @@ pub(crate) fn plan(
                 records,
                 tuning_ms: t.elapsed().as_secs_f64() * 1e3,
             };
-            let stored = h.cache_store(key, entry);
+            let stored = env.cache_store(key, entry);
             out.chain = chain_from_records(&stored, &heuristic_chain);
             out.records = stored.records;
             out.source = if exhaustive {
@@ -380,7 +372,7 @@ pub(crate) fn entry_covers(entry: &CacheEntry, eligible: &[&'static str]) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::Accuracy;
+    use crate::op::Accuracy;
 
     fn r(algo: &'static str, ms: f64, ws: usize) -> Ranked {
         Ranked {

@@ -1,7 +1,7 @@
 //! Prepared weights for inference: the filter transformed once for one algorithm and problem,
 //! reused on every later call.
 
-use super::AlgoWeights;
+use super::conv_fwd::AlgoWeights;
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 

@@ -1,20 +1,25 @@
 //! The handle: worker threads, instruction-set cap, workspace budget, selection settings and
 //! the tuning cache, as cuDNN's `cudnnHandle_t` holds a device context and stream.
 
+mod gemm;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::conv::{
-    self, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, PreparedWeights, Weights,
-};
 use crate::cpu::Isa;
-use crate::desc::{ConvProblem, DataType};
+use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
-use crate::runtime::workspace::{Workspace, WorkspacePool};
+use crate::op::conv_fwd::check_call;
+use crate::op::epilogue::EpilogueArgs;
+use crate::op::prepared::{PreparedWeights, Weights};
+use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
+use crate::op::{Tensor, TensorMut};
+use crate::runtime::workspace::WorkspacePool;
+use crate::runtime::ExecContext;
 use crate::select::heuristic::Machine;
 use crate::select::{
-    self, AlgoPerf, CacheEntry, CacheKey, ConvPlan, CostModel, Data, FailAlloc, Mode, Policy,
-    Ranked, RunReport, Settings, Source, TuningCache,
+    self, AlgoPerf, ConvPlan, CostModel, Env, FailAlloc, Mode, Plan, Policy, Ranked, RunReport,
+    Settings, Source, TuningCache,
 };
 
 /// Where a handle's work runs. Buffers and streams belong to a backend; the CPU backend takes
@@ -187,9 +192,7 @@ impl Handle {
     /// [`Error::UnknownAlgorithm`], or [`Error::Declined`] when the algorithm does not accept
     /// the problem.
     pub fn conv_workspace_size(&self, problem: &ConvProblem, algo: &str) -> Result<usize> {
-        let a = conv::find(algo)?;
-        accept(a, problem)?;
-        Ok(a.workspace_bytes(problem))
+        self.workspace_size::<ConvForward>(problem, algo)
     }
 
     /// y = conv(x, w) with the named algorithm, its workspace allocated by the handle within
@@ -261,36 +264,12 @@ impl Handle {
         epilogue: &EpilogueArgs<'_>,
         workspace: Option<&mut [u8]>,
     ) -> Result<()> {
-        let a = conv::find(algo)?;
-        let w_len = match w {
-            Weights::Plain(w) => w.len(),
-            Weights::Prepared(_) => problem.w().elements(),
+        let inputs = ConvFwdInputs {
+            x: Tensor::F32(x),
+            w,
+            epilogue: *epilogue,
         };
-        check_call(problem, x.len(), w_len, y.len())?;
-        let epi = epilogue.checked(problem.epilogue(), problem.w().k(), problem.y().span())?;
-        let weights = match w {
-            Weights::Plain(w) => AlgoWeights::Plain(w),
-            Weights::Prepared(pw) => pw.for_call(problem, a.name())?,
-        };
-        accept(a, problem)?;
-        let needed = a.workspace_bytes(problem);
-        let ctx = self.exec_context();
-        match workspace {
-            Some(ws) => {
-                if ws.len() < needed {
-                    return Err(Error::WorkspaceTooSmall {
-                        algo: a.name().into(),
-                        needed,
-                        got: ws.len(),
-                    });
-                }
-                a.run(&ctx, problem, x, weights, y, ws, &epi)
-            }
-            None => {
-                let mut ws = self.reserve_workspace(needed, a.name())?;
-                a.run(&ctx, problem, x, weights, y, ws.slice(), &epi)
-            }
-        }
+        self.run_algorithm::<ConvForward>(problem, algo, &inputs, &mut TensorMut::F32(y), workspace)
     }
 
     /// Transforms the filter once for `algo` on `problem` (see
@@ -306,31 +285,20 @@ impl Handle {
         algo: &str,
         w: &[f32],
     ) -> Result<PreparedWeights> {
-        let a = conv::find(algo)?;
+        let a = find_in::<ConvForward>(ConvForward::algorithms(), algo)?;
         check_call(problem, problem.x().span(), w.len(), problem.y().span())?;
-        accept(a, problem)?;
+        accept::<ConvForward>(a, problem)?;
         let ctx = self.exec_context();
-        Ok(match a.prepare(&ctx, problem, w)? {
-            Some(data) => PreparedWeights::new(a.name(), problem, data, true),
-            None => {
-                let n = problem.w().elements();
-                let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
-                PreparedWeights::new(a.name(), problem, data, false)
-            }
-        })
-    }
-
-    /// A workspace of exactly `bytes` for `algo` from the handle's allocator: within the
-    /// budget, subject to fault injection, allocated fallibly, reusing the cached buffer.
-    pub(crate) fn reserve_workspace(&self, bytes: usize, algo: &str) -> Result<Workspace<'_>> {
-        self.shared
-            .workspace
-            .reserve(bytes, algo, self.workspace_limit, &self.settings.fail_alloc)
-    }
-
-    /// Frees the cached workspace buffer.
-    pub(crate) fn release_workspace(&self) {
-        self.shared.workspace.release();
+        Ok(
+            match crate::op::ConvAlgorithm::prepare(a, &ctx, problem, w)? {
+                Some(data) => PreparedWeights::new(a.name(), problem, data, true),
+                None => {
+                    let n = problem.w().elements();
+                    let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
+                    PreparedWeights::new(a.name(), problem, data, false)
+                }
+            },
+        )
     }
 
     /// Bytes of workspace the handle keeps cached between calls.
@@ -389,9 +357,6 @@ impl Handle {
     /// Prints (or stops printing) each decision on stderr.
     pub fn set_log_dispatch(&mut self, on: bool) {
         self.settings.log = on;
-    }
-    pub(crate) fn settings(&self) -> &Settings {
-        &self.settings
     }
 
     /// What predictions and cache keys depend on besides the problem.
@@ -492,50 +457,241 @@ impl Handle {
         Ok(path)
     }
 
-    /// The cached entry for `key` when it covers every eligible algorithm.
-    pub(crate) fn cache_lookup(
-        &self,
-        key: &CacheKey,
-        eligible: &[&'static str],
-    ) -> Option<CacheEntry> {
-        read(&self.shared.cache)
-            .get(key)
-            .filter(|e| select::entry_covers(e, eligible))
-            .cloned()
+    /// What selection works with for one call.
+    pub(crate) fn env(&self) -> Env<'_> {
+        Env {
+            ctx: self.exec_context(),
+            settings: &self.settings,
+            limit: self.workspace_limit,
+            workspace: &self.shared.workspace,
+            cache: &self.shared.cache,
+            model: self.cost_model(),
+            machine: self.machine(),
+        }
     }
 
-    /// Stores a measurement (through the noise guard) and returns the entry kept.
-    pub(crate) fn cache_store(&self, key: CacheKey, entry: CacheEntry) -> CacheEntry {
-        let mut c = write(&self.shared.cache);
-        c.insert(key.clone(), entry.clone());
-        c.get(&key).cloned().unwrap_or(entry)
+    /// Keeps every worker thread busy for a moment so that timings that follow see the cores
+    /// at full speed (see [`select::benchmark::wake_cores`]).
+    pub fn wake_cores(&self) {
+        select::benchmark::wake_cores(&self.exec_context());
+    }
+}
+
+/// The generic surface: the verbs of every operation (cuDNN's Get, Find, GetWorkspaceSize and
+/// run), over the operation's registry or over a list the caller gives (`*_among`: a subset of
+/// the registry, or algorithms of the caller's own).
+impl Handle {
+    /// Workspace bytes the algorithm `algo` of operation `O` needs for `problem`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownAlgorithm`]; [`Error::Declined`] when it does not accept the problem.
+    pub fn workspace_size<O: Registered>(&self, problem: &O::Problem, algo: &str) -> Result<usize> {
+        let a = find_in::<O>(O::algorithms(), algo)?;
+        accept::<O>(a, problem)?;
+        Ok(a.workspace_bytes(problem))
     }
 
-    /// The heuristic ranking (cuDNN's `Get`): every registered algorithm that accepts
-    /// `problem`, fastest predicted first, with its workspace, without running anything.
-    /// Algorithms over the workspace budget, or not deterministic when the handle asks for
-    /// determinism, are listed with `eligible: false`.
+    /// The heuristic ranking of `problem` among `O`'s registered algorithms (cuDNN's `Get`):
+    /// every algorithm that accepts it, fastest predicted first, with its workspace, without
+    /// running anything. Algorithms over the workspace budget, or not deterministic when the
+    /// handle asks for determinism, are listed with `eligible: false`.
     ///
     /// # Errors
     /// None today; the `Result` leaves room for backends whose queries can fail.
-    pub fn get_conv_algorithms(&self, problem: &ConvProblem) -> Result<Vec<Ranked>> {
-        self.get_conv_algorithms_with(conv::algorithms(), problem)
+    pub fn get<O: Registered>(&self, problem: &O::Problem) -> Result<Vec<Ranked>> {
+        self.get_among::<O>(O::algorithms(), problem)
     }
 
-    #[doc(hidden)]
-    /// [`Handle::get_conv_algorithms`] over a caller's list (tests of the machinery).
-    pub fn get_conv_algorithms_with(
+    /// [`Handle::get`] among `algos`.
+    ///
+    /// # Errors
+    /// As [`Handle::get`].
+    pub fn get_among<O: Operation>(
         &self,
-        algos: &[&dyn ConvAlgorithm],
-        problem: &ConvProblem,
+        algos: &[&O::Algo<'_>],
+        problem: &O::Problem,
     ) -> Result<Vec<Ranked>> {
-        Ok(select::rank(self, algos, problem).0)
+        Ok(select::rank::<O>(&self.env(), algos, problem).0)
     }
 
     /// Measured selection (cuDNN's `Find`): times the eligible algorithms on `problem` with
-    /// `x` and `w` (into a scratch output), racing them (every one to the end under
+    /// `inputs` (into a scratch output), racing them (every one to the end under
     /// [`Policy::Exhaustive`]), stores the ranking in the tuning cache and returns the
     /// records, fastest first.
+    ///
+    /// # Errors
+    /// Bad inputs; [`Error::Declined`] when no algorithm is eligible.
+    pub fn find<O: Registered>(
+        &self,
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+    ) -> Result<Vec<AlgoPerf>> {
+        self.find_among::<O>(O::algorithms(), problem, inputs)
+    }
+
+    /// [`Handle::find`] among `algos`.
+    ///
+    /// # Errors
+    /// As [`Handle::find`].
+    pub fn find_among<O: Operation>(
+        &self,
+        algos: &[&O::Algo<'_>],
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+    ) -> Result<Vec<AlgoPerf>> {
+        let inputs = O::check_call(problem, inputs, None)?;
+        let env = self.env();
+        let plan = select::plan::<O>(&env, algos, problem, Some(&inputs), Mode::Find)?;
+        Ok(plan.records)
+    }
+
+    /// Selects by the handle's policy (see [`Policy`]) and returns the plan: the chain of
+    /// algorithms to try, where the choice came from and what selecting cost. `inputs` are
+    /// what the candidates are timed on when the policy times.
+    ///
+    /// # Errors
+    /// Bad inputs; [`Error::UnknownAlgorithm`] when a forced algorithm is not registered;
+    /// [`Error::Declined`] when no algorithm is eligible.
+    pub fn plan<O: Registered>(
+        &self,
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+    ) -> Result<Plan<O>> {
+        self.plan_among::<O>(O::algorithms(), problem, inputs)
+    }
+
+    /// [`Handle::plan`] among `algos`.
+    ///
+    /// # Errors
+    /// As [`Handle::plan`].
+    pub fn plan_among<O: Operation>(
+        &self,
+        algos: &[&O::Algo<'_>],
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+    ) -> Result<Plan<O>> {
+        let inputs = O::check_call(problem, inputs, None)?;
+        let env = self.env();
+        select::plan::<O>(&env, algos, problem, Some(&inputs), Mode::Policy)
+    }
+
+    /// Runs a plan with the fallback chain (see [`crate::select`]): the output computed by the
+    /// first algorithm of the chain that succeeds, in the caller's workspace (`Some`:
+    /// algorithms needing more are stepped past, each with a fallback event) or the handle's
+    /// (`None`, within its budget).
+    ///
+    /// # Errors
+    /// Bad input at once ([`crate::ErrorKind::BadInput`]); [`Error::AllFailed`] when every
+    /// algorithm of the chain failed.
+    pub fn run_plan<O: Registered>(
+        &self,
+        plan: &Plan<O>,
+        inputs: &O::Inputs<'_>,
+        out: &mut O::Output<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<RunReport> {
+        self.run_plan_among::<O>(O::algorithms(), plan, inputs, out, workspace)
+    }
+
+    /// [`Handle::run_plan`] among `algos` (the plan's chain names them).
+    ///
+    /// # Errors
+    /// As [`Handle::run_plan`].
+    pub fn run_plan_among<O: Operation>(
+        &self,
+        algos: &[&O::Algo<'_>],
+        plan: &Plan<O>,
+        inputs: &O::Inputs<'_>,
+        out: &mut O::Output<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<RunReport> {
+        select::execute::<O>(&self.env(), algos, plan, inputs, out, workspace)
+    }
+
+    /// Selects by the handle's policy and runs with the fallback chain; the report says which
+    /// algorithm ran, where the choice came from, what selecting cost and every fallback.
+    ///
+    /// # Errors
+    /// As [`Handle::plan`] and [`Handle::run_plan`].
+    pub fn run<O: Registered>(
+        &self,
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+        out: &mut O::Output<'_>,
+    ) -> Result<RunReport> {
+        self.run_among::<O>(O::algorithms(), problem, inputs, out)
+    }
+
+    /// [`Handle::run`] among `algos`.
+    ///
+    /// # Errors
+    /// As [`Handle::run`].
+    pub fn run_among<O: Operation>(
+        &self,
+        algos: &[&O::Algo<'_>],
+        problem: &O::Problem,
+        inputs: &O::Inputs<'_>,
+        out: &mut O::Output<'_>,
+    ) -> Result<RunReport> {
+        let plan = self.plan_among::<O>(algos, problem, inputs)?;
+        let mut report = self.run_plan_among::<O>(algos, &plan, inputs, out, None)?;
+        report.selection_ms = plan.selection_ms;
+        Ok(report)
+    }
+
+    /// Runs the algorithm named `algo` of operation `O` on one call, in the caller's
+    /// workspace (`Some`) or the handle's (`None`, within its budget).
+    ///
+    /// # Errors
+    /// Bad inputs, [`Error::UnknownAlgorithm`], [`Error::Declined`],
+    /// [`Error::WorkspaceTooSmall`], [`Error::OutOfMemory`], or the algorithm's failure.
+    pub fn run_algorithm<O: Registered>(
+        &self,
+        problem: &O::Problem,
+        algo: &str,
+        inputs: &O::Inputs<'_>,
+        out: &mut O::Output<'_>,
+        workspace: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let a = find_in::<O>(O::algorithms(), algo)?;
+        let inputs = O::check_call(problem, inputs, Some(O::output_len(out)))?;
+        accept::<O>(a, problem)?;
+        let needed = a.workspace_bytes(problem);
+        let ctx = self.exec_context();
+        match workspace {
+            Some(ws) => {
+                if ws.len() < needed {
+                    return Err(Error::WorkspaceTooSmall {
+                        algo: a.name().into(),
+                        needed,
+                        got: ws.len(),
+                    });
+                }
+                a.run(&ctx, problem, &inputs, out, ws)
+            }
+            None => {
+                let env = self.env();
+                let mut ws = env.reserve(needed, a.name())?;
+                a.run(&ctx, problem, &inputs, out, ws.slice())
+            }
+        }
+    }
+}
+
+/// The forward convolution's conveniences: the generic verbs for [`ConvForward`] with f32
+/// slices.
+impl Handle {
+    /// The heuristic ranking (cuDNN's `Get`) of a forward problem: [`Handle::get`] for
+    /// [`ConvForward`].
+    ///
+    /// # Errors
+    /// As [`Handle::get`].
+    pub fn get_conv_algorithms(&self, problem: &ConvProblem) -> Result<Vec<Ranked>> {
+        self.get::<ConvForward>(problem)
+    }
+
+    /// Measured selection (cuDNN's `Find`) of a forward problem on `x` and `w`:
+    /// [`Handle::find`] for [`ConvForward`].
     ///
     /// # Errors
     /// As [`Handle::conv_forward`] for the buffers and epilogue values; [`Error::Declined`]
@@ -547,32 +703,12 @@ impl Handle {
         w: &[f32],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<Vec<AlgoPerf>> {
-        self.find_conv_algorithms_with(conv::algorithms(), problem, x, w, epilogue)
+        let inputs = ConvFwdInputs::new(x, Weights::Plain(w), *epilogue);
+        self.find::<ConvForward>(problem, &inputs)
     }
 
-    #[doc(hidden)]
-    /// [`Handle::find_conv_algorithms`] over a caller's list (tests of the machinery).
-    pub fn find_conv_algorithms_with(
-        &self,
-        algos: &[&dyn ConvAlgorithm],
-        problem: &ConvProblem,
-        x: &[f32],
-        w: &[f32],
-        epilogue: &EpilogueArgs<'_>,
-    ) -> Result<Vec<AlgoPerf>> {
-        check_call(problem, x.len(), w.len(), problem.y().span())?;
-        let data = Data {
-            x,
-            w,
-            epi: epilogue,
-        };
-        let plan = select::plan(self, algos, problem, Some(data), Mode::Find)?;
-        Ok(plan.records)
-    }
-
-    /// Selects by the handle's policy (see [`Policy`]) and returns the plan: the chain of
-    /// algorithms to try, where the choice came from and what selecting cost. `x`, `w` and
-    /// the epilogue values are what the candidates are timed on when the policy times.
+    /// Selects by the handle's policy (see [`Policy`]) and returns the plan:
+    /// [`Handle::plan`] for [`ConvForward`].
     ///
     /// # Errors
     /// As [`Handle::conv_forward_ex`] for the buffers and epilogue values;
@@ -585,33 +721,11 @@ impl Handle {
         w: &[f32],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<ConvPlan> {
-        self.plan_conv_with(conv::algorithms(), problem, x, w, epilogue)
+        let inputs = ConvFwdInputs::new(x, Weights::Plain(w), *epilogue);
+        self.plan::<ConvForward>(problem, &inputs)
     }
 
-    #[doc(hidden)]
-    /// [`Handle::plan_conv`] over a caller's list (tests of the machinery).
-    pub fn plan_conv_with(
-        &self,
-        algos: &[&dyn ConvAlgorithm],
-        problem: &ConvProblem,
-        x: &[f32],
-        w: &[f32],
-        epilogue: &EpilogueArgs<'_>,
-    ) -> Result<ConvPlan> {
-        check_call(problem, x.len(), w.len(), problem.y().span())?;
-        epilogue.check(problem.epilogue(), problem.w().k(), problem.y().span())?;
-        let data = Data {
-            x,
-            w,
-            epi: epilogue,
-        };
-        select::plan(self, algos, problem, Some(data), Mode::Policy)
-    }
-
-    /// Runs a plan with the fallback chain (see [`crate::select`]): y = the problem's
-    /// convolution and epilogue, computed by the first algorithm of the chain that succeeds.
-    /// The workspace is the caller's (`Some`: algorithms needing more are stepped past, each
-    /// with a fallback event) or the handle's (`None`, within its budget).
+    /// Runs a plan with the fallback chain: [`Handle::run_plan`] for [`ConvForward`].
     ///
     /// # Errors
     /// Bad input at once ([`crate::ErrorKind::BadInput`]); [`Error::AllFailed`] when every
@@ -625,39 +739,14 @@ impl Handle {
         epilogue: &EpilogueArgs<'_>,
         workspace: Option<&mut [u8]>,
     ) -> Result<RunReport> {
-        self.conv_forward_plan_with(conv::algorithms(), plan, x, w, y, epilogue, workspace)
-    }
-
-    #[doc(hidden)]
-    /// [`Handle::conv_forward_plan`] over a caller's list (tests of the machinery).
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv_forward_plan_with(
-        &self,
-        algos: &[&dyn ConvAlgorithm],
-        plan: &ConvPlan,
-        x: &[f32],
-        w: Weights<'_>,
-        y: &mut [f32],
-        epilogue: &EpilogueArgs<'_>,
-        workspace: Option<&mut [u8]>,
-    ) -> Result<RunReport> {
-        select::execute(
-            self,
-            algos,
-            plan,
-            plan.problem(),
-            x,
-            w,
-            y,
-            epilogue,
-            workspace,
-        )
+        let inputs = ConvFwdInputs::new(x, w, *epilogue);
+        self.run_plan::<ConvForward>(plan, &inputs, &mut TensorMut::F32(y), workspace)
     }
 
     /// y = act(alpha · conv(x, w) + bias + beta · z) with an algorithm chosen by the handle's
-    /// policy, run with the fallback chain; the report says which algorithm ran, where the
-    /// choice came from, what selecting cost and every fallback. Prepared weights pin the
-    /// algorithm they were made for (or, when they hold the plain filter, select as usual).
+    /// policy, run with the fallback chain ([`Handle::run`] for [`ConvForward`]). Prepared
+    /// weights pin the algorithm they were made for (or, when they hold the plain filter,
+    /// select as usual).
     ///
     /// # Errors
     /// As [`Handle::plan_conv`] and [`Handle::conv_forward_plan`].
@@ -669,14 +758,16 @@ impl Handle {
         y: &mut [f32],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<RunReport> {
-        self.conv_forward_auto_with(conv::algorithms(), problem, x, w, y, epilogue)
+        self.conv_forward_auto_among(ConvForward::algorithms(), problem, x, w, y, epilogue)
     }
 
-    #[doc(hidden)]
-    /// [`Handle::conv_forward_auto`] over a caller's list (tests of the machinery).
-    pub fn conv_forward_auto_with(
+    /// [`Handle::conv_forward_auto`] among `algos`.
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward_auto`].
+    pub fn conv_forward_auto_among(
         &self,
-        algos: &[&dyn ConvAlgorithm],
+        algos: &[&<ConvForward as Operation>::Algo<'_>],
         problem: &ConvProblem,
         x: &[f32],
         w: Weights<'_>,
@@ -697,75 +788,43 @@ impl Handle {
                     Some(data) => data,
                     None => {
                         // Transformed weights only suit the algorithm that made them.
-                        let a = algos
-                            .iter()
-                            .copied()
-                            .find(|a| a.name() == pw.algo())
-                            .ok_or_else(|| Error::UnknownAlgorithm {
-                                name: pw.algo().into(),
-                                known: conv::names().join(", "),
-                            })?;
-                        let plan = ConvPlan {
-                            problem: *problem,
-                            chain: vec![a.name()],
-                            source: Source::Prepared,
-                            selection_ms: 0.0,
-                            cache_hit: false,
-                            records: Vec::new(),
-                            timed: 0,
-                            declined: Vec::new(),
-                        };
-                        return select::execute(
-                            self, algos, &plan, problem, x, w, y, epilogue, None,
+                        let a = find_in::<ConvForward>(algos, pw.algo())?;
+                        let plan = ConvPlan::single(problem, a.name(), Source::Prepared);
+                        let inputs = ConvFwdInputs::new(x, w, *epilogue);
+                        return self.run_plan_among::<ConvForward>(
+                            algos,
+                            &plan,
+                            &inputs,
+                            &mut TensorMut::F32(y),
+                            None,
                         );
                     }
                 }
             }
         };
-        let plan = self.plan_conv_with(algos, problem, x, plain, epilogue)?;
-        let mut report = select::execute(
-            self,
-            algos,
-            &plan,
-            problem,
-            x,
-            Weights::Plain(plain),
-            y,
-            epilogue,
-            None,
-        )?;
-        report.selection_ms = plan.selection_ms;
-        Ok(report)
+        let inputs = ConvFwdInputs::new(x, Weights::Plain(plain), *epilogue);
+        self.run_among::<ConvForward>(algos, problem, &inputs, &mut TensorMut::F32(y))
     }
 }
 
-fn accept(a: &dyn ConvAlgorithm, problem: &ConvProblem) -> Result<()> {
+fn find_in<'a, O: Operation>(algos: &[&'a O::Algo<'a>], name: &str) -> Result<&'a O::Algo<'a>> {
+    algos
+        .iter()
+        .copied()
+        .find(|a| a.name() == name)
+        .ok_or_else(|| Error::UnknownAlgorithm {
+            name: name.into(),
+            known: algos
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+fn accept<O: Operation>(a: &O::Algo<'_>, problem: &O::Problem) -> Result<()> {
     a.check(problem).map_err(|reason| Error::Declined {
         algo: a.name().into(),
         reason,
     })
-}
-
-/// Checks that apply to every algorithm: element type and buffer lengths.
-pub(crate) fn check_call(problem: &ConvProblem, x: usize, w: usize, y: usize) -> Result<()> {
-    let dt = problem.x().dtype();
-    if dt != DataType::F32 {
-        return Err(Error::Unsupported {
-            what: format!("{} convolution (only f32 has kernels)", dt.name()),
-        });
-    }
-    for (field, needed, got) in [
-        ("x", problem.x().span(), x),
-        ("w", problem.w().elements(), w),
-        ("y", problem.y().span(), y),
-    ] {
-        if got < needed {
-            return Err(Error::BufferTooSmall {
-                field: field.into(),
-                needed,
-                got,
-            });
-        }
-    }
-    Ok(())
 }

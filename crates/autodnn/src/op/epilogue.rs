@@ -13,29 +13,9 @@
 //! Algorithms apply it while an output tile is hot where they can ([`EpilogueArgs::apply`]
 //! on a run of outputs of one channel), and as a pass over y otherwise.
 
-use serde::{Deserialize, Serialize};
-
 pub use crate::activation::Activation;
+pub use crate::desc::Epilogue;
 use crate::error::{Error, Result};
-
-/// What follows the convolution: part of the problem (and of the tuning cache's key).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Epilogue {
-    /// A bias per output channel is added.
-    pub bias: bool,
-    /// z is a separate residual tensor (laid out like y); otherwise z is y's prior contents.
-    pub residual: bool,
-    /// The activation applied last.
-    pub act: Activation,
-}
-
-impl Epilogue {
-    /// True when nothing follows the convolution (bias, residual and activation all absent).
-    /// Scaling by alpha and beta may still apply.
-    pub fn is_none(&self) -> bool {
-        *self == Epilogue::default()
-    }
-}
 
 /// The values of one call's epilogue.
 #[derive(Debug, Clone, Copy)]

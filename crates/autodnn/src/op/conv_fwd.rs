@@ -1,0 +1,359 @@
+//! The forward convolution as an operation: y = act(alpha · conv(x, w) + bias + beta · z).
+//!
+//! Its problem is [`ConvProblem`], its call is x and the filter ([`ConvFwdInputs`]: plain or
+//! prepared weights, the epilogue's values) into y, and its algorithms implement
+//! [`ConvAlgorithm`], the forward convolution's own trait, which every `dyn ConvAlgorithm`
+//! turns into the generic [`Algorithm`] selection works with (the element type checked
+//! there: today's algorithms compute f32).
+
+use super::epilogue::EpilogueArgs;
+use super::prepared::Weights;
+use super::{Accuracy, Algorithm, OpProblem, Operation, Tensor, TensorMut, COST_FEATURES};
+use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, TensorDesc};
+use crate::error::{Error, Result};
+use crate::runtime::ExecContext;
+
+/// The forward convolution (cuDNN's `cudnnConvolutionForward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvForward;
+
+/// What one forward call reads.
+#[derive(Debug, Clone, Copy)]
+pub struct ConvFwdInputs<'a> {
+    /// The input tensor.
+    pub x: Tensor<'a>,
+    /// The filter, plain or prepared.
+    pub w: Weights<'a>,
+    /// The epilogue's values.
+    pub epilogue: EpilogueArgs<'a>,
+}
+
+impl<'a> ConvFwdInputs<'a> {
+    /// Inputs of f32 tensors.
+    pub fn new(x: &'a [f32], w: Weights<'a>, epilogue: EpilogueArgs<'a>) -> ConvFwdInputs<'a> {
+        ConvFwdInputs {
+            x: Tensor::F32(x),
+            w,
+            epilogue,
+        }
+    }
+}
+
+impl OpProblem for ConvProblem {
+    fn op_tag(&self) -> &'static str {
+        ConvForward::NAME
+    }
+    fn types(&self) -> String {
+        self.x().dtype().name().to_string()
+    }
+    fn describe(&self) -> String {
+        describe(self)
+    }
+}
+
+/// A short description of a problem for logs: its benchdnn string, layouts and epilogue.
+pub fn describe(p: &ConvProblem) -> String {
+    let spec = crate::ProblemSpec::from_problem(p, "");
+    let layout = |l: Option<crate::Layout>| l.map_or("strided", |l| l.name());
+    let mut s = format!(
+        "{spec} x:{} w:{} y:{}",
+        layout(p.x().layout()),
+        p.w().layout().name(),
+        layout(p.y().layout())
+    );
+    if !p.epilogue().is_none() {
+        let e = p.epilogue();
+        s.push_str(&format!(
+            " epilogue(bias:{} residual:{} act:{})",
+            e.bias,
+            e.residual,
+            e.act.name()
+        ));
+    }
+    s
+}
+
+impl Operation for ConvForward {
+    const NAME: &'static str = "conv_forward";
+    type Problem = ConvProblem;
+    type Algo<'a> = dyn ConvAlgorithm + 'a;
+    type Inputs<'a> = ConvFwdInputs<'a>;
+    type Output<'a> = TensorMut<'a>;
+    type Buffer = Vec<f32>;
+
+    fn check_call<'a>(
+        p: &ConvProblem,
+        inputs: &Self::Inputs<'a>,
+        output_len: Option<usize>,
+    ) -> Result<Self::Inputs<'a>> {
+        let w_len = match inputs.w {
+            Weights::Plain(w) => w.len(),
+            Weights::Prepared(_) => p.w().elements(),
+        };
+        check_call(p, inputs.x.len(), w_len, output_len.unwrap_or(p.y().span()))?;
+        let epilogue = inputs
+            .epilogue
+            .checked(p.epilogue(), p.w().k(), p.y().span())?;
+        Ok(ConvFwdInputs {
+            epilogue,
+            ..*inputs
+        })
+    }
+    fn output_len(out: &TensorMut<'_>) -> usize {
+        out.len()
+    }
+    fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
+        crate::alloc::try_vec(p.y().span(), 0.0, "a scratch output for timing")
+    }
+    fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
+        TensorMut::F32(b)
+    }
+    fn snapshot(
+        _p: &ConvProblem,
+        inputs: &ConvFwdInputs<'_>,
+        out: &TensorMut<'_>,
+    ) -> Result<Option<Vec<f32>>> {
+        let e = &inputs.epilogue;
+        if e.beta == 0.0 || e.residual.is_some() {
+            return Ok(None);
+        }
+        match out.as_tensor() {
+            Tensor::F32(y) => Ok(Some(crate::alloc::try_copy(
+                y,
+                "a copy of y for the fallback chain",
+            )?)),
+            other => Err(Error::Unsupported {
+                what: format!("a {} output", other.dtype().name()),
+            }),
+        }
+    }
+    fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
+        if let TensorMut::F32(y) = out {
+            y[..s.len()].copy_from_slice(s);
+        }
+    }
+}
+
+/// Every `ConvAlgorithm` (and `dyn ConvAlgorithm`) is an algorithm of [`ConvForward`]; the
+/// element types are checked here for all of them, and prepared weights are bound to the
+/// algorithm they were made for.
+impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
+    fn name(&self) -> &'static str {
+        ConvAlgorithm::name(self)
+    }
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        let dt = p.x().dtype();
+        if dt != DataType::F32 {
+            return Err(format!(
+                "computes f32 tensors, the problem's are {}",
+                dt.name()
+            ));
+        }
+        ConvAlgorithm::check(self, p)
+    }
+    fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        ConvAlgorithm::workspace_bytes(self, p)
+    }
+    fn deterministic(&self) -> bool {
+        ConvAlgorithm::deterministic(self)
+    }
+    fn accuracy(&self) -> Accuracy {
+        ConvAlgorithm::accuracy(self)
+    }
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        ConvAlgorithm::cost_features(self, p)
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &ConvFwdInputs<'_>,
+        out: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+    ) -> Result<()> {
+        let x = inputs.x.f32("x")?;
+        let w = match inputs.w {
+            Weights::Plain(w) => AlgoWeights::Plain(w),
+            Weights::Prepared(pw) => pw.for_call(p, ConvAlgorithm::name(self))?,
+        };
+        let y = out.f32("y")?;
+        ConvAlgorithm::run(self, ctx, p, x, w, y, workspace, &inputs.epilogue)
+    }
+}
+
+/// Checks that apply to every algorithm: element type and buffer lengths.
+///
+/// # Errors
+/// [`Error::Unsupported`] for element types without kernels, [`Error::BufferTooSmall`].
+pub(crate) fn check_call(problem: &ConvProblem, x: usize, w: usize, y: usize) -> Result<()> {
+    let dt = problem.x().dtype();
+    if dt != DataType::F32 {
+        return Err(Error::Unsupported {
+            what: format!("{} convolution (only f32 has kernels)", dt.name()),
+        });
+    }
+    for (field, needed, got) in [
+        ("x", problem.x().span(), x),
+        ("w", problem.w().elements(), w),
+        ("y", problem.y().span(), y),
+    ] {
+        if got < needed {
+            return Err(Error::BufferTooSmall {
+                field: field.into(),
+                needed,
+                got,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// True when the problem, rebuilt through the validating constructors, is the same: a file
+/// cannot smuggle in descriptors the library would refuse.
+pub(crate) fn problem_is_valid(p: &ConvProblem) -> bool {
+    let rebuild = || -> Result<ConvProblem> {
+        let x = TensorDesc::with_strides(p.x().dtype(), p.x().dims(), p.x().strides())?;
+        let y = TensorDesc::with_strides(p.y().dtype(), p.y().dims(), p.y().strides())?;
+        let w = FilterDesc::new(p.w().dtype(), p.w().layout(), p.w().dims())?;
+        let c = p.conv();
+        let conv = ConvDesc::new(c.padding(), c.stride(), c.dilation(), c.groups(), c.mode())?;
+        Ok(ConvProblem::forward(x, w, conv, y)?.with_epilogue(*p.epilogue()))
+    };
+    rebuild().is_ok_and(|q| q == *p)
+}
+
+/// One forward-convolution algorithm.
+pub trait ConvAlgorithm: Send + Sync {
+    /// The name the command, the logs and the tuning cache use.
+    fn name(&self) -> &'static str;
+
+    /// `Ok` when this algorithm computes `problem`; otherwise why not, in a phrase such as
+    /// `"needs a 3x3 kernel, got 5x5"`.
+    ///
+    /// # Errors
+    /// The reason for declining.
+    fn check(&self, problem: &ConvProblem) -> std::result::Result<(), String>;
+
+    /// Exact workspace bytes one run on `problem` uses (the high-water mark). Only meaningful
+    /// for a problem that [`ConvAlgorithm::check`] accepts.
+    fn workspace_bytes(&self, problem: &ConvProblem) -> usize;
+
+    /// True when the output's bits do not depend on the thread count or scheduling.
+    fn deterministic(&self) -> bool;
+
+    /// How close to the exact result this algorithm's output is; [`Accuracy::Exact`] unless
+    /// it computes in a transformed domain.
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Exact
+    }
+
+    /// What the heuristic's cost model predicts this algorithm's time from: a vector of
+    /// [`COST_FEATURES`] non-negative quantities of the problem, each multiplied by a
+    /// per-algorithm coefficient fitted on measurements (`autodnn calibrate`) and summed.
+    /// The default, [`default_cost_features`], suits most algorithms; one whose time follows
+    /// other quantities (transformed-domain FLOPs, tile counts) returns those instead, in the
+    /// same units (a constant, GFLOP, MB).
+    fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
+        default_cost_features(problem, self.workspace_bytes(problem))
+    }
+
+    /// Transforms the filter once into the form this algorithm consumes (Winograd or FFT
+    /// domain, the GEMM engine's packed panels, ...), for reuse on many calls; `None` when the
+    /// algorithm has nothing to prepare and runs on the plain filter.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    fn prepare(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let _ = (ctx, problem, w);
+        Ok(None)
+    }
+
+    /// Computes y = act(alpha · conv(x, w) + bias + beta · z). The caller has checked the
+    /// problem with [`ConvAlgorithm::check`], the buffer lengths against the descriptors, the
+    /// element type and the epilogue's values, and hands a workspace of at least
+    /// [`ConvAlgorithm::workspace_bytes`] bytes. `w` is [`AlgoWeights::Prepared`] only with
+    /// data this algorithm's [`ConvAlgorithm::prepare`] made for this problem.
+    ///
+    /// # Errors
+    /// Any failure of the algorithm (the fallback chain may then try the next one).
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()>;
+}
+
+/// The default cost features of a problem whose algorithm uses `workspace_bytes`:
+///
+/// 0. 1 (a fixed cost per call),
+/// 1. GFLOP of the direct definition,
+/// 2. MB of x, w and y (what any algorithm reads or writes at least once),
+/// 3. MB of workspace,
+/// 4. GFLOP × 16 / (16 + C·R·S per group): the FLOPs of short reductions (depthwise, few
+///    channels), which no algorithm runs at its peak rate,
+/// 5. GFLOP of strided windows (stride above 1, 1×1 kernels included), whose inputs are not
+///    contiguous,
+/// 6. output planes N·K, in thousands (a cost per plane: depthwise and small images),
+/// 7. GFLOP × 8 / (8 + K per group): the FLOPs of narrow outputs (depthwise, few output
+///    channels per group), which leave output-channel blocking idle,
+/// 8. MB of the filter (what a plain call packs or transforms before it computes),
+/// 9. MB of the lowered input, N·C·R·S·OH·OW elements, when the windows are not the image
+///    itself (any kernel above 1×1, stride or padding): what an im2col writes or an
+///    implicit packing gathers.
+pub fn default_cost_features(
+    problem: &ConvProblem,
+    workspace_bytes: usize,
+) -> [f64; COST_FEATURES] {
+    let gflop = problem.flops() / 1e9;
+    let w = problem.w();
+    let reduction = (problem.c_per_group() * w.r() * w.s()) as f64;
+    let strided = problem.conv().stride() != [1, 1];
+    let [n, k, _, _] = problem.y().dims();
+    [
+        1.0,
+        gflop,
+        problem.bytes() / 1e6,
+        workspace_bytes as f64 / 1e6,
+        gflop * 16.0 / (16.0 + reduction),
+        if strided { gflop } else { 0.0 },
+        (n * k) as f64 / 1e3,
+        gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
+        problem.w().elements() as f64 * 4.0 / 1e6,
+        lowered_mb(problem),
+    ]
+}
+
+/// MB of the lowered input (feature 9 of [`default_cost_features`]).
+fn lowered_mb(problem: &ConvProblem) -> f64 {
+    let w = problem.w();
+    let conv = problem.conv();
+    let pad = conv.padding();
+    let identity = w.r() * w.s() == 1
+        && conv.stride() == [1, 1]
+        && [pad.top, pad.bottom, pad.left, pad.right] == [0; 4];
+    if identity {
+        return 0.0;
+    }
+    let [n, _, oh, ow] = problem.y().dims();
+    (n * problem.x().c() * w.r() * w.s()) as f64 * (oh * ow) as f64 * 4.0 / 1e6
+}
+
+/// The filter as an algorithm receives it.
+#[derive(Debug, Clone, Copy)]
+pub enum AlgoWeights<'a> {
+    /// The filter as the problem's descriptor lays it out.
+    Plain(&'a [f32]),
+    /// What this algorithm's [`ConvAlgorithm::prepare`] returned for this problem.
+    Prepared(&'a [f32]),
+}
