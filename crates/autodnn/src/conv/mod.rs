@@ -20,7 +20,7 @@ pub use epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use prepared::{PreparedWeights, Weights};
 pub use registry::{algorithms, find, names};
 
-use crate::cpu::Isa;
+use crate::cpu::{Features, Isa};
 use crate::desc::ConvProblem;
 use crate::error::Result;
 
@@ -35,6 +35,8 @@ pub struct ExecContext<'a> {
     pub(crate) helpers: Option<&'a rayon::ThreadPool>,
     pub(crate) threads: usize,
     pub(crate) isa: Isa,
+    /// The processor features kernels may use (within the handle's cap).
+    pub(crate) features: Features,
 }
 
 impl ExecContext<'_> {
@@ -42,9 +44,13 @@ impl ExecContext<'_> {
     pub fn threads(&self) -> usize {
         self.threads
     }
-    /// Widest instruction set kernels may use.
+    /// Widest instruction-set preset within [`ExecContext::features`].
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+    /// The processor features kernels may use.
+    pub fn features(&self) -> Features {
+        self.features
     }
 }
 
