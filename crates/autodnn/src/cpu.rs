@@ -177,7 +177,9 @@ impl Features {
 
 impl std::fmt::Debug for Features {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.iter().map(Feature::name)).finish()
+        f.debug_set()
+            .entries(self.iter().map(Feature::name))
+            .finish()
     }
 }
 
@@ -447,7 +449,10 @@ mod tests {
             assert!(isa.mask().contains_all(isa.requires()));
             assert_eq!(Isa::widest_within(isa.mask()), isa);
         }
-        assert_eq!(Isa::widest_within(Features::of(&[Feature::Avx2])), Isa::Scalar);
+        assert_eq!(
+            Isa::widest_within(Features::of(&[Feature::Avx2])),
+            Isa::Scalar
+        );
     }
 
     #[test]

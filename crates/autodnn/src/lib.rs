@@ -44,6 +44,7 @@ mod parallel;
 mod problem_string;
 pub mod reference;
 pub mod select;
+mod simd;
 
 pub use activation::Activation;
 pub use desc::{

@@ -19,7 +19,8 @@
 //! thread split), packing behind traits ([`PackA`], [`PackB`]: implicit-GEMM convolution
 //! packs panels straight from an image), block sizes as data ([`blocking`]) and one small
 //! micro-kernel per instruction set (`kernels/`: AVX-512 32×14, AVX2 + FMA 16×6, portable
-//! 8×4), chosen at run time from the handle's ISA cap. Row-major C is computed as the
+//! 8×4), listed as data by preference and chosen at run time as the first whose required
+//! features the handle's usable features include. Row-major C is computed as the
 //! transposed product (Cᵀ = op(B)ᵀ·op(A)ᵀ) so that the kernels' vectors always run along
 //! C's contiguous dimension. The input element type is generic ([`GemmInput`]: packing
 //! converts to f32, the kernels accumulate in f32), so bf16 and f16 inputs need only new
@@ -96,7 +97,7 @@ pub fn kernel_name(isa: Isa) -> &'static str {
     kernels::kernel_set(isa.usable()).name
 }
 
-/// The vectorised transpose of the kernel family GEMM uses under an ISA cap, if it has one
+/// The vectorised transpose of the GEMM kernel family for the usable features, if it has one
 /// (packing code outside the engine, such as implicit-GEMM convolution, shares it).
 pub(crate) fn transposer_for(features: Features) -> Option<&'static Transposer> {
     kernels::kernel_set(features).transposer

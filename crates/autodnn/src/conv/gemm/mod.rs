@@ -402,7 +402,12 @@ impl Geometry {
 
     /// When [`Geometry::x_is_matrix`]: the block's patches read in place from x, as the
     /// engine operand of the frame.
-    pub fn x_matrix<'a>(&self, x: &'a [f32], b: &Block, features: Features) -> StridedMatrix<'a, f32> {
+    pub fn x_matrix<'a>(
+        &self,
+        x: &'a [f32],
+        b: &Block,
+        features: Features,
+    ) -> StridedMatrix<'a, f32> {
         debug_assert!(self.x_is_matrix);
         let base = self.x_base(b) + (b.p0 / self.ow) * self.xs[2] + (b.p0 % self.ow) * self.xs[3];
         let m = match self.frame {
@@ -514,7 +519,11 @@ impl Geometry {
             }
             Ok(())
         } else {
-            let strip = if ctx.features.contains_all(Features::AVX512F) { STRIP } else { np };
+            let strip = if ctx.features.contains_all(Features::AVX512F) {
+                STRIP
+            } else {
+                np
+            };
             let parts = if parallel { ctx.threads * 4 } else { 1 };
             let rows = self.depth.div_ceil(parts);
             let fill = |(i, part): (usize, &mut [f32])| -> Result<()> {
@@ -554,7 +563,12 @@ impl Geometry {
 
     /// The block's im2col buffer (see [`Geometry::im2col`]) as the engine operand of the
     /// frame.
-    pub fn col_matrix<'a>(&self, col: &'a [f32], np: usize, features: Features) -> StridedMatrix<'a, f32> {
+    pub fn col_matrix<'a>(
+        &self,
+        col: &'a [f32],
+        np: usize,
+        features: Features,
+    ) -> StridedMatrix<'a, f32> {
         let k = self.depth;
         // (position stride, tap stride) in the buffer.
         let (ps, ts) = if self.channels_inner { (k, 1) } else { (1, np) };
@@ -1070,7 +1084,16 @@ impl PackA for Patches<'_> {
             let start = self.block.p0 + i0 + q * mr;
             let n = mr.min(mc - q * mr);
             geo.pack_strip(
-                self.features, self.x, xbase, start, n, mr, taps, panel, mr, &mut sc,
+                self.features,
+                self.x,
+                xbase,
+                start,
+                n,
+                mr,
+                taps,
+                panel,
+                mr,
+                &mut sc,
             );
         }
         Ok(())
@@ -1108,7 +1131,16 @@ impl PackB for Patches<'_> {
             if !geo.channels_inner {
                 // A panel row is one tap of nr positions: the strip packer's format.
                 geo.pack_strip(
-                    self.features, self.x, xbase, start, valid, nr, taps, panel, nr, &mut sc,
+                    self.features,
+                    self.x,
+                    xbase,
+                    start,
+                    valid,
+                    nr,
+                    taps,
+                    panel,
+                    nr,
+                    &mut sc,
                 );
                 continue;
             }

@@ -3,8 +3,8 @@
 //! transform coefficient is 0, ±1 or ±½, so on small integer data the result is exact; the
 //! rounding error on real data is about that of the direct definition.
 
-use super::Tile;
 use super::simd::Simd;
+use super::Tile;
 
 /// F(2×2, 3×3).
 pub(crate) struct F2x2;

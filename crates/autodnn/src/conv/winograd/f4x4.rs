@@ -7,8 +7,8 @@
 //! normwise bound measured by `tests/winograd.rs` (random data in [−1, 1], C = 1 … 512):
 //! 0, ±1, ±2: up to 8.2 (C ≤ 4), 1.5 … 3.7 for C ≥ 16; 0, ±1, ½, −2: up to 4.3, 0.7 … 1.0.
 
-use super::Tile;
 use super::simd::{axpy, Simd};
+use super::Tile;
 
 /// F(4×4, 3×3).
 pub(crate) struct F4x4;

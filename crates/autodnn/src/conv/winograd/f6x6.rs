@@ -3,8 +3,8 @@
 //! tile gives a 6×6 output tile with 64 products instead of 324 (5.06× fewer
 //! multiplications), at the price of a rounding error about ten times that of F(4×4, 3×3).
 
-use super::Tile;
 use super::simd::{axpy, scale, Simd};
+use super::Tile;
 
 /// F(6×6, 3×3).
 pub(crate) struct F6x6;
