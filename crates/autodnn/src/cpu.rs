@@ -498,6 +498,19 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_uses_the_detected_features_within_its_cap() {
+        let mut h = crate::Handle::with_threads(1).unwrap();
+        for isa in Isa::ALL {
+            h.set_isa_cap(isa);
+            assert_eq!(h.features(), isa.usable());
+            assert_eq!(h.isa(), Isa::widest_within(h.features()));
+            assert_eq!(h.isa(), isa.min(Isa::best_available()));
+            let ctx = h.exec_context();
+            assert_eq!((ctx.features(), ctx.isa()), (h.features(), h.isa()));
+        }
+    }
+
+    #[test]
     fn detected_features_are_consistent() {
         let d = Features::detected();
         assert_eq!(d, Features::detected());

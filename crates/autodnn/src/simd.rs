@@ -14,7 +14,7 @@
 //! token. Dispatch is asking for the
 //! widest token first:
 //!
-//! ```ignore
+//! ```text
 //! if let Some(s) = Avx512::new(ctx.features()) { return run(s, ...) }
 //! if let Some(s) = Avx2::new(ctx.features()) { return run(s, ...) }
 //! run(Scalar::new(), ...)

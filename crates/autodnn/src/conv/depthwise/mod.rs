@@ -1543,7 +1543,13 @@ mod simd {
         unsafe fn windows3_s1(self, p: *const f32, raw: u32) -> [Self::V; 3] {
             let low = (1u32 << Self::L) - 1;
             // SAFETY: the caller's contract; window s reads elements s + l.
-            unsafe { std::array::from_fn(|s| self.load(p.wrapping_add(s), raw >> s & low)) }
+            unsafe {
+                [
+                    self.load(p, raw & low),
+                    self.load(p.wrapping_add(1), raw >> 1 & low),
+                    self.load(p.wrapping_add(2), raw >> 2 & low),
+                ]
+            }
         }
         /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
         /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
