@@ -46,6 +46,7 @@ mod problem_string;
 pub mod reference;
 pub mod runtime;
 pub mod select;
+mod simd;
 
 pub use activation::Activation;
 pub use desc::{

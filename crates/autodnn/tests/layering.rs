@@ -17,6 +17,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("alloc", 1),
     ("activation", 1),
     ("npy", 1),
+    ("simd", 2),
     ("runtime", 2),
     ("desc", 3),
     ("problem_string", 4),

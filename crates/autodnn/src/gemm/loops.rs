@@ -757,8 +757,8 @@ fn macro_kernel(
                         // The first group's call packed this A micro-panel: read the copy.
                         (group.a, group.lda, group.a_pack) = (a_pack, mr, none);
                     }
-                    // SAFETY: the kernel set matches the CPU (kernel_set caps it by what
-                    // the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice,
+                    // SAFETY: the kernel set matches the CPU (kernel_set caps its
+                    // features by what the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements (a slice,
                     // or the packed panel of mr·kc, written by the first group's call);
                     // `a_pack`, when set, is that panel (a slice of this thread's buffer,
                     // m = mr); B's columns j0 .. j0 + w, each kc deep, lie in `bpanel` (a
@@ -774,8 +774,8 @@ fn macro_kernel(
                     Some(&edge) if n < nr => edge,
                     _ => ks.ukr,
                 };
-                // SAFETY: the kernel set matches the CPU (kernel_set caps it by what the
-                // CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr
+                // SAFETY: the kernel set matches the CPU (kernel_set caps its features
+                // by what the CPU has); kc ≥ 1; `a` covers (kc − 1)·lda + mr elements and `bpanel` kc·nr
                 // (both slices, bounds-checked above); `a_pack`, when set, is a packed panel
                 // of mr·kc floats in this thread's buffer (a slice; m = mr); the C tile is
                 // inside the validated output (checked by `tile`) and this thread's alone;
@@ -817,7 +817,7 @@ mod tests {
 
     #[test]
     fn the_split_avoids_duplicated_packing() {
-        let bl = kernel_set(crate::cpu::Isa::Scalar).blocking;
+        let bl = kernel_set(crate::cpu::Isa::Scalar.usable()).blocking;
         let n = 64 * bl.mr.max(bl.nr);
         let data = vec![0f32; n * n];
         let a = StridedMatrix::new(&data, n, n, 1, n).unwrap();
@@ -876,7 +876,7 @@ mod tests {
 
     #[test]
     fn b_is_read_in_place_when_depth_contiguous() {
-        let ks = kernel_set(crate::cpu::Isa::best_available());
+        let ks = kernel_set(crate::cpu::Features::detected());
         let data = vec![0f32; 64 * 2048];
         let a = StridedMatrix::new(&data, 32, 64, 1, 32).unwrap();
         let in_place = |rs: usize, cs: usize| {
@@ -915,8 +915,8 @@ mod tests {
     fn a_is_packed_by_the_kernels_where_the_family_can() {
         let data = vec![0f32; 600 * 1100];
         let b = StridedMatrix::new(&data, 64, 20, 1, 64).unwrap();
-        let source = |isa, m: usize, k: usize, rs: usize, cs: usize| {
-            let ks = kernel_set(isa);
+        let source = |isa: crate::cpu::Isa, m: usize, k: usize, rs: usize, cs: usize| {
+            let ks = kernel_set(isa.usable());
             let a = StridedMatrix::new(&data, m, k, rs, cs).unwrap();
             let g = Gemm {
                 m,
@@ -942,7 +942,7 @@ mod tests {
         };
         let small = THRESHOLDS.direct_max_m;
         for isa in crate::cpu::Isa::ALL {
-            let ks = kernel_set(isa);
+            let ks = kernel_set(isa.usable());
             let large = if ks.packs_a { "first use" } else { "pack" };
             assert_eq!(source(isa, small, 64, 1, small), "in place");
             assert_eq!(source(isa, small + 1, 64, 1, small + 1), large);
@@ -952,9 +952,9 @@ mod tests {
             // Not unit-stride along the rows: always packed beforehand.
             assert_eq!(source(isa, 300, 64, 64, 1), "pack");
         }
-        assert!(!kernel_set(crate::cpu::Isa::Scalar).packs_a);
+        assert!(!kernel_set(crate::cpu::Isa::Scalar.usable()).packs_a);
         if crate::cpu::Isa::best_available() == crate::cpu::Isa::Avx512 {
-            assert!(kernel_set(crate::cpu::Isa::Avx512).packs_a);
+            assert!(kernel_set(crate::cpu::Isa::Avx512.usable()).packs_a);
         }
     }
 }

@@ -19,7 +19,8 @@
 //! thread split), packing behind traits ([`PackA`], [`PackB`]: implicit-GEMM convolution
 //! packs panels straight from an image), block sizes as data ([`blocking`]) and one small
 //! micro-kernel per instruction set (`kernels/`: AVX-512 32×14, AVX2 + FMA 16×6, portable
-//! 8×4), chosen at run time from the handle's ISA cap. Row-major C is computed as the
+//! 8×4), listed as data by preference and chosen at run time as the first whose required
+//! features the handle's usable features include. Row-major C is computed as the
 //! transposed product (Cᵀ = op(B)ᵀ·op(A)ᵀ) so that the kernels' vectors always run along
 //! C's contiguous dimension. The input element type is generic ([`GemmInput`]: packing
 //! converts to f32, the kernels accumulate in f32), so bf16 and f16 inputs need only new
@@ -53,7 +54,7 @@ pub use peak::fma_peak;
 
 use rayon::prelude::*;
 
-use crate::cpu::Isa;
+use crate::cpu::{Features, Isa};
 use crate::desc::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::ExecContext;
@@ -92,18 +93,23 @@ impl GemmInput for f32 {
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
 pub fn kernel_name(isa: Isa) -> &'static str {
-    kernels::kernel_set(isa).name
+    kernels::kernel_set(isa.usable()).name
 }
 
-/// The vectorised transpose of the kernel family GEMM uses under an ISA cap, if it has one
+/// The vectorised transpose of the GEMM kernel family for the usable features, if it has one
 /// (packing code outside the engine, such as implicit-GEMM convolution, shares it).
-pub(crate) fn transposer_for(isa: Isa) -> Option<&'static Transposer> {
-    kernels::kernel_set(isa).transposer
+pub(crate) fn transposer_for(features: Features) -> Option<&'static Transposer> {
+    kernels::kernel_set(features).transposer
 }
 
 /// The block sizes GEMM uses under an ISA cap.
 pub fn blocking_for(isa: Isa) -> blocking::Blocking {
-    kernels::kernel_set(isa).blocking
+    blocking_with(isa.usable())
+}
+
+/// The block sizes GEMM uses with the usable `features`.
+pub(crate) fn blocking_with(features: Features) -> blocking::Blocking {
+    kernels::kernel_set(features).blocking
 }
 
 /// Runs one checked product with the context's threads and ISA.
@@ -152,7 +158,7 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let ks = kernels::kernel_set(ctx.isa);
+    let ks = kernels::kernel_set(ctx.features);
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);
@@ -238,7 +244,7 @@ pub(crate) fn gemm_engine(
         b,
         epilogue: fe,
     };
-    loops::run(kernels::kernel_set(ctx.isa), ctx, &g, &out)
+    loops::run(kernels::kernel_set(ctx.features), ctx, &g, &out)
 }
 
 /// Runs checked products (a, b, c) of one descriptor: across the batch, one product per

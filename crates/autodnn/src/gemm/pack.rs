@@ -139,10 +139,10 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
         })
     }
 
-    /// Uses the vectorised transpose of the kernel family GEMM runs under `isa`, where
-    /// packing transposes (as the engine's own entry points do).
-    pub(crate) fn for_isa(self, isa: crate::cpu::Isa) -> Self {
-        self.with_transposer(super::kernels::kernel_set(isa).transposer)
+    /// Uses the vectorised transpose of the kernel family GEMM runs with the usable
+    /// `features`, where packing transposes (as the engine's own entry points do).
+    pub(crate) fn for_features(self, features: crate::cpu::Features) -> Self {
+        self.with_transposer(super::kernels::kernel_set(features).transposer)
     }
 
     /// Uses a kernel family's vectorised transpose where packing transposes.
@@ -305,7 +305,7 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                         // the destination is a checked slice.
                         let _ = &d32[last + c..last + c + tr.strip];
                         let out = &mut dst[c * W..(c + tr.strip) * W];
-                        // SAFETY: the family's ISA is this CPU's (kernel_set caps it);
+                        // SAFETY: the family's features are this CPU's (kernel_set caps them);
                         // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
                         // inside d (the last row is checked above and rows are evenly spaced
                         // from the first); `out` holds W·strip floats.

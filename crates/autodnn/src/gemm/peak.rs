@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use crate::cpu::Isa;
+use crate::cpu::{Features, Isa};
 
 /// Measures the f32 FMA peak in GFLOP/s (2 flops per multiply-add and lane) of `threads`
 /// threads running at once, each doing `iters` rounds of its chains, with the widest kernel
@@ -21,12 +21,13 @@ use crate::cpu::Isa;
 /// assert!(gflops > 0.0 && isa <= autodnn::cpu::Isa::best_available());
 /// ```
 pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
-    let isa = isa.min(Isa::best_available());
+    let features = isa.usable();
+    let isa = Isa::widest_within(features);
     let threads = threads.max(1);
     let start = Instant::now();
     let flops: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| s.spawn(move || chains(isa, black_box(iters))))
+            .map(|_| s.spawn(move || chains(features, black_box(iters))))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
     });
@@ -35,16 +36,20 @@ pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
 }
 
 /// Runs one thread's chains; returns the flops done.
-fn chains(isa: Isa, iters: u64) -> u64 {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `fma_peak` caps isa by what this CPU has.
-        Isa::Avx512 => unsafe { x86::avx512(iters) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above.
-        Isa::Avx2 => unsafe { x86::avx2(iters) },
-        _ => portable(iters),
+fn chains(features: Features, iters: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if features.contains_all(Features::AVX512F) {
+            // SAFETY: `fma_peak`'s features are detected ones (`Isa::usable`).
+            return unsafe { x86::avx512(iters) };
+        }
+        if features.contains_all(Features::AVX2_FMA) {
+            // SAFETY: as above.
+            return unsafe { x86::avx2(iters) };
+        }
     }
+    let _ = features;
+    portable(iters)
 }
 
 fn portable(iters: u64) -> u64 {

@@ -6,7 +6,7 @@ mod gemm;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::cpu::Isa;
+use crate::cpu::{Features, Isa};
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 use crate::op::conv_fwd::check_call;
@@ -59,7 +59,10 @@ pub struct Handle {
     /// `threads − 1` workers for GEMM splits called from outside the pool (see
     /// `ExecContext::helpers`); `None` with one thread.
     helpers: Option<Arc<rayon::ThreadPool>>,
+    /// The widest preset within `features` (cache keys, logs).
     isa: Isa,
+    /// The detected features within the cap's mask: what kernels may use.
+    features: Features,
     workspace_limit: Option<usize>,
     backend: Backend,
     settings: Settings,
@@ -124,7 +127,8 @@ impl Handle {
         if threads > 4096 {
             return Err(Error::bad("threads", threads, "must be at most 4096"));
         }
-        let isa = Isa::from_env()?;
+        let features = Isa::cap_from_env()?.usable();
+        let isa = Isa::widest_within(features);
         let settings = Settings::from_env()?;
         crate::alloc::FailNth::arm_from_env()?;
         let pool = start_pool(threads, "autodnn", "worker")?;
@@ -138,6 +142,7 @@ impl Handle {
             pool: Arc::new(pool),
             helpers,
             isa,
+            features,
             workspace_limit: None,
             backend: Backend::Cpu,
             settings,
@@ -153,14 +158,19 @@ impl Handle {
     pub fn backend(&self) -> Backend {
         self.backend
     }
-    /// The widest instruction set kernels may use.
+    /// The widest instruction-set preset within [`Handle::features`].
     pub fn isa(&self) -> Isa {
         self.isa
     }
-    /// Caps the instruction set (the effective one is the narrower of `cap` and what the
-    /// machine has).
+    /// The processor features kernels may use: the detected ones within the cap's mask.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+    /// Caps the instruction set: kernels may use the detected features within `cap`'s
+    /// [`Isa::mask`] (a cap never adds a feature).
     pub fn set_isa_cap(&mut self, cap: Isa) {
-        self.isa = cap.min(Isa::best_available());
+        self.features = cap.usable();
+        self.isa = Isa::widest_within(self.features);
     }
     /// Most workspace bytes one call may allocate; `None` means no limit.
     pub fn workspace_limit(&self) -> Option<usize> {
@@ -183,6 +193,7 @@ impl Handle {
             helpers: self.helpers.as_deref(),
             threads: self.threads,
             isa: self.isa,
+            features: self.features,
         }
     }
 

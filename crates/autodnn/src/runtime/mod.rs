@@ -8,7 +8,7 @@
 pub(crate) mod parallel;
 pub mod workspace;
 
-use crate::cpu::Isa;
+use crate::cpu::{Features, Isa};
 
 pub use workspace::{Carve, FailAlloc, WorkspaceElement};
 
@@ -23,6 +23,8 @@ pub struct ExecContext<'a> {
     pub(crate) helpers: Option<&'a rayon::ThreadPool>,
     pub(crate) threads: usize,
     pub(crate) isa: Isa,
+    /// The processor features kernels may use (within the handle's cap).
+    pub(crate) features: Features,
 }
 
 impl ExecContext<'_> {
@@ -30,8 +32,12 @@ impl ExecContext<'_> {
     pub fn threads(&self) -> usize {
         self.threads
     }
-    /// Widest instruction set kernels may use.
+    /// Widest instruction-set preset within [`ExecContext::features`].
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+    /// The processor features kernels may use.
+    pub fn features(&self) -> Features {
+        self.features
     }
 }

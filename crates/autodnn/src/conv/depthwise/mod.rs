@@ -37,20 +37,26 @@
 //! given an address outside the tensor's rows (some CPUs run a slow microcode assist for a
 //! masked access to an unmapped page), except for partial vectors at the very start or end of
 //! a buffer.
+//!
+//! Kernels are written once over the vector operations of `simd::Simd`, implemented for the
+//! crate's capability tokens ([`crate::simd`]): arithmetic is safe on a token, memory access
+//! through raw pointers is not. Each instruction set's kernel set is a table of
+//! `#[target_feature]` entries that take its token; `run` uses the widest set whose token the
+//! usable features make (AVX-512F, then AVX2 + FMA, then portable).
 
 use std::ptr;
 
 use rayon::prelude::*;
 
 use crate::conv::{Activation, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
-use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::SharedOut;
 
+use crate::simd::Scalar;
 #[cfg(target_arch = "x86_64")]
-use simd::{Avx2, Avx512};
-use simd::{Portable, Simd};
+use crate::simd::{Avx2, Avx512, Token};
+use simd::Simd;
 
 /// The depthwise convolution.
 pub struct Depthwise;
@@ -236,12 +242,46 @@ impl ConvAlgorithm for Depthwise {
                 && epi.residual.is_none_or(|z| z.len() >= problem.y().span()),
             "depthwise: buffers shorter than the problem (the handle checks them)"
         );
-        let set = kernel_set(ctx.isa);
         let out = SharedOut::new(y);
-        match mode {
-            Mode::Planar => planar(ctx, &g, set, x, weights.data(), &out, epi),
-            Mode::ChannelsLast => channels_last(ctx, &g, set, x, weights, &out, epi),
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(s) = Avx512::new(ctx.features) {
+                return run_set(s, &avx512_set::SET, ctx, mode, &g, x, weights, &out, epi);
+            }
+            if let Some(s) = Avx2::new(ctx.features) {
+                return run_set(s, &avx2_set::SET, ctx, mode, &g, x, weights, &out, epi);
+            }
         }
+        run_set(
+            Scalar::new(),
+            &portable_set::SET,
+            ctx,
+            mode,
+            &g,
+            x,
+            weights,
+            &out,
+            epi,
+        )
+    }
+}
+
+/// Runs the frame of `mode` with the kernel set of token `simd`.
+#[allow(clippy::too_many_arguments)]
+fn run_set<S: Simd>(
+    simd: S,
+    set: &KernelSet<S>,
+    ctx: &ExecContext<'_>,
+    mode: Mode,
+    g: &Geo,
+    x: &[f32],
+    weights: ClWeights<'_>,
+    out: &SharedOut<'_>,
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    match mode {
+        Mode::Planar => planar(simd, ctx, g, set, x, weights.data(), out, epi),
+        Mode::ChannelsLast => channels_last(simd, ctx, g, set, x, weights, out, epi),
     }
 }
 
@@ -470,15 +510,17 @@ impl PlaneJob<'_> {
 /// An NCHW-like kernel.
 ///
 /// # Safety
-/// The CPU has the kernel set's features; the job's pointers address images of the tensors
-/// whose every element at in-tensor coordinates is in bounds, and the caller is the only
-/// thread accessing the output rows its units name.
-type PlaneFn = unsafe fn(&PlaneJob<'_>);
+/// The job's pointers address images of the tensors whose every element at in-tensor
+/// coordinates is in bounds, and the caller is the only thread accessing the output rows its
+/// units name. (The token `S` proves that the CPU has the kernel set's features.)
+type PlaneFn<S> = unsafe fn(S, &PlaneJob<'_>);
 
-fn planar(
+#[allow(clippy::too_many_arguments)]
+fn planar<S: Simd>(
+    simd: S,
     ctx: &ExecContext<'_>,
     g: &Geo,
-    set: &KernelSet,
+    set: &KernelSet<S>,
     x: &[f32],
     w: &[f32],
     out: &SharedOut<'_>,
@@ -549,7 +591,7 @@ fn planar(
             // `run`), as are the filter and the bias; the column table only enables lanes
             // inside a row, the kernels only read rows inside the image and write the rows of
             // units start .. end, which this range alone covers.
-            unsafe { kernel(&job) };
+            unsafe { kernel(simd, &job) };
             if activates_after(epi) {
                 // Units u .. u1 of image n: row blocks of (pairs of) channels.
                 let per_unit = if pair { 2 } else { 1 };
@@ -652,12 +694,14 @@ fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
 }
 
 /// An NHWC-like kernel; its safety contract is that of [`PlaneFn`].
-type ClFn = unsafe fn(&ClJob<'_>);
+type ClFn<S> = unsafe fn(S, &ClJob<'_>);
 
-fn channels_last(
+#[allow(clippy::too_many_arguments)]
+fn channels_last<S: Simd>(
+    simd: S,
     ctx: &ExecContext<'_>,
     g: &Geo,
-    set: &KernelSet,
+    set: &KernelSet<S>,
     x: &[f32],
     weights: ClWeights<'_>,
     out: &SharedOut<'_>,
@@ -772,7 +816,7 @@ fn channels_last(
         // weights hold `taps` rows of them (scratch: zero-filled to whole blocks; prepared:
         // [taps][K]); the kernel reads only in-image pixels and writes rows oh0 .. oh1 of the
         // chunk's channels, which this item alone covers.
-        unsafe { kernel(&job) };
+        unsafe { kernel(simd, &job) };
         if activates_after(epi) {
             let ks = (b0 * lanes).saturating_sub(shift)..(b1 * lanes - shift).min(g.k);
             let offsets = (job.oh0..job.oh1).flat_map(|oh| {
@@ -830,67 +874,57 @@ enum ActV<S: Simd> {
 }
 
 impl<S: Simd> EpiV<S> {
-    /// # Safety
-    /// The CPU has `S`'s features.
     #[inline(always)]
-    unsafe fn new(e: &EpilogueArgs<'_>) -> EpiV<S> {
-        // SAFETY: the caller's contract.
-        unsafe {
-            let linear = !matches!(e.act, Activation::Relu | Activation::Clip { .. });
-            EpiV {
-                plain: e.alpha == 1.0 && e.beta == 0.0 && e.bias.is_none() && linear,
-                scale: e.alpha != 1.0,
-                alpha: S::splat(e.alpha),
-                bias: e.bias.is_some(),
-                read_z: e.beta != 0.0,
-                beta: S::splat(e.beta),
-                act: match e.act {
-                    Activation::Relu => ActV::Relu(S::zero()),
-                    Activation::Clip { lo, hi } => ActV::Clip(S::splat(lo), S::splat(hi)),
-                    _ => ActV::None,
-                },
-            }
+    fn new(simd: S, e: &EpilogueArgs<'_>) -> EpiV<S> {
+        let linear = !matches!(e.act, Activation::Relu | Activation::Clip { .. });
+        EpiV {
+            plain: e.alpha == 1.0 && e.beta == 0.0 && e.bias.is_none() && linear,
+            scale: e.alpha != 1.0,
+            alpha: simd.splat(e.alpha),
+            bias: e.bias.is_some(),
+            read_z: e.beta != 0.0,
+            beta: simd.splat(e.beta),
+            act: match e.act {
+                Activation::Relu => ActV::Relu(simd.zero()),
+                Activation::Clip { lo, hi } => ActV::Clip(simd.splat(lo), simd.splat(hi)),
+                _ => ActV::None,
+            },
         }
     }
 }
 
 /// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`]
 /// (without the activations [`activate`] applies); `z` is called only when beta ≠ 0.
-///
-/// # Safety
-/// The CPU has `S`'s features.
 #[inline(always)]
-unsafe fn finish<S: Simd>(e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -> S::V) -> S::V {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let mut v = acc;
-        if !e.plain {
-            if e.scale {
-                v = S::mul(e.alpha, v);
-            }
-            if e.bias {
-                v = S::add(v, bias);
-            }
-            if e.read_z {
-                v = S::add(v, S::mul(e.beta, z()));
-            }
-            v = match e.act {
-                ActV::None => v,
-                ActV::Relu(zero) => S::max(v, zero),
-                ActV::Clip(lo, hi) => S::min(S::max(v, lo), hi),
-            };
+fn finish<S: Simd>(simd: S, e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -> S::V) -> S::V {
+    let mut v = acc;
+    if !e.plain {
+        if e.scale {
+            v = simd.mul(e.alpha, v);
         }
-        v
+        if e.bias {
+            v = simd.add(v, bias);
+        }
+        if e.read_z {
+            v = simd.add(v, simd.mul(e.beta, z()));
+        }
+        v = match e.act {
+            ActV::None => v,
+            ActV::Relu(zero) => simd.max(v, zero),
+            ActV::Clip(lo, hi) => simd.min(simd.max(v, lo), hi),
+        };
     }
+    v
 }
 
 /// Stores the epilogue's value of `acc` at `y` for the lanes of `m` (z read at `z`).
 ///
 /// # Safety
-/// The CPU has `S`'s features; the lanes of `m` at `y` (and at `z` when beta ≠ 0) are in
-/// bounds and accessed by no other thread.
+/// The lanes of `m` at `y` (and at `z` when beta ≠ 0) are in bounds and accessed by no other
+/// thread.
 #[inline(always)]
 unsafe fn store_out<S: Simd>(
+    simd: S,
     e: &EpiV<S>,
     acc: S::V,
     bias: S::V,
@@ -899,7 +933,7 @@ unsafe fn store_out<S: Simd>(
     m: u32,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { S::store(y, finish(e, acc, bias, || S::load(z, m)), m) }
+    unsafe { simd.store(y, finish(simd, e, acc, bias, || simd.load(z, m)), m) }
 }
 
 /// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
@@ -944,6 +978,7 @@ unsafe fn plane_fast<
     const ROWS: usize,
     const PAIR: bool,
 >(
+    simd: S,
     a: &PlaneJob<'_>,
 ) {
     const {
@@ -953,10 +988,11 @@ unsafe fn plane_fast<
     debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + R;
     let half = S::L / 2;
-    // SAFETY: the caller's contract: the CPU has S's features; rows are read only inside the
-    // image, columns only where the table enables them; outputs go to the units' rows.
+    // SAFETY: the caller's contract (the token proves the CPU has S's features); rows are
+    // read only inside the image, columns only where the table enables them; outputs go to
+    // the units' rows.
     unsafe {
-        let epi = EpiV::<S>::new(a.epi);
+        let epi = EpiV::new(simd, a.epi);
         let mut u = a.u0;
         while u < a.u1 {
             let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
@@ -984,16 +1020,16 @@ unsafe fn plane_fast<
                 a.z.wrapping_offset(k as isize * a.yc),
                 a.z.wrapping_offset(k1 as isize * a.yc),
             );
-            let mut bias = S::splat(a.bias(k));
-            let mut wv = [S::zero(); MAX_FAST_TAPS];
+            let mut bias = simd.splat(a.bias(k));
+            let mut wv = [simd.zero(); MAX_FAST_TAPS];
             for (t, v) in wv.iter_mut().enumerate().take(R * C) {
-                *v = S::splat(a.tap(k, t));
+                *v = simd.splat(a.tap(k, t));
                 if PAIR {
-                    *v = S::blend_hi(*v, S::splat(a.tap(k1, t)));
+                    *v = simd.blend_hi(*v, simd.splat(a.tap(k1, t)));
                 }
             }
             if PAIR {
-                bias = S::blend_hi(bias, S::splat(a.bias(k1)));
+                bias = simd.blend_hi(bias, simd.splat(a.bias(k1)));
             }
             for b in b0..b1 {
                 let oh0 = b * ROWS;
@@ -1014,7 +1050,7 @@ unsafe fn plane_fast<
                 macro_rules! columns {
                     ($edge:expr) => {
                         for col in a.cols.chunks_exact(C + 1) {
-                            let mut acc = [S::zero(); ROWS];
+                            let mut acc = [simd.zero(); ROWS];
                             unroll!(16: d < (ROWS - 1) * SH + R, {
                                 let rm = if $edge {
                                     (valid >> d & 1).wrapping_neg()
@@ -1033,12 +1069,12 @@ unsafe fn plane_fast<
                                         & (rm as u64 | (rm as u64) << 32);
                                     let p = row.wrapping_offset(ld.off);
                                     if STEP == 3 {
-                                        S::windows3(p, raw)
+                                        simd.windows3(p, raw)
                                     } else {
-                                        S::windows3_s1(p, raw as u32)
+                                        simd.windows3_s1(p, raw as u32)
                                     }
                                 } else {
-                                    [S::zero(); 3]
+                                    [simd.zero(); 3]
                                 };
                                 for s in 0..C {
                                     let ld = col[1 + s];
@@ -1046,26 +1082,26 @@ unsafe fn plane_fast<
                                     let p1 = row1.wrapping_offset(ld.off);
                                     let xv = match (PAIR, STEP) {
                                         (false, 3..) => window[s],
-                                        (false, 1) => S::load(p, ld.m0 & rm),
-                                        (false, _) => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
-                                        (true, 1) => S::load_pair(p, p1, both(ld.m0 & rm)),
+                                        (false, 1) => simd.load(p, ld.m0 & rm),
+                                        (false, _) => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                        (true, 1) => simd.load_pair(p, p1, both(ld.m0 & rm)),
                                         (true, _) => {
                                             let em = (ld.m0 | ld.m1 << half) & rm;
-                                            S::load_step2_pair(p, p1, em)
+                                            simd.load_step2_pair(p, p1, em)
                                         }
                                     };
                                     for (i, acc) in acc.iter_mut().enumerate() {
                                         if d >= i * SH && d - i * SH < R {
-                                            *acc = S::fma(wv[(d - i * SH) * C + s], xv, *acc);
+                                            *acc = simd.fma(wv[(d - i * SH) * C + s], xv, *acc);
                                         }
                                     }
                                 }
                                 for acc in acc.iter_mut() {
-                                    *acc = S::pin(*acc);
+                                    *acc = simd.pin(*acc);
                                 }
                             });
                             for acc in acc.iter_mut() {
-                                *acc = S::pin(*acc);
+                                *acc = simd.pin(*acc);
                             }
                             let out = col[0];
                             let m = both(out.m0);
@@ -1082,10 +1118,10 @@ unsafe fn plane_fast<
                                 if PAIR {
                                     let y1 = yk1.wrapping_offset(off);
                                     let z1 = zk1.wrapping_offset(off);
-                                    let v = finish(&epi, acc[i], bias, || S::load_pair(z, z1, m));
-                                    S::store_pair(y, y1, v, m);
+                                    let v = finish(simd, &epi, acc[i], bias, || simd.load_pair(z, z1, m));
+                                    simd.store_pair(y, y1, v, m);
                                 } else {
-                                    store_out(&epi, acc[i], bias, y, z, m);
+                                    store_out(simd, &epi, acc[i], bias, y, z, m);
                                 }
                             });
                         }
@@ -1107,11 +1143,11 @@ unsafe fn plane_fast<
 /// # Safety
 /// That of [`PlaneFn`], and the units' blocks of GENERIC_ROWS rows.
 #[inline(always)]
-unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
+unsafe fn plane_generic<S: Simd, const STEP: usize>(simd: S, a: &PlaneJob<'_>) {
     debug_assert!(a.blocks == a.oh.div_ceil(GENERIC_ROWS));
     // SAFETY: as in `plane_fast`.
     unsafe {
-        let epi = EpiV::<S>::new(a.epi);
+        let epi = EpiV::new(simd, a.epi);
         let mut u = a.u0;
         while u < a.u1 {
             let k = u / a.blocks;
@@ -1120,17 +1156,17 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
             let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
             let yk = a.y.wrapping_offset(k as isize * a.yc);
             let zk = a.z.wrapping_offset(k as isize * a.yc);
-            let bias = S::splat(a.bias(k));
+            let bias = simd.splat(a.bias(k));
             for b in b0..b1 {
                 let oh0 = b * GENERIC_ROWS;
                 let nrows = GENERIC_ROWS.min(a.oh - oh0);
                 let row0 = oh0 as isize * a.yrow;
                 for col in a.cols.chunks_exact(a.s + 1) {
-                    let mut acc = [S::zero(); GENERIC_ROWS];
+                    let mut acc = [simd.zero(); GENERIC_ROWS];
                     for r in 0..a.r {
                         let ih0 = (oh0 * a.sh as usize) as isize - a.pt + r as isize * a.dh;
                         for s in 0..a.s {
-                            let wv = S::splat(a.tap(k, r * a.s + s));
+                            let wv = simd.splat(a.tap(k, r * a.s + s));
                             let ld = col[1 + s];
                             for (i, acc) in acc.iter_mut().enumerate() {
                                 let ih = ih0 + i as isize * a.sh;
@@ -1145,11 +1181,11 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
                                     xk
                                 };
                                 let xv = match STEP {
-                                    1 => S::load(p, ld.m0 & rm),
-                                    2 => S::load_step2(p, ld.m0 & rm, ld.m1 & rm),
-                                    _ => S::load_strided(p, a.sw, ld.m0 & rm),
+                                    1 => simd.load(p, ld.m0 & rm),
+                                    2 => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                    _ => simd.load_strided(p, a.sw, ld.m0 & rm),
                                 };
-                                *acc = S::fma(wv, xv, *acc);
+                                *acc = simd.fma(wv, xv, *acc);
                             }
                         }
                     }
@@ -1158,7 +1194,7 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(a: &PlaneJob<'_>) {
                         if i < nrows {
                             let off = row0 + i as isize * a.yrow + out.off;
                             let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
-                            store_out(&epi, *acc, bias, y, z, out.m0);
+                            store_out(simd, &epi, *acc, bias, y, z, out.m0);
                         }
                     }
                 }
@@ -1184,6 +1220,7 @@ unsafe fn cl_fast<
     const TR: usize,
     const T: usize,
 >(
+    simd: S,
     a: &ClJob<'_>,
 ) {
     const {
@@ -1192,10 +1229,11 @@ unsafe fn cl_fast<
     }
     debug_assert!(a.r == R && a.s == C && a.mult == 1 && a.sh == SW as isize);
     let in_rows = (TR - 1) * SW + R;
-    // SAFETY: the caller's contract: the CPU has S's features; pixels are read only inside
-    // the image, for each block's lanes; outputs go to the job's rows and blocks.
+    // SAFETY: the caller's contract (the token proves the CPU has S's features); pixels are
+    // read only inside the image, for each block's lanes; outputs go to the job's rows and
+    // blocks.
     unsafe {
-        let epi = EpiV::<S>::new(a.epi);
+        let epi = EpiV::new(simd, a.epi);
         let mut oh0 = a.oh0;
         while oh0 < a.oh1 {
             let nrows = TR.min(a.oh1 - oh0);
@@ -1224,17 +1262,17 @@ unsafe fn cl_fast<
                 for b in a.b0..a.b1 {
                     let (k0, m) = a.block(b, S::L);
                     let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
-                    let mut wv = [S::zero(); MAX_FAST_TAPS];
+                    let mut wv = [simd.zero(); MAX_FAST_TAPS];
                     for (t, v) in wv.iter_mut().enumerate().take(R * C) {
-                        *v = S::load(wb.wrapping_add(t * a.wstride), m);
+                        *v = simd.load(wb.wrapping_add(t * a.wstride), m);
                     }
                     let bias = if a.bias.is_null() {
-                        S::zero()
+                        simd.zero()
                     } else {
-                        S::load(a.bias.wrapping_offset(k0), m)
+                        simd.load(a.bias.wrapping_offset(k0), m)
                     };
                     let xb = a.x.wrapping_offset(k0);
-                    let mut acc = [[S::zero(); T]; TR];
+                    let mut acc = [[simd.zero(); T]; TR];
                     unroll!(8: d < (TR - 1) * SW + R, {
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
                         let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
@@ -1248,14 +1286,14 @@ unsafe fn cl_fast<
                             } else {
                                 xb
                             };
-                            let xv = S::load(p, mm);
+                            let xv = simd.load(p, mm);
                             for (i, acc) in acc.iter_mut().enumerate() {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
                                     for (t, acc) in acc.iter_mut().enumerate() {
                                         if e >= t * SW && e - t * SW < C {
                                             let w = wv[r * C + e - t * SW];
-                                            *acc = S::fma(w, xv, *acc);
+                                            *acc = simd.fma(w, xv, *acc);
                                         }
                                     }
                                 }
@@ -1263,7 +1301,7 @@ unsafe fn cl_fast<
                         });
                         for acc in acc.iter_mut() {
                             for acc in acc.iter_mut() {
-                                *acc = S::pin(*acc);
+                                *acc = simd.pin(*acc);
                             }
                         }
                     });
@@ -1277,7 +1315,7 @@ unsafe fn cl_fast<
                             (0, 0)
                         };
                         let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
-                        store_out(&epi, acc[i][t], bias, y, z, m);
+                        store_out(simd, &epi, acc[i][t], bias, y, z, m);
                     });
                 }
                 ow0 += T;
@@ -1292,11 +1330,11 @@ unsafe fn cl_fast<
 /// # Safety
 /// That of [`ClFn`].
 #[inline(always)]
-unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
+unsafe fn cl_generic<S: Simd>(simd: S, a: &ClJob<'_>) {
     // SAFETY: as in `cl_fast`; with a multiplier, lane l reads input channel idx[l] of the
     // block, inside the tensor for every enabled lane.
     unsafe {
-        let epi = EpiV::<S>::new(a.epi);
+        let epi = EpiV::new(simd, a.epi);
         for oh in a.oh0..a.oh1 {
             let ih0 = (oh * a.sh as usize) as isize - a.pt;
             let yrow = a.y.wrapping_offset(oh as isize * a.yrow);
@@ -1308,13 +1346,13 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                     let (k0, m) = a.block(b, S::L);
                     let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
                     let bias = if a.bias.is_null() {
-                        S::zero()
+                        simd.zero()
                     } else {
-                        S::load(a.bias.wrapping_offset(k0), m)
+                        simd.load(a.bias.wrapping_offset(k0), m)
                     };
                     // M > 1 has no shift: k0 >= 0.
                     let xb = a.x.wrapping_add(k0 as usize / a.mult);
-                    let mut acc = [S::zero(); GENERIC_COLS];
+                    let mut acc = [simd.zero(); GENERIC_COLS];
                     for r in 0..a.r {
                         let ih = ih0 + r as isize * a.dh;
                         if !(0..a.h).contains(&ih) {
@@ -1322,7 +1360,7 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                         }
                         let row = xb.wrapping_offset(ih * a.xrow);
                         for s in 0..a.s {
-                            let wv = S::load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
+                            let wv = simd.load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
                             for (t, acc) in acc.iter_mut().enumerate() {
                                 let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
                                 let (mt, p) = if t < nt && (0..a.w).contains(&iw) {
@@ -1331,10 +1369,10 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                                     (0, row)
                                 };
                                 let xv = match a.idx.get(b - a.b0) {
-                                    None => S::load(p, mt),
-                                    Some(idx) => S::load_idx(p, idx, mt),
+                                    None => simd.load(p, mt),
+                                    Some(idx) => simd.load_idx(p, idx, mt),
                                 };
-                                *acc = S::fma(wv, xv, *acc);
+                                *acc = simd.fma(wv, xv, *acc);
                             }
                         }
                     }
@@ -1342,7 +1380,7 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
                         if t < nt {
                             let off = (ow0 + t) as isize * a.ycol + k0;
                             let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
-                            store_out(&epi, *acc, bias, y, z, m);
+                            store_out(simd, &epi, *acc, bias, y, z, m);
                         }
                     }
                 }
@@ -1355,33 +1393,33 @@ unsafe fn cl_generic<S: Simd>(a: &ClJob<'_>) {
 // ---------------------------------------------------------------------------------------------
 // Kernel sets: the kernels above monomorphised per instruction set, with their blocking.
 
-/// One instruction set's kernels and blocking.
-struct KernelSet {
+/// One instruction set's kernels and blocking; `S` is its token, which each kernel takes.
+struct KernelSet<S: 'static> {
     lanes: usize,
     /// Output rows per pass of the unrolled NCHW-like kernels: 3x3, 5x5.
     plane_rows: [usize; 2],
     /// [3x3, 5x5][stride 1, 2].
-    plane_fast: [[PlaneFn; 2]; 2],
+    plane_fast: [[PlaneFn<S>; 2]; 2],
     /// The same, two channels per vector.
-    plane_pair: [[PlaneFn; 2]; 2],
+    plane_pair: [[PlaneFn<S>; 2]; 2],
     /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
-    plane_win3: [PlaneFn; 2],
+    plane_win3: [PlaneFn<S>; 2],
     /// By [`Step`]: 1, 2, any.
-    plane_generic: [PlaneFn; 3],
+    plane_generic: [PlaneFn<S>; 3],
     /// [3x3, 5x5][stride 1, 2].
-    cl_fast: [[ClFn; 2]; 2],
-    cl_generic: ClFn,
+    cl_fast: [[ClFn<S>; 2]; 2],
+    cl_generic: ClFn<S>,
 }
 
 /// Defines a kernel entry point: a non-generic function (with the instruction set's
-/// `target_feature`) whose body is one monomorphised kernel.
+/// `target_feature`) taking the set's token, whose body is one monomorphised kernel.
 macro_rules! entry {
-    ($(#[$attr:meta])* fn $name:ident($job:ty) = $($kernel:tt)+) => {
+    ($simd:ty, $(#[$attr:meta])* fn $name:ident($job:ty) = $($kernel:tt)+) => {
         $(#[$attr])*
-        unsafe fn $name(a: &$job) {
-            // SAFETY: forwarded: the set is chosen only where the CPU has its features, and
-            // the job satisfies the kernel's contract (see `PlaneFn`).
-            unsafe { $($kernel)+(a) }
+        unsafe fn $name(s: $simd, a: &$job) {
+            // SAFETY: forwarded: the token proves the CPU has the set's features, and the job
+            // satisfies the kernel's contract (see `PlaneFn`).
+            unsafe { $($kernel)+(s, a) }
         }
     };
 }
@@ -1395,26 +1433,26 @@ macro_rules! kernel_set {
                ($dr:literal, $dc:literal)]) => {
         mod $module {
             use super::*;
-            entry!($(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, false>);
-            entry!($(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
-            entry!($(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
-            entry!($(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
-            entry!($(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
-            entry!($(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
-            entry!($(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
-            entry!($(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
-            entry!($(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
-            entry!($(#[$attr])* fn q5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, true>);
-            entry!($(#[$attr])* fn pg1(PlaneJob<'_>) = plane_generic::<$simd, 1>);
-            entry!($(#[$attr])* fn pg2(PlaneJob<'_>) = plane_generic::<$simd, 2>);
-            entry!($(#[$attr])* fn pgn(PlaneJob<'_>) = plane_generic::<$simd, 0>);
-            entry!($(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
-            entry!($(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
-            entry!($(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
-            entry!($(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $dr, $dc>);
-            entry!($(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
+            entry!($simd, $(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, false>);
+            entry!($simd, $(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
+            entry!($simd, $(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
+            entry!($simd, $(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($simd, $(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
+            entry!($simd, $(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
+            entry!($simd, $(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
+            entry!($simd, $(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
+            entry!($simd, $(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
+            entry!($simd, $(#[$attr])* fn q5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, true>);
+            entry!($simd, $(#[$attr])* fn pg1(PlaneJob<'_>) = plane_generic::<$simd, 1>);
+            entry!($simd, $(#[$attr])* fn pg2(PlaneJob<'_>) = plane_generic::<$simd, 2>);
+            entry!($simd, $(#[$attr])* fn pgn(PlaneJob<'_>) = plane_generic::<$simd, 0>);
+            entry!($simd, $(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
+            entry!($simd, $(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
+            entry!($simd, $(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
+            entry!($simd, $(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $dr, $dc>);
+            entry!($simd, $(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
 
-            pub(super) static SET: KernelSet = KernelSet {
+            pub(super) static SET: KernelSet<$simd> = KernelSet {
                 lanes: <$simd as Simd>::L,
                 plane_rows: [$p3, $p5],
                 plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
@@ -1439,42 +1477,34 @@ kernel_set!(avx2_set, Avx2, [#[target_feature(enable = "avx2,fma")]],
     rows = [4, 2], groups = [(1, 4), (1, 4), (1, 2), (1, 2)]);
 kernel_set!(
     portable_set,
-    Portable,
+    Scalar,
     [],
     rows = [4, 2],
     groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
 );
 
-fn kernel_set(isa: Isa) -> &'static KernelSet {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => &avx512_set::SET,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => &avx2_set::SET,
-        _ => &portable_set::SET,
-    }
-}
-
 /// The vector operations the kernels use, per instruction set.
 mod simd {
-    /// One instruction set's vector of `L` f32 lanes. Every method is `unsafe`: the CPU must
-    /// have the set's features (the methods are inlined into kernels compiled with them), and
-    /// pointers must be valid for the lanes the mask enables. Masked-off lanes are never
-    /// accessed, so their addresses may lie outside any allocation.
-    pub(super) trait Simd {
+    /// One instruction set's vector of `L` f32 lanes, implemented for the crate's capability
+    /// tokens ([`crate::simd`]): the token proves the CPU has the set's features, so the
+    /// arithmetic is safe (and inlined into kernels compiled with those features). The
+    /// memory operations are `unsafe`: pointers must be valid for the lanes the mask enables.
+    /// Masked-off lanes are never accessed, so their addresses may lie outside any
+    /// allocation.
+    pub(super) trait Simd: crate::simd::Token {
         /// Lanes (at most 16).
         const L: usize;
         type V: Copy;
-        unsafe fn zero() -> Self::V;
-        unsafe fn splat(v: f32) -> Self::V;
+        fn zero(self) -> Self::V;
+        fn splat(self, v: f32) -> Self::V;
         /// Lane l = p\[l\] where bit l of m is set, else 0.
-        unsafe fn load(p: *const f32, m: u32) -> Self::V;
+        unsafe fn load(self, p: *const f32, m: u32) -> Self::V;
         /// Lane l = element 2l of the 2L from p, each read where its bit is set (bits of m0
         /// for elements 0..L, of m1 for L..2L), else 0.
-        unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> Self::V;
+        unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> Self::V;
         /// Lane l = p\[l·step\] where bit l of m is set, else 0.
         #[inline(always)]
-        unsafe fn load_strided(p: *const f32, step: isize, m: u32) -> Self::V {
+        unsafe fn load_strided(self, p: *const f32, step: isize, m: u32) -> Self::V {
             let mut a = [0f32; 16];
             for (l, v) in a.iter_mut().enumerate().take(Self::L) {
                 if m >> l & 1 == 1 {
@@ -1482,12 +1512,11 @@ mod simd {
                     *v = unsafe { *p.wrapping_offset(l as isize * step) };
                 }
             }
-            // SAFETY: the caller's contract.
-            unsafe { Self::from_array(&a) }
+            self.of_array(&a)
         }
         /// Lane l = p\[idx\[l\]\] where bit l of m is set, else 0.
         #[inline(always)]
-        unsafe fn load_idx(p: *const f32, idx: &[isize; 16], m: u32) -> Self::V {
+        unsafe fn load_idx(self, p: *const f32, idx: &[isize; 16], m: u32) -> Self::V {
             let mut a = [0f32; 16];
             for (l, v) in a.iter_mut().enumerate().take(Self::L) {
                 if m >> l & 1 == 1 {
@@ -1495,77 +1524,78 @@ mod simd {
                     *v = unsafe { *p.wrapping_offset(idx[l]) };
                 }
             }
-            // SAFETY: the caller's contract.
-            unsafe { Self::from_array(&a) }
+            self.of_array(&a)
         }
         /// Lanes below L/2 as [`Simd::load`] from `lo`, the others from `hi` (lane l reads
         /// hi\[l − L/2\]); m holds the lanes of both halves.
-        unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> Self::V;
+        unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> Self::V;
         /// Lanes below L/2 = elements 2l from `lo`, the others elements 2(l − L/2) from `hi`,
         /// each read where its bit of the L-element mask `em` is set, else 0.
-        unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> Self::V;
+        unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> Self::V;
         /// Stores lanes below L/2 at `lo`, the others at `hi` (lane l at hi\[l − L/2\]), where
         /// their bits of m are set.
-        unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
+        unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
         /// Lanes below L/2 from a, the others from b.
-        unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V;
+        fn blend_hi(self, a: Self::V, b: Self::V) -> Self::V;
         /// The three stride-1 windows from `p`: lane l of window s is element l + s, read where
         /// bit l + s of `raw` (elements 0..L + 2) is set, else 0.
         #[inline(always)]
-        unsafe fn windows3_s1(p: *const f32, raw: u32) -> [Self::V; 3] {
+        unsafe fn windows3_s1(self, p: *const f32, raw: u32) -> [Self::V; 3] {
             let low = (1u32 << Self::L) - 1;
             // SAFETY: the caller's contract; window s reads elements s + l.
-            unsafe { std::array::from_fn(|s| Self::load(p.wrapping_add(s), raw >> s & low)) }
+            unsafe {
+                [
+                    self.load(p, raw & low),
+                    self.load(p.wrapping_add(1), raw >> 1 & low),
+                    self.load(p.wrapping_add(2), raw >> 2 & low),
+                ]
+            }
         }
         /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
         /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
         #[inline(always)]
-        unsafe fn windows3(p: *const f32, raw: u64) -> [Self::V; 3] {
+        unsafe fn windows3(self, p: *const f32, raw: u64) -> [Self::V; 3] {
             let low = (1u64 << Self::L) - 1;
             let m = |s: usize, hi: usize| (raw >> (s + hi * Self::L) & low) as u32;
             // SAFETY: the caller's contract; window s reads elements s + 2l.
-            unsafe {
-                std::array::from_fn(|s| Self::load_step2(p.wrapping_add(s), m(s, 0), m(s, 1)))
-            }
+            unsafe { std::array::from_fn(|s| self.load_step2(p.wrapping_add(s), m(s, 0), m(s, 1))) }
         }
         /// p\[l\] = lane l where bit l of m is set.
-        unsafe fn store(p: *mut f32, v: Self::V, m: u32);
+        unsafe fn store(self, p: *mut f32, v: Self::V, m: u32);
         /// `v`, computed here: the compiler may neither move its computation past this point
         /// (into the branches of the stores that use it) nor move loads across it. Pinning
         /// the accumulators after each input row keeps the compiler from hoisting every load
         /// of an unrolled kernel to its start, where they no longer fit in registers.
         #[inline(always)]
-        unsafe fn pin(v: Self::V) -> Self::V {
+        fn pin(self, v: Self::V) -> Self::V {
             v
         }
         /// a · b + c (fused where the set has FMA).
-        unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
-        unsafe fn mul(a: Self::V, b: Self::V) -> Self::V;
-        unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+        fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+        fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+        fn add(self, a: Self::V, b: Self::V) -> Self::V;
         /// Lane-wise max, taking b where a is NaN (as `f32::max(a, b)` for a non-NaN b).
-        unsafe fn max(a: Self::V, b: Self::V) -> Self::V;
+        fn max(self, a: Self::V, b: Self::V) -> Self::V;
         /// Lane-wise min, taking b where a is NaN.
-        unsafe fn min(a: Self::V, b: Self::V) -> Self::V;
+        fn min(self, a: Self::V, b: Self::V) -> Self::V;
         /// The first L elements.
-        unsafe fn from_array(a: &[f32; 16]) -> Self::V;
+        fn of_array(self, a: &[f32; 16]) -> Self::V;
     }
 
     /// Portable Rust over lane arrays (no target-specific code), 8 lanes.
-    pub(super) struct Portable;
-
-    impl Simd for Portable {
+    impl Simd for crate::simd::Scalar {
         const L: usize = 8;
         type V = [f32; 8];
         #[inline(always)]
-        unsafe fn zero() -> Self::V {
+        fn zero(self) -> Self::V {
             [0.0; 8]
         }
         #[inline(always)]
-        unsafe fn splat(v: f32) -> Self::V {
+        fn splat(self, v: f32) -> Self::V {
             [v; 8]
         }
         #[inline(always)]
-        unsafe fn load(p: *const f32, m: u32) -> Self::V {
+        unsafe fn load(self, p: *const f32, m: u32) -> Self::V {
             let mut v = [0.0; 8];
             if m & 0xff == 0xff {
                 // SAFETY: all 8 lanes are enabled.
@@ -1581,7 +1611,7 @@ mod simd {
             v
         }
         #[inline(always)]
-        unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> Self::V {
+        unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> Self::V {
             let bits = m0 as u64 | (m1 as u64) << 8;
             let mut v = [0.0; 8];
             for (l, v) in v.iter_mut().enumerate() {
@@ -1593,40 +1623,40 @@ mod simd {
             v
         }
         #[inline(always)]
-        unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> Self::V {
+        unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> Self::V {
             // SAFETY: the caller's contract.
             unsafe {
-                Self::blend_hi(
-                    Self::load(lo, m & 0xf),
-                    Self::load(hi.wrapping_sub(4), m & 0xf0),
+                self.blend_hi(
+                    self.load(lo, m & 0xf),
+                    self.load(hi.wrapping_sub(4), m & 0xf0),
                 )
             }
         }
         #[inline(always)]
-        unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> Self::V {
+        unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> Self::V {
             // SAFETY: the caller's contract; elements 2l of the two halves are elements 0..8
             // of lo and of hi.
             unsafe {
-                Self::blend_hi(
-                    Self::load_step2(lo, em, 0),
-                    Self::load_step2(hi.wrapping_sub(8), 0, em),
+                self.blend_hi(
+                    self.load_step2(lo, em, 0),
+                    self.load_step2(hi.wrapping_sub(8), 0, em),
                 )
             }
         }
         #[inline(always)]
-        unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: Self::V, m: u32) {
+        unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: Self::V, m: u32) {
             // SAFETY: the caller's contract.
             unsafe {
-                Self::store(lo, v, m & 0xf);
-                Self::store(hi.wrapping_sub(4), v, m & 0xf0);
+                self.store(lo, v, m & 0xf);
+                self.store(hi.wrapping_sub(4), v, m & 0xf0);
             }
         }
         #[inline(always)]
-        unsafe fn blend_hi(a: Self::V, b: Self::V) -> Self::V {
+        fn blend_hi(self, a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| if l < 4 { a[l] } else { b[l] })
         }
         #[inline(always)]
-        unsafe fn store(p: *mut f32, v: Self::V, m: u32) {
+        unsafe fn store(self, p: *mut f32, v: Self::V, m: u32) {
             if m & 0xff == 0xff {
                 // SAFETY: all 8 lanes are enabled.
                 unsafe { ptr::copy_nonoverlapping(v.as_ptr(), p, 8) };
@@ -1640,27 +1670,27 @@ mod simd {
             }
         }
         #[inline(always)]
-        unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
             std::array::from_fn(|l| a[l] * b[l] + c[l])
         }
         #[inline(always)]
-        unsafe fn mul(a: Self::V, b: Self::V) -> Self::V {
+        fn mul(self, a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| a[l] * b[l])
         }
         #[inline(always)]
-        unsafe fn add(a: Self::V, b: Self::V) -> Self::V {
+        fn add(self, a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| a[l] + b[l])
         }
         #[inline(always)]
-        unsafe fn max(a: Self::V, b: Self::V) -> Self::V {
+        fn max(self, a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| if a[l] > b[l] { a[l] } else { b[l] })
         }
         #[inline(always)]
-        unsafe fn min(a: Self::V, b: Self::V) -> Self::V {
+        fn min(self, a: Self::V, b: Self::V) -> Self::V {
             std::array::from_fn(|l| if a[l] < b[l] { a[l] } else { b[l] })
         }
         #[inline(always)]
-        unsafe fn from_array(a: &[f32; 16]) -> Self::V {
+        fn of_array(self, a: &[f32; 16]) -> Self::V {
             std::array::from_fn(|l| a[l])
         }
     }
@@ -1668,13 +1698,11 @@ mod simd {
     use std::ptr;
 
     #[cfg(target_arch = "x86_64")]
-    pub(super) use x86::{Avx2, Avx512};
-
-    #[cfg(target_arch = "x86_64")]
     mod x86 {
         use std::arch::x86_64::*;
 
         use super::Simd;
+        use crate::simd::{Avx2, Avx512};
 
         /// An empty `asm!` that takes and returns `v` in a register: a value the optimiser
         /// cannot see through, so the code computing it stays before it; as it may access
@@ -1707,9 +1735,6 @@ mod simd {
             v
         }
 
-        /// AVX2 with FMA, 8 lanes.
-        pub(in super::super) struct Avx2;
-
         /// Lanes of `m` as an AVX2 mask (all ones where enabled).
         ///
         /// # Safety
@@ -1724,32 +1749,32 @@ mod simd {
             }
         }
 
-        // SAFETY (every method): the CPU has AVX2 and FMA (the trait's contract); masked-off
+        // SAFETY (every method): the CPU has AVX2 and FMA (an Avx2 token exists); masked-off
         // lanes of vmaskmov are not accessed.
         impl Simd for Avx2 {
             const L: usize = 8;
             type V = __m256;
             #[inline(always)]
-            unsafe fn zero() -> __m256 {
+            fn zero(self) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_setzero_ps() }
             }
             #[inline(always)]
-            unsafe fn splat(v: f32) -> __m256 {
+            fn splat(self, v: f32) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_set1_ps(v) }
             }
             #[inline(always)]
-            unsafe fn load(p: *const f32, m: u32) -> __m256 {
+            unsafe fn load(self, p: *const f32, m: u32) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_maskload_ps(p, mask8(m)) }
             }
             #[inline(always)]
-            unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> __m256 {
+            unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe {
-                    let lo = Self::load(p, m0);
-                    let hi = Self::load(p.wrapping_add(8), m1);
+                    let lo = self.load(p, m0);
+                    let hi = self.load(p.wrapping_add(8), m1);
                     // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then 64-bit pairs in order 0 2 1 3.
                     let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
                     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
@@ -1758,20 +1783,20 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> __m256 {
+            unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe {
-                    let a = Self::load(lo, m & 0xf);
-                    let b = Self::load(hi.wrapping_sub(4), m & 0xf0);
+                    let a = self.load(lo, m & 0xf);
+                    let b = self.load(hi.wrapping_sub(4), m & 0xf0);
                     _mm256_blend_ps::<0xf0>(a, b)
                 }
             }
             #[inline(always)]
-            unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> __m256 {
+            unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> __m256 {
                 // SAFETY: see the impl. Evens of (a, b) are [a0 a2 a4 a6 b0 b2 b4 b6].
                 unsafe {
-                    let a = Self::load(lo, em);
-                    let b = Self::load(hi, em);
+                    let a = self.load(lo, em);
+                    let b = self.load(hi, em);
                     let even = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
                     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
                         even,
@@ -1779,25 +1804,25 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: __m256, m: u32) {
+            unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: __m256, m: u32) {
                 // SAFETY: see the impl.
                 unsafe {
-                    Self::store(lo, v, m & 0xf);
-                    Self::store(hi.wrapping_sub(4), v, m & 0xf0);
+                    self.store(lo, v, m & 0xf);
+                    self.store(hi.wrapping_sub(4), v, m & 0xf0);
                 }
             }
             #[inline(always)]
-            unsafe fn blend_hi(a: __m256, b: __m256) -> __m256 {
+            fn blend_hi(self, a: __m256, b: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_blend_ps::<0xf0>(a, b) }
             }
             #[inline(always)]
-            unsafe fn pin(v: __m256) -> __m256 {
+            fn pin(self, v: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { pin256(v) }
             }
             #[inline(always)]
-            unsafe fn store(p: *mut f32, v: __m256, m: u32) {
+            unsafe fn store(self, p: *mut f32, v: __m256, m: u32) {
                 // SAFETY: see the impl.
                 unsafe {
                     if m & 0xff == 0xff {
@@ -1808,62 +1833,60 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+            fn fma(self, a: __m256, b: __m256, c: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_fmadd_ps(a, b, c) }
             }
             #[inline(always)]
-            unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+            fn mul(self, a: __m256, b: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_mul_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn add(a: __m256, b: __m256) -> __m256 {
+            fn add(self, a: __m256, b: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_add_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn max(a: __m256, b: __m256) -> __m256 {
+            fn max(self, a: __m256, b: __m256) -> __m256 {
                 // SAFETY: see the impl. maxps returns the second operand when either is NaN.
                 unsafe { _mm256_max_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn min(a: __m256, b: __m256) -> __m256 {
+            fn min(self, a: __m256, b: __m256) -> __m256 {
                 // SAFETY: see the impl.
                 unsafe { _mm256_min_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn from_array(a: &[f32; 16]) -> __m256 {
+            fn of_array(self, a: &[f32; 16]) -> __m256 {
                 // SAFETY: see the impl; a holds 16 elements.
                 unsafe { _mm256_loadu_ps(a.as_ptr()) }
             }
         }
 
-        /// AVX-512 (F), 16 lanes.
-        pub(in super::super) struct Avx512;
-
-        // SAFETY (every method): the CPU has AVX-512F (the trait's contract); masked-off lanes
+        // AVX-512 (F), 16 lanes.
+        // SAFETY (every method): the CPU has AVX-512F (an Avx512 token exists); masked-off lanes
         // of AVX-512 masked loads and stores are not accessed.
         impl Simd for Avx512 {
             const L: usize = 16;
             type V = __m512;
             #[inline(always)]
-            unsafe fn zero() -> __m512 {
+            fn zero(self) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_setzero_ps() }
             }
             #[inline(always)]
-            unsafe fn splat(v: f32) -> __m512 {
+            fn splat(self, v: f32) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_set1_ps(v) }
             }
             #[inline(always)]
-            unsafe fn load(p: *const f32, m: u32) -> __m512 {
+            unsafe fn load(self, p: *const f32, m: u32) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_maskz_loadu_ps(m as __mmask16, p) }
             }
             #[inline(always)]
-            unsafe fn load_step2(p: *const f32, m0: u32, m1: u32) -> __m512 {
+            unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe {
                     let evens = _mm512_setr_epi32(
@@ -1875,7 +1898,7 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn windows3_s1(p: *const f32, raw: u32) -> [__m512; 3] {
+            unsafe fn windows3_s1(self, p: *const f32, raw: u32) -> [__m512; 3] {
                 // SAFETY: see the impl. Elements 0..18: two loads, two lane shifts.
                 unsafe {
                     let a = _mm512_castps_si512(_mm512_maskz_loadu_ps(raw as __mmask16, p));
@@ -1891,7 +1914,7 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn windows3(p: *const f32, raw: u64) -> [__m512; 3] {
+            unsafe fn windows3(self, p: *const f32, raw: u64) -> [__m512; 3] {
                 // SAFETY: see the impl. Elements 0..32 are two loads; element 32 (window 2's
                 // lane 15) one masked lane of a third.
                 unsafe {
@@ -1916,7 +1939,7 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn load_pair(lo: *const f32, hi: *const f32, m: u32) -> __m512 {
+            unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe {
                     let a = _mm512_maskz_loadu_ps((m & 0xff) as __mmask16, lo);
@@ -1924,7 +1947,7 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn load_step2_pair(lo: *const f32, hi: *const f32, em: u32) -> __m512 {
+            unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> __m512 {
                 // SAFETY: see the impl. Lane l picks element 2l of (a, b): a's evens, then b's.
                 unsafe {
                     let evens = _mm512_setr_epi32(
@@ -1936,7 +1959,7 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn store_pair(lo: *mut f32, hi: *mut f32, v: __m512, m: u32) {
+            unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: __m512, m: u32) {
                 // SAFETY: see the impl.
                 unsafe {
                     _mm512_mask_storeu_ps(lo, (m & 0xff) as __mmask16, v);
@@ -1944,47 +1967,47 @@ mod simd {
                 }
             }
             #[inline(always)]
-            unsafe fn blend_hi(a: __m512, b: __m512) -> __m512 {
+            fn blend_hi(self, a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_mask_mov_ps(a, 0xff00, b) }
             }
             #[inline(always)]
-            unsafe fn pin(v: __m512) -> __m512 {
+            fn pin(self, v: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { pin512(v) }
             }
             #[inline(always)]
-            unsafe fn store(p: *mut f32, v: __m512, m: u32) {
+            unsafe fn store(self, p: *mut f32, v: __m512, m: u32) {
                 // SAFETY: see the impl.
                 unsafe { _mm512_mask_storeu_ps(p, m as __mmask16, v) }
             }
             #[inline(always)]
-            unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+            fn fma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_fmadd_ps(a, b, c) }
             }
             #[inline(always)]
-            unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+            fn mul(self, a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_mul_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn add(a: __m512, b: __m512) -> __m512 {
+            fn add(self, a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_add_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn max(a: __m512, b: __m512) -> __m512 {
+            fn max(self, a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl. maxps returns the second operand when either is NaN.
                 unsafe { _mm512_max_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn min(a: __m512, b: __m512) -> __m512 {
+            fn min(self, a: __m512, b: __m512) -> __m512 {
                 // SAFETY: see the impl.
                 unsafe { _mm512_min_ps(a, b) }
             }
             #[inline(always)]
-            unsafe fn from_array(a: &[f32; 16]) -> __m512 {
+            fn of_array(self, a: &[f32; 16]) -> __m512 {
                 // SAFETY: see the impl; a holds 16 elements.
                 unsafe { _mm512_loadu_ps(a.as_ptr()) }
             }

@@ -20,10 +20,12 @@
 //! small images (7×7) where vectorising along a row would not.
 
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
-use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::SharedOut;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512};
+use crate::simd::{Scalar, Token};
 
 /// The direct convolution.
 pub struct Direct;
@@ -287,25 +289,40 @@ impl ConvAlgorithm for Direct {
         };
         let geo = Geometry::new(problem);
         let out = SharedOut::new(y);
-        match ctx.isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => frame::<16>(ctx, &geo, x, w, &out, epi, TILE_AVX512, avx512::tile),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => frame::<8>(ctx, &geo, x, w, &out, epi, TILE_PORTABLE, avx2_tile),
-            _ => frame::<8>(ctx, &geo, x, w, &out, epi, TILE_PORTABLE, |a, o, _| {
-                portable_tile::<8, false>(a, o)
-            }),
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(s) = Avx512::new(ctx.features) {
+                return frame::<_, 16>(s, ctx, &geo, x, w, &out, epi, TILE_AVX512, avx512::tile);
+            }
+            if let Some(s) = Avx2::new(ctx.features) {
+                return frame::<_, 8>(s, ctx, &geo, x, w, &out, epi, TILE_PORTABLE, avx2_tile);
+            }
         }
+        let portable =
+            |_: Scalar, a: &TileArgs<'_, 8>, o: &mut [f32], _| portable_tile::<8, false>(a, o);
+        frame::<_, 8>(
+            Scalar::new(),
+            ctx,
+            &geo,
+            x,
+            w,
+            &out,
+            epi,
+            TILE_PORTABLE,
+            portable,
+        )
     }
 }
 
-/// A tile kernel: computes `ocb × pv·L` outputs into `out` (row `o` at `o·PV_MAX·L`). The
-/// flag says whether the tap table may use gathers (false: some offset does not fit).
-type TileFn<const L: usize> = fn(&TileArgs<'_, L>, &mut [f32], bool);
+/// A tile kernel of the family of token `S` (its proof that the CPU runs it): computes
+/// `ocb × pv·L` outputs into `out` (row `o` at `o·PV_MAX·L`). The flag says whether the tap
+/// table may use gathers (false: some offset does not fit).
+type TileFn<S, const L: usize> = fn(S, &TileArgs<'_, L>, &mut [f32], bool);
 
 /// The portable frame: splits the work, builds tap tables, calls the tile kernel and stores.
 #[allow(clippy::too_many_arguments)]
-fn frame<const L: usize>(
+fn frame<S: Token, const L: usize>(
+    s: S,
     ctx: &ExecContext<'_>,
     geo: &Geometry,
     x: &[f32],
@@ -313,7 +330,7 @@ fn frame<const L: usize>(
     out: &SharedOut<'_>,
     epi: &EpilogueArgs<'_>,
     tile: DirectTile,
-    kernel: TileFn<L>,
+    kernel: TileFn<S, L>,
 ) -> Result<()> {
     let positions = geo.oh * geo.ow;
     let tile_positions = tile.pv * L;
@@ -366,7 +383,7 @@ fn frame<const L: usize>(
                 ocb,
                 pv,
             };
-            kernel(&args, acc, gather_ok);
+            kernel(s, &args, acc, gather_ok);
             store(geo, out, epi, acc, n, k_first, ocb, p0, np, L);
         }
     };
@@ -483,13 +500,12 @@ fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; 
 
 /// The portable kernel compiled for AVX2 + FMA.
 #[cfg(target_arch = "x86_64")]
-fn avx2_tile(a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
+fn avx2_tile(_: Avx2, a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
     #[target_feature(enable = "avx2,fma")]
     fn inner(a: &TileArgs<'_, 8>, out: &mut [f32]) {
         portable_tile::<8, true>(a, out)
     }
-    // SAFETY: the AVX2 kernel family is only chosen when the CPU has AVX2 and FMA
-    // (`Isa::is_available`, which the handle's cap never exceeds).
+    // SAFETY: an Avx2 token exists only where the CPU has AVX2 and FMA (`crate::simd`).
     unsafe { inner(a, out) }
 }
 
@@ -497,12 +513,12 @@ fn avx2_tile(a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{portable_tile, TileArgs, VecLoad, GATHER, PV_MAX};
+    use super::{portable_tile, Avx512, TileArgs, VecLoad, GATHER, PV_MAX};
 
     const L: usize = 16;
 
     /// The AVX-512 tile: dispatches the runtime block shape to a monomorphised kernel.
-    pub(super) fn tile(a: &TileArgs<'_, L>, out: &mut [f32], gather_ok: bool) {
+    pub(super) fn tile(s: Avx512, a: &TileArgs<'_, L>, out: &mut [f32], gather_ok: bool) {
         if !gather_ok {
             return portable_tile::<L, false>(a, out);
         }
@@ -511,10 +527,10 @@ mod avx512 {
             ($($o:literal)*) => {
                 match (a.ocb, a.pv) {
                     $(
-                        ($o, 1) => run::<$o, 1>(a, out),
-                        ($o, 2) => run::<$o, 2>(a, out),
-                        ($o, 3) => run::<$o, 3>(a, out),
-                        ($o, 4) => run::<$o, 4>(a, out),
+                        ($o, 1) => run::<$o, 1>(s, a, out),
+                        ($o, 2) => run::<$o, 2>(s, a, out),
+                        ($o, 3) => run::<$o, 3>(s, a, out),
+                        ($o, 4) => run::<$o, 4>(s, a, out),
                     )*
                     _ => unreachable!("block shape checked above"),
                 }
@@ -523,8 +539,8 @@ mod avx512 {
         dispatch!(1 2 3 4 5 6)
     }
 
-    fn run<const OCB: usize, const PV: usize>(a: &TileArgs<'_, L>, out: &mut [f32]) {
-        // SAFETY: this kernel family is only chosen when the CPU has AVX-512F.
+    fn run<const OCB: usize, const PV: usize>(_: Avx512, a: &TileArgs<'_, L>, out: &mut [f32]) {
+        // SAFETY: an Avx512 token exists only where the CPU has AVX-512F (`crate::simd`).
         unsafe { kernel::<OCB, PV>(a, out) }
     }
 

@@ -59,11 +59,13 @@ use crate::conv::{
     default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
     COST_FEATURES,
 };
-use crate::cpu::Isa;
+use crate::cpu::Features;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::SharedOut;
 use crate::runtime::Carve;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512, Token};
 
 /// Frequency bins per block: the vector width of the products (one AVX-512 register, two
 /// AVX2 ones). The data layout, and so prepared weights, do not depend on the ISA.
@@ -463,7 +465,7 @@ impl Spectral {
     ) -> Result<()> {
         assert!(dst.len() >= self.blocks * kb * self.cg * BLOCK);
         let out = SharedOut::new(dst);
-        let one = pick_filter_kernel(ctx.isa);
+        let one = pick_filter_kernel(ctx.features);
         let item = |buf: &mut FilterScratch, i: usize| {
             let (kk, c) = (i / self.cg, i % self.cg);
             let kf = g * self.kg + k0 + kk;
@@ -502,7 +504,7 @@ impl Spectral {
         let f_stride = self.r * 2 * filters;
         assert!(dst.len() >= self.v * f_stride);
         let out = SharedOut::new(dst);
-        let rows_of = pick_rows_kernel(ctx.isa);
+        let rows_of = pick_rows_kernel(ctx.features);
         let taps = self.r * self.s;
         let item = |buf: &mut FilterScratch, it: usize| {
             let i0 = it * LANES;
@@ -760,7 +762,7 @@ impl Spectral {
         let [wf, xf, _] = self.parts().expect("checked when made");
         let (wbuf, rest) = ws.split_at_mut(wf);
         let (xbuf, ybuf) = rest.split_at_mut(xf);
-        let plans = Plans::get(ctx.isa, self.nh, self.nw)?;
+        let plans = Plans::get(ctx.features, self.nh, self.nw)?;
         let out = SharedOut::new(y);
         let tiles = self.tiles();
         let mut t0 = 0;
@@ -979,9 +981,9 @@ impl Spectral {
     ) -> Result<()> {
         let (c_all, k_all) = (self.c(), self.k());
         let xb = self.per_pass * c_all * BLOCK;
-        let kernels = Kernels::for_isa(ctx.isa);
+        let kernels = Kernels::for_features(ctx.features);
         let out = SharedOut::new(&mut ybuf[..count * k_all * self.blocks * BLOCK]);
-        let fill = pick_wblock_kernel(ctx.isa);
+        let fill = pick_wblock_kernel(ctx.features);
         // Both within what `scratch` reserved: nothing is allocated per block.
         let per_block = |(tmp, wblk): &mut (Vec<f32>, Vec<f32>), b: usize| {
             tmp.resize(KB_MAX * TB_MAX * BLOCK, 0.0);
@@ -1189,39 +1191,46 @@ fn wblock_one<const FUSED: bool>(a: &WBlockArgs<'_>, out: &mut [f32]) {
 /// `$one::<true>` compiled for the widest ISA the cap allows (its body vectorised by the
 /// compiler for those target features), `$one::<false>` where FMA instructions do not exist.
 macro_rules! pick_kernel {
-    ($isa:expr, $one:ident, |$($arg:ident: $ty:ty),*|) => {
-        match $isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => |$($arg),*| {
-                #[target_feature(enable = "avx512f")]
-                fn inner($($arg: $ty),*) {
-                    $one::<true>($($arg),*)
-                }
-                // SAFETY: this family is only chosen when the CPU has AVX-512F.
-                unsafe { inner($($arg),*) }
-            },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => |$($arg),*| {
-                #[target_feature(enable = "avx2,fma")]
-                fn inner($($arg: $ty),*) {
-                    $one::<true>($($arg),*)
-                }
-                // SAFETY: this family is only chosen when the CPU has AVX2 and FMA.
-                unsafe { inner($($arg),*) }
-            },
-            _ => $one::<false>,
+    ($features:expr, $one:ident, |$($arg:ident: $ty:ty),*|) => {{
+        let features: Features = $features;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Avx512::new(features).is_some() {
+                return |$($arg),*| {
+                    #[target_feature(enable = "avx512f")]
+                    fn inner($($arg: $ty),*) {
+                        $one::<true>($($arg),*)
+                    }
+                    // SAFETY: chosen only where an Avx512 token was made (above): the CPU has
+                    // AVX-512F.
+                    unsafe { inner($($arg),*) }
+                };
+            }
+            if Avx2::new(features).is_some() {
+                return |$($arg),*| {
+                    #[target_feature(enable = "avx2,fma")]
+                    fn inner($($arg: $ty),*) {
+                        $one::<true>($($arg),*)
+                    }
+                    // SAFETY: chosen only where an Avx2 token was made (above): the CPU has
+                    // AVX2 and FMA.
+                    unsafe { inner($($arg),*) }
+                };
+            }
         }
-    };
+        let _ = features;
+        $one::<false>
+    }};
 }
 
 /// [`wblock_one`] compiled for the widest ISA the cap allows.
-fn pick_wblock_kernel(isa: Isa) -> fn(&WBlockArgs<'_>, &mut [f32]) {
-    pick_kernel!(isa, wblock_one, |a: &WBlockArgs<'_>, o: &mut [f32]|)
+fn pick_wblock_kernel(features: Features) -> fn(&WBlockArgs<'_>, &mut [f32]) {
+    pick_kernel!(features, wblock_one, |a: &WBlockArgs<'_>, o: &mut [f32]|)
 }
 
 /// [`rows16_one`] compiled for the widest ISA the cap allows.
-fn pick_rows_kernel(isa: Isa) -> fn(&FilterTables, usize, &mut FilterScratch) {
-    pick_kernel!(isa, rows16_one, |t: &FilterTables, v: usize, b: &mut FilterScratch|)
+fn pick_rows_kernel(features: Features) -> fn(&FilterTables, usize, &mut FilterScratch) {
+    pick_kernel!(features, rows16_one, |t: &FilterTables, v: usize, b: &mut FilterScratch|)
 }
 
 /// The row stage for sixteen filters, one per lane: `b.taps` (\[r\]\[s\]\[16\]) into `b.run`
@@ -1251,8 +1260,8 @@ fn rows16_one<const FUSED: bool>(t: &FilterTables, v: usize, b: &mut FilterScrat
 }
 
 /// The filter transform compiled for the widest ISA the cap allows.
-fn pick_filter_kernel(isa: Isa) -> fn(&FilterTables, &mut FilterScratch) {
-    pick_kernel!(isa, filter_one, |t: &FilterTables, b: &mut FilterScratch|)
+fn pick_filter_kernel(features: Features) -> fn(&FilterTables, &mut FilterScratch) {
+    pick_kernel!(features, filter_one, |t: &FilterTables, b: &mut FilterScratch|)
 }
 
 /// The separable DFT of one filter (`b.taps`) into `b.chunks`; plain Rust on fixed-size
@@ -1432,9 +1441,13 @@ impl Plans {
     /// # Errors
     /// [`Error::OutOfMemory`] when the cache cannot grow. (The plans themselves are
     /// rustfft's, allocated by its planner: see [`crate::alloc`].)
-    fn get(isa: Isa, nh: usize, nw: usize) -> Result<Plans> {
+    fn get(features: Features, nh: usize, nw: usize) -> Result<Plans> {
         static CACHE: OnceLock<PlanCache> = OnceLock::new();
-        let avx = isa >= Isa::Avx2;
+        #[cfg(target_arch = "x86_64")]
+        let avx = Avx2::new(features).is_some();
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx = false;
+        let _ = features;
         let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
         let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
         crate::alloc::try_reserve_map(&mut cache, 4, "the transform plan cache")?;
@@ -1512,28 +1525,33 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn for_isa(isa: Isa) -> Kernels {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Kernels {
-                kb1: 12,
-                kbn: 4,
-                tb: 3,
-                run: avx512::run,
-            },
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Kernels {
-                kb1: 6,
-                kbn: 3,
-                tb: 2,
-                run: avx2::run,
-            },
-            _ => Kernels {
-                kb1: 4,
-                kbn: 4,
-                tb: 2,
-                run: portable,
-            },
+    /// The widest family whose token the usable `features` make.
+    fn for_features(features: Features) -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Avx512::new(features).is_some() {
+                return Kernels {
+                    kb1: 12,
+                    kbn: 4,
+                    tb: 3,
+                    run: avx512::run,
+                };
+            }
+            if Avx2::new(features).is_some() {
+                return Kernels {
+                    kb1: 6,
+                    kbn: 3,
+                    tb: 2,
+                    run: avx2::run,
+                };
+            }
+        }
+        let _ = features;
+        Kernels {
+            kb1: 4,
+            kbn: 4,
+            tb: 2,
+            run: portable,
         }
     }
     fn kb(&self, tiles: usize) -> usize {
@@ -1592,8 +1610,9 @@ macro_rules! product_family {
             a.check(y);
             match (a.kb, a.tb) {
                 $(($k, $t) => {
-                    // SAFETY: this family is only chosen when the CPU has its target features,
-                    // and the accesses were bounds-checked above.
+                    // SAFETY: this family is only chosen where a token of its target features
+                    // was made (`Kernels::for_features`), and the accesses were bounds-checked
+                    // above.
                     unsafe { call::<$k, $t>(a, y) }
                 })*
                 _ => unreachable!("block shape {}x{} outside the family", a.kb, a.tb),

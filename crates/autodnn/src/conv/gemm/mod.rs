@@ -38,7 +38,7 @@ pub(crate) use implicit_fwd::IMPLICIT_GEMM;
 use crate::conv::{
     default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
 };
-use crate::cpu::Isa;
+use crate::cpu::Features;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::gemm::{self, PackA, PackB, StridedMatrix};
@@ -403,7 +403,12 @@ impl Geometry {
 
     /// When [`Geometry::x_is_matrix`]: the block's patches read in place from x, as the
     /// engine operand of the frame.
-    pub fn x_matrix<'a>(&self, x: &'a [f32], b: &Block, isa: Isa) -> StridedMatrix<'a, f32> {
+    pub fn x_matrix<'a>(
+        &self,
+        x: &'a [f32],
+        b: &Block,
+        features: Features,
+    ) -> StridedMatrix<'a, f32> {
         debug_assert!(self.x_is_matrix);
         let base = self.x_base(b) + (b.p0 / self.ow) * self.xs[2] + (b.p0 % self.ow) * self.xs[3];
         let m = match self.frame {
@@ -415,7 +420,7 @@ impl Geometry {
             }
         };
         m.expect("inside x: the problem's descriptors were checked against x")
-            .for_isa(isa)
+            .for_features(features)
     }
 
     /// Writes `dst[l]` = the input tap `tap` sees at output row `oh` (window origin row
@@ -515,7 +520,11 @@ impl Geometry {
             }
             Ok(())
         } else {
-            let strip = if ctx.isa == Isa::Avx512 { STRIP } else { np };
+            let strip = if ctx.features.contains_all(Features::AVX512F) {
+                STRIP
+            } else {
+                np
+            };
             let parts = if parallel { ctx.threads * 4 } else { 1 };
             let rows = self.depth.div_ceil(parts);
             let fill = |(i, part): (usize, &mut [f32])| -> Result<()> {
@@ -529,7 +538,7 @@ impl Geometry {
                         let n = strip.min(np - at);
                         let dst = &mut rows[at..];
                         self.pack_strip(
-                            ctx.isa,
+                            ctx.features,
                             x,
                             xbase,
                             b.p0 + at,
@@ -555,7 +564,12 @@ impl Geometry {
 
     /// The block's im2col buffer (see [`Geometry::im2col`]) as the engine operand of the
     /// frame.
-    pub fn col_matrix<'a>(&self, col: &'a [f32], np: usize, isa: Isa) -> StridedMatrix<'a, f32> {
+    pub fn col_matrix<'a>(
+        &self,
+        col: &'a [f32],
+        np: usize,
+        features: Features,
+    ) -> StridedMatrix<'a, f32> {
         let k = self.depth;
         // (position stride, tap stride) in the buffer.
         let (ps, ts) = if self.channels_inner { (k, 1) } else { (1, np) };
@@ -563,7 +577,7 @@ impl Geometry {
             Frame::Positions => StridedMatrix::new(col, np, k, ps, ts),
             Frame::Channels => StridedMatrix::new(col, k, np, ts, ps),
         };
-        m.expect("the block fits the buffer").for_isa(isa)
+        m.expect("the block fits the buffer").for_features(features)
     }
 
     /// Writes taps `t0 .. t0 + dst.len()` of output position `p` to `dst` (fewer when the
@@ -649,7 +663,7 @@ impl Geometry {
     #[allow(clippy::too_many_arguments)]
     fn pack_strip(
         &self,
-        isa: Isa,
+        features: Features,
         x: &[f32],
         xbase: usize,
         start: usize,
@@ -666,7 +680,7 @@ impl Geometry {
         assert!(n <= width && dst.len() >= (taps.len() - 1) * ld + width);
         let mut segs = std::mem::take(&mut sc.segs);
         self.segments(start, n, usize::MAX, &mut segs);
-        self.pack_strip_segs(isa, x, xbase, n, width, taps, dst, ld, &segs, sc);
+        self.pack_strip_segs(features, x, xbase, n, width, taps, dst, ld, &segs, sc);
         sc.segs = segs;
     }
 
@@ -674,7 +688,7 @@ impl Geometry {
     #[allow(clippy::too_many_arguments)]
     fn pack_strip_segs(
         &self,
-        isa: Isa,
+        features: Features,
         x: &[f32],
         xbase: usize,
         n: usize,
@@ -686,15 +700,15 @@ impl Geometry {
         sc: &mut StripScratch,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if isa == Isa::Avx512 && width <= STRIP {
+        if features.contains_all(Features::AVX512F) && width <= STRIP {
             // Only the windows these taps use are described; taps whose windows would be far
             // more than the taps (a kernel of 10^6 windows, a depth block across a channel
             // or kernel-row boundary) are packed in pieces.
             if let Some(k) = self.window_split(taps) {
                 let (a, b) = taps.split_at(k);
-                self.pack_strip_segs(isa, x, xbase, n, width, a, dst, ld, segs, sc);
+                self.pack_strip_segs(features, x, xbase, n, width, a, dst, ld, segs, sc);
                 let rest = &mut dst[k * ld..];
-                return self.pack_strip_segs(isa, x, xbase, n, width, b, rest, ld, segs, sc);
+                return self.pack_strip_segs(features, x, xbase, n, width, b, rest, ld, segs, sc);
             }
             let win0 = taps.iter().map(|t| t.win).min().unwrap_or(0);
             let win1 = taps.iter().map(|t| t.win).max().unwrap_or(0);
@@ -710,7 +724,7 @@ impl Geometry {
                 return avx512::fill_rows(x, xbase, taps, loads, win0, step, dst, ld, width);
             }
         }
-        let _ = (isa, &sc);
+        let _ = (features, &sc);
         for (i, tap) in taps.iter().enumerate() {
             let row = &mut dst[i * ld..i * ld + width];
             for sg in segs {
@@ -947,8 +961,8 @@ mod avx512 {
         assert!(taps
             .iter()
             .all(|t| t.win >= win0 && t.win - win0 < loads.len()));
-        // SAFETY: the AVX-512 packer is chosen only under an Avx512 cap, which the handle
-        // never sets above what the CPU has; the caller asserted that every enabled lane's
+        // SAFETY: the AVX-512 packer is chosen only when the usable features (always within
+        // the detected ones) include AVX-512F; the caller asserted that every enabled lane's
         // element lies inside x (largest channel base + largest load offset < x.len()), and
         // rows are inside dst (asserted above).
         unsafe {
@@ -1050,7 +1064,7 @@ pub(crate) struct Patches<'a> {
     pub x: &'a [f32],
     pub block: Block,
     /// The kernel family packing may use.
-    pub isa: Isa,
+    pub features: Features,
 }
 
 impl PackA for Patches<'_> {
@@ -1071,7 +1085,16 @@ impl PackA for Patches<'_> {
             let start = self.block.p0 + i0 + q * mr;
             let n = mr.min(mc - q * mr);
             geo.pack_strip(
-                self.isa, self.x, xbase, start, n, mr, taps, panel, mr, &mut sc,
+                self.features,
+                self.x,
+                xbase,
+                start,
+                n,
+                mr,
+                taps,
+                panel,
+                mr,
+                &mut sc,
             );
         }
         Ok(())
@@ -1091,7 +1114,7 @@ impl PackB for Patches<'_> {
         let geo = self.geo;
         let xbase = geo.x_base(&self.block);
         let taps = &geo.taps[p0..p0 + kc];
-        let tr = crate::gemm::transposer_for(self.isa).filter(|t| t.max_w >= nr);
+        let tr = crate::gemm::transposer_for(self.features).filter(|t| t.max_w >= nr);
         let chunk = tr.map_or(16, |t| t.strip);
         let what = "the patch packer's scratch";
         let (mut sc, mut tmp, mut origins) = if geo.channels_inner {
@@ -1109,7 +1132,16 @@ impl PackB for Patches<'_> {
             if !geo.channels_inner {
                 // A panel row is one tap of nr positions: the strip packer's format.
                 geo.pack_strip(
-                    self.isa, self.x, xbase, start, valid, nr, taps, panel, nr, &mut sc,
+                    self.features,
+                    self.x,
+                    xbase,
+                    start,
+                    valid,
+                    nr,
+                    taps,
+                    panel,
+                    nr,
+                    &mut sc,
                 );
                 continue;
             }
@@ -1178,7 +1210,7 @@ impl Geometry {
                         + rem as i64) as usize;
                     let ld = self.stride[1] as usize * self.xs[3];
                     let src = &x[src..src + (nr - 1) * ld + n];
-                    // SAFETY: the family's ISA is this CPU's (transposer_for caps it); nr ≤
+                    // SAFETY: the family's features are this CPU's (transposer_for caps them); nr ≤
                     // max_w rows of `strip` = n floats, ld apart, all inside `src` (a checked
                     // slice); `out` holds strip · nr floats.
                     unsafe { (tr.run)(src.as_ptr(), ld, nr, out.as_mut_ptr()) };
@@ -1308,7 +1340,7 @@ fn pack_rows_twice(
             let start = base + r0 * ks + p0 + c;
             let src = &w[start..start + (mr - 1) * ks + sw];
             let (lo, hi) = halves.split_at_mut(sw * sw);
-            // SAFETY: the family's ISA is this CPU's (transposer_for caps it); each call
+            // SAFETY: the family's features are this CPU's (transposer_for caps them); each call
             // reads sw ≤ max_w rows of `strip` floats, ks apart, inside `src` (a checked
             // slice of rows 0 .. mr); `lo` and `hi` hold strip · sw floats each.
             unsafe {
@@ -1440,7 +1472,7 @@ impl PackedFilter<'_> {
 
 impl Geometry {
     /// Group g's plain filter as the engine operand of the frame.
-    pub fn filter<'a>(&'a self, w: &'a [f32], g: usize, isa: Isa) -> Filter<'a> {
+    pub fn filter<'a>(&'a self, w: &'a [f32], g: usize, features: Features) -> Filter<'a> {
         let base = g * self.kg * self.ws[0];
         if self.filter_contiguous {
             let (k, ks) = (self.depth, self.ws[0]);
@@ -1449,16 +1481,16 @@ impl Geometry {
                 Frame::Positions => Filter::Strided(
                     StridedMatrix::new(&w[base..], k, self.kg, 1, ks)
                         .expect(inside)
-                        .for_isa(isa),
+                        .for_features(features),
                 ),
                 Frame::Channels => Filter::Rows {
                     m: StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
                         .expect(inside)
-                        .for_isa(isa),
+                        .for_features(features),
                     w,
                     base,
                     ks,
-                    tr: crate::gemm::transposer_for(isa),
+                    tr: crate::gemm::transposer_for(features),
                 },
             }
         } else {
@@ -1504,13 +1536,13 @@ impl Geometry {
         }))
     }
 
-    /// The filter packed once into the engine's panels for the kernel family of `isa`: a
+    /// The filter packed once into the engine's panels for the kernel family of `features`: a
     /// header, then every group's panels.
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
-    pub fn prepare(&self, w: &[f32], isa: Isa) -> Result<Vec<f32>> {
-        let bl = gemm::blocking_for(isa);
+    pub fn prepare(&self, w: &[f32], features: Features) -> Result<Vec<f32>> {
+        let bl = gemm::blocking_with(features);
         let width = match self.frame {
             Frame::Positions => bl.nr,
             Frame::Channels => bl.mr,
@@ -1533,7 +1565,7 @@ impl Geometry {
             .chunks_exact_mut(self.depth * padded)
             .enumerate()
         {
-            let f = self.filter(w, g, isa);
+            let f = self.filter(w, g, features);
             let mut t0 = 0;
             while t0 < self.depth {
                 let kt = kcb.min(self.depth - t0);
@@ -1690,7 +1722,7 @@ impl ConvAlgorithm for GemmConv {
         problem: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        Geometry::new(problem)?.prepare(w, ctx.isa).map(Some)
+        Geometry::new(problem)?.prepare(w, ctx.features).map(Some)
     }
 
     fn run(
@@ -1704,7 +1736,7 @@ impl ConvAlgorithm for GemmConv {
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
         let geo = Geometry::new(problem)?;
-        let isa = ctx.isa;
+        let features = ctx.features;
         let copied = self.copied_positions(&geo);
         let (bp, col) = match copied {
             Some(bp) => (bp, Carve::new(workspace).take::<f32>(geo.depth * bp)?),
@@ -1712,15 +1744,15 @@ impl ConvAlgorithm for GemmConv {
         };
         for block in geo.blocks(bp)? {
             let filter = match w {
-                AlgoWeights::Plain(w) => geo.filter(w, block.g, isa),
+                AlgoWeights::Plain(w) => geo.filter(w, block.g, features),
                 AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g)?,
             };
             if geo.x_is_matrix || copied.is_some() {
                 let m = if geo.x_is_matrix {
-                    geo.x_matrix(x, &block, isa)
+                    geo.x_matrix(x, &block, features)
                 } else {
                     geo.im2col(ctx, x, &block, col)?;
-                    geo.col_matrix(col, block.np, isa)
+                    geo.col_matrix(col, block.np, features)
                 };
                 let patches = match geo.frame {
                     Frame::Positions => Operand::A(&m),
@@ -1732,7 +1764,7 @@ impl ConvAlgorithm for GemmConv {
                     geo: &geo,
                     x,
                     block,
-                    isa,
+                    features,
                 };
                 let operand = match geo.frame {
                     Frame::Positions => Operand::A(&patches),

@@ -79,12 +79,12 @@ use crate::conv::{
     default_cost_features, Accuracy, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext,
     COST_FEATURES,
 };
-use crate::cpu::Isa;
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::SharedOut;
 use crate::runtime::Carve;
-use simd::{micro_kernel_n, Family, Portable, Simd, CB, KP};
+use crate::simd::Token;
+use simd::{micro_kernel_n, Family, Scalar, Simd, CB, KP};
 
 pub(crate) use f2x2::F2x2;
 pub(crate) use f4x4::F4x4;
@@ -412,22 +412,16 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
         let plan = self.plan(problem)?;
-        match ctx.isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                if let Some(s) = simd::Avx512::new() {
-                    return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
-                }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(s) = simd::Avx512::new(ctx.features) {
+                return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
             }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                if let Some(s) = Portable::<true>::avx2() {
-                    return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
-                }
+            if let Some(s) = simd::Avx2::new(ctx.features) {
+                return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
             }
-            _ => {}
         }
-        frame::<_, T>(Portable::new(), ctx, &plan, x, w, y, workspace, epi)
+        frame::<_, T>(Scalar::new(), ctx, &plan, x, w, y, workspace, epi)
     }
 }
 
@@ -1064,7 +1058,7 @@ mod tests {
     /// The butterflies compute Bᵀ·d and Aᵀ·m exactly as the matrices say.
     #[allow(clippy::needless_range_loop)] // rows of the matrices and of the results together
     fn butterflies_match<T: Tile>() {
-        let s = Portable::<false>::new();
+        let s = Scalar::new();
         let a = T::A;
         for trial in 0..=a {
             // Unit vectors pick out columns; a dense vector checks the sums.

@@ -1,5 +1,5 @@
-//! The vector layer of the Winograd algorithms: a small SIMD abstraction ([`Simd`]), its
-//! AVX-512 and portable implementations, and the transformed-domain micro-kernel.
+//! The vector layer of the Winograd algorithms: their vector operations ([`Simd`]) on the
+//! crate's capability tokens ([`crate::simd`]), and the transformed-domain micro-kernel.
 //!
 //! A [`Simd`] value is a capability token: holding one proves the CPU runs its instructions,
 //! so its methods are safe. The transforms and the micro-kernel are written once, generically,
@@ -12,15 +12,20 @@
 //! weights) are therefore the same under every instruction-set cap.
 
 use super::{self as winograd, FilterArgs, InputArgs, OutputArgs, Tile};
+pub(crate) use crate::simd::Scalar;
+use crate::simd::Token;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use crate::simd::{Avx2, Avx512};
 
 /// Channels per block in every transformed-domain layout (one 64-byte line of f32).
 pub(crate) const CB: usize = 16;
 /// Output channels per panel of the transformed filter (the micro-kernel's rows).
 pub(crate) const KP: usize = 32;
 
-/// Vector operations on `LANES` f32 lanes. The implementing type is a zero-sized token that
-/// exists only when the CPU supports the instructions its methods use.
-pub(crate) trait Simd: Copy + Send + Sync {
+/// Vector operations on `LANES` f32 lanes. The implementing type is a capability token
+/// ([`crate::simd::Token`]) that exists only when the CPU supports the instructions its
+/// methods use.
+pub(crate) trait Simd: Token {
     /// The vector type.
     type V: Copy;
     /// Lanes per vector (a divisor of [`CB`]).
@@ -143,80 +148,72 @@ macro_rules! family_entries {
     };
 }
 
-/// The portable family: eight lanes of plain Rust, which the compiler vectorises for the
-/// baseline target (`FUSED = false`) or, compiled with AVX2 and FMA enabled, for AVX2
-/// (`FUSED = true`: `mul_add` is one instruction there, a slow library call elsewhere).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Portable<const FUSED: bool>(());
-
-impl Portable<false> {
-    /// The portable family; runs everywhere.
-    pub(crate) fn new() -> Self {
-        Portable(())
-    }
-}
-
-impl Portable<true> {
-    /// The AVX2 + FMA family, when this CPU has both.
-    pub(crate) fn avx2() -> Option<Self> {
-        crate::cpu::Isa::Avx2.is_available().then_some(Portable(()))
-    }
-}
-
-impl<const FUSED: bool> Simd for Portable<FUSED> {
-    type V = [f32; 8];
-    const LANES: usize = 8;
-    const NR_MAX: usize = 6;
-    #[inline(always)]
-    fn zero(self) -> [f32; 8] {
-        [0.0; 8]
-    }
-    #[inline(always)]
-    fn splat(self, x: f32) -> [f32; 8] {
-        [x; 8]
-    }
-    #[inline(always)]
-    fn load(self, src: &[f32]) -> [f32; 8] {
-        src[..8].try_into().unwrap()
-    }
-    #[inline(always)]
-    fn store(self, v: [f32; 8], dst: &mut [f32]) {
-        dst[..8].copy_from_slice(&v);
-    }
-    #[inline(always)]
-    fn add(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
-        std::array::from_fn(|i| a[i] + b[i])
-    }
-    #[inline(always)]
-    fn sub(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
-        std::array::from_fn(|i| a[i] - b[i])
-    }
-    #[inline(always)]
-    fn mul(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
-        std::array::from_fn(|i| a[i] * b[i])
-    }
-    #[inline(always)]
-    fn fma(self, a: [f32; 8], b: [f32; 8], c: [f32; 8]) -> [f32; 8] {
-        if FUSED {
-            std::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
-        } else {
-            std::array::from_fn(|i| a[i] * b[i] + c[i])
+/// The 8-lane families: plain Rust on lane arrays, which the compiler vectorises for the
+/// baseline target ([`Scalar`], `FUSED = false`) or, compiled with AVX2 and FMA enabled, for
+/// AVX2 ([`Avx2`], `FUSED = true`: `mul_add` is one instruction there, a slow library call
+/// elsewhere).
+macro_rules! lane_array_simd {
+    ($ty:ty, $fused:literal) => {
+        impl Simd for $ty {
+            type V = [f32; 8];
+            const LANES: usize = 8;
+            const NR_MAX: usize = 6;
+            #[inline(always)]
+            fn zero(self) -> [f32; 8] {
+                [0.0; 8]
+            }
+            #[inline(always)]
+            fn splat(self, x: f32) -> [f32; 8] {
+                [x; 8]
+            }
+            #[inline(always)]
+            fn load(self, src: &[f32]) -> [f32; 8] {
+                src[..8].try_into().unwrap()
+            }
+            #[inline(always)]
+            fn store(self, v: [f32; 8], dst: &mut [f32]) {
+                dst[..8].copy_from_slice(&v);
+            }
+            #[inline(always)]
+            fn add(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+                std::array::from_fn(|i| a[i] + b[i])
+            }
+            #[inline(always)]
+            fn sub(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+                std::array::from_fn(|i| a[i] - b[i])
+            }
+            #[inline(always)]
+            fn mul(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+                std::array::from_fn(|i| a[i] * b[i])
+            }
+            #[inline(always)]
+            fn fma(self, a: [f32; 8], b: [f32; 8], c: [f32; 8]) -> [f32; 8] {
+                if $fused {
+                    std::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
+                } else {
+                    std::array::from_fn(|i| a[i] * b[i] + c[i])
+                }
+            }
+            #[inline(always)]
+            unsafe fn load_ptr(self, p: *const f32) -> [f32; 8] {
+                // SAFETY: the caller guarantees 8 readable floats at p.
+                unsafe { p.cast::<[f32; 8]>().read_unaligned() }
+            }
+            #[inline(always)]
+            unsafe fn store_ptr(self, v: [f32; 8], p: *mut f32) {
+                // SAFETY: the caller guarantees 8 writable floats at p, used by this thread only.
+                unsafe { p.cast::<[f32; 8]>().write_unaligned(v) }
+            }
         }
-    }
-    #[inline(always)]
-    unsafe fn load_ptr(self, p: *const f32) -> [f32; 8] {
-        // SAFETY: the caller guarantees 8 readable floats at p.
-        unsafe { p.cast::<[f32; 8]>().read_unaligned() }
-    }
-    #[inline(always)]
-    unsafe fn store_ptr(self, v: [f32; 8], p: *mut f32) {
-        // SAFETY: the caller guarantees 8 writable floats at p, used by this thread only.
-        unsafe { p.cast::<[f32; 8]>().write_unaligned(v) }
-    }
+    };
 }
+
+lane_array_simd!(Scalar, false);
+#[cfg(target_arch = "x86_64")]
+lane_array_simd!(Avx2, true);
 
 /// The portable family runs the generic code as compiled for the baseline target.
-impl Family for Portable<false> {
+impl Family for Scalar {
     fn input_item<T: Tile>(self, a: &InputArgs<'_>, cb: usize, v: &mut [f32], xc: &mut [f32]) {
         winograd::input_item::<Self, T>(self, a, cb, v, xc)
     }
@@ -229,28 +226,15 @@ impl Family for Portable<false> {
 }
 
 #[cfg(target_arch = "x86_64")]
-family_entries!(Portable<true>, "avx2,fma");
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) use avx512::Avx512;
+family_entries!(Avx2, "avx2,fma");
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::Simd;
+    use super::{Avx512, Simd};
 
     /// The AVX-512 family: 16 lanes, a 32 × 12 register tile.
-    #[derive(Debug, Clone, Copy)]
-    pub(crate) struct Avx512(());
-
-    impl Avx512 {
-        /// The AVX-512 family, when this CPU has AVX-512F.
-        pub(crate) fn new() -> Option<Self> {
-            crate::cpu::Isa::Avx512.is_available().then_some(Avx512(()))
-        }
-    }
-
     impl Simd for Avx512 {
         type V = __m512;
         const LANES: usize = 16;
@@ -258,7 +242,7 @@ mod avx512 {
         #[inline(always)]
         fn zero(self) -> __m512 {
             // SAFETY (every intrinsic of this impl): an Avx512 token exists only when the
-            // CPU has AVX-512F (`Avx512::new`).
+            // CPU has AVX-512F (`crate::simd::Avx512`).
             unsafe { _mm512_setzero_ps() }
         }
         #[inline(always)]

@@ -3,7 +3,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, Tile, Transposer};
+use super::{update_general, KernelSet, PackFormat, Tile, Transposer};
+use crate::cpu::Features;
+use crate::desc::DataType;
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
 
@@ -15,6 +17,10 @@ const NR: usize = 6;
 pub(crate) fn kernel_set() -> KernelSet {
     KernelSet {
         name: "avx2-16x6",
+        requires: Features::AVX2_FMA,
+        operand: DataType::F32,
+        accumulator: DataType::F32,
+        packing: PackFormat::F32Panels,
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel::<MV, NR>,
         edge: &[],
@@ -30,8 +36,8 @@ fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
     fn inner(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
         e.apply_tile(t, i0, j0)
     }
-    // SAFETY: this family is only chosen when the CPU has AVX2 and FMA (kernel_set never
-    // exceeds Isa::best_available).
+    // SAFETY: this family is only chosen when the CPU has AVX2 and FMA (kernel_set picks it
+    // only where its `requires` are detected and usable).
     unsafe { inner(e, t, i0, j0) }
 }
 

@@ -5,7 +5,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, Tile, Transposer};
+use super::{update_general, KernelSet, PackFormat, Tile, Transposer};
+use crate::cpu::Features;
+use crate::desc::DataType;
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
 
@@ -17,6 +19,10 @@ const NR: usize = 14;
 pub(crate) fn kernel_set() -> KernelSet {
     KernelSet {
         name: "avx512-32x14",
+        requires: Features::AVX512F,
+        operand: DataType::F32,
+        accumulator: DataType::F32,
+        packing: PackFormat::F32Panels,
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel::<MV, NR, NR>,
         edge: &EDGE,
@@ -32,8 +38,8 @@ fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
     fn inner(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
         e.apply_tile(t, i0, j0)
     }
-    // SAFETY: this family is only chosen when the CPU has AVX-512F (kernel_set never
-    // exceeds Isa::best_available).
+    // SAFETY: this family is only chosen when the CPU has AVX-512F (kernel_set picks it
+    // only where its `requires` are detected and usable).
     unsafe { inner(e, t, i0, j0) }
 }
 

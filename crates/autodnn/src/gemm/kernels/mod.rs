@@ -6,9 +6,12 @@
 //! as `C = alpha·acc + beta·C`, never reading C when beta is 0. The portable frame
 //! ([`super::loops`]) does everything else.
 //!
-//! A kernel family ([`KernelSet`]) is the micro-kernel, its block sizes and the epilogue
-//! compiled for the same instruction set. [`kernel_set`] returns the family for an ISA cap:
-//! the widest this build has at or below the cap, ending at the portable one.
+//! A kernel family ([`KernelSet`]) is data: the processor features it needs
+//! ([`KernelSet::requires`]), its operand and accumulator types, the packing format of its
+//! panels ([`PackFormat`]), the micro-kernel, its block sizes and the epilogue compiled for
+//! the same features. [`table`] lists the families of this build by preference, ending at the
+//! portable one (which needs nothing); [`kernel_set`] returns the first whose requirements
+//! the usable features meet.
 
 pub(crate) mod scalar;
 
@@ -21,7 +24,8 @@ use std::sync::OnceLock;
 
 use super::blocking::Blocking;
 use super::epilogue::{FrameEpilogue, TileView};
-use crate::cpu::Isa;
+use crate::cpu::Features;
+use crate::desc::DataType;
 
 /// The arguments of one micro-kernel call.
 #[derive(Debug, Clone, Copy)]
@@ -90,11 +94,30 @@ pub(crate) struct Transposer {
     pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32),
 }
 
-/// A kernel family: the micro-kernel, its block sizes, the epilogue for the same ISA.
+/// How a family's packed A and B panels hold their elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PackFormat {
+    /// f32 micro-panels: A's `MR` rows and B's `NR` columns contiguous per depth step. (A
+    /// bf16 format with depth pairs interleaved, as AVX512-BF16 and AMX dot products read,
+    /// would be a second variant.)
+    F32Panels,
+}
+
+/// A kernel family: the features it needs, its types and packing, the micro-kernel, its
+/// block sizes, the epilogue for the same features.
 #[derive(Debug)]
 pub(crate) struct KernelSet {
     /// A name for logs and benchmarks, e.g. `avx512-32x14`.
     pub name: &'static str,
+    /// The processor features its kernels use; the family is chosen only where all are
+    /// usable.
+    pub requires: Features,
+    /// Element type of the packed operands the micro-kernel reads.
+    pub operand: DataType,
+    /// Element type of its accumulators.
+    pub accumulator: DataType,
+    /// How its A and B panels are packed.
+    pub packing: PackFormat,
     /// Register tile and cache blocks.
     pub blocking: Blocking,
     /// The micro-kernel.
@@ -116,26 +139,42 @@ pub(crate) struct KernelSet {
     pub packs_a: bool,
 }
 
-fn build(isa: Isa) -> KernelSet {
-    let set = match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => avx512::kernel_set(),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => avx2::kernel_set(),
-        _ => scalar::kernel_set(),
-    };
-    KernelSet {
-        blocking: set.blocking.with_env_override(),
-        ..set
-    }
+/// This build's kernel families, most preferred first; the last, the portable family, needs
+/// no feature. Block sizes include the `AUTODNN_GEMM_*` overrides.
+pub(crate) fn table() -> &'static [KernelSet] {
+    static SETS: OnceLock<Vec<KernelSet>> = OnceLock::new();
+    SETS.get_or_init(|| {
+        let sets = [
+            #[cfg(target_arch = "x86_64")]
+            avx512::kernel_set(),
+            #[cfg(target_arch = "x86_64")]
+            avx2::kernel_set(),
+            scalar::kernel_set(),
+        ];
+        sets.into_iter()
+            .map(|set| KernelSet {
+                blocking: set.blocking.with_env_override(),
+                ..set
+            })
+            .collect()
+    })
 }
 
-/// The kernel family for an ISA cap (the handle's cap never exceeds what the CPU has).
-pub(crate) fn kernel_set(isa: Isa) -> &'static KernelSet {
-    static SETS: OnceLock<[KernelSet; 3]> = OnceLock::new();
-    let sets = SETS.get_or_init(|| Isa::ALL.map(build));
-    let isa = isa.min(Isa::best_available());
-    &sets[Isa::ALL.iter().position(|&i| i == isa).unwrap_or(0)]
+/// The f32 kernel family for the usable `features`: the first in [`table`] whose
+/// requirements they meet. Features this CPU lacks are ignored, so the family chosen always
+/// runs here.
+pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
+    let usable = features.intersection(Features::detected());
+    let sets = table();
+    // The frame (`super::loops`) packs f32 panels and accumulates in f32.
+    let f32_frame = |s: &KernelSet| {
+        s.operand == DataType::F32
+            && s.accumulator == DataType::F32
+            && s.packing == PackFormat::F32Panels
+    };
+    sets.iter()
+        .find(|s| f32_frame(s) && usable.contains_all(s.requires))
+        .unwrap_or(&sets[sets.len() - 1])
 }
 
 /// Updates C from an accumulator tile stored column-major with leading dimension `mr`
@@ -161,5 +200,29 @@ pub(crate) unsafe fn update_general<const FUSED: bool>(acc: &[f32], mr: usize, t
                 t.beta * *c + ab
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Isa;
+
+    #[test]
+    fn the_table_ends_portable_and_selection_respects_requirements() {
+        let sets = table();
+        assert!(sets.last().unwrap().requires.is_empty());
+        for isa in Isa::ALL {
+            let usable = isa.usable();
+            let ks = kernel_set(usable);
+            assert!(usable.contains_all(ks.requires));
+            // The first usable entry of the table, never one it lists later.
+            let first = sets.iter().position(|s| usable.contains_all(s.requires));
+            assert_eq!(first.map(|i| sets[i].name), Some(ks.name));
+        }
+        // Features this CPU lacks never choose a family it cannot run.
+        let ks = kernel_set(Features::all());
+        assert!(Features::detected().contains_all(ks.requires));
+        assert_eq!(kernel_set(Features::empty()).name, "scalar-8x4");
     }
 }

@@ -2,7 +2,9 @@
 //! runs everywhere. The compiler vectorises the fixed-size accumulator loops for whatever
 //! the target's baseline offers (SSE2 on x86-64, NEON on AArch64).
 
-use super::{update_general, KernelSet, Tile};
+use super::{update_general, KernelSet, PackFormat, Tile};
+use crate::cpu::Features;
+use crate::desc::DataType;
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
 
@@ -13,6 +15,10 @@ const NR: usize = 4;
 pub(crate) fn kernel_set() -> KernelSet {
     KernelSet {
         name: "scalar-8x4",
+        requires: Features::EMPTY,
+        operand: DataType::F32,
+        accumulator: DataType::F32,
+        packing: PackFormat::F32Panels,
         blocking: Blocking::for_tile(MR, NR, ASSUMED_CACHES),
         ukr: kernel,
         edge: &[],

@@ -1,0 +1,118 @@
+//! The crate's SIMD style: capability tokens.
+//!
+//! A token ([`Token`]) is a zero-sized value that exists only when the CPU runs the features
+//! its family needs ([`Token::REQUIRES`]) and the handle's cap admits them: it is made from
+//! the usable features ([`Token::new`]), checked against the detected ones, so holding one
+//! proves the instructions run. Algorithms define their vector operations as a trait
+//! implemented for the tokens, each method taking the token (`self`): arithmetic is then safe,
+//! and only memory access through raw pointers stays `unsafe`, for its bounds alone.
+//!
+//! Kernels are written once, generically over the operations, as `#[inline(always)]`
+//! functions taking the token; each family compiles them inside one `#[target_feature]` entry
+//! point per kernel, which also takes the token, so the generic code is vectorised for that
+//! family's instruction set and calling the entry needs no proof of the features beyond the
+//! token. Dispatch is asking for the
+//! widest token first:
+//!
+//! ```text
+//! if let Some(s) = Avx512::new(ctx.features()) { return run(s, ...) }
+//! if let Some(s) = Avx2::new(ctx.features()) { return run(s, ...) }
+//! run(Scalar::new(), ...)
+//! ```
+//!
+//! Winograd (`conv/winograd/simd.rs`), depthwise, direct and spectral convolution share this
+//! style; the GEMM micro-kernels are data (`gemm/kernels`) chosen by the same requirements.
+
+use crate::cpu::Features;
+
+/// A capability token: a zero-sized proof that the CPU runs a family's features.
+pub(crate) trait Token: Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// The processor features the family's code uses.
+    const REQUIRES: Features;
+    /// The token, when `usable` (features the caller may use) includes [`Token::REQUIRES`]
+    /// and this CPU has them.
+    fn new(usable: Features) -> Option<Self>;
+}
+
+/// Whether the family of `T` may run with the usable features: they include its
+/// requirements, and so does this CPU.
+fn admits<T: Token>(usable: Features) -> bool {
+    usable
+        .intersection(Features::detected())
+        .contains_all(T::REQUIRES)
+}
+
+/// The portable family: plain Rust, no target-specific code; runs everywhere.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scalar(());
+
+impl Scalar {
+    /// The portable token (it needs no feature).
+    pub(crate) fn new() -> Scalar {
+        Scalar(())
+    }
+}
+
+impl Token for Scalar {
+    const REQUIRES: Features = Features::EMPTY;
+    fn new(_: Features) -> Option<Scalar> {
+        Some(Scalar(()))
+    }
+}
+
+/// The AVX2 + FMA family.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx2(());
+
+#[cfg(target_arch = "x86_64")]
+impl Token for Avx2 {
+    const REQUIRES: Features = Features::AVX2_FMA;
+    fn new(usable: Features) -> Option<Avx2> {
+        admits::<Avx2>(usable).then_some(Avx2(()))
+    }
+}
+
+/// The AVX-512 (F) family.
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512(());
+
+#[cfg(target_arch = "x86_64")]
+impl Token for Avx512 {
+    const REQUIRES: Features = Features::AVX512F;
+    fn new(usable: Features) -> Option<Avx512> {
+        admits::<Avx512>(usable).then_some(Avx512(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Isa;
+
+    #[test]
+    fn tokens_follow_the_usable_features() {
+        assert!(<Scalar as Token>::new(Features::EMPTY).is_some());
+        #[cfg(target_arch = "x86_64")]
+        for isa in Isa::ALL {
+            let usable = isa.usable();
+            assert_eq!(
+                Avx2::new(usable).is_some(),
+                usable.contains_all(Avx2::REQUIRES)
+            );
+            assert_eq!(
+                Avx512::new(usable).is_some(),
+                usable.contains_all(Avx512::REQUIRES)
+            );
+            // Asking for more than the CPU has never makes a token it cannot honour.
+            assert_eq!(
+                Avx512::new(Features::all()).is_some(),
+                Features::detected().contains(crate::cpu::Feature::Avx512F)
+            );
+            assert!(Avx2::new(Features::EMPTY).is_none());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = Isa::ALL;
+    }
+}
