@@ -77,7 +77,7 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     if args.batch == 0 {
         return Err(CliError::bad("bad --batch = 0: must be at least 1"));
     }
-    let mut handle = Handle::with_threads(args.threads.unwrap_or_else(crate::default_threads))?;
+    let handle = Handle::with_threads(args.threads.unwrap_or_else(crate::default_threads))?;
     if let Some(name) = &args.isa {
         handle.set_isa_cap(Isa::parse("--isa", name)?);
     }

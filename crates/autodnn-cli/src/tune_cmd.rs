@@ -134,9 +134,9 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     let layout = Layout::from(args.layout);
     let specs = conv_cmd::problem_specs(args.model.as_deref(), &args.problems, args.mb)?;
     let layers = distinct(specs, layout)?;
-    let mut handle = conv_cmd::make_handle(args.threads)?;
+    let handle = conv_cmd::make_handle(args.threads)?;
     if let Some(name) = handle.forced_algo() {
-        autodnn::conv::find(name).map_err(|e| CliError::from(e).context("AUTODNN_ALGO"))?;
+        autodnn::conv::find(&name).map_err(|e| CliError::from(e).context("AUTODNN_ALGO"))?;
     }
     handle.set_policy(policy);
     handle.set_deterministic(args.deterministic);

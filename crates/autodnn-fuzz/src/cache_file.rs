@@ -36,7 +36,7 @@ fn scratch() -> &'static PathBuf {
 fn cached_only() -> &'static Handle {
     static H: OnceLock<Handle> = OnceLock::new();
     H.get_or_init(|| {
-        let mut h = Handle::with_threads(1).expect("a handle starts");
+        let h = Handle::with_threads(1).expect("a handle starts");
         h.set_policy(Policy::CachedOnly);
         h
     })

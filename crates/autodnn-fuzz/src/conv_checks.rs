@@ -22,7 +22,7 @@ pub fn handles() -> &'static [Handle] {
         let mut out = Vec::new();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             for threads in [1, 2] {
-                let mut h = Handle::with_threads(threads).expect("a handle starts");
+                let h = Handle::with_threads(threads).expect("a handle starts");
                 h.set_isa_cap(isa);
                 out.push(h);
             }

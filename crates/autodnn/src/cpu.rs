@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn a_handle_uses_the_detected_features_within_its_cap() {
-        let mut h = crate::Handle::with_threads(1).unwrap();
+        let h = crate::Handle::with_threads(1).unwrap();
         for isa in Isa::ALL {
             h.set_isa_cap(isa);
             assert_eq!(h.features(), isa.usable());

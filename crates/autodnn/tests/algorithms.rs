@@ -14,7 +14,7 @@ fn handles() -> Vec<(Isa, usize, Handle)> {
     let mut out = Vec::new();
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
         for threads in [1, 2] {
-            let mut h = Handle::with_threads(threads).unwrap();
+            let h = Handle::with_threads(threads).unwrap();
             h.set_isa_cap(isa);
             assert_eq!(h.isa(), isa);
             out.push((isa, threads, h));

@@ -393,7 +393,7 @@ fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error()
     let mut covered = Vec::new();
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
         for threads in [1, 2] {
-            let mut h = Handle::with_threads(threads).unwrap();
+            let h = Handle::with_threads(threads).unwrap();
             h.set_isa_cap(isa);
             h.set_policy(Policy::Heuristic);
             let tag = format!("{}x{threads}", isa.name());

@@ -84,9 +84,9 @@ fn one_handle_shared_by_eight_threads_computes_every_output_right() {
         .filter(|&b| b > 0)
         .min()
         .expect("some algorithm needs a workspace");
-    let mut budgeted = handle.clone();
+    let budgeted = handle.clone();
     budgeted.set_workspace_limit(Some(small));
-    let mut no_workspace = handle.clone();
+    let no_workspace = handle.clone();
     no_workspace.set_workspace_limit(Some(0));
     let handles = [
         (&handle, None),
@@ -202,4 +202,68 @@ fn one_handle_shared_by_eight_threads_computes_every_output_right() {
             });
         }
     });
+}
+
+/// Settings change through `&self` while calls run on the same handle: one thread flips the
+/// policy, the budget, determinism, the timing limit and the instruction-set cap over and
+/// over; the others select and run, and every output stays right (each call works with the
+/// settings it started with).
+#[test]
+fn settings_change_from_another_thread_while_calls_run() {
+    use std::sync::atomic::AtomicBool;
+    let cases = cases();
+    let handle = Handle::with_threads(2).unwrap();
+    let done = AtomicBool::new(false);
+    let changes = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (handle, done, changes) = (&handle, &done, &changes);
+        s.spawn(move || {
+            let mut rng = Rng(0xc0ffee);
+            let isas: Vec<_> = autodnn::cpu::Isa::ALL
+                .into_iter()
+                .filter(|i| i.is_available())
+                .collect();
+            while !done.load(Ordering::Relaxed) {
+                let policy = autodnn::select::Policy::ALL[rng.range(0, 2) as usize];
+                handle.set_policy(policy);
+                handle.set_workspace_limit(match rng.range(0, 2) {
+                    0 => None,
+                    1 => Some(0),
+                    _ => Some(1 << 16),
+                });
+                handle.set_deterministic(rng.range(0, 1) == 1);
+                handle.set_max_timed(1 + rng.range(0, 4) as usize);
+                handle.set_isa_cap(isas[rng.next_u64() as usize % isas.len()]);
+                changes.fetch_add(1, Ordering::Relaxed);
+                std::thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..THREADS - 1)
+            .map(|t| {
+                let cases = &cases;
+                s.spawn(move || {
+                    let mut rng = Rng(0xfeed + t as u64);
+                    for i in 0..40 {
+                        let case = &cases[rng.next_u64() as usize % cases.len()];
+                        let mut y = vec![f32::NAN; case.p.y().span()];
+                        let report = handle
+                            .conv_forward_auto(
+                                &case.p,
+                                &case.x,
+                                Weights::Plain(&case.w),
+                                &mut y,
+                                &EpilogueArgs::default(),
+                            )
+                            .unwrap_or_else(|e| panic!("thread {t} call {i}: {e}"));
+                        check(case, report.algo, &y, &format!("thread {t} call {i}"));
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    assert!(changes.into_inner() > 0);
 }

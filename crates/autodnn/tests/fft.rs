@@ -133,7 +133,7 @@ fn integer_bound_holds_on_large_problems() {
         let w = int_data(p.w().elements(), 200 + i as u64);
         let r = reference::conv_forward(&p, &x, &w).unwrap();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            let mut h = Handle::with_threads(2).unwrap();
+            let h = Handle::with_threads(2).unwrap();
             h.set_isa_cap(isa);
             for name in ALGOS {
                 if algo(name).check(&p).is_err() {

@@ -15,7 +15,7 @@ fn isas() -> Vec<Isa> {
 }
 
 fn handle(isa: Isa, threads: usize) -> Handle {
-    let mut h = Handle::with_threads(threads).unwrap();
+    let h = Handle::with_threads(threads).unwrap();
     h.set_isa_cap(isa);
     assert_eq!(h.isa(), isa);
     h

@@ -21,7 +21,7 @@ fn flipped(p: &ConvProblem) -> ConvProblem {
 }
 
 fn handle(threads: usize, isa: Isa) -> Handle {
-    let mut h = Handle::with_threads(threads).unwrap();
+    let h = Handle::with_threads(threads).unwrap();
     h.set_isa_cap(isa);
     h
 }

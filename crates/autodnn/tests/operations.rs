@@ -195,7 +195,7 @@ fn temp_file(tag: &str) -> PathBuf {
 
 #[test]
 fn a_second_operation_runs_through_the_generic_machinery() {
-    let mut h = Handle::with_threads(1).unwrap();
+    let h = Handle::with_threads(1).unwrap();
     h.set_policy(Policy::Benchmark);
     let algos = algos();
     let p = Scale { n: 257, scale: 3 };
@@ -250,7 +250,7 @@ fn a_second_operation_runs_through_the_generic_machinery() {
     h.save_tuning_cache().unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"op\": \"test_scale\""), "{text}");
-    let mut other = Handle::with_threads(1).unwrap();
+    let other = Handle::with_threads(1).unwrap();
     other.set_policy(Policy::CachedOnly);
     other.load_tuning_cache_read_only(&path).unwrap();
     let again = other.plan_among::<ScaleOp>(&algos, &p, &inputs).unwrap();
@@ -297,7 +297,7 @@ fn h_entry(records: &[autodnn::select::AlgoPerf]) -> autodnn::select::CacheEntry
 fn the_fallback_restores_an_output_the_call_reads() {
     // The scribbler leads (forced), writes NaN over y and fails: the next algorithm must see
     // y's prior contents again, since the call accumulates into them.
-    let mut h = Handle::with_threads(1).unwrap();
+    let h = Handle::with_threads(1).unwrap();
     h.set_policy(Policy::Heuristic);
     h.set_forced_algo(Some("scribbler"));
     let algos: Vec<&dyn Algorithm<ScaleOp>> = vec![&SCRIBBLER, &SLOW_SMALL];

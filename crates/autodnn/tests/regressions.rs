@@ -19,7 +19,7 @@ fn every_algorithm_matches_the_reference(spec: &str) {
         let w = int_data(p.w().elements(), 2);
         let r = reference::conv_forward(&p, &x, &w).unwrap();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-            let mut h = Handle::with_threads(2).unwrap();
+            let h = Handle::with_threads(2).unwrap();
             h.set_isa_cap(isa);
             let mut ran = 0;
             for a in conv::algorithms() {
@@ -201,7 +201,7 @@ fn a_kernel_far_larger_than_the_image_runs_in_bounded_memory() {
     let r = reference::conv_forward(&p, &x, &w).unwrap();
     let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        let mut h = Handle::with_threads(1).unwrap();
+        let h = Handle::with_threads(1).unwrap();
         h.set_isa_cap(isa);
         for name in ["direct", "implicit_gemm", "gemm"] {
             LARGEST.store(0, Ordering::SeqCst);
@@ -253,7 +253,7 @@ fn a_lone_column_with_a_huge_stride() {
     let wd = int_data(p.w().elements(), 2);
     let r = reference::conv_forward(&p, &xd, &wd).unwrap();
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        let mut h = Handle::with_threads(1).unwrap();
+        let h = Handle::with_threads(1).unwrap();
         h.set_isa_cap(isa);
         for a in conv::algorithms() {
             if a.check(&p).is_ok() {

@@ -278,13 +278,13 @@ fn modelled_handle(entries: &[(&str, f64)]) -> Handle {
 
 /// [`modelled_handle`] under `policy`.
 fn handle_with(policy: Policy, entries: &[(&str, f64)]) -> Handle {
-    let mut h = modelled_handle(entries);
+    let h = modelled_handle(entries);
     h.set_policy(policy);
     h
 }
 
 fn handle() -> Handle {
-    let mut h = Handle::with_threads(1).unwrap();
+    let h = Handle::with_threads(1).unwrap();
     h.set_fail_alloc(FailAlloc::Never);
     h.set_forced_algo(None);
     h.set_log_dispatch(false);
@@ -380,7 +380,7 @@ fn heuristic_follows_the_cost_model_and_never_times() {
 
 #[test]
 fn benchmark_times_on_a_miss_then_uses_the_cache() {
-    let mut h = handle_with(Policy::Benchmark, &[("quick", 2.0), ("sluggish", 1.0)]);
+    let h = handle_with(Policy::Benchmark, &[("quick", 2.0), ("sluggish", 1.0)]);
     // The model predicts the wrong order (within the race's cutoff); measurement must
     // correct it.
     let a = Fake::new("quick", 4096, 0.0);
@@ -424,7 +424,7 @@ fn benchmark_times_on_a_miss_then_uses_the_cache() {
 
 #[test]
 fn racing_eliminates_losers_and_exhaustive_times_everything() {
-    let mut h = modelled_handle(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]);
+    let h = modelled_handle(&[("a", 1.0), ("b", 1.0), ("c", 1.0)]);
     let a = Fake::new("a", 0, 0.0);
     let b = Fake::new("b", 0, 8.0);
     let c = Fake::new("c", 0, 16.0);
@@ -482,7 +482,7 @@ fn racing_eliminates_losers_and_exhaustive_times_everything() {
 
 #[test]
 fn a_limit_on_timed_candidates() {
-    let mut h = modelled_handle(&[("first", 1.0), ("second", 2.0), ("third", 3.0)]);
+    let h = modelled_handle(&[("first", 1.0), ("second", 2.0), ("third", 3.0)]);
     let a = Fake::new("first", 0, 0.0);
     let b = Fake::new("second", 0, 0.0);
     let c = Fake::new("third", 0, 0.0);
@@ -525,7 +525,7 @@ fn the_race_skips_candidates_predicted_far_behind() {
     assert_eq!(far.runs(), 0);
     assert!(near.runs() > 0 && close.runs() > 0);
     // Exhaustive times everything whatever the predictions.
-    let mut h = h;
+    let h = h;
     h.set_policy(Policy::Exhaustive);
     h.find_among::<ConvForward>(&algos, &p, &inputs(&d, EpilogueArgs::default()))
         .unwrap();
@@ -534,7 +534,7 @@ fn the_race_skips_candidates_predicted_far_behind() {
 
 #[test]
 fn deterministic_option_excludes_nondeterministic_algorithms() {
-    let mut h = modelled_handle(&[("racy", 1.0), ("steady", 2.0)]);
+    let h = modelled_handle(&[("racy", 1.0), ("steady", 2.0)]);
     let racy = Fake {
         deterministic: false,
         ..Fake::new("racy", 0, 0.0)
@@ -582,7 +582,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
             (Some(65535), "no_ws"),
             (Some(0), "no_ws"),
         ] {
-            let mut h = modelled_handle(&[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)]);
+            let h = modelled_handle(&[("big_ws", 0.5), ("mid_ws", 1.0), ("no_ws", 3.0)]);
             h.set_policy(policy);
             h.set_workspace_limit(limit);
             for f in [&big, &mid, &none] {
@@ -621,7 +621,7 @@ fn workspace_budget_is_never_exceeded_and_an_ample_one_is_used() {
 /// few small ones also run and are checked.
 #[test]
 fn a_zero_limit_chooses_zero_workspace_algorithms() {
-    let mut h = handle();
+    let h = handle();
     h.set_workspace_limit(Some(0));
     for policy in Policy::ALL {
         h.set_policy(policy);
@@ -665,7 +665,7 @@ fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
         let d = data(p, 100 + i as u64);
         for target in algos.iter().filter(|a| a.check(p).is_ok()) {
             for policy in [Policy::Heuristic, Policy::Benchmark] {
-                let mut h = handle();
+                let h = handle();
                 h.set_policy(policy);
                 // Fill the handle's cached workspace first.
                 h.set_forced_algo(Some("fake_big"));
@@ -698,7 +698,7 @@ fn fallback_under_fault_injection_for_every_algorithm_in_turn() {
     // `>BYTES` fails every reservation above the size: only small ones run.
     let p = problem(SMALL);
     let d = data(&p, 9);
-    let mut h = handle_with(
+    let h = handle_with(
         Policy::Heuristic,
         &[("fake_big", 1.0), ("fake_small", 2.0), ("*", 5.0)],
     );
@@ -858,7 +858,7 @@ fn beta_reads_the_prior_output_even_after_a_failed_attempt() {
 
 #[test]
 fn forced_algorithms() {
-    let mut h = modelled_handle(&[("alpha", 1.0), ("beta_s1", 2.0)]);
+    let h = modelled_handle(&[("alpha", 1.0), ("beta_s1", 2.0)]);
     let a = Fake::new("alpha", 0, 0.0);
     let b = Fake {
         accept: accept_stride1,
@@ -1138,7 +1138,7 @@ fn a_new_algorithm_makes_a_cached_entry_stale() {
 
 #[test]
 fn a_failure_while_tuning_is_not_remembered() {
-    let mut h = modelled_handle(&[("usually_fast", 1.0), ("always_there", 2.0)]);
+    let h = modelled_handle(&[("usually_fast", 1.0), ("always_there", 2.0)]);
     let a = Fake::new("usually_fast", 1024, 0.0);
     let b = Fake::new("always_there", 0, 3.0);
     let p = problem(SMALL);
@@ -1166,7 +1166,7 @@ fn a_failure_while_tuning_is_not_remembered() {
 
 #[test]
 fn the_registry_through_the_public_calls() {
-    let mut h = handle();
+    let h = handle();
     let mut rng = Rng(0xfeed);
     for policy in Policy::ALL {
         h.set_policy(policy);
@@ -1222,7 +1222,7 @@ fn dispatch_log_and_describe() {
     let p = problem(SMALL);
     let s = autodnn::select::describe(&p);
     assert!(s.starts_with("mb1") && s.contains("nchw"), "{s}");
-    let mut h = handle();
+    let h = handle();
     h.set_log_dispatch(true);
     assert!(h.log_dispatch());
     let d = data(&p, 20);

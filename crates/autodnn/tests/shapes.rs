@@ -53,7 +53,7 @@ fn check_list(file: &str) {
     let handles: Vec<Handle> = [1, 2]
         .into_iter()
         .map(|threads| {
-            let mut h = Handle::with_threads(threads).unwrap();
+            let h = Handle::with_threads(threads).unwrap();
             h.set_isa_cap(best);
             h
         })

@@ -247,7 +247,7 @@ fn blocks_threads_and_workspace() {
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let mut outs = Vec::new();
             for threads in [1, 2] {
-                let mut h = Handle::with_threads(threads).unwrap();
+                let h = Handle::with_threads(threads).unwrap();
                 h.set_isa_cap(isa);
                 let need = a.workspace_bytes(&p);
                 let mut ws = vec![0x5Au8; need + 16];

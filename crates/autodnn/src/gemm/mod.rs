@@ -351,7 +351,7 @@ mod tests {
         let bias: Vec<f32> = (0..channels).map(|v| v as f32 - 18.0).collect();
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             for threads in [1, 2] {
-                let mut h = crate::Handle::with_threads(threads).unwrap();
+                let h = crate::Handle::with_threads(threads).unwrap();
                 h.set_isa_cap(isa);
                 let ctx = h.exec_context();
                 let a = Im2Col { x: &x, positions };

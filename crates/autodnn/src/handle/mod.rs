@@ -39,6 +39,8 @@ pub enum Backend {
 /// worker pool (each call's parallel work is queued on the same threads, so concurrent calls
 /// take turns rather than oversubscribing the cores). For independent streams of work that
 /// should not share cores, make one handle per stream with the thread count each should use.
+/// Every setter takes `&self` and may be called from any thread while calls run: a call works
+/// with the settings it started with.
 ///
 /// # Examples
 /// ```
@@ -52,21 +54,44 @@ pub enum Backend {
 /// assert_eq!(y[8 * 3 + 3], 4.0 * 9.0); // an interior point sees every tap
 /// # Ok::<(), autodnn::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Handle {
     threads: usize,
     pool: Arc<rayon::ThreadPool>,
     /// `threads − 1` workers for GEMM splits called from outside the pool (see
     /// `ExecContext::helpers`); `None` with one thread.
     helpers: Option<Arc<rayon::ThreadPool>>,
+    backend: Backend,
+    /// The settings, replaced whole by a setter (`&self`, from any thread); a call works
+    /// with the snapshot it took when it started.
+    config: RwLock<Arc<Config>>,
+    shared: Arc<Shared>,
+}
+
+/// A handle's settings.
+#[derive(Debug, Clone)]
+struct Config {
     /// The widest preset within `features` (cache keys, logs).
     isa: Isa,
     /// The detected features within the cap's mask: what kernels may use.
     features: Features,
     workspace_limit: Option<usize>,
-    backend: Backend,
-    settings: Settings,
-    shared: Arc<Shared>,
+    settings: Arc<Settings>,
+}
+
+impl Clone for Handle {
+    /// Another handle on the same threads, tuning cache, cost model and workspace pool, with
+    /// a copy of the settings (changing one handle's settings leaves the other's as they are).
+    fn clone(&self) -> Handle {
+        Handle {
+            threads: self.threads,
+            pool: self.pool.clone(),
+            helpers: self.helpers.clone(),
+            backend: self.backend,
+            config: RwLock::new(self.config()),
+            shared: self.shared.clone(),
+        }
+    }
 }
 
 /// State shared by a handle and its clones: the tuning cache, the cost model and the cached
@@ -141,11 +166,13 @@ impl Handle {
             threads,
             pool: Arc::new(pool),
             helpers,
-            isa,
-            features,
-            workspace_limit: None,
             backend: Backend::Cpu,
-            settings,
+            config: RwLock::new(Arc::new(Config {
+                isa,
+                features,
+                workspace_limit: None,
+                settings: Arc::new(settings),
+            })),
             shared: Arc::new(Shared::default()),
         })
     }
@@ -160,26 +187,28 @@ impl Handle {
     }
     /// The widest instruction-set preset within [`Handle::features`].
     pub fn isa(&self) -> Isa {
-        self.isa
+        self.config().isa
     }
     /// The processor features kernels may use: the detected ones within the cap's mask.
     pub fn features(&self) -> Features {
-        self.features
+        self.config().features
     }
     /// Caps the instruction set: kernels may use the detected features within `cap`'s
     /// [`Isa::mask`] (a cap never adds a feature).
-    pub fn set_isa_cap(&mut self, cap: Isa) {
-        self.features = cap.usable();
-        self.isa = Isa::widest_within(self.features);
+    pub fn set_isa_cap(&self, cap: Isa) {
+        self.update(|c| {
+            c.features = cap.usable();
+            c.isa = Isa::widest_within(c.features);
+        });
     }
     /// Most workspace bytes one call may allocate; `None` means no limit.
     pub fn workspace_limit(&self) -> Option<usize> {
-        self.workspace_limit
+        self.config().workspace_limit
     }
     /// Sets the workspace budget: no algorithm the handle runs receives more. Cached workspace
     /// beyond it is released.
-    pub fn set_workspace_limit(&mut self, bytes: Option<usize>) {
-        self.workspace_limit = bytes;
+    pub fn set_workspace_limit(&self, bytes: Option<usize>) {
+        self.update(|c| c.workspace_limit = bytes);
         if let Some(b) = bytes {
             if self.shared.workspace.cached_bytes() > b {
                 self.shared.workspace.release();
@@ -187,13 +216,39 @@ impl Handle {
         }
     }
 
+    /// The current settings.
+    fn config(&self) -> Arc<Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the settings with `f` applied to a copy of them.
+    fn update(&self, f: impl FnOnce(&mut Config)) {
+        let mut guard = self.config.write().unwrap_or_else(|e| e.into_inner());
+        let mut c = Config::clone(&guard);
+        f(&mut c);
+        *guard = Arc::new(c);
+    }
+
+    /// Replaces the selection settings with `f` applied to a copy of them.
+    fn update_settings(&self, f: impl FnOnce(&mut Settings)) {
+        self.update(|c| {
+            let mut s = Settings::clone(&c.settings);
+            f(&mut s);
+            c.settings = Arc::new(s);
+        });
+    }
+
     pub(crate) fn exec_context(&self) -> ExecContext<'_> {
+        let c = self.config();
         ExecContext {
             pool: &self.pool,
             helpers: self.helpers.as_deref(),
             threads: self.threads,
-            isa: self.isa,
-            features: self.features,
+            isa: c.isa,
+            features: c.features,
         }
     }
 
@@ -322,59 +377,60 @@ impl Handle {
 impl Handle {
     /// The selection policy.
     pub fn policy(&self) -> Policy {
-        self.settings.policy
+        self.config().settings.policy
     }
     /// Sets the selection policy.
-    pub fn set_policy(&mut self, policy: Policy) {
-        self.settings.policy = policy;
+    pub fn set_policy(&self, policy: Policy) {
+        self.update_settings(|s| s.policy = policy);
     }
     /// True when only deterministic algorithms are selected.
     pub fn deterministic(&self) -> bool {
-        self.settings.deterministic
+        self.config().settings.deterministic
     }
     /// Selects only algorithms whose output bits do not depend on thread scheduling.
-    pub fn set_deterministic(&mut self, on: bool) {
-        self.settings.deterministic = on;
+    pub fn set_deterministic(&self, on: bool) {
+        self.update_settings(|s| s.deterministic = on);
     }
     /// Most candidates a `benchmark` race times (the best-predicted ones).
     pub fn max_timed(&self) -> usize {
-        self.settings.max_timed
+        self.config().settings.max_timed
     }
     /// Sets the most candidates a race times (at least 1).
-    pub fn set_max_timed(&mut self, n: usize) {
-        self.settings.max_timed = n.max(1);
+    pub fn set_max_timed(&self, n: usize) {
+        self.update_settings(|s| s.max_timed = n.max(1));
     }
     /// The fault-injection setting (from `AUTODNN_FAIL_ALLOC` when the handle was made).
-    pub fn fail_alloc(&self) -> &FailAlloc {
-        &self.settings.fail_alloc
+    pub fn fail_alloc(&self) -> FailAlloc {
+        self.config().settings.fail_alloc.clone()
     }
     /// Makes workspace reservations fail on purpose, to rehearse low-memory deployments.
-    pub fn set_fail_alloc(&mut self, f: FailAlloc) {
-        self.settings.fail_alloc = f;
+    pub fn set_fail_alloc(&self, f: FailAlloc) {
+        self.update_settings(|s| s.fail_alloc = f);
     }
     /// The algorithm forced wherever it accepts the problem (from `AUTODNN_ALGO`).
-    pub fn forced_algo(&self) -> Option<&str> {
-        self.settings.forced.as_deref()
+    pub fn forced_algo(&self) -> Option<String> {
+        self.config().settings.forced.clone()
     }
     /// Forces an algorithm wherever it accepts the problem (and fits the budget); `None`
     /// selects by policy.
-    pub fn set_forced_algo(&mut self, name: Option<&str>) {
-        self.settings.forced = name.map(str::to_string);
+    pub fn set_forced_algo(&self, name: Option<&str>) {
+        let name = name.map(str::to_string);
+        self.update_settings(|s| s.forced = name);
     }
     /// True when decisions are printed on stderr (`AUTODNN_LOG=dispatch`).
     pub fn log_dispatch(&self) -> bool {
-        self.settings.log
+        self.config().settings.log
     }
     /// Prints (or stops printing) each decision on stderr.
-    pub fn set_log_dispatch(&mut self, on: bool) {
-        self.settings.log = on;
+    pub fn set_log_dispatch(&self, on: bool) {
+        self.update_settings(|s| s.log = on);
     }
 
     /// What predictions and cache keys depend on besides the problem.
     pub fn machine(&self) -> Machine {
         Machine {
             cpu: select::cache::cpu_model(),
-            isa: self.isa,
+            isa: self.isa(),
             threads: self.threads,
         }
     }
@@ -470,10 +526,11 @@ impl Handle {
 
     /// What selection works with for one call.
     pub(crate) fn env(&self) -> Env<'_> {
+        let c = self.config();
         Env {
             ctx: self.exec_context(),
-            settings: &self.settings,
-            limit: self.workspace_limit,
+            settings: c.settings.clone(),
+            limit: c.workspace_limit,
             workspace: &self.shared.workspace,
             cache: &self.shared.cache,
             model: self.cost_model(),

@@ -83,7 +83,7 @@ use crate::runtime::ExecContext;
 #[derive(Debug, Clone)]
 pub(crate) struct Env<'h> {
     pub(crate) ctx: ExecContext<'h>,
-    pub(crate) settings: &'h Settings,
+    pub(crate) settings: Arc<Settings>,
     pub(crate) limit: Option<usize>,
     pub(crate) workspace: &'h WorkspacePool,
     pub(crate) cache: &'h RwLock<TuningCache>,

@@ -154,7 +154,7 @@ pub(crate) fn plan<O: Operation>(
     mode: Mode,
 ) -> Result<Plan<O>> {
     let t0 = Instant::now();
-    let settings = env.settings;
+    let settings = &env.settings;
     let mut log = Vec::new();
     let (ranked, declined) = rank::<O>(env, algos, p);
     if settings.log {
