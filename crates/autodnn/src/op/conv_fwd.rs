@@ -227,8 +227,10 @@ pub trait ConvAlgorithm: Send + Sync {
     /// The name the command, the logs and the tuning cache use.
     fn name(&self) -> &'static str;
 
-    /// `Ok` when this algorithm computes `problem`; otherwise why not, in a phrase such as
-    /// `"needs a 3x3 kernel, got 5x5"`.
+    /// `Ok` when this algorithm computes `problem`'s geometry; otherwise why not, in a phrase
+    /// such as `"needs a 3x3 kernel, got 5x5"`. Selection asks the operation's
+    /// [`Algorithm::check`], which adds the element types the algorithm computes (f32 today)
+    /// to this.
     ///
     /// # Errors
     /// The reason for declining.
