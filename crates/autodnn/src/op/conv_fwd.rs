@@ -331,7 +331,7 @@ pub fn default_cost_features(
         if strided { gflop } else { 0.0 },
         (n * k) as f64 / 1e3,
         gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
-        problem.w().elements() as f64 * 4.0 / 1e6,
+        (problem.w().elements() * problem.w().dtype().size()) as f64 / 1e6,
         lowered_mb(problem),
     ]
 }
@@ -348,7 +348,8 @@ fn lowered_mb(problem: &ConvProblem) -> f64 {
         return 0.0;
     }
     let [n, _, oh, ow] = problem.y().dims();
-    (n * problem.x().c() * w.r() * w.s()) as f64 * (oh * ow) as f64 * 4.0 / 1e6
+    let elem = problem.x().dtype().size() as f64;
+    (n * problem.x().c() * w.r() * w.s()) as f64 * (oh * ow) as f64 * elem / 1e6
 }
 
 /// The filter as an algorithm receives it.
