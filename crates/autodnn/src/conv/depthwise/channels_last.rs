@@ -12,6 +12,8 @@ use super::geometry::{
     activate, activates_after, Geo, CL_CHUNK_BLOCKS, ITEMS_PER_THREAD, MIN_BLOCKS_TO_ALIGN,
 };
 use super::kernels::KernelSet;
+#[cfg(doc)]
+use super::planar::PlaneFn;
 use super::simd::Simd;
 
 /// A run of an NHWC-like kernel: output rows `oh0..oh1` of the channel blocks `b0..b1` (of

@@ -1,6 +1,12 @@
 //! The filter as the frames receive it: plain, or prepared for the NHWC-like frame (made by
 //! `Depthwise::prepare`).
 
+#[cfg(doc)]
+use crate::conv::ConvAlgorithm;
+
+#[cfg(doc)]
+use super::fwd::Depthwise;
+
 /// The filter as the NHWC-like frame receives it.
 #[derive(Clone, Copy)]
 pub(super) enum ClWeights<'a> {

@@ -8,6 +8,9 @@ use crate::conv::{Activation, EpilogueArgs, ExecContext};
 use crate::desc::{ConvMode, ConvProblem};
 use crate::runtime::parallel::SharedOut;
 
+#[cfg(doc)]
+use super::kernels::ActV;
+
 /// Work items per thread to aim for, so that uneven items still balance.
 pub(super) const ITEMS_PER_THREAD: usize = 4;
 /// Channel blocks (of one vector each) per NHWC-like work item: the weights of these blocks are

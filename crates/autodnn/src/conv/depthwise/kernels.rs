@@ -7,7 +7,11 @@ use crate::simd::Scalar;
 use crate::simd::{Avx2, Avx512};
 
 use super::channels_last::{ClFn, ClJob};
+#[cfg(doc)]
+use super::geometry::activate;
 use super::geometry::{GENERIC_COLS, GENERIC_ROWS, MAX_FAST_IN_ROWS, MAX_FAST_TAPS};
+#[cfg(doc)]
+use super::planar::Step;
 use super::planar::{PlaneFn, PlaneJob};
 use super::simd::Simd;
 
@@ -26,7 +30,7 @@ struct EpiV<S: Simd> {
 /// lane, and calls inside a kernel make the compiler keep its accumulators in memory: the
 /// frames apply them in a pass over each work item's outputs ([`activate`]) just after its
 /// kernel, which then stores the linear part only.
-enum ActV<S: Simd> {
+pub(super) enum ActV<S: Simd> {
     None,
     Relu(S::V),
     Clip(S::V, S::V),

@@ -4,6 +4,8 @@
 use std::ptr;
 
 use crate::conv::{EpilogueArgs, ExecContext};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::runtime::parallel::SharedOut;
 
@@ -22,7 +24,7 @@ pub(super) struct ColLoad {
 
 /// How a tap's vector of inputs is read from a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+pub(super) enum Step {
     /// Consecutive elements.
     One,
     /// Every other element: two loads and a permute.

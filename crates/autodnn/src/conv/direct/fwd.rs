@@ -1,9 +1,6 @@
 //! The `direct` algorithm: its [`ConvAlgorithm`] implementation, which picks the widest
 //! tile kernel the CPU runs and hands it to the frame of `super`.
 
-#[cfg(target_arch = "x86_64")]
-use super::{avx2_tile, avx512, TILE_AVX512};
-use super::{frame, portable_tile, Geometry, TileArgs, TILE_PORTABLE};
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
@@ -11,6 +8,10 @@ use crate::runtime::parallel::SharedOut;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Avx512};
 use crate::simd::{Scalar, Token};
+
+#[cfg(target_arch = "x86_64")]
+use super::{avx2_tile, avx512, TILE_AVX512};
+use super::{frame, portable_tile, Geometry, TileArgs, TILE_PORTABLE};
 
 /// The direct convolution.
 pub struct Direct;

@@ -3,6 +3,8 @@
 
 use crate::conv::ExecContext;
 use crate::cpu::Features;
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::runtime::parallel::SharedOut;
 #[cfg(target_arch = "x86_64")]

@@ -56,6 +56,8 @@ pub(crate) use tiling_fwd::FFT_TILING;
 
 use algorithm::SpectralConv;
 use filter::PlainFilter;
+#[cfg(doc)]
+use plan::LANES;
 use plan::{extent, good_size, Spectral};
 
 use crate::conv::{default_cost_features, COST_FEATURES};

@@ -11,6 +11,8 @@ use rustfft::{Fft, FftDirection, FftPlannerAvx, FftPlannerScalar};
 use crate::conv::ExecContext;
 use crate::cpu::Features;
 use crate::desc::{ConvMode, ConvProblem};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Token};

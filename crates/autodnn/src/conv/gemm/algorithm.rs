@@ -2,10 +2,6 @@
 //! [`ConvAlgorithm`] implementation, and one block's GEMM with the epilogue mapped onto the
 //! engine's ([`Geometry::gemm`]).
 
-use super::cost::{frame_cost, gemm_positions};
-use super::geometry::{Block, Frame, Geometry};
-use super::packed_filter::Filter;
-use super::patches::Patches;
 use crate::conv::{
     default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
 };
@@ -13,6 +9,11 @@ use crate::desc::ConvProblem;
 use crate::error::Result;
 use crate::gemm::{self, PackA, PackB};
 use crate::runtime::Carve;
+
+use super::cost::{frame_cost, gemm_positions};
+use super::geometry::{Block, Frame, Geometry};
+use super::packed_filter::Filter;
+use super::patches::Patches;
 
 impl Geometry {
     /// Runs one block's GEMM: C (the block of y) = epilogue(alpha · patches · filter), with

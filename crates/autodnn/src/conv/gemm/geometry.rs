@@ -3,13 +3,16 @@
 //! output row ([`Geometry::segments`]) and taps into pieces of few windows
 //! ([`Geometry::window_split`]).
 
-use super::cost::choose_frame;
 use crate::cpu::Features;
 use crate::desc::{ConvMode, ConvProblem};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::gemm::StridedMatrix;
+
+use super::cost::choose_frame;
+#[cfg(doc)]
+use super::patches::StripScratch;
 
 /// Which engine operand holds the image patches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

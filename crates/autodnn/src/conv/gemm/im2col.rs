@@ -2,14 +2,15 @@
 //! a strip of positions per tap through the strip packer, NHWC-like x a patch per position),
 //! and the copy read as the engine operand of the frame.
 
-use super::geometry::{Block, Frame, Geometry, Tap};
-use super::patches::{StripScratch, STRIP};
 use crate::conv::ExecContext;
 use crate::cpu::Features;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::gemm::StridedMatrix;
+
+use super::geometry::{Block, Frame, Geometry, Tap};
+use super::patches::{StripScratch, STRIP};
 
 /// Taps of an explicit im2col packed per strip-packer call (the engine's depth blocks are
 /// at most [`crate::gemm::blocking::KC_MAX`] taps likewise).

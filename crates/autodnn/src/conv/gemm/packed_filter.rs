@@ -2,10 +2,11 @@
 //! transposes, or a tap table) and the prepared format, each group's filter packed once into
 //! the engine's panels cut into depth blocks ([`PackedFilter`], [`Geometry::prepare`]).
 
-use super::geometry::{Frame, Geometry, Tap};
 use crate::cpu::Features;
 use crate::error::{Error, Result};
 use crate::gemm::{self, PackA, PackB, StridedMatrix};
+
+use super::geometry::{Frame, Geometry, Tap};
 
 /// Magic number opening prepared weights of the GEMM-based algorithms.
 const PREPARED_MAGIC: f32 = 7405.0;

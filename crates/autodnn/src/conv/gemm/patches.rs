@@ -3,12 +3,13 @@
 //! packing; [`Patches`], the block's patches packed straight from x as the engine's A or B
 //! (`implicit_gemm`), NHWC-like B panels through the transposer.
 
-use super::geometry::{Block, Geometry, Seg, Tap};
 use crate::cpu::Features;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::gemm::{PackA, PackB};
+
+use super::geometry::{Block, Geometry, Seg, Tap};
 
 impl Geometry {
     /// Writes `dst[l]` = the input tap `tap` sees at output row `oh` (window origin row
