@@ -19,16 +19,17 @@
 //! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
 //! small images (7×7) where vectorising along a row would not.
 
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+mod fwd;
+
+pub use fwd::Direct;
+
+use crate::conv::{EpilogueArgs, ExecContext};
 use crate::desc::{ConvMode, ConvProblem};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::runtime::parallel::SharedOut;
+use crate::simd::Token;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Avx512};
-use crate::simd::{Scalar, Token};
-
-/// The direct convolution.
-pub struct Direct;
 
 /// Most contiguous runs one vector of inputs is assembled from before a gather is used
 /// instead.
@@ -252,66 +253,6 @@ fn runs<const L: usize>(
         }
     }
     Some(nseg as u8)
-}
-
-impl ConvAlgorithm for Direct {
-    fn name(&self) -> &'static str {
-        "direct"
-    }
-
-    fn check(&self, _: &ConvProblem) -> std::result::Result<(), String> {
-        Ok(())
-    }
-
-    fn workspace_bytes(&self, _: &ConvProblem) -> usize {
-        0
-    }
-
-    fn deterministic(&self) -> bool {
-        true
-    }
-
-    fn run(
-        &self,
-        ctx: &ExecContext<'_>,
-        problem: &ConvProblem,
-        x: &[f32],
-        w: AlgoWeights<'_>,
-        y: &mut [f32],
-        _workspace: &mut [u8],
-        epi: &EpilogueArgs<'_>,
-    ) -> Result<()> {
-        let AlgoWeights::Plain(w) = w else {
-            return Err(Error::Declined {
-                algo: self.name().into(),
-                reason: "has no prepared form of the filter".into(),
-            });
-        };
-        let geo = Geometry::new(problem);
-        let out = SharedOut::new(y);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if let Some(s) = Avx512::new(ctx.features) {
-                return frame::<_, 16>(s, ctx, &geo, x, w, &out, epi, TILE_AVX512, avx512::tile);
-            }
-            if let Some(s) = Avx2::new(ctx.features) {
-                return frame::<_, 8>(s, ctx, &geo, x, w, &out, epi, TILE_PORTABLE, avx2_tile);
-            }
-        }
-        let portable =
-            |_: Scalar, a: &TileArgs<'_, 8>, o: &mut [f32], _| portable_tile::<8, false>(a, o);
-        frame::<_, 8>(
-            Scalar::new(),
-            ctx,
-            &geo,
-            x,
-            w,
-            &out,
-            epi,
-            TILE_PORTABLE,
-            portable,
-        )
-    }
 }
 
 /// A tile kernel of the family of token `S` (its proof that the CPU runs it): computes

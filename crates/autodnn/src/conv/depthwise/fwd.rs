@@ -1,0 +1,154 @@
+//! The `depthwise` algorithm: [`Depthwise`] and its [`ConvAlgorithm`] implementation (the
+//! checks, the filter's preparation for the NHWC-like frame, the dispatch to the widest kernel
+//! set the CPU runs).
+
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::desc::ConvProblem;
+use crate::error::{Error, Result};
+use crate::runtime::parallel::SharedOut;
+use crate::simd::Scalar;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512, Token};
+
+use super::channels_last::channels_last;
+use super::filter::ClWeights;
+use super::geometry::{mode_of, Geo, Mode};
+#[cfg(target_arch = "x86_64")]
+use super::kernels::{avx2_set, avx512_set};
+use super::kernels::{portable_set, KernelSet};
+use super::planar::planar;
+use super::simd::Simd;
+
+/// The depthwise convolution.
+pub struct Depthwise;
+
+impl ConvAlgorithm for Depthwise {
+    fn name(&self) -> &'static str {
+        "depthwise"
+    }
+
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        if p.c_per_group() != 1 {
+            return Err(format!(
+                "needs groups == input channels (one input channel per group), got {} groups \
+                 for {} input channels",
+                p.groups(),
+                p.x().c()
+            ));
+        }
+        mode_of(p).map(|_| ())
+    }
+
+    fn workspace_bytes(&self, _: &ConvProblem) -> usize {
+        0
+    }
+
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    fn prepare(
+        &self,
+        _ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        w: &[f32],
+    ) -> Result<Option<Vec<f32>>> {
+        let mode = mode_of(problem).map_err(|reason| self.declined(reason))?;
+        if mode == Mode::Planar {
+            return Ok(None);
+        }
+        let g = Geo::new(problem);
+        let (k, taps) = (g.k, g.taps());
+        let mut out =
+            crate::alloc::try_vec_with_capacity(k * taps, "depthwise's prepared weights")?;
+        for t in 0..taps {
+            let ti = g.tap_index(t);
+            out.extend((0..k).map(|kk| w[kk * taps + ti]));
+        }
+        Ok(Some(out))
+    }
+
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        _workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let mode = mode_of(problem).map_err(|reason| self.declined(reason))?;
+        let g = Geo::new(problem);
+        let weights = match (mode, w) {
+            (_, AlgoWeights::Plain(w)) => ClWeights::Plain(w),
+            (Mode::ChannelsLast, AlgoWeights::Prepared(w)) => ClWeights::Prepared(w),
+            (Mode::Planar, AlgoWeights::Prepared(_)) => {
+                return Err(self.declined("has no prepared form of an NCHW-like filter".into()))
+            }
+        };
+        // The kernels address memory through raw pointers: check once that every coordinate
+        // they may touch lies inside the buffers.
+        let wlen = g.k * g.taps();
+        let w_ok = match weights {
+            ClWeights::Plain(w) | ClWeights::Prepared(w) => w.len() >= wlen,
+        };
+        assert!(
+            x.len() >= problem.x().span()
+                && y.len() >= problem.y().span()
+                && w_ok
+                && epi.bias.is_none_or(|b| b.len() >= g.k)
+                && epi.residual.is_none_or(|z| z.len() >= problem.y().span()),
+            "depthwise: buffers shorter than the problem (the handle checks them)"
+        );
+        let out = SharedOut::new(y);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(s) = Avx512::new(ctx.features) {
+                return run_set(s, &avx512_set::SET, ctx, mode, &g, x, weights, &out, epi);
+            }
+            if let Some(s) = Avx2::new(ctx.features) {
+                return run_set(s, &avx2_set::SET, ctx, mode, &g, x, weights, &out, epi);
+            }
+        }
+        run_set(
+            Scalar::new(),
+            &portable_set::SET,
+            ctx,
+            mode,
+            &g,
+            x,
+            weights,
+            &out,
+            epi,
+        )
+    }
+}
+
+/// Runs the frame of `mode` with the kernel set of token `simd`.
+#[allow(clippy::too_many_arguments)]
+fn run_set<S: Simd>(
+    simd: S,
+    set: &KernelSet<S>,
+    ctx: &ExecContext<'_>,
+    mode: Mode,
+    g: &Geo,
+    x: &[f32],
+    weights: ClWeights<'_>,
+    out: &SharedOut<'_>,
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    match mode {
+        Mode::Planar => planar(simd, ctx, g, set, x, weights.data(), out, epi),
+        Mode::ChannelsLast => channels_last(simd, ctx, g, set, x, weights, out, epi),
+    }
+}
+
+impl Depthwise {
+    fn declined(&self, reason: String) -> Error {
+        Error::Declined {
+            algo: self.name().into(),
+            reason,
+        }
+    }
+}

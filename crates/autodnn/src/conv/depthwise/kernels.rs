@@ -1,0 +1,647 @@
+//! Kernels: written once over the `Simd` operations, compiled per instruction set; then the
+//! kernel sets, the kernels monomorphised per instruction set with their blocking.
+
+use crate::conv::{Activation, EpilogueArgs};
+use crate::simd::Scalar;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512};
+
+use super::channels_last::{ClFn, ClJob};
+#[cfg(doc)]
+use super::geometry::activate;
+use super::geometry::{GENERIC_COLS, GENERIC_ROWS, MAX_FAST_IN_ROWS, MAX_FAST_TAPS};
+#[cfg(doc)]
+use super::planar::Step;
+use super::planar::{PlaneFn, PlaneJob};
+use super::simd::Simd;
+
+/// The epilogue, splatted for one kernel call.
+struct EpiV<S: Simd> {
+    plain: bool,
+    scale: bool,
+    alpha: S::V,
+    bias: bool,
+    read_z: bool,
+    beta: S::V,
+    act: ActV<S>,
+}
+
+/// The activations kernels apply. The others (sigmoid, tanh, gelu, silu) call libm lane by
+/// lane, and calls inside a kernel make the compiler keep its accumulators in memory: the
+/// frames apply them in a pass over each work item's outputs ([`activate`]) just after its
+/// kernel, which then stores the linear part only.
+pub(super) enum ActV<S: Simd> {
+    None,
+    Relu(S::V),
+    Clip(S::V, S::V),
+}
+
+impl<S: Simd> EpiV<S> {
+    #[inline(always)]
+    fn new(simd: S, e: &EpilogueArgs<'_>) -> EpiV<S> {
+        let linear = !matches!(e.act, Activation::Relu | Activation::Clip { .. });
+        EpiV {
+            plain: e.alpha == 1.0 && e.beta == 0.0 && e.bias.is_none() && linear,
+            scale: e.alpha != 1.0,
+            alpha: simd.splat(e.alpha),
+            bias: e.bias.is_some(),
+            read_z: e.beta != 0.0,
+            beta: simd.splat(e.beta),
+            act: match e.act {
+                Activation::Relu => ActV::Relu(simd.zero()),
+                Activation::Clip { lo, hi } => ActV::Clip(simd.splat(lo), simd.splat(hi)),
+                _ => ActV::None,
+            },
+        }
+    }
+}
+
+/// act(alpha · acc + bias + beta · z), in the order and rounding of [`EpilogueArgs::value`]
+/// (without the activations [`activate`] applies); `z` is called only when beta ≠ 0.
+#[inline(always)]
+fn finish<S: Simd>(simd: S, e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce() -> S::V) -> S::V {
+    let mut v = acc;
+    if !e.plain {
+        if e.scale {
+            v = simd.mul(e.alpha, v);
+        }
+        if e.bias {
+            v = simd.add(v, bias);
+        }
+        if e.read_z {
+            v = simd.add(v, simd.mul(e.beta, z()));
+        }
+        v = match e.act {
+            ActV::None => v,
+            ActV::Relu(zero) => simd.max(v, zero),
+            ActV::Clip(lo, hi) => simd.min(simd.max(v, lo), hi),
+        };
+    }
+    v
+}
+
+/// Stores the epilogue's value of `acc` at `y` for the lanes of `m` (z read at `z`).
+///
+/// # Safety
+/// The lanes of `m` at `y` (and at `z` when beta ≠ 0) are in bounds and accessed by no other
+/// thread.
+#[inline(always)]
+unsafe fn store_out<S: Simd>(
+    simd: S,
+    e: &EpiV<S>,
+    acc: S::V,
+    bias: S::V,
+    y: *mut f32,
+    z: *const f32,
+    m: u32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { simd.store(y, finish(simd, e, acc, bias, || simd.load(z, m)), m) }
+}
+
+/// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
+/// of at most `max` (8, 12 or 16): unrolls loops whose accumulators must stay in registers, which
+/// the compiler would otherwise keep as loops over arrays in memory.
+macro_rules! unroll {
+    (8: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 8, $i, $n, $body, 0 1 2 3 4 5 6 7)
+    };
+    (12: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 12, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11)
+    };
+    (16: $i:ident < $n:expr, $body:block) => {
+        unroll!(@ 16, $i, $n, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $max:literal, $i:ident, $n:expr, $body:block, $($k:literal)*) => {{
+        const { assert!($n <= $max) };
+        $(
+            if $k < $n {
+                let $i: usize = $k;
+                $body
+            }
+        )*
+    }};
+}
+
+/// The unrolled NCHW-like kernel: R×C taps, row stride SH, lane step STEP (1 or 2; 3 and 4:
+/// stride 2 and 1 with the 3 taps of a row read at once, [`Step::Window3`] and
+/// [`Step::Window3S1`]), ROWS output rows per block (no row dilation). With PAIR, rows are at most half a vector long and
+/// each vector holds a row of two channels (lanes below L/2 channel k, the others k + 1): the
+/// column table then describes half vectors, and unit u = pair·blocks + b.
+///
+/// # Safety
+/// That of [`PlaneFn`], and `a.r == R`, `a.s == C`, the units' blocks of ROWS rows.
+#[inline(always)]
+unsafe fn plane_fast<
+    S: Simd,
+    const R: usize,
+    const C: usize,
+    const SH: usize,
+    const STEP: usize,
+    const ROWS: usize,
+    const PAIR: bool,
+>(
+    simd: S,
+    a: &PlaneJob<'_>,
+) {
+    const {
+        assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
+        assert!(STEP < 3 || (C == 3 && !PAIR));
+    }
+    debug_assert!(a.r == R && a.s == C && a.blocks == a.oh.div_ceil(ROWS));
+    let in_rows = (ROWS - 1) * SH + R;
+    let half = S::L / 2;
+    // SAFETY: the caller's contract (the token proves the CPU has S's features); rows are
+    // read only inside the image, columns only where the table enables them; outputs go to
+    // the units' rows.
+    unsafe {
+        let epi = EpiV::new(simd, a.epi);
+        let mut u = a.u0;
+        while u < a.u1 {
+            let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            let k = if PAIR {
+                2 * (u / a.blocks)
+            } else {
+                u / a.blocks
+            };
+            u += b1 - b0;
+            // The pair's second channel, or (at an odd end) k again with its lanes unused.
+            let (k1, hi_on) = if PAIR && k + 1 < a.k {
+                (k + 1, u32::MAX)
+            } else {
+                (k, 0)
+            };
+            // Lanes of both halves from a half-vector mask.
+            let both = |m: u32| if PAIR { m | (m << half & hi_on) } else { m };
+            let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
+            let xk1 = a.x.wrapping_offset((k1 / a.mult) as isize * a.xc);
+            let (yk, yk1) = (
+                a.y.wrapping_offset(k as isize * a.yc),
+                a.y.wrapping_offset(k1 as isize * a.yc),
+            );
+            let (zk, zk1) = (
+                a.z.wrapping_offset(k as isize * a.yc),
+                a.z.wrapping_offset(k1 as isize * a.yc),
+            );
+            let mut bias = simd.splat(a.bias(k));
+            let mut wv = [simd.zero(); MAX_FAST_TAPS];
+            for (t, v) in wv.iter_mut().enumerate().take(R * C) {
+                *v = simd.splat(a.tap(k, t));
+                if PAIR {
+                    *v = simd.blend_hi(*v, simd.splat(a.tap(k1, t)));
+                }
+            }
+            if PAIR {
+                bias = simd.blend_hi(bias, simd.splat(a.bias(k1)));
+            }
+            for b in b0..b1 {
+                let oh0 = b * ROWS;
+                let nrows = ROWS.min(a.oh - oh0);
+                let ih0 = (oh0 * SH) as isize - a.pt;
+                // Rows outside the image (or needed by no written output) read nothing: their
+                // loads have an empty mask. Masks rather than branches keep the accumulators
+                // in registers; a bit set rather than arrays avoids stores the loads wait for.
+                let mut valid = 0u32;
+                for d in 0..in_rows.min((nrows - 1) * SH + R) {
+                    if (0..a.h).contains(&(ih0 + d as isize)) {
+                        valid |= 1 << d;
+                    }
+                }
+                let row0 = oh0 as isize * a.yrow;
+                // The column loop, for blocks at the image's top or bottom edge (EDGE: row
+                // masks) or inside it (all rows read, masks straight from the table).
+                macro_rules! columns {
+                    ($edge:expr) => {
+                        for col in a.cols.chunks_exact(C + 1) {
+                            let mut acc = [simd.zero(); ROWS];
+                            unroll!(16: d < (ROWS - 1) * SH + R, {
+                                let rm = if $edge {
+                                    (valid >> d & 1).wrapping_neg()
+                                } else {
+                                    u32::MAX
+                                };
+                                // Rows outside the image point at the plane: a masked access
+                                // to an address in an unmapped page costs a microcode assist
+                                // on some CPUs.
+                                let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
+                                let row = xk.wrapping_offset(roff);
+                                let row1 = xk1.wrapping_offset(roff);
+                                let window = if STEP >= 3 {
+                                    let ld = col[1];
+                                    let raw = (ld.m0 as u64 | (ld.m1 as u64) << 32)
+                                        & (rm as u64 | (rm as u64) << 32);
+                                    let p = row.wrapping_offset(ld.off);
+                                    if STEP == 3 {
+                                        simd.windows3(p, raw)
+                                    } else {
+                                        simd.windows3_s1(p, raw as u32)
+                                    }
+                                } else {
+                                    [simd.zero(); 3]
+                                };
+                                for s in 0..C {
+                                    let ld = col[1 + s];
+                                    let p = row.wrapping_offset(ld.off);
+                                    let p1 = row1.wrapping_offset(ld.off);
+                                    let xv = match (PAIR, STEP) {
+                                        (false, 3..) => window[s],
+                                        (false, 1) => simd.load(p, ld.m0 & rm),
+                                        (false, _) => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                        (true, 1) => simd.load_pair(p, p1, both(ld.m0 & rm)),
+                                        (true, _) => {
+                                            let em = (ld.m0 | ld.m1 << half) & rm;
+                                            simd.load_step2_pair(p, p1, em)
+                                        }
+                                    };
+                                    for (i, acc) in acc.iter_mut().enumerate() {
+                                        if d >= i * SH && d - i * SH < R {
+                                            *acc = simd.fma(wv[(d - i * SH) * C + s], xv, *acc);
+                                        }
+                                    }
+                                }
+                                for acc in acc.iter_mut() {
+                                    *acc = simd.pin(*acc);
+                                }
+                            });
+                            for acc in acc.iter_mut() {
+                                *acc = simd.pin(*acc);
+                            }
+                            let out = col[0];
+                            let m = both(out.m0);
+                            // Rows past the last are stored with an empty mask rather than
+                            // skipped: a branch would let the compiler sink their sums into
+                            // it and spill the loads they share.
+                            unroll!(8: i < ROWS, {
+                                let (m, off) = if i < nrows {
+                                    (m, row0 + i as isize * a.yrow + out.off)
+                                } else {
+                                    (0, 0)
+                                };
+                                let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                                if PAIR {
+                                    let y1 = yk1.wrapping_offset(off);
+                                    let z1 = zk1.wrapping_offset(off);
+                                    let v = finish(simd, &epi, acc[i], bias, || simd.load_pair(z, z1, m));
+                                    simd.store_pair(y, y1, v, m);
+                                } else {
+                                    store_out(simd, &epi, acc[i], bias, y, z, m);
+                                }
+                            });
+                        }
+                    };
+                }
+                if valid == (1u32 << in_rows) - 1 {
+                    columns!(false);
+                } else {
+                    columns!(true);
+                }
+            }
+        }
+    }
+}
+
+/// The generic NCHW-like kernel: any taps, strides and dilations; GENERIC_ROWS output rows
+/// per block; lane step 1, 2 or any (STEP = 0).
+///
+/// # Safety
+/// That of [`PlaneFn`], and the units' blocks of GENERIC_ROWS rows.
+#[inline(always)]
+unsafe fn plane_generic<S: Simd, const STEP: usize>(simd: S, a: &PlaneJob<'_>) {
+    debug_assert!(a.blocks == a.oh.div_ceil(GENERIC_ROWS));
+    // SAFETY: as in `plane_fast`.
+    unsafe {
+        let epi = EpiV::new(simd, a.epi);
+        let mut u = a.u0;
+        while u < a.u1 {
+            let k = u / a.blocks;
+            let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            u += b1 - b0;
+            let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
+            let yk = a.y.wrapping_offset(k as isize * a.yc);
+            let zk = a.z.wrapping_offset(k as isize * a.yc);
+            let bias = simd.splat(a.bias(k));
+            for b in b0..b1 {
+                let oh0 = b * GENERIC_ROWS;
+                let nrows = GENERIC_ROWS.min(a.oh - oh0);
+                let row0 = oh0 as isize * a.yrow;
+                for col in a.cols.chunks_exact(a.s + 1) {
+                    let mut acc = [simd.zero(); GENERIC_ROWS];
+                    for r in 0..a.r {
+                        let ih0 = (oh0 * a.sh as usize) as isize - a.pt + r as isize * a.dh;
+                        for s in 0..a.s {
+                            let wv = simd.splat(a.tap(k, r * a.s + s));
+                            let ld = col[1 + s];
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                let ih = ih0 + i as isize * a.sh;
+                                let rm = if i < nrows && (0..a.h).contains(&ih) {
+                                    u32::MAX
+                                } else {
+                                    0
+                                };
+                                let p = if rm != 0 {
+                                    xk.wrapping_offset(ih * a.xrow + ld.off)
+                                } else {
+                                    xk
+                                };
+                                let xv = match STEP {
+                                    1 => simd.load(p, ld.m0 & rm),
+                                    2 => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
+                                    _ => simd.load_strided(p, a.sw, ld.m0 & rm),
+                                };
+                                *acc = simd.fma(wv, xv, *acc);
+                            }
+                        }
+                    }
+                    let out = col[0];
+                    for (i, acc) in acc.iter().enumerate() {
+                        if i < nrows {
+                            let off = row0 + i as isize * a.yrow + out.off;
+                            let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                            store_out(simd, &epi, *acc, bias, y, z, out.m0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The unrolled NHWC-like kernel: R×C taps, stride SW (rows and columns), a group of TR×T
+/// outputs per block (no dilation, M = 1). Each input pixel of the group is loaded once and
+/// used for every output of the group that needs it; several rows per group cut the reloads
+/// of input rows, which do not stay in L1 between output rows (3 rows of W·C elements are
+/// more than L1 holds for most layers).
+///
+/// # Safety
+/// That of [`ClFn`], and `a.r == R`, `a.s == C`.
+#[inline(always)]
+unsafe fn cl_fast<
+    S: Simd,
+    const R: usize,
+    const C: usize,
+    const SW: usize,
+    const TR: usize,
+    const T: usize,
+>(
+    simd: S,
+    a: &ClJob<'_>,
+) {
+    const {
+        assert!(R * C <= MAX_FAST_TAPS && TR * T <= 16);
+        assert!((TR - 1) * SW + R <= 8 && (T - 1) * SW + C <= 12);
+    }
+    debug_assert!(a.r == R && a.s == C && a.mult == 1 && a.sh == SW as isize);
+    let in_rows = (TR - 1) * SW + R;
+    // SAFETY: the caller's contract (the token proves the CPU has S's features); pixels are
+    // read only inside the image, for each block's lanes; outputs go to the job's rows and
+    // blocks.
+    unsafe {
+        let epi = EpiV::new(simd, a.epi);
+        let mut oh0 = a.oh0;
+        while oh0 < a.oh1 {
+            let nrows = TR.min(a.oh1 - oh0);
+            // Pixels outside the image read nothing: their loads have an empty mask. Masks
+            // rather than branches keep the accumulators in registers; bit sets rather than
+            // arrays avoid stores that the loads would wait for.
+            let ih0 = (oh0 * SW) as isize - a.pt;
+            let mut vrows = 0u32;
+            for d in 0..in_rows.min((nrows - 1) * SW + R) {
+                if (0..a.h).contains(&(ih0 + d as isize)) {
+                    vrows |= 1 << d;
+                }
+            }
+            let mut ow0 = 0;
+            while ow0 < a.ow {
+                let nt = T.min(a.ow - ow0);
+                let span = (nt - 1) * SW + C;
+                let iw0 = (ow0 * SW) as isize - a.pl;
+                // Columns of the group inside the image (and needed by a written output).
+                let mut vcols = 0u32;
+                for e in 0..span {
+                    if (0..a.w).contains(&(iw0 + e as isize)) {
+                        vcols |= 1 << e;
+                    }
+                }
+                for b in a.b0..a.b1 {
+                    let (k0, m) = a.block(b, S::L);
+                    let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
+                    let mut wv = [simd.zero(); MAX_FAST_TAPS];
+                    for (t, v) in wv.iter_mut().enumerate().take(R * C) {
+                        *v = simd.load(wb.wrapping_add(t * a.wstride), m);
+                    }
+                    let bias = if a.bias.is_null() {
+                        simd.zero()
+                    } else {
+                        simd.load(a.bias.wrapping_offset(k0), m)
+                    };
+                    let xb = a.x.wrapping_offset(k0);
+                    let mut acc = [[simd.zero(); T]; TR];
+                    unroll!(8: d < (TR - 1) * SW + R, {
+                        let rm = (vrows >> d & 1).wrapping_neg() & m;
+                        let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
+                        unroll!(12: e < (T - 1) * SW + C, {
+                            // Pixels outside the image read nothing, at the image's first
+                            // pixel: a masked access to an address in an unmapped page costs
+                            // a microcode assist on some CPUs.
+                            let mm = rm & (vcols >> e & 1).wrapping_neg();
+                            let p = if mm != 0 {
+                                row.wrapping_offset((iw0 + e as isize) * a.xcol)
+                            } else {
+                                xb
+                            };
+                            let xv = simd.load(p, mm);
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                if d >= i * SW && d - i * SW < R {
+                                    let r = d - i * SW;
+                                    for (t, acc) in acc.iter_mut().enumerate() {
+                                        if e >= t * SW && e - t * SW < C {
+                                            let w = wv[r * C + e - t * SW];
+                                            *acc = simd.fma(w, xv, *acc);
+                                        }
+                                    }
+                                }
+                            }
+                        });
+                        for acc in acc.iter_mut() {
+                            for acc in acc.iter_mut() {
+                                *acc = simd.pin(*acc);
+                            }
+                        }
+                    });
+                    // Outputs past the image's end: an empty mask, not a branch (see
+                    // `plane_fast`).
+                    unroll!(16: j < TR * T, {
+                        let (i, t) = (j / T, j % T);
+                        let (off, m) = if i < nrows && t < nt {
+                            ((oh0 + i) as isize * a.yrow + (ow0 + t) as isize * a.ycol + k0, m)
+                        } else {
+                            (0, 0)
+                        };
+                        let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
+                        store_out(simd, &epi, acc[i][t], bias, y, z, m);
+                    });
+                }
+                ow0 += T;
+            }
+            oh0 += TR;
+        }
+    }
+}
+
+/// The generic NHWC-like kernel: any taps, strides, dilations and channel multiplier.
+///
+/// # Safety
+/// That of [`ClFn`].
+#[inline(always)]
+unsafe fn cl_generic<S: Simd>(simd: S, a: &ClJob<'_>) {
+    // SAFETY: as in `cl_fast`; with a multiplier, lane l reads input channel idx[l] of the
+    // block, inside the tensor for every enabled lane.
+    unsafe {
+        let epi = EpiV::new(simd, a.epi);
+        for oh in a.oh0..a.oh1 {
+            let ih0 = (oh * a.sh as usize) as isize - a.pt;
+            let yrow = a.y.wrapping_offset(oh as isize * a.yrow);
+            let zrow = a.z.wrapping_offset(oh as isize * a.yrow);
+            let mut ow0 = 0;
+            while ow0 < a.ow {
+                let nt = GENERIC_COLS.min(a.ow - ow0);
+                for b in a.b0..a.b1 {
+                    let (k0, m) = a.block(b, S::L);
+                    let wb = a.wt.wrapping_add((b - a.b0) * a.wblock);
+                    let bias = if a.bias.is_null() {
+                        simd.zero()
+                    } else {
+                        simd.load(a.bias.wrapping_offset(k0), m)
+                    };
+                    // M > 1 has no shift: k0 >= 0.
+                    let xb = a.x.wrapping_add(k0 as usize / a.mult);
+                    let mut acc = [simd.zero(); GENERIC_COLS];
+                    for r in 0..a.r {
+                        let ih = ih0 + r as isize * a.dh;
+                        if !(0..a.h).contains(&ih) {
+                            continue;
+                        }
+                        let row = xb.wrapping_offset(ih * a.xrow);
+                        for s in 0..a.s {
+                            let wv = simd.load(wb.wrapping_add((r * a.s + s) * a.wstride), m);
+                            for (t, acc) in acc.iter_mut().enumerate() {
+                                let iw = ((ow0 + t) as isize) * a.sw - a.pl + s as isize * a.dw;
+                                let (mt, p) = if t < nt && (0..a.w).contains(&iw) {
+                                    (m, row.wrapping_offset(iw * a.xcol))
+                                } else {
+                                    (0, row)
+                                };
+                                let xv = match a.idx.get(b - a.b0) {
+                                    None => simd.load(p, mt),
+                                    Some(idx) => simd.load_idx(p, idx, mt),
+                                };
+                                *acc = simd.fma(wv, xv, *acc);
+                            }
+                        }
+                    }
+                    for (t, acc) in acc.iter().enumerate() {
+                        if t < nt {
+                            let off = (ow0 + t) as isize * a.ycol + k0;
+                            let (y, z) = (yrow.wrapping_offset(off), zrow.wrapping_offset(off));
+                            store_out(simd, &epi, *acc, bias, y, z, m);
+                        }
+                    }
+                }
+                ow0 += GENERIC_COLS;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel sets: the kernels above monomorphised per instruction set, with their blocking.
+
+/// One instruction set's kernels and blocking; `S` is its token, which each kernel takes.
+pub(super) struct KernelSet<S: 'static> {
+    pub(super) lanes: usize,
+    /// Output rows per pass of the unrolled NCHW-like kernels: 3x3, 5x5.
+    pub(super) plane_rows: [usize; 2],
+    /// [3x3, 5x5][stride 1, 2].
+    pub(super) plane_fast: [[PlaneFn<S>; 2]; 2],
+    /// The same, two channels per vector.
+    pub(super) plane_pair: [[PlaneFn<S>; 2]; 2],
+    /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
+    pub(super) plane_win3: [PlaneFn<S>; 2],
+    /// By [`Step`]: 1, 2, any.
+    pub(super) plane_generic: [PlaneFn<S>; 3],
+    /// [3x3, 5x5][stride 1, 2].
+    pub(super) cl_fast: [[ClFn<S>; 2]; 2],
+    pub(super) cl_generic: ClFn<S>,
+}
+
+/// Defines a kernel entry point: a non-generic function (with the instruction set's
+/// `target_feature`) taking the set's token, whose body is one monomorphised kernel.
+macro_rules! entry {
+    ($simd:ty, $(#[$attr:meta])* fn $name:ident($job:ty) = $($kernel:tt)+) => {
+        $(#[$attr])*
+        unsafe fn $name(s: $simd, a: &$job) {
+            // SAFETY: forwarded: the token proves the CPU has the set's features, and the job
+            // satisfies the kernel's contract (see `PlaneFn`).
+            unsafe { $($kernel)+(s, a) }
+        }
+    };
+}
+
+/// Defines module `$module` with the kernel set `SET` of `$simd`: ROWS of the NCHW-like 3x3
+/// and 5x5 kernels; output groups (rows, columns) of the NHWC-like 3x3 stride 1, 3x3 stride 2,
+/// 5x5 stride 1 and 5x5 stride 2 kernels.
+macro_rules! kernel_set {
+    ($module:ident, $simd:ty, [$(#[$attr:meta])*], rows = [$p3:literal, $p5:literal],
+     groups = [($ar:literal, $ac:literal), ($br:literal, $bc:literal), ($cr:literal, $cc:literal),
+               ($dr:literal, $dc:literal)]) => {
+        pub(super) mod $module {
+            use super::*;
+            entry!($simd, $(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, false>);
+            entry!($simd, $(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
+            entry!($simd, $(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
+            entry!($simd, $(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
+            entry!($simd, $(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
+            entry!($simd, $(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
+            entry!($simd, $(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
+            entry!($simd, $(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
+            entry!($simd, $(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
+            entry!($simd, $(#[$attr])* fn q5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, true>);
+            entry!($simd, $(#[$attr])* fn pg1(PlaneJob<'_>) = plane_generic::<$simd, 1>);
+            entry!($simd, $(#[$attr])* fn pg2(PlaneJob<'_>) = plane_generic::<$simd, 2>);
+            entry!($simd, $(#[$attr])* fn pgn(PlaneJob<'_>) = plane_generic::<$simd, 0>);
+            entry!($simd, $(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
+            entry!($simd, $(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
+            entry!($simd, $(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
+            entry!($simd, $(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $dr, $dc>);
+            entry!($simd, $(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
+
+            pub(crate) static SET: KernelSet<$simd> = KernelSet {
+                lanes: <$simd as Simd>::L,
+                plane_rows: [$p3, $p5],
+                plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
+                plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
+                plane_win3: [w3s1, w3s2],
+                plane_generic: [pg1, pg2, pgn],
+                cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
+                cl_generic: cg,
+            };
+        }
+    };
+}
+
+// AVX-512: 32 registers hold 9 weights and 7 rows (MobileNet's sizes are multiples of 7) or
+// 3x4 outputs of accumulators.
+#[cfg(target_arch = "x86_64")]
+kernel_set!(avx512_set, Avx512, [#[target_feature(enable = "avx512f")]],
+    rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+// AVX2: 16 registers.
+#[cfg(target_arch = "x86_64")]
+kernel_set!(avx2_set, Avx2, [#[target_feature(enable = "avx2,fma")]],
+    rows = [4, 2], groups = [(1, 4), (1, 4), (1, 2), (1, 2)]);
+kernel_set!(
+    portable_set,
+    Scalar,
+    [],
+    rows = [4, 2],
+    groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
+);

@@ -1,0 +1,280 @@
+//! The NCHW-like frame: vectors along output rows, the column tables saying how each tap's
+//! vector of inputs is read from a row, the work split into row blocks of channels.
+
+use std::ptr;
+
+use crate::conv::{EpilogueArgs, ExecContext};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::runtime::parallel::SharedOut;
+
+use super::geometry::{activate, activates_after, for_ranges, Geo, GENERIC_ROWS};
+use super::kernels::KernelSet;
+use super::simd::Simd;
+
+/// One vector of a column table: its offset along the row and the lanes (or, for stride-2
+/// loads, the elements of the two vectors read) that lie inside the row.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ColLoad {
+    pub(super) off: isize,
+    pub(super) m0: u32,
+    pub(super) m1: u32,
+}
+
+/// How a tap's vector of inputs is read from a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Consecutive elements.
+    One,
+    /// Every other element: two loads and a permute.
+    Two,
+    /// Elements `sw` apart, lane by lane.
+    Any,
+    /// The three taps of a 3-wide stride-2 window at once (no dilation): one entry per
+    /// column vector (after the outputs' entry) holds bit e of the elements 0..=2L read from
+    /// its offset (low 32 bits in m0, the rest in m1), then two unused entries.
+    Window3,
+    /// The same for stride 1: elements 0..L + 2.
+    Window3S1,
+}
+
+/// The column table: for each vector of output columns, one entry for the outputs (offset in
+/// y's row and the lanes inside it) followed by one per kernel column (offset in x's row and
+/// the lanes or elements inside it). Shared by every channel and row.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when it cannot be allocated.
+fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Result<Vec<ColLoad>> {
+    let low = |n: usize| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let nv = g.ow.div_ceil(lanes);
+    // One entry per vector, then one per kernel column (three for a 3-wide window).
+    let per = 1 + g.s.max(3);
+    let mut cols = crate::alloc::try_vec_with_capacity(nv * per, "depthwise's column table")?;
+    for j in 0..nv {
+        let ow0 = j * lanes;
+        cols.push(ColLoad {
+            off: ow0 as isize,
+            m0: low(lanes.min(g.ow - ow0)),
+            m1: 0,
+        });
+        if matches!(step, Step::Window3 | Step::Window3S1) {
+            let (stride, span) = match step {
+                Step::Window3 => (2, 2 * lanes + 1),
+                _ => (1, lanes + 2),
+            };
+            let base = (ow0 * stride) as isize - g.pl;
+            let raw = (0..span)
+                .filter(|&e| (0..g.w).contains(&(base + e as isize)))
+                .fold(0u64, |m, e| m | 1 << e);
+            cols.push(ColLoad {
+                off: base,
+                m0: raw as u32,
+                m1: (raw >> 32) as u32,
+            });
+            cols.extend([ColLoad::default(); 2]);
+            continue;
+        }
+        for s in 0..g.s {
+            let base = (ow0 * g.sw) as isize - g.pl + (s * g.dw) as isize;
+            let inside = |e: usize| (0..g.w).contains(&(base + e as isize));
+            let mut ld = ColLoad {
+                off: base,
+                m0: 0,
+                m1: 0,
+            };
+            for l in 0..lanes {
+                match step {
+                    Step::One if inside(l) => ld.m0 |= 1 << l,
+                    Step::Two if inside(2 * l) => {
+                        if 2 * l < lanes {
+                            ld.m0 |= 1 << (2 * l);
+                        } else {
+                            ld.m1 |= 1 << (2 * l - lanes);
+                        }
+                    }
+                    Step::Any if inside(l * g.sw) => ld.m0 |= 1 << l,
+                    _ => {}
+                }
+            }
+            cols.push(ld);
+        }
+    }
+    Ok(cols)
+}
+
+/// A run of an NCHW-like kernel: units `u0..u1` of one image, unit u = k·blocks + b being row
+/// block b (output rows b·rows .. b·rows + rows, every column) of output channel k (of
+/// channels 2k and 2k + 1 for kernels that hold two channels per vector).
+pub(super) struct PlaneJob<'a> {
+    /// Image n of x.
+    pub(super) x: *const f32,
+    /// x's channel and row strides.
+    pub(super) xc: isize,
+    pub(super) xrow: isize,
+    /// Output channels, and the multiplier: output channel k reads input channel k / mult.
+    pub(super) k: usize,
+    pub(super) mult: usize,
+    /// Input rows.
+    pub(super) h: isize,
+    pub(super) pt: isize,
+    pub(super) sh: isize,
+    pub(super) sw: isize,
+    pub(super) dh: isize,
+    pub(super) r: usize,
+    pub(super) s: usize,
+    /// Image n of y, and of z: the residual, or y itself (its prior contents).
+    pub(super) y: *mut f32,
+    pub(super) z: *const f32,
+    /// y's (and z's) channel and row strides.
+    pub(super) yc: isize,
+    pub(super) yrow: isize,
+    /// Output rows.
+    pub(super) oh: usize,
+    /// Row blocks per channel.
+    pub(super) blocks: usize,
+    pub(super) u0: usize,
+    pub(super) u1: usize,
+    pub(super) cols: &'a [ColLoad],
+    /// Every channel's R·S weights, channel after channel.
+    w: *const f32,
+    flip: bool,
+    /// One value per output channel, or null.
+    bias: *const f32,
+    pub(super) epi: &'a EpilogueArgs<'a>,
+}
+
+impl PlaneJob<'_> {
+    /// Weight of tap `t` (row-major over r, s) of channel `k`, flipped in convolution mode.
+    ///
+    /// # Safety
+    /// `t < r·s`, k < K.
+    #[inline(always)]
+    pub(super) unsafe fn tap(&self, k: usize, t: usize) -> f32 {
+        let taps = self.r * self.s;
+        let i = if self.flip { taps - 1 - t } else { t };
+        // SAFETY: k·taps + i < K·taps, the filter's length (the caller's contract).
+        unsafe { *self.w.add(k * taps + i) }
+    }
+
+    /// Channel k's bias (0 without one).
+    ///
+    /// # Safety
+    /// k < K.
+    #[inline(always)]
+    pub(super) unsafe fn bias(&self, k: usize) -> f32 {
+        if self.bias.is_null() {
+            0.0
+        } else {
+            // SAFETY: the bias holds K values (the caller's contract).
+            unsafe { *self.bias.add(k) }
+        }
+    }
+}
+
+/// An NCHW-like kernel.
+///
+/// # Safety
+/// The job's pointers address images of the tensors whose every element at in-tensor
+/// coordinates is in bounds, and the caller is the only thread accessing the output rows its
+/// units name. (The token `S` proves that the CPU has the kernel set's features.)
+pub(super) type PlaneFn<S> = unsafe fn(S, &PlaneJob<'_>);
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn planar<S: Simd>(
+    simd: S,
+    ctx: &ExecContext<'_>,
+    g: &Geo,
+    set: &KernelSet<S>,
+    x: &[f32],
+    w: &[f32],
+    out: &SharedOut<'_>,
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    let fast = match (g.r, g.s) {
+        (3, 3) => Some(0),
+        (5, 5) => Some(1),
+        _ => None,
+    }
+    .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
+    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
+    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
+    let window3 = fast == Some(0) && g.dw == 1 && !pair;
+    let step = match g.sw {
+        2 if window3 => Step::Window3,
+        1 if window3 => Step::Window3S1,
+        1 => Step::One,
+        2 => Step::Two,
+        _ => Step::Any,
+    };
+    let (kernel, rows) = match fast {
+        _ if window3 => (set.plane_win3[g.sw - 1], set.plane_rows[0]),
+        Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
+        Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
+        None => (set.plane_generic[step as usize], GENERIC_ROWS),
+    };
+    let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step)?;
+    let blocks = g.oh.div_ceil(rows);
+    let per_image = g.k.div_ceil(if pair { 2 } else { 1 }) * blocks;
+    for_ranges(ctx, g.n * per_image, |start, end| {
+        let mut u = start;
+        while u < end {
+            let n = u / per_image;
+            let u1 = end.min((n + 1) * per_image);
+            let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
+            let job = PlaneJob {
+                x: x.as_ptr().wrapping_add(n * g.xs[0]),
+                xc: g.xs[1] as isize,
+                xrow: g.xs[2] as isize,
+                k: g.k,
+                mult: g.mult,
+                h: g.h,
+                pt: g.pt,
+                sh: g.sh as isize,
+                sw: g.sw as isize,
+                dh: g.dh as isize,
+                r: g.r,
+                s: g.s,
+                y,
+                z: epi
+                    .residual
+                    .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0])),
+                yc: g.ys[1] as isize,
+                yrow: g.ys[2] as isize,
+                oh: g.oh,
+                blocks,
+                u0: u - n * per_image,
+                u1: u1 - n * per_image,
+                cols: &cols,
+                w: w.as_ptr(),
+                flip: g.flip,
+                bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+                epi,
+            };
+            // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU
+            // has. The images are image n of x, y and z, inside the buffers (checked in
+            // `run`), as are the filter and the bias; the column table only enables lanes
+            // inside a row, the kernels only read rows inside the image and write the rows of
+            // units start .. end, which this range alone covers.
+            unsafe { kernel(simd, &job) };
+            if activates_after(epi) {
+                // Units u .. u1 of image n: row blocks of (pairs of) channels.
+                let per_unit = if pair { 2 } else { 1 };
+                let offsets = (u - n * per_image..u1 - n * per_image).flat_map(|unit| {
+                    let (kk, b) = (unit / blocks * per_unit, unit % blocks);
+                    let ohs = b * rows..((b + 1) * rows).min(g.oh);
+                    (kk..(kk + per_unit).min(g.k)).flat_map(move |k| {
+                        ohs.clone().flat_map(move |oh| {
+                            (0..g.ow).map(move |ow| {
+                                n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3]
+                            })
+                        })
+                    })
+                });
+                activate(out, epi.act, offsets);
+            }
+            u = u1;
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! The filter as the engine's operand: the plain filter (a strided matrix, rows packed by
+//! transposes, or a tap table) and the prepared format, each group's filter packed once into
+//! the engine's panels cut into depth blocks ([`PackedFilter`], [`Geometry::prepare`]).
+
+use crate::cpu::Features;
+use crate::error::{Error, Result};
+use crate::gemm::{self, PackA, PackB, StridedMatrix};
+
+use super::geometry::{Frame, Geometry, Tap};
+
+/// Magic number opening prepared weights of the GEMM-based algorithms.
+const PREPARED_MAGIC: f32 = 7405.0;
+/// Floats before the packed panels: magic, panel width, depth block, frame.
+const PREPARED_HEADER: usize = 4;
+
+/// One group's filter as the engine's operand: the filter side of the frame (B, taps ×
+/// channels, for [`Frame::Positions`]; A, channels × taps, for [`Frame::Channels`]).
+pub(crate) enum Filter<'a> {
+    /// Taps consecutive in memory: a strided matrix.
+    Strided(StridedMatrix<'a, f32>),
+    /// The same as the vector side (A, [`Frame::Channels`]): rows of channels `ks` apart,
+    /// taps contiguous; packed with two transposes per panel where the panel is twice the
+    /// transposer's width (AVX-512's 32 rows), as the strided matrix otherwise.
+    Rows {
+        m: StridedMatrix<'a, f32>,
+        w: &'a [f32],
+        base: usize,
+        ks: usize,
+        tr: Option<&'static crate::gemm::Transposer>,
+    },
+    /// Any filter layout and mode: element (tap t, channel k) at `base + k·ks + woff[t]`.
+    Table {
+        w: &'a [f32],
+        base: usize,
+        ks: usize,
+        taps: &'a [Tap],
+    },
+    /// Prepared: the engine's panels, cut into depth blocks (see [`prepare`]).
+    Packed(PackedFilter<'a>),
+}
+
+impl Filter<'_> {
+    /// Filter element (tap t, channel k).
+    #[inline]
+    fn at(&self, t: usize, k: usize) -> f32 {
+        match self {
+            Filter::Strided(_) | Filter::Rows { .. } => {
+                unreachable!("strided filters pack themselves")
+            }
+            Filter::Table { w, base, ks, taps } => w[base + k * ks + taps[t].woff],
+            Filter::Packed(p) => p.at(t, k),
+        }
+    }
+
+    /// Packs channels `k0 .. k0 + nk` (zero beyond) of taps `t0 .. t0 + kt` as panels of
+    /// `width` channels: element (t, k) at panel `(k − k0) / width`, `(t − t0)·width +
+    /// (k − k0) % width`.
+    fn pack_generic(
+        &self,
+        t0: usize,
+        kt: usize,
+        k0: usize,
+        nk: usize,
+        width: usize,
+        dst: &mut [f32],
+    ) {
+        for (q, panel) in dst.chunks_exact_mut(kt * width).enumerate() {
+            let valid = width.min(nk - q * width);
+            for (i, row) in panel.chunks_exact_mut(width).enumerate() {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = if j < valid {
+                        self.at(t0 + i, k0 + q * width + j)
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Packs rows `i0 .. i0 + mc` (`ks` apart from `base`), columns `p0 .. p0 + kc` of a
+/// row-major matrix as A panels of `mr = 2 · strip` rows, each strip of `strip` columns
+/// transposed as two `strip × strip` halves; ragged panels through `m`.
+fn pack_rows_twice(
+    m: &StridedMatrix<'_, f32>,
+    (w, base, ks): (&[f32], usize, usize),
+    tr: &crate::gemm::Transposer,
+    (i0, mc, p0, kc, mr): (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) -> Result<()> {
+    let sw = tr.strip;
+    let mut halves = crate::alloc::try_vec(2 * sw * sw, 0f32, "the filter packer's scratch")?;
+    for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
+        let r0 = i0 + q * mr;
+        if mc - q * mr < mr {
+            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel)?;
+            continue;
+        }
+        let mut c = 0;
+        while c + sw <= kc {
+            let start = base + r0 * ks + p0 + c;
+            let src = &w[start..start + (mr - 1) * ks + sw];
+            let (lo, hi) = halves.split_at_mut(sw * sw);
+            // SAFETY: the family's features are this CPU's (transposer_for caps them); each call
+            // reads sw ≤ max_w rows of `strip` floats, ks apart, inside `src` (a checked
+            // slice of rows 0 .. mr); `lo` and `hi` hold strip · sw floats each.
+            unsafe {
+                (tr.run)(src.as_ptr(), ks, sw, lo.as_mut_ptr());
+                (tr.run)(src[sw * ks..].as_ptr(), ks, sw, hi.as_mut_ptr());
+            }
+            let out = &mut panel[c * mr..(c + sw) * mr];
+            for (qq, row) in out.chunks_exact_mut(mr).enumerate() {
+                row[..sw].copy_from_slice(&lo[qq * sw..(qq + 1) * sw]);
+                row[sw..].copy_from_slice(&hi[qq * sw..(qq + 1) * sw]);
+            }
+            c += sw;
+        }
+        for cc in c..kc {
+            for (i, o) in panel[cc * mr..(cc + 1) * mr].iter_mut().enumerate() {
+                *o = w[base + (r0 + i) * ks + p0 + cc];
+            }
+        }
+    }
+    Ok(())
+}
+
+impl PackA for Filter<'_> {
+    fn pack_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
+        match self {
+            Filter::Strided(m) => m.pack_a(i0, mc, p0, kc, mr, dst),
+            Filter::Rows {
+                m,
+                w,
+                base,
+                ks,
+                tr: Some(tr),
+            } if mr == 2 * tr.strip && tr.max_w >= tr.strip => {
+                pack_rows_twice(m, (w, *base, *ks), tr, (i0, mc, p0, kc, mr), dst)
+            }
+            Filter::Rows { m, .. } => m.pack_a(i0, mc, p0, kc, mr, dst),
+            _ => {
+                self.pack_generic(p0, kc, i0, mc, mr, dst);
+                Ok(())
+            }
+        }
+    }
+    fn in_place(&self) -> Option<(&[f32], usize)> {
+        match self {
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.in_place(),
+            _ => None,
+        }
+    }
+    fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) => p.panels(p0, kc, i0, mc, mr),
+            _ => None,
+        }
+    }
+}
+
+impl PackB for Filter<'_> {
+    fn pack_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> Result<()> {
+        match self {
+            Filter::Strided(m) | Filter::Rows { m, .. } => m.pack_b(p0, kc, j0, nc, nr, dst),
+            _ => {
+                self.pack_generic(p0, kc, j0, nc, nr, dst);
+                Ok(())
+            }
+        }
+    }
+    fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) => p.panels(p0, kc, j0, nc, nr),
+            _ => None,
+        }
+    }
+}
+
+/// One group's prepared filter: for each depth block of `kcb` taps (the last one shorter),
+/// `ceil(channels / width)` panels of `(block depth) × width`, channels past the end zero.
+pub(crate) struct PackedFilter<'a> {
+    data: &'a [f32],
+    width: usize,
+    kcb: usize,
+    depth: usize,
+    channels: usize,
+}
+
+impl PackedFilter<'_> {
+    fn padded(&self) -> usize {
+        self.channels.div_ceil(self.width) * self.width
+    }
+
+    /// The panels the engine asks for, when they are cut as these were.
+    fn panels(&self, t0: usize, kt: usize, k0: usize, nk: usize, width: usize) -> Option<&[f32]> {
+        let fits = width == self.width
+            && t0.is_multiple_of(self.kcb)
+            && kt == self.kcb.min(self.depth - t0)
+            && k0.is_multiple_of(width)
+            && k0 + nk <= self.channels;
+        fits.then(|| {
+            let off = t0 * self.padded() + k0 / width * kt * width;
+            &self.data[off..off + nk.div_ceil(width) * width * kt]
+        })
+    }
+
+    /// Element (tap t, channel k).
+    fn at(&self, t: usize, k: usize) -> f32 {
+        let (b0, d) = (t / self.kcb * self.kcb, t % self.kcb);
+        let kt = self.kcb.min(self.depth - b0);
+        self.data[b0 * self.padded()
+            + k / self.width * kt * self.width
+            + d * self.width
+            + k % self.width]
+    }
+}
+
+impl Geometry {
+    /// Group g's plain filter as the engine operand of the frame.
+    pub fn filter<'a>(&'a self, w: &'a [f32], g: usize, features: Features) -> Filter<'a> {
+        let base = g * self.kg * self.ws[0];
+        if self.filter_contiguous {
+            let (k, ks) = (self.depth, self.ws[0]);
+            let inside = "inside w: checked against the descriptor";
+            match self.frame {
+                Frame::Positions => Filter::Strided(
+                    StridedMatrix::new(&w[base..], k, self.kg, 1, ks)
+                        .expect(inside)
+                        .for_features(features),
+                ),
+                Frame::Channels => Filter::Rows {
+                    m: StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
+                        .expect(inside)
+                        .for_features(features),
+                    w,
+                    base,
+                    ks,
+                    tr: crate::gemm::transposer_for(features),
+                },
+            }
+        } else {
+            Filter::Table {
+                w,
+                base,
+                ks: self.ws[0],
+                taps: &self.taps,
+            }
+        }
+    }
+
+    /// Group g's prepared filter, made by [`Geometry::prepare`].
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `prepared` when the data was not made by `prepare` for a
+    /// problem of this shape.
+    pub fn prepared_filter<'a>(&self, data: &'a [f32], g: usize) -> Result<Filter<'a>> {
+        let bad = || Error::bad("prepared", "data", "not made by this algorithm's prepare");
+        if data.len() < PREPARED_HEADER || data[0] != PREPARED_MAGIC {
+            return Err(bad());
+        }
+        let (width, kcb) = (data[1] as usize, data[2] as usize);
+        let frame = if data[3] == 0.0 {
+            Frame::Positions
+        } else {
+            Frame::Channels
+        };
+        if width == 0 || kcb == 0 || frame != self.frame {
+            return Err(bad());
+        }
+        let per_group = self.depth * self.kg.div_ceil(width) * width;
+        if data.len() != PREPARED_HEADER + self.groups * per_group {
+            return Err(bad());
+        }
+        let start = PREPARED_HEADER + g * per_group;
+        Ok(Filter::Packed(PackedFilter {
+            data: &data[start..start + per_group],
+            width,
+            kcb,
+            depth: self.depth,
+            channels: self.kg,
+        }))
+    }
+
+    /// The filter packed once into the engine's panels for the kernel family of `features`: a
+    /// header, then every group's panels.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
+    pub fn prepare(&self, w: &[f32], features: Features) -> Result<Vec<f32>> {
+        let bl = gemm::blocking_with(features);
+        let width = match self.frame {
+            Frame::Positions => bl.nr,
+            Frame::Channels => bl.mr,
+        };
+        let kcb = gemm::depth_block(self.depth, bl.kc);
+        let padded = self.kg.div_ceil(width) * width;
+        let len = PREPARED_HEADER + self.groups * self.depth * padded;
+        let mut data = crate::alloc::try_vec(len, 0.0, "packed filter")?;
+        data[..PREPARED_HEADER].copy_from_slice(&[
+            PREPARED_MAGIC,
+            width as f32,
+            kcb as f32,
+            if self.frame == Frame::Positions {
+                0.0
+            } else {
+                1.0
+            },
+        ]);
+        for (g, dst) in data[PREPARED_HEADER..]
+            .chunks_exact_mut(self.depth * padded)
+            .enumerate()
+        {
+            let f = self.filter(w, g, features);
+            let mut t0 = 0;
+            while t0 < self.depth {
+                let kt = kcb.min(self.depth - t0);
+                let out = &mut dst[t0 * padded..(t0 + kt) * padded];
+                match self.frame {
+                    Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out)?,
+                    Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out)?,
+                }
+                t0 += kt;
+            }
+        }
+        Ok(data)
+    }
+}
