@@ -1,11 +1,17 @@
-//! Forward convolution algorithms.
+//! The convolution algorithms, one folder per family, and their registries.
 //!
-//! Each algorithm lives in its own file and implements [`ConvAlgorithm`]: a name, a predicate
-//! that accepts a problem or declines it with a reason, an exact workspace size, a determinism
-//! flag and a run function. [`registry`] holds them in one ordered list, most specialised
-//! first; `direct` is always last: it accepts every valid problem and needs no workspace, so it
-//! is the end of every fallback chain. Code that chooses among algorithms works over this list
-//! and never names an algorithm.
+//! A family's folder holds the machinery its algorithms share and one file per registered
+//! algorithm and direction: `direct/` (`fwd.rs`), `depthwise/` (`fwd.rs`), `gemm/` (geometry,
+//! frame cost, im2col, patch packing, the packed filter; `explicit_fwd.rs` is `gemm`,
+//! `implicit_fwd.rs` is `implicit_gemm`; a col2im for backward data will sit beside
+//! im2col), `winograd/` (the three tile sizes over one frame), `fft/` (plans, filter spectra,
+//! products, overlap-save tiling; `full_fwd.rs` is `fft`, `tiling_fwd.rs` is `fft_tiling`).
+//! Forward algorithms implement [`ConvAlgorithm`], the forward convolution's trait
+//! ([`crate::op::conv_fwd`]): a name, a predicate that accepts a problem or declines it with a
+//! reason, an exact workspace size, a determinism flag and a run function. `registry.rs`
+//! holds them in one ordered list, most specialised first; `direct` is always last: it
+//! accepts every valid f32 problem and needs no workspace, so it is the end of every
+//! fallback chain. Selection works over this list and never names an algorithm.
 
 mod depthwise;
 mod direct;

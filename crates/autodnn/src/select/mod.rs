@@ -6,7 +6,7 @@
 //! [the registry](crate::conv::algorithms)) and never names an algorithm or an operation;
 //! adding an algorithm is a file and a registry line, adding an operation is its types and
 //! its registry, and selection picks them up. It never sees the handle either: the handle
-//! hands it an [`Env`] (execution context, settings, workspace pool, tuning cache, cost
+//! hands it an `Env` (execution context, settings, workspace pool, tuning cache, cost
 //! model).
 //!
 //! - **Heuristic** ([`heuristic`], cuDNN's `Get`): [`Handle::get_conv_algorithms`] ranks every

@@ -4,7 +4,7 @@
 //! block's patches (C·R·S taps of every output position) are copied into the workspace
 //! (im2col), then multiplied by the group's filter with the engine, the epilogue (bias,
 //! residual, activation) applied to each output tile while it is hot. The GEMM frame, the tap
-//! order and the epilogue mapping are described in `im2col.rs`.
+//! order and the epilogue mapping are described in the family's overview (`conv/gemm/mod.rs`).
 //!
 //! - **Wins** where the GEMM engine's speed matters more than the copy: many channels, large
 //!   images; 1x1 stride-1 convolutions need no copy at all (x is already the matrix).

@@ -4,7 +4,7 @@
 //! padded): the engine's pluggable packing ([`PackA`](crate::gemm::PackA) or
 //! [`PackB`](crate::gemm::PackB)) is given the patches, so each micro-panel it packs is
 //! gathered from the image directly, nothing is materialised. The GEMM frame, the tap order
-//! and the epilogue mapping are described in `im2col.rs`. For 1x1 stride-1 convolutions the
+//! and the epilogue mapping are described in the family's overview (`conv/gemm/mod.rs`). For 1x1 stride-1 convolutions the
 //! image already is the patch matrix and the engine reads it as an ordinary operand.
 //!
 //! - **Wins** where `gemm` does, without its workspace: 1x1 convolutions at the engine's
