@@ -738,8 +738,15 @@ impl Handle {
                 a.run(&ctx, problem, &inputs, out, ws)
             }
             None => {
-                let env = self.env();
-                let mut ws = env.reserve(needed, a.name())?;
+                // A direct call needs the budget and the pool only, not the whole `Env`
+                // (cost model, machine description) that selection takes.
+                let c = self.config();
+                let mut ws = self.shared.workspace.reserve(
+                    needed,
+                    a.name(),
+                    c.workspace_limit,
+                    &c.settings.fail_alloc,
+                )?;
                 a.run(&ctx, problem, &inputs, out, ws.slice())
             }
         }
