@@ -1,4 +1,4 @@
-//! The f64 oracle: naive convolution and GEMM that accumulate in f64, for tests and `--check`.
+//! The f64 oracle: naive convolution (forward, backward data, filter and bias) and GEMM that accumulate in f64, for tests and `--check`.
 //! Never a production algorithm; written for obviousness, not speed.
 
 use crate::desc::{ConvMode, ConvProblem};
@@ -70,6 +70,125 @@ pub fn conv_forward(problem: &ConvProblem, x: &[f32], w: &[f32]) -> Result<Vec<f
         }
     }
     Ok(y)
+}
+
+/// Calls `f(y_offset, x_offset, w_offset)` for every product x·w of the definition: the
+/// pairs of one output element, input element and filter element that meet.
+fn for_each_product(problem: &ConvProblem, mut f: impl FnMut(usize, usize, usize)) {
+    let (xd, wd, yd, cd) = (problem.x(), problem.w(), problem.y(), problem.conv());
+    let [n, k, oh, ow] = yd.dims();
+    let [_, cg, r, s] = wd.dims();
+    let kg = problem.k_per_group();
+    let pad = cd.padding();
+    let [sh, sw] = cd.stride().map(|v| v as i64);
+    let [dh, dw] = cd.dilation().map(|v| v as i64);
+    let (h, wi) = (xd.h() as i64, xd.w() as i64);
+    for b in 0..n {
+        for ko in 0..k {
+            let g = ko / kg;
+            for i in 0..oh {
+                for j in 0..ow {
+                    let yo = yd.offset(b, ko, i, j);
+                    for c in 0..cg {
+                        for u in 0..r {
+                            let ih = i as i64 * sh - pad.top + u as i64 * dh;
+                            if ih < 0 || ih >= h {
+                                continue;
+                            }
+                            for v in 0..s {
+                                let iw = j as i64 * sw - pad.left + v as i64 * dw;
+                                if iw < 0 || iw >= wi {
+                                    continue;
+                                }
+                                let (fu, fv) = match cd.mode() {
+                                    ConvMode::CrossCorrelation => (u, v),
+                                    ConvMode::Convolution => (r - 1 - u, s - 1 - v),
+                                };
+                                f(
+                                    yo,
+                                    xd.offset(b, g * cg + c, ih as usize, iw as usize),
+                                    wd.offset(ko, c, fu, fv),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn zeros(len: usize, what: &str) -> Result<Vec<f64>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+        bytes: len.saturating_mul(8),
+        what: format!("{what}: {e}"),
+    })?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+fn check_len(field: &str, needed: usize, got: usize) -> Result<()> {
+    if got < needed {
+        return Err(Error::BufferTooSmall {
+            field: field.into(),
+            needed,
+            got,
+        });
+    }
+    Ok(())
+}
+
+/// dx = conv_bwd_data(dy, w) by the definition, in f64: every product of the forward
+/// definition scattered back to its input element. Any operation kind of the problem is
+/// read for its descriptors (dy is laid out as y). Indexed like x (length `x.span()`).
+///
+/// # Errors
+/// Short buffers.
+pub fn conv_backward_data(problem: &ConvProblem, dy: &[f32], w: &[f32]) -> Result<Vec<f64>> {
+    check_len("dy", problem.y().span(), dy.len())?;
+    check_len("w", problem.w().elements(), w.len())?;
+    let mut dx = zeros(problem.x().span(), "reference dx")?;
+    for_each_product(problem, |yo, xo, wo| {
+        dx[xo] += dy[yo] as f64 * w[wo] as f64;
+    });
+    Ok(dx)
+}
+
+/// dw = conv_bwd_filter(x, dy) by the definition, in f64. Indexed like w (length
+/// `w.elements()`).
+///
+/// # Errors
+/// Short buffers.
+pub fn conv_backward_filter(problem: &ConvProblem, x: &[f32], dy: &[f32]) -> Result<Vec<f64>> {
+    check_len("x", problem.x().span(), x.len())?;
+    check_len("dy", problem.y().span(), dy.len())?;
+    let mut dw = zeros(problem.w().elements(), "reference dw")?;
+    for_each_product(problem, |yo, xo, wo| {
+        dw[wo] += x[xo] as f64 * dy[yo] as f64;
+    });
+    Ok(dw)
+}
+
+/// db\[k\] = Σ over n, h, w of dy\[n, k, h, w\], in f64 (length K).
+///
+/// # Errors
+/// A short dy.
+pub fn conv_backward_bias(problem: &ConvProblem, dy: &[f32]) -> Result<Vec<f64>> {
+    let yd = problem.y();
+    check_len("dy", yd.span(), dy.len())?;
+    let [n, k, oh, ow] = yd.dims();
+    let mut db = zeros(k, "reference db")?;
+    for b in 0..n {
+        for (c, acc) in db.iter_mut().enumerate() {
+            for i in 0..oh {
+                for j in 0..ow {
+                    *acc += dy[yd.offset(b, c, i, j)] as f64;
+                }
+            }
+        }
+    }
+    Ok(db)
 }
 
 /// y = act(alpha · conv(x, w) + bias + beta · z) in f64, with the activation from the

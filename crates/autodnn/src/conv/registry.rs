@@ -1,14 +1,17 @@
-//! The ordered list of forward-convolution algorithms: most specialised first, `direct` last.
-//! Adding an algorithm is one file plus one line here.
+//! The ordered lists of the convolution's algorithms, one per operation (forward, backward
+//! data, backward filter, backward bias): most specialised first, `direct` last. Adding an
+//! algorithm is one file plus one line here.
 
 use super::depthwise::Depthwise;
-use super::direct::Direct;
+use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
 use super::fft::{FFT, FFT_TILING};
 use super::gemm::{GEMM, IMPLICIT_GEMM};
 use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
-use crate::op::{ConvForward, Registered};
+use crate::op::{
+    Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvForward, Registered,
+};
 
 static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &Depthwise,
@@ -25,6 +28,30 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
 impl Registered for ConvForward {
     fn algorithms() -> &'static [&'static dyn ConvAlgorithm] {
         ALGORITHMS
+    }
+}
+
+static BWD_DATA: &[&dyn Algorithm<ConvBackwardData>] = &[&DirectBwdData];
+
+impl Registered for ConvBackwardData {
+    fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardData>] {
+        BWD_DATA
+    }
+}
+
+static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[&DirectBwdFilter];
+
+impl Registered for ConvBackwardFilter {
+    fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardFilter>] {
+        BWD_FILTER
+    }
+}
+
+static BWD_BIAS: &[&dyn Algorithm<ConvBackwardBias>] = &[&DirectBwdBias];
+
+impl Registered for ConvBackwardBias {
+    fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardBias>] {
+        BWD_BIAS
     }
 }
 

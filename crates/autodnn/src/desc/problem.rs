@@ -6,14 +6,33 @@ use super::tensor::{Layout, TensorDesc};
 use super::Epilogue;
 use crate::error::{Error, Result};
 
-/// Which operation a problem describes. Only the forward convolution exists today; backward
-/// data and backward filter will join it, and tuning-cache keys already carry the kind.
+/// Which operation of the convolution a problem describes. The three share the forward
+/// problem's descriptors (x, w, y = dy, the convolution), as cuDNN's calls do; the kind is part
+/// of the tuning cache's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OpKind {
     /// y = conv(x, w).
     ConvForward,
+    /// dx = conv_bwd_data(dy, w): the gradient of the input.
+    ConvBackwardData,
+    /// dw = conv_bwd_filter(x, dy): the gradient of the filter.
+    ConvBackwardFilter,
+    /// db\[k\] = Σ over n, h, w of dy\[n, k, h, w\]: the gradient of a per-channel bias.
+    ConvBackwardBias,
+}
+
+impl OpKind {
+    /// The tag of the operation in cache keys, cost fits, logs and the command's `dir`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            OpKind::ConvForward => "conv_forward",
+            OpKind::ConvBackwardData => "conv_backward_data",
+            OpKind::ConvBackwardFilter => "conv_backward_filter",
+            OpKind::ConvBackwardBias => "conv_backward_bias",
+        }
+    }
 }
 
 /// One convolution problem: everything that decides which algorithm wins and what it must
@@ -178,13 +197,33 @@ impl ConvProblem {
     pub fn with_batch(&self, n: usize) -> Result<ConvProblem> {
         let x = self.x.with_batch(n).map_err(rename("x"))?;
         let y = self.y.with_batch(n).map_err(rename("y"))?;
-        Ok(ConvProblem::forward(x, self.w, self.conv, y)?.with_epilogue(self.epilogue))
+        let mut p = ConvProblem::forward(x, self.w, self.conv, y)?.with_epilogue(self.epilogue);
+        p.op = self.op;
+        Ok(p)
     }
 
     /// The same problem followed by `epilogue` (bias, residual, activation).
     pub fn with_epilogue(mut self, epilogue: Epilogue) -> ConvProblem {
         self.epilogue = epilogue;
         self
+    }
+
+    /// The same descriptors as a problem of operation `op` (the backward operations take the
+    /// forward problem's x, w, y and convolution; y is then dy's descriptor).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `epilogue` when a backward problem would carry a fused
+    /// epilogue (only the forward convolution has one).
+    pub fn for_op(mut self, op: OpKind) -> Result<ConvProblem> {
+        if op != OpKind::ConvForward && !self.epilogue.is_none() {
+            return Err(Error::bad(
+                "epilogue",
+                self.epilogue.act.name(),
+                format!("{} has no fused epilogue (only alpha and beta)", op.tag()),
+            ));
+        }
+        self.op = op;
+        Ok(self)
     }
 
     /// What follows the convolution.

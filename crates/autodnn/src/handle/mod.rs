@@ -1,6 +1,7 @@
 //! The handle: worker threads, instruction-set cap, workspace budget, selection settings and
 //! the tuning cache, as cuDNN's `cudnnHandle_t` holds a device context and stream.
 
+mod backward;
 mod gemm;
 
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 use super::epilogue::EpilogueArgs;
 use super::prepared::Weights;
 use super::{Accuracy, Algorithm, OpProblem, Operation, Tensor, TensorMut, COST_FEATURES};
-use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, TensorDesc};
+use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, OpKind, TensorDesc};
 use crate::error::{Error, Result};
 use crate::runtime::ExecContext;
 
@@ -41,7 +41,7 @@ impl<'a> ConvFwdInputs<'a> {
 
 impl OpProblem for ConvProblem {
     fn op_tag(&self) -> &'static str {
-        ConvForward::NAME
+        self.op().tag()
     }
     fn types(&self) -> String {
         self.x().dtype().name().to_string()
@@ -90,6 +90,13 @@ impl Operation for ConvForward {
             Weights::Plain(w) => w.len(),
             Weights::Prepared(_) => p.w().elements(),
         };
+        if p.op() != OpKind::ConvForward {
+            return Err(Error::bad(
+                "problem.op",
+                p.op().tag(),
+                "this call computes conv_forward: turn the problem with ConvProblem::for_op",
+            ));
+        }
         check_call(p, inputs.x.len(), w_len, output_len.unwrap_or(p.y().span()))?;
         let epilogue = inputs
             .epilogue
@@ -142,13 +149,7 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         ConvAlgorithm::name(self)
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
-        let dt = p.x().dtype();
-        if dt != DataType::F32 {
-            return Err(format!(
-                "computes f32 tensors, the problem's are {}",
-                dt.name()
-            ));
-        }
+        super::conv_bwd::check_problem(p, OpKind::ConvForward)?;
         ConvAlgorithm::check(self, p)
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
@@ -217,7 +218,9 @@ pub(crate) fn problem_is_valid(p: &ConvProblem) -> bool {
         let w = FilterDesc::new(p.w().dtype(), p.w().layout(), p.w().dims())?;
         let c = p.conv();
         let conv = ConvDesc::new(c.padding(), c.stride(), c.dilation(), c.groups(), c.mode())?;
-        Ok(ConvProblem::forward(x, w, conv, y)?.with_epilogue(*p.epilogue()))
+        ConvProblem::forward(x, w, conv, y)?
+            .with_epilogue(*p.epilogue())
+            .for_op(p.op())
     };
     rebuild().is_ok_and(|q| q == *p)
 }

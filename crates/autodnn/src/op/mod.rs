@@ -1,8 +1,8 @@
 //! Operations as types: what each operation computes on, what one call hands it, and the
 //! trait its algorithms implement.
 //!
-//! An operation (forward convolution today; backward data, backward filter, pooling and the
-//! rest later) is a type implementing [`Operation`]: it names its problem (a hashable,
+//! An operation (the forward convolution, its backward data, filter and bias; pooling and
+//! the rest later) is a type implementing [`Operation`]: it names its problem (a hashable,
 //! serialisable descriptor: the tuning cache's key), the inputs and the output of one call
 //! (typed tensor views and epilogue values), and the trait object its algorithms are
 //! ([`Operation::Algo`], with the lifetime of what it borrows). Every algorithm of the operation implements [`Algorithm`] for it,
@@ -17,6 +17,7 @@
 //! This layer sits above `desc` (the descriptors) and `runtime` (the execution context), and
 //! below the algorithms (`conv`) and selection (`select`).
 
+pub mod conv_bwd;
 pub mod conv_fwd;
 pub mod epilogue;
 pub mod prepared;
@@ -31,6 +32,10 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::runtime::ExecContext;
 
+pub use conv_bwd::{
+    ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs, ConvBwdDataInputs,
+    ConvBwdFilterInputs,
+};
 pub use conv_fwd::{ConvAlgorithm, ConvForward, ConvFwdInputs};
 pub use tensor::{Tensor, TensorMut};
 
@@ -182,9 +187,12 @@ impl Accuracy {
 /// ever reads them.
 pub fn problem_is_valid(op: &str, problem: &serde_json::Value) -> Option<bool> {
     match op {
-        ConvForward::NAME => Some(
+        ConvForward::NAME
+        | ConvBackwardData::NAME
+        | ConvBackwardFilter::NAME
+        | ConvBackwardBias::NAME => Some(
             serde_json::from_value::<crate::ConvProblem>(problem.clone())
-                .is_ok_and(|p| conv_fwd::problem_is_valid(&p)),
+                .is_ok_and(|p| p.op().tag() == op && conv_fwd::problem_is_valid(&p)),
         ),
         _ => None,
     }

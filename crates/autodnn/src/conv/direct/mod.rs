@@ -19,8 +19,14 @@
 //! broadcast of a weight per `PV` vector FMAs. Flattening positions keeps the lanes full on
 //! small images (7×7) where vectorising along a row would not.
 
+mod bwd_bias;
+mod bwd_data;
+mod bwd_filter;
 mod fwd;
 
+pub use bwd_bias::DirectBwdBias;
+pub use bwd_data::DirectBwdData;
+pub use bwd_filter::DirectBwdFilter;
 pub use fwd::Direct;
 
 use crate::conv::{EpilogueArgs, ExecContext};

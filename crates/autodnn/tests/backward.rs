@@ -1,0 +1,403 @@
+//! The backward convolutions (data, filter, bias): every registered algorithm on random
+//! problems over every geometry, every ISA path this machine has and 1, 2 and 3 threads,
+//! against the f64 oracle (exact on integer data for exact algorithms, within the documented
+//! bound for the others); deterministic algorithms bit-identical across thread counts; the
+//! scales; the adjoint identities, which share no code with the oracle; bad calls.
+
+mod common;
+
+use autodnn::cpu::Isa;
+use autodnn::op::{
+    Accuracy, Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
+    ConvBwdDataInputs, ConvBwdFilterInputs, Registered, TensorMut,
+};
+use autodnn::{reference, ConvProblem, Error, Handle, OpKind};
+use common::{int_data, random_padded_problem, random_problem, Rng};
+
+fn handles() -> Vec<(Isa, usize, Handle)> {
+    let mut out = Vec::new();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        for threads in [1, 2, 3] {
+            let h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            out.push((isa, threads, h));
+        }
+    }
+    out
+}
+
+/// Offsets of the output tensor's elements (dx like x, dw like w, db 0..K).
+fn out_offsets(p: &ConvProblem, op: OpKind) -> Vec<usize> {
+    let mut v = Vec::new();
+    match op {
+        OpKind::ConvBackwardData => {
+            let [n, c, h, w] = p.x().dims();
+            for b in 0..n {
+                for ci in 0..c {
+                    for i in 0..h {
+                        for j in 0..w {
+                            v.push(p.x().offset(b, ci, i, j));
+                        }
+                    }
+                }
+            }
+        }
+        OpKind::ConvBackwardFilter => {
+            let [k, c, r, s] = p.w().dims();
+            for ki in 0..k {
+                for ci in 0..c {
+                    for u in 0..r {
+                        for t in 0..s {
+                            v.push(p.w().offset(ki, ci, u, t));
+                        }
+                    }
+                }
+            }
+        }
+        _ => v.extend(0..p.w().k()),
+    }
+    v
+}
+
+/// Checks `got` against `want` (the oracle, already scaled) at the output's elements.
+fn check(p: &ConvProblem, op: OpKind, got: &[f32], want: &[f64], acc: Accuracy, what: &str) {
+    let offs = out_offsets(p, op);
+    let max = offs
+        .iter()
+        .map(|&o| want[o].abs())
+        .fold(0.0f64, f64::max)
+        .max(1.0);
+    for &o in &offs {
+        let d = (got[o] as f64 - want[o]).abs();
+        assert!(!d.is_nan(), "{what}: element {o} is {} ({p:?})", got[o]);
+        match acc {
+            Accuracy::Exact => assert!(
+                got[o] == want[o] as f32,
+                "{what}: element {o} is {} but the oracle says {} ({p:?})",
+                got[o],
+                want[o]
+            ),
+            _ => assert!(
+                d <= acc.integer_tolerance() * max,
+                "{what}: |error| {d} > {} · {max} ({p:?})",
+                acc.integer_tolerance()
+            ),
+        }
+    }
+}
+
+fn same_bits(a: &[f32], b: &[f32], offs: &[usize]) -> bool {
+    offs.iter().all(|&o| a[o].to_bits() == b[o].to_bits())
+}
+
+/// One operation's registry on `cases` random problems: every accepting algorithm on every
+/// handle, against `oracle`; returns how many problems each algorithm accepted.
+/// How a test runs one algorithm: (handle, name, problem, first input, second input, output,
+/// alpha, beta).
+type RunFn = dyn Fn(&Handle, &str, &ConvProblem, &[f32], &[f32], &mut [f32], f32, f32);
+/// The oracle of an operation on its two inputs.
+type OracleFn = dyn Fn(&ConvProblem, &[f32], &[f32]) -> Vec<f64>;
+
+fn registry_on<O: Registered<Problem = ConvProblem>>(
+    op: OpKind,
+    generate: fn(&mut Rng) -> ConvProblem,
+    seed: u64,
+    cases: u64,
+    run: &RunFn,
+    out_len: fn(&ConvProblem) -> usize,
+    oracle: &OracleFn,
+) -> Vec<usize> {
+    let handles = handles();
+    let mut rng = Rng(seed);
+    let algos = O::algorithms();
+    let mut ran = vec![0usize; algos.len()];
+    for case in 0..cases {
+        let p = generate(&mut rng).for_op(op).unwrap();
+        // (dy, w) for backward data, (x, dy) for the filter, (dy, -) for the bias.
+        let (a_len, b_len) = match op {
+            OpKind::ConvBackwardData => (p.y().span(), p.w().elements()),
+            OpKind::ConvBackwardFilter => (p.x().span(), p.y().span()),
+            _ => (p.y().span(), 0),
+        };
+        let a = int_data(a_len, case * 7 + 1);
+        let b = int_data(b_len, case * 7 + 2);
+        let want = oracle(&p, &a, &b);
+        let offs = out_offsets(&p, op);
+        // Half the cases accumulate: out = 2 · grad + 1 · out.
+        let (alpha, beta) = if case % 2 == 0 {
+            (1.0, 0.0)
+        } else {
+            (2.0, 1.0)
+        };
+        let prior = int_data(out_len(&p), case * 7 + 3);
+        let mut want_scaled = want.clone();
+        if beta != 0.0 {
+            for &o in &offs {
+                want_scaled[o] = alpha as f64 * want[o] + prior[o] as f64;
+            }
+        }
+        for (ai, algo) in algos.iter().enumerate() {
+            if algo.check(&p).is_err() {
+                continue;
+            }
+            ran[ai] += 1;
+            let mut first: Vec<(Isa, Vec<f32>)> = Vec::new();
+            for (isa, threads, h) in &handles {
+                // NaN where beta = 0: every element must be written, none read.
+                let mut out = if beta == 0.0 {
+                    vec![f32::NAN; out_len(&p)]
+                } else {
+                    prior.clone()
+                };
+                run(h, algo.name(), &p, &a, &b, &mut out, alpha, beta);
+                let what = format!("{} case {case} {} {isa:?} {threads}T", O::NAME, algo.name());
+                check(&p, op, &out, &want_scaled, algo.accuracy(), &what);
+                if !algo.deterministic() {
+                    continue;
+                }
+                match first.iter().find(|(i, _)| i == isa) {
+                    Some((_, o1)) => assert!(same_bits(o1, &out, &offs), "{what}: bits differ"),
+                    None => first.push((*isa, out)),
+                }
+            }
+        }
+    }
+    ran
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_data(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    al: f32,
+    be: f32,
+) {
+    h.conv_backward_data(p, name, dy, w, dx, al, be).unwrap()
+}
+#[allow(clippy::too_many_arguments)]
+fn run_filter(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    al: f32,
+    be: f32,
+) {
+    h.conv_backward_filter(p, name, x, dy, dw, al, be).unwrap()
+}
+#[allow(clippy::too_many_arguments)]
+fn run_bias(
+    h: &Handle,
+    name: &str,
+    p: &ConvProblem,
+    dy: &[f32],
+    _: &[f32],
+    db: &mut [f32],
+    al: f32,
+    be: f32,
+) {
+    h.conv_backward_bias(p, name, dy, db, al, be).unwrap()
+}
+
+fn every_algorithm_ran<O: Registered>(ran: &[usize]) {
+    for (a, n) in O::algorithms().iter().zip(ran) {
+        assert!(
+            *n > 0,
+            "{} {} accepted none of the random problems",
+            O::NAME,
+            a.name()
+        );
+    }
+}
+
+fn data_oracle(p: &ConvProblem, dy: &[f32], w: &[f32]) -> Vec<f64> {
+    reference::conv_backward_data(p, dy, w).unwrap()
+}
+fn filter_oracle(p: &ConvProblem, x: &[f32], dy: &[f32]) -> Vec<f64> {
+    reference::conv_backward_filter(p, x, dy).unwrap()
+}
+fn bias_oracle(p: &ConvProblem, dy: &[f32], _: &[f32]) -> Vec<f64> {
+    reference::conv_backward_bias(p, dy).unwrap()
+}
+
+#[test]
+fn backward_data_algorithms_match_the_oracle() {
+    let mut ran = registry_on::<ConvBackwardData>(
+        OpKind::ConvBackwardData,
+        random_problem,
+        11,
+        60,
+        &run_data,
+        |p| p.x().span(),
+        &data_oracle,
+    );
+    let more = registry_on::<ConvBackwardData>(
+        OpKind::ConvBackwardData,
+        random_padded_problem,
+        12,
+        40,
+        &run_data,
+        |p| p.x().span(),
+        &data_oracle,
+    );
+    ran.iter_mut().zip(more).for_each(|(a, b)| *a += b);
+    every_algorithm_ran::<ConvBackwardData>(&ran);
+}
+
+#[test]
+fn backward_filter_algorithms_match_the_oracle() {
+    let mut ran = registry_on::<ConvBackwardFilter>(
+        OpKind::ConvBackwardFilter,
+        random_problem,
+        21,
+        60,
+        &run_filter,
+        |p| p.w().elements(),
+        &filter_oracle,
+    );
+    let more = registry_on::<ConvBackwardFilter>(
+        OpKind::ConvBackwardFilter,
+        random_padded_problem,
+        22,
+        40,
+        &run_filter,
+        |p| p.w().elements(),
+        &filter_oracle,
+    );
+    ran.iter_mut().zip(more).for_each(|(a, b)| *a += b);
+    every_algorithm_ran::<ConvBackwardFilter>(&ran);
+}
+
+#[test]
+fn backward_bias_algorithms_match_the_oracle() {
+    let ran = registry_on::<ConvBackwardBias>(
+        OpKind::ConvBackwardBias,
+        random_problem,
+        31,
+        40,
+        &run_bias,
+        |p| p.w().k(),
+        &bias_oracle,
+    );
+    every_algorithm_ran::<ConvBackwardBias>(&ran);
+}
+
+/// Σ a[o]·b[o] over a tensor's element offsets, in f64 (exact on these integers).
+fn dot(a: &[f32], b: &[f32], offs: &[usize]) -> f64 {
+    offs.iter().map(|&o| a[o] as f64 * b[o] as f64).sum()
+}
+
+/// ⟨dy, conv_fwd(x, w)⟩ = ⟨conv_bwd_data(dy, w), x⟩ = ⟨conv_bwd_filter(x, dy), w⟩ for every
+/// algorithm of each operation: the three operations are each other's adjoints, checked
+/// without the oracle.
+#[test]
+fn the_three_operations_are_adjoint() {
+    let h = Handle::with_threads(2).unwrap();
+    let mut rng = Rng(41);
+    for case in 0..80u64 {
+        let p = if case % 2 == 0 {
+            random_problem(&mut rng)
+        } else {
+            random_padded_problem(&mut rng)
+        };
+        let x = int_data(p.x().span(), case * 3 + 1);
+        let w = int_data(p.w().elements(), case * 3 + 2);
+        let dy = int_data(p.y().span(), case * 3 + 3);
+        let mut y = vec![0.0; p.y().span()];
+        h.conv_forward(&p, "direct", &x, &w, &mut y).unwrap();
+        let y_offs: Vec<usize> = {
+            let [n, k, oh, ow] = p.y().dims();
+            let mut v = Vec::new();
+            for b in 0..n {
+                for c in 0..k {
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            v.push(p.y().offset(b, c, i, j));
+                        }
+                    }
+                }
+            }
+            v
+        };
+        let lhs = dot(&dy, &y, &y_offs);
+        let pd = p.for_op(OpKind::ConvBackwardData).unwrap();
+        for a in ConvBackwardData::algorithms()
+            .iter()
+            .filter(|a| a.check(&pd).is_ok())
+        {
+            let mut dx = vec![f32::NAN; p.x().span()];
+            h.conv_backward_data(&p, a.name(), &dy, &w, &mut dx, 1.0, 0.0)
+                .unwrap();
+            let rhs = dot(&dx, &x, &out_offsets(&p, OpKind::ConvBackwardData));
+            assert_eq!(lhs, rhs, "case {case} bwd_data {}: {p:?}", a.name());
+        }
+        let pf = p.for_op(OpKind::ConvBackwardFilter).unwrap();
+        for a in ConvBackwardFilter::algorithms()
+            .iter()
+            .filter(|a| a.check(&pf).is_ok())
+        {
+            let mut dw = vec![f32::NAN; p.w().elements()];
+            h.conv_backward_filter(&p, a.name(), &x, &dy, &mut dw, 1.0, 0.0)
+                .unwrap();
+            let rhs = dot(&dw, &w, &out_offsets(&p, OpKind::ConvBackwardFilter));
+            assert_eq!(lhs, rhs, "case {case} bwd_filter {}: {p:?}", a.name());
+        }
+    }
+}
+
+#[test]
+fn bad_backward_calls_name_the_field() {
+    let h = Handle::new().unwrap();
+    let p = common::problem("ic4oc8ih9kh3ph1", autodnn::Layout::Nchw);
+    let dy = vec![0.0; p.y().span()];
+    let w = vec![0.0; p.w().elements()];
+    let mut dx = vec![0.0; p.x().span()];
+    let short = &dy[..dy.len() - 1];
+    match h.conv_backward_data(&p, "direct", short, &w, &mut dx, 1.0, 0.0) {
+        Err(Error::BufferTooSmall { field, .. }) => assert_eq!(field, "dy"),
+        other => panic!("{other:?}"),
+    }
+    match h.conv_backward_data(&p, "direct", &dy, &w, &mut dx[..3], 1.0, 0.0) {
+        Err(Error::BufferTooSmall { field, .. }) => assert_eq!(field, "dx"),
+        other => panic!("{other:?}"),
+    }
+    match h.conv_backward_filter(&p, "direct", &dx, &dy, &mut [0.0; 5], 1.0, 0.0) {
+        Err(Error::BufferTooSmall { field, .. }) => assert_eq!(field, "dw"),
+        other => panic!("{other:?}"),
+    }
+    match h.conv_backward_bias(&p, "direct", &dy, &mut dx, f32::NAN, 0.0) {
+        Err(Error::BadParam { field, .. }) => assert_eq!(field, "alpha"),
+        other => panic!("{other:?}"),
+    }
+    // A forward problem handed to the generic verb of another operation.
+    let inputs = ConvBwdDataInputs::new(&dy, &w);
+    match h.run_algorithm::<ConvBackwardData>(
+        &p,
+        "direct",
+        &inputs,
+        &mut TensorMut::F32(&mut dx),
+        None,
+    ) {
+        Err(Error::BadParam { field, .. }) => assert_eq!(field, "problem.op"),
+        other => panic!("{other:?}"),
+    }
+    // A backward problem refuses a fused epilogue.
+    let e = autodnn::conv::Epilogue {
+        act: autodnn::Activation::Relu,
+        ..Default::default()
+    };
+    match p.with_epilogue(e).for_op(OpKind::ConvBackwardFilter) {
+        Err(Error::BadParam { field, .. }) => assert_eq!(field, "epilogue"),
+        other => panic!("{other:?}"),
+    }
+    let _ = (
+        ConvBwdFilterInputs::new(&dx, &dy),
+        ConvBwdBiasInputs::new(&dy),
+    );
+}
