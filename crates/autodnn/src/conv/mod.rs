@@ -18,6 +18,7 @@ mod direct;
 mod fft;
 mod gemm;
 mod registry;
+mod rotated;
 mod winograd;
 
 pub use registry::{algorithms, find, names};

@@ -2,11 +2,14 @@
 //! data, backward filter, backward bias): most specialised first, `direct` last. Adding an
 //! algorithm is one file plus one line here.
 
-use super::depthwise::Depthwise;
+use super::depthwise::{Depthwise, DEPTHWISE_BWD_DATA};
 use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
-use super::fft::{FFT, FFT_TILING};
-use super::gemm::{GEMM, IMPLICIT_GEMM};
-use super::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
+use super::fft::{FFT, FFT_BWD_DATA, FFT_TILING, FFT_TILING_BWD_DATA};
+use super::gemm::{GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA};
+use super::winograd::{
+    WINOGRAD_2X2, WINOGRAD_2X2_BWD_DATA, WINOGRAD_4X4, WINOGRAD_4X4_BWD_DATA, WINOGRAD_6X6,
+    WINOGRAD_6X6_BWD_DATA,
+};
 use super::ConvAlgorithm;
 use crate::error::{Error, Result};
 use crate::op::{
@@ -31,7 +34,17 @@ impl Registered for ConvForward {
     }
 }
 
-static BWD_DATA: &[&dyn Algorithm<ConvBackwardData>] = &[&DirectBwdData];
+static BWD_DATA: &[&dyn Algorithm<ConvBackwardData>] = &[
+    &DEPTHWISE_BWD_DATA,
+    &WINOGRAD_4X4_BWD_DATA,
+    &WINOGRAD_6X6_BWD_DATA,
+    &WINOGRAD_2X2_BWD_DATA,
+    &FFT_TILING_BWD_DATA,
+    &FFT_BWD_DATA,
+    &IMPLICIT_GEMM_BWD_DATA,
+    &GEMM_BWD_DATA,
+    &DirectBwdData,
+];
 
 impl Registered for ConvBackwardData {
     fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardData>] {
@@ -39,7 +52,7 @@ impl Registered for ConvBackwardData {
     }
 }
 
-static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[&DirectBwdFilter];
+static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[&GEMM_BWD_FILTER, &DirectBwdFilter];
 
 impl Registered for ConvBackwardFilter {
     fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardFilter>] {

@@ -44,6 +44,7 @@
 //! `#[target_feature]` entries that take its token; `run` uses the widest set whose token the
 //! usable features make (AVX-512F, then AVX2 + FMA, then portable).
 
+mod bwd_data;
 mod channels_last;
 mod filter;
 mod fwd;
@@ -52,4 +53,5 @@ mod kernels;
 mod planar;
 mod simd;
 
+pub(crate) use bwd_data::DEPTHWISE_BWD_DATA;
 pub use fwd::Depthwise;

@@ -44,6 +44,7 @@
 //! (12·C/g·128 bytes at most).
 
 mod algorithm;
+mod bwd_data;
 mod filter;
 mod full_fwd;
 mod plan;
@@ -51,6 +52,7 @@ mod products;
 mod tiling;
 mod tiling_fwd;
 
+pub(crate) use bwd_data::{FFT_BWD_DATA, FFT_TILING_BWD_DATA};
 pub(crate) use full_fwd::FFT;
 pub(crate) use tiling_fwd::FFT_TILING;
 

@@ -31,14 +31,20 @@
 
 mod algorithm;
 mod cost;
+mod explicit_bwd_data;
+mod explicit_bwd_filter;
 mod explicit_fwd;
 mod geometry;
 mod im2col;
+mod implicit_bwd_data;
 mod implicit_fwd;
 mod packed_filter;
 mod patches;
 
+pub(crate) use explicit_bwd_data::GEMM_BWD_DATA;
+pub(crate) use explicit_bwd_filter::GEMM_BWD_FILTER;
 pub(crate) use explicit_fwd::GEMM;
+pub(crate) use implicit_bwd_data::IMPLICIT_GEMM_BWD_DATA;
 pub(crate) use implicit_fwd::IMPLICIT_GEMM;
 
 use algorithm::{GemmConv, PatchSource};

@@ -65,6 +65,7 @@
 //! measured on one Zen 4 core with prepared weights, F(6×6) is fastest on ResNet-50's 56×56 and
 //! 28×28 layers, F(4×4) on 14×14 and F(2×2) on 7×7 with 512 channels.
 
+mod bwd_data;
 mod f2x2;
 mod f4x4;
 mod f6x6;
@@ -86,6 +87,7 @@ use crate::runtime::Carve;
 use crate::simd::Token;
 use simd::{micro_kernel_n, Family, Scalar, Simd, CB, KP};
 
+pub(crate) use bwd_data::{WINOGRAD_2X2_BWD_DATA, WINOGRAD_4X4_BWD_DATA, WINOGRAD_6X6_BWD_DATA};
 pub(crate) use f2x2::F2x2;
 pub(crate) use f4x4::F4x4;
 pub(crate) use f6x6::F6x6;

@@ -1,0 +1,286 @@
+//! `gemm` backward filter (cuDNN's BWD_FILTER_ALGO_1): per group,
+//! dW (K/g × C/g·R·S) = Σ over blocks of images of dY_block · im2col(x_block)ᵀ, one GEMM per
+//! block whose depth is the block's output positions, accumulated into dw (beta = 1 after
+//! the first block).
+//!
+//! - **1x1, stride 1, no padding:** x is the patch matrix and nothing is copied: with
+//!   channels-last tensors (positions of all images one stride apart) one GEMM covers the
+//!   whole batch; otherwise one GEMM per image when an image has at least
+//!   [`IN_PLACE_MIN_POSITIONS`] positions.
+//! - **Otherwise:** the block's patches are copied tap-major into the workspace (row t holds
+//!   tap t = (c, r, s) at every position of the block, zero where the window is in the
+//!   padding) and its dy rows beside them; blocks are whole images, as many as make about
+//!   [`TARGET_POSITIONS`] positions (a deep enough GEMM), within [`MAX_BLOCK_BYTES`].
+//! - **Declines:** convolution mode (the flipped taps are not one strided matrix of dw).
+//! - **Deterministic:** every dw element is computed by one thread with the same depth
+//!   blocks in the same order, blocks accumulated in image order, whatever the thread count.
+
+use rayon::prelude::*;
+
+use crate::conv::{default_cost_features, ExecContext};
+use crate::desc::{ConvMode, ConvProblem, FilterLayout, OpKind};
+use crate::error::Result;
+use crate::gemm::{gemm_in_context, Epilogue, GemmDesc};
+use crate::op::conv_bwd::check_problem;
+use crate::op::{
+    Accuracy, Algorithm, ConvBackwardFilter, ConvBwdFilterInputs, TensorMut, COST_FEATURES,
+};
+use crate::runtime::workspace::Carve;
+
+/// Positions per image from which the in-place 1x1 path runs one GEMM per image rather than
+/// copying blocks of images.
+pub(crate) const IN_PLACE_MIN_POSITIONS: usize = 256;
+/// Positions a block of images aims for.
+pub(crate) const TARGET_POSITIONS: usize = 2048;
+/// Largest block buffers (patches and dy rows) unless one image needs more.
+pub(crate) const MAX_BLOCK_BYTES: usize = 64 << 20;
+const ALIGN: usize = 64;
+
+/// The `gemm` backward-filter algorithm.
+pub(crate) struct GemmBwdFilter;
+
+pub(crate) static GEMM_BWD_FILTER: GemmBwdFilter = GemmBwdFilter;
+
+/// How a problem is computed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Path {
+    /// One GEMM over every image's positions, x and dy read in place.
+    Batch,
+    /// One GEMM per image, in place.
+    PerImage,
+    /// Blocks of `nb` images copied into the workspace.
+    Blocks { nb: usize },
+}
+
+fn x_is_matrix(p: &ConvProblem) -> bool {
+    let c = p.conv();
+    let pad = c.padding();
+    p.w().r() == 1
+        && p.w().s() == 1
+        && c.stride() == [1, 1]
+        && [pad.top, pad.bottom, pad.left, pad.right] == [0; 4]
+}
+
+fn path(p: &ConvProblem) -> Path {
+    let (xs, ys) = (p.x().strides(), p.y().strides());
+    let [n, _, oh, ow] = p.y().dims();
+    let positions = oh * ow;
+    if x_is_matrix(p) {
+        let flat = xs[2] == ow * xs[3] && ys[2] == ow * ys[3];
+        if flat && xs[0] == positions * xs[3] && ys[0] == positions * ys[3] {
+            return Path::Batch;
+        }
+        if flat && positions >= IN_PLACE_MIN_POSITIONS {
+            return Path::PerImage;
+        }
+    }
+    let row = (taps(p) + p.k_per_group()) * 4;
+    let by_bytes = (MAX_BLOCK_BYTES / row.max(1) / positions.max(1)).max(1);
+    let nb = TARGET_POSITIONS
+        .div_ceil(positions)
+        .min(by_bytes)
+        .clamp(1, n);
+    Path::Blocks { nb }
+}
+
+/// Taps per group: C/g·R·S.
+fn taps(p: &ConvProblem) -> usize {
+    p.c_per_group() * p.w().r() * p.w().s()
+}
+
+/// (c, r, s) of tap `t`: the t-th element of a filter row in the filter's layout.
+fn tap(p: &ConvProblem, t: usize) -> (usize, usize, usize) {
+    let (cg, r, s) = (p.c_per_group(), p.w().r(), p.w().s());
+    match p.w().layout() {
+        FilterLayout::Kcrs => (t / (r * s), t % (r * s) / s, t % s),
+        FilterLayout::Krsc => (t % cg, t / cg / s, t / cg % s),
+    }
+}
+
+/// Copies the patches of images `n0 .. n0 + nb`, group `g`, into `col` (row t at t·J).
+fn im2col(
+    ctx: &ExecContext<'_>,
+    p: &ConvProblem,
+    x: &[f32],
+    g: usize,
+    n0: usize,
+    nb: usize,
+    col: &mut [f32],
+) {
+    let (xd, yd, cd) = (p.x(), p.y(), p.conv());
+    let [_, _, h, wi] = xd.dims();
+    let [_, _, oh, ow] = yd.dims();
+    let xs = xd.strides();
+    let pad = cd.padding();
+    let [sh, sw] = cd.stride().map(|v| v as i64);
+    let [dh, dw] = cd.dilation().map(|v| v as i64);
+    let jj = nb * oh * ow;
+    let fill = |(t, row): (usize, &mut [f32])| {
+        let (c, u, v) = tap(p, t);
+        let shift = v as i64 * dw - pad.left;
+        let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
+        let j_hi = ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+        for b in 0..nb {
+            for i in 0..oh {
+                let dst = &mut row[(b * oh + i) * ow..][..ow];
+                let ih = i as i64 * sh - pad.top + u as i64 * dh;
+                if ih < 0 || ih >= h as i64 || j_lo >= j_hi {
+                    dst.fill(0.0);
+                    continue;
+                }
+                dst[..j_lo].fill(0.0);
+                dst[j_hi..].fill(0.0);
+                let base = xd.offset(n0 + b, g * p.c_per_group() + c, ih as usize, 0) as i64;
+                let step = sw as usize * xs[3];
+                let first = (base + (j_lo as i64 * sw + shift) * xs[3] as i64) as usize;
+                if step == 1 {
+                    dst[j_lo..j_hi].copy_from_slice(&x[first..first + (j_hi - j_lo)]);
+                } else {
+                    for (k, d) in dst[j_lo..j_hi].iter_mut().enumerate() {
+                        *d = x[first + k * step];
+                    }
+                }
+            }
+        }
+    };
+    let col = &mut col[..taps(p) * jj];
+    if ctx.threads > 1 && col.len() >= 1 << 15 {
+        ctx.pool
+            .install(|| col.par_chunks_mut(jj).enumerate().for_each(fill));
+    } else {
+        col.chunks_mut(jj).enumerate().for_each(fill);
+    }
+}
+
+/// Copies dy of images `n0 .. n0 + nb`, group `g`, into `dst` (row k at k·J).
+fn copy_dy(p: &ConvProblem, dy: &[f32], g: usize, n0: usize, nb: usize, dst: &mut [f32]) {
+    let yd = p.y();
+    let [_, _, oh, ow] = yd.dims();
+    let qs = yd.strides()[3];
+    let jj = nb * oh * ow;
+    for (kl, row) in dst.chunks_mut(jj).take(p.k_per_group()).enumerate() {
+        let k = g * p.k_per_group() + kl;
+        for b in 0..nb {
+            for i in 0..oh {
+                let d = &mut row[(b * oh + i) * ow..][..ow];
+                let s = yd.offset(n0 + b, k, i, 0);
+                if qs == 1 {
+                    d.copy_from_slice(&dy[s..s + ow]);
+                } else {
+                    for (j, e) in d.iter_mut().enumerate() {
+                        *e = dy[s + j * qs];
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
+    fn name(&self) -> &'static str {
+        "gemm"
+    }
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        check_problem(p, OpKind::ConvBackwardFilter)?;
+        if p.conv().mode() == ConvMode::Convolution {
+            return Err("convolution mode: the flipped taps are not one strided matrix".into());
+        }
+        Ok(())
+    }
+    fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        match path(p) {
+            Path::Batch | Path::PerImage => 0,
+            Path::Blocks { nb } => {
+                let [_, _, oh, ow] = p.y().dims();
+                let jj = nb * oh * ow;
+                2 * ALIGN + (taps(p) + p.k_per_group()) * jj * 4
+            }
+        }
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Exact
+    }
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        default_cost_features(p, self.workspace_bytes(p))
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &ConvBwdFilterInputs<'_>,
+        out: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+    ) -> Result<()> {
+        let x = inputs.x.f32("x")?;
+        let dy = inputs.dy.f32("dy")?;
+        let dw = out.f32("dw")?;
+        let (xd, yd, wd) = (p.x(), p.y(), p.w());
+        let (xs, ys) = (xd.strides(), yd.strides());
+        let [n, _, oh, ow] = yd.dims();
+        let (cg, kg) = (p.c_per_group(), p.k_per_group());
+        let t = taps(p);
+        let ks = wd.strides()[0];
+        let (alpha, beta) = (inputs.alpha, inputs.beta);
+        let epi = Epilogue::new();
+        let positions = oh * ow;
+        let mut carve = Carve::new(workspace);
+        let path = path(p);
+        let (col, dyb) = match path {
+            Path::Blocks { nb } => (
+                carve.take_aligned::<f32>(t * nb * positions, ALIGN)?,
+                carve.take_aligned::<f32>(kg * nb * positions, ALIGN)?,
+            ),
+            _ => (&mut [][..], &mut [][..]),
+        };
+        for g in 0..p.groups() {
+            let c_out = &mut dw[g * kg * ks..];
+            // C (taps × K/g): element (t, k) at k·ks + t.
+            match path {
+                Path::Batch | Path::PerImage => {
+                    let (images, depth) = if path == Path::Batch {
+                        (1, n * positions)
+                    } else {
+                        (n, positions)
+                    };
+                    let d = GemmDesc::new(t, kg, depth)
+                        .with_a_strides(xs[1], xs[3])
+                        .with_b_strides(ys[3], ys[1])
+                        .with_c_strides(1, ks);
+                    for b in 0..images {
+                        let a = &x[b * xs[0] + g * cg * xs[1]..];
+                        let bm = &dy[b * ys[0] + g * kg * ys[1]..];
+                        let be = if b == 0 { beta } else { 1.0 };
+                        gemm_in_context(ctx, &d, alpha, a, bm, be, c_out, &epi)?;
+                    }
+                }
+                Path::Blocks { nb } => {
+                    for (bi, n0) in (0..n).step_by(nb).enumerate() {
+                        let nbk = nb.min(n - n0);
+                        let jj = nbk * positions;
+                        im2col(ctx, p, x, g, n0, nbk, col);
+                        copy_dy(p, dy, g, n0, nbk, dyb);
+                        let d = GemmDesc::new(t, kg, jj)
+                            .with_a_strides(jj, 1)
+                            .with_b_strides(1, jj)
+                            .with_c_strides(1, ks);
+                        let be = if bi == 0 { beta } else { 1.0 };
+                        gemm_in_context(
+                            ctx,
+                            &d,
+                            alpha,
+                            &col[..t * jj],
+                            &dyb[..kg * jj],
+                            be,
+                            c_out,
+                            &epi,
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,330 @@
+//! Backward data as forward convolutions of dy, so that every forward family serves it.
+//!
+//! dx\[h\] = Σ over taps r with h + pt − r·d ≡ 0 (mod s) of dy\[(h + pt − r·d) / s\] · w\[r\]
+//! (per dimension; channels summed over k). For stride 1 that is a forward convolution of dy
+//! with the filter rotated by 180° and its channels transposed (per group: C/g outputs from
+//! K/g inputs), padded by d·(R − 1) − pt. For stride s > 1 the outputs split by residue
+//! (h mod s, w mod s) into s² stride-1 forward problems, each over the taps that reach it
+//! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), written straight
+//! into the strided view of dx its residue is: no zero insertion, no scatter. Residues no
+//! tap reaches get beta · dx. Leading padding the forward would need negative is a view of dy
+//! that starts later.
+//!
+//! [`ViaForward`] wraps one forward algorithm this way; it accepts a problem when that
+//! algorithm accepts every sub-problem. The workspace is the largest sub-filter (transposed
+//! and rotated into it before each sub-problem runs) plus the largest workspace the forward
+//! algorithm needs for a sub-problem.
+
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES};
+use crate::desc::{
+    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, OpKind, Padding,
+    TensorDesc,
+};
+use crate::error::{Error, Result};
+use crate::op::conv_bwd::{check_problem, scaled};
+use crate::op::{Accuracy, Algorithm, ConvBackwardData, ConvBwdDataInputs, TensorMut};
+use crate::runtime::workspace::Carve;
+
+/// Backward data through a forward algorithm.
+pub(crate) struct ViaForward {
+    inner: &'static dyn ConvAlgorithm,
+}
+
+impl ViaForward {
+    pub(crate) const fn new(inner: &'static dyn ConvAlgorithm) -> ViaForward {
+        ViaForward { inner }
+    }
+}
+
+/// One dimension's residue: which taps reach it and how the forward sees it.
+#[derive(Debug, Clone, Copy)]
+struct Axis {
+    /// Outputs of dx in this residue class (positions ρ, ρ + s, ...).
+    count: usize,
+    /// First tap, step between taps, number of taps (0: no tap reaches the residue).
+    r0: usize,
+    step: usize,
+    taps: usize,
+    /// The forward's dilation, dy rows skipped at the start, leading and trailing padding.
+    dil: usize,
+    skip: usize,
+    pad_lo: i64,
+    pad_hi: i64,
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Residue `rho` of one dimension: dx length `h`, dy length `p`, kernel `r`, stride `s`,
+/// dilation `d`, leading padding `pt`.
+fn axis(rho: usize, h: usize, p: usize, r: usize, s: usize, d: usize, pt: i64) -> Axis {
+    let count = (h - rho).div_ceil(s);
+    let none = Axis {
+        count,
+        r0: 0,
+        step: 1,
+        taps: 0,
+        dil: 1,
+        skip: 0,
+        pad_lo: 0,
+        pad_hi: 0,
+    };
+    let base = rho as i64 + pt;
+    let Some(r0) = (0..r.min(s)).find(|&t| (base - (t * d) as i64).rem_euclid(s as i64) == 0)
+    else {
+        return none;
+    };
+    let g = gcd(s, d);
+    let step = s / g;
+    let taps = (r - r0).div_ceil(step);
+    let dil = d / g;
+    // Output i, tap j reads dy[i + e − j·dil]; rotated (j' = taps − 1 − j) that is a forward
+    // window starting at i + e − (taps − 1)·dil.
+    let e = (base - (r0 * d) as i64).div_euclid(s as i64);
+    let span = ((taps - 1) * dil) as i64;
+    let mut pad_lo = span - e;
+    let mut skip = 0;
+    if pad_lo < 0 {
+        skip = (-pad_lo) as usize;
+        pad_lo = 0;
+    }
+    if skip >= p {
+        return none;
+    }
+    let pv = (p - skip) as i64;
+    let pad_hi = count as i64 - pv - pad_lo + span;
+    Axis {
+        count,
+        r0,
+        step,
+        taps,
+        dil,
+        skip,
+        pad_lo,
+        pad_hi,
+    }
+}
+
+/// One residue (ρ, σ): the forward problem (None when no tap reaches it), and where its dy
+/// view and dx view start.
+struct Sub {
+    fwd: Option<ConvProblem>,
+    ah: Axis,
+    aw: Axis,
+    dy_off: usize,
+    dx_off: usize,
+}
+
+/// The residues of `p` in order.
+fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
+    let (xd, wd, yd, cd) = (p.x(), p.w(), p.y(), p.conv());
+    let [n, c, h, w] = xd.dims();
+    let [_, k, oh, ow] = yd.dims();
+    let [sh, sw] = cd.stride();
+    let [dh, dw] = cd.dilation();
+    let pad = cd.padding();
+    let xs = xd.strides();
+    let ys = yd.strides();
+    let nh = sh.min(h);
+    let nw = sw.min(w);
+    let mut out = crate::alloc::try_vec_with_capacity(nh * nw, "backward-data residues")?;
+    let filter_layout = if xs[1] < xs[3] {
+        FilterLayout::Krsc
+    } else {
+        FilterLayout::Kcrs
+    };
+    for rho in 0..nh {
+        let ah = axis(rho, h, oh, wd.r(), sh, dh, pad.top);
+        for sigma in 0..nw {
+            let aw = axis(sigma, w, ow, wd.s(), sw, dw, pad.left);
+            let dx_off = rho * xs[2] + sigma * xs[3];
+            let dy_off = ah.skip * ys[2] + aw.skip * ys[3];
+            let fwd = if ah.taps == 0 || aw.taps == 0 {
+                None
+            } else {
+                let x = TensorDesc::with_strides(
+                    DataType::F32,
+                    [n, k, oh - ah.skip, ow - aw.skip],
+                    ys,
+                )?;
+                let y = TensorDesc::with_strides(
+                    DataType::F32,
+                    [n, c, ah.count, aw.count],
+                    [xs[0], xs[1], xs[2] * sh, xs[3] * sw],
+                )?;
+                let f = FilterDesc::new(
+                    DataType::F32,
+                    filter_layout,
+                    [c, p.k_per_group(), ah.taps, aw.taps],
+                )?;
+                let conv = ConvDesc::new(
+                    Padding {
+                        top: ah.pad_lo,
+                        bottom: ah.pad_hi,
+                        left: aw.pad_lo,
+                        right: aw.pad_hi,
+                    },
+                    [1, 1],
+                    [ah.dil, aw.dil],
+                    p.groups(),
+                    ConvMode::CrossCorrelation,
+                )?;
+                Some(ConvProblem::forward(x, f, conv, y)?)
+            };
+            out.push(Sub {
+                fwd,
+                ah,
+                aw,
+                dy_off,
+                dx_off,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the sub-filter of `sub` (rotated, channels transposed) into `dst`, laid out as
+/// the sub-problem's filter descriptor.
+fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut [f32]) {
+    let wd = p.w();
+    let fd = f.w();
+    let [r, s] = [wd.r(), wd.s()];
+    let (cg, kg) = (p.c_per_group(), p.k_per_group());
+    let conv_mode = p.conv().mode() == ConvMode::Convolution;
+    let [_, _, th, tw] = fd.dims();
+    for cgl in 0..p.x().c() {
+        let (g, cl) = (cgl / cg, cgl % cg);
+        for kl in 0..kg {
+            let ko = g * kg + kl;
+            for j in 0..th {
+                let u = sub.ah.r0 + (th - 1 - j) * sub.ah.step;
+                for l in 0..tw {
+                    let v = sub.aw.r0 + (tw - 1 - l) * sub.aw.step;
+                    let (fu, fv) = if conv_mode {
+                        (r - 1 - u, s - 1 - v)
+                    } else {
+                        (u, v)
+                    };
+                    dst[fd.offset(cgl, kl, j, l)] = w[wd.offset(ko, cl, fu, fv)];
+                }
+            }
+        }
+    }
+}
+
+/// dx = beta · dx over the residue no tap reaches.
+fn scale_residue(p: &ConvProblem, sub: &Sub, dx: &mut [f32], beta: f32) {
+    let xs = p.x().strides();
+    let [sh, sw] = p.conv().stride();
+    let [n, c, _, _] = p.x().dims();
+    for b in 0..n {
+        for ch in 0..c {
+            for i in 0..sub.ah.count {
+                for j in 0..sub.aw.count {
+                    let o = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2] + j * sw * xs[3];
+                    dx[o] = scaled(0.0, dx[o], 1.0, beta);
+                }
+            }
+        }
+    }
+}
+
+/// (largest sub-filter elements, largest forward workspace bytes), or why not.
+fn sizes(
+    inner: &dyn ConvAlgorithm,
+    p: &ConvProblem,
+) -> std::result::Result<(usize, usize), String> {
+    let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
+    let (mut filt, mut ws) = (0, 0);
+    for s in &subs {
+        if let Some(f) = &s.fwd {
+            inner
+                .check(f)
+                .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
+            filt = filt.max(f.w().elements());
+            ws = ws.max(inner.workspace_bytes(f));
+        }
+    }
+    Ok((filt, ws))
+}
+
+/// Alignment of the forward algorithm's workspace after the sub-filter.
+const ALIGN: usize = 64;
+
+impl Algorithm<ConvBackwardData> for ViaForward {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        check_problem(p, OpKind::ConvBackwardData)?;
+        sizes(self.inner, p).map(|_| ())
+    }
+    fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        let (filt, ws) = sizes(self.inner, p).unwrap_or((0, 0));
+        // Each of the two buffers may start up to ALIGN − 1 bytes in.
+        2 * ALIGN + filt * 4 + ws
+    }
+    fn deterministic(&self) -> bool {
+        self.inner.deterministic()
+    }
+    fn accuracy(&self) -> Accuracy {
+        self.inner.accuracy()
+    }
+    /// The sum of the forward algorithm's features over the residues.
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        let mut f = [0.0; COST_FEATURES];
+        for s in subs(p).unwrap_or_default() {
+            if let Some(q) = &s.fwd {
+                for (a, b) in f.iter_mut().zip(self.inner.cost_features(q)) {
+                    *a += b;
+                }
+            }
+        }
+        f[0] = 1.0;
+        f
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &ConvBwdDataInputs<'_>,
+        out: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+    ) -> Result<()> {
+        let dy = inputs.dy.f32("dy")?;
+        let w = inputs.w.f32("w")?;
+        let dx = out.f32("dx")?;
+        let (filt, inner_ws) = sizes(self.inner, p).map_err(|reason| Error::Declined {
+            algo: self.name().into(),
+            reason,
+        })?;
+        let mut carve = Carve::new(workspace);
+        let wt = carve.take_aligned::<f32>(filt, ALIGN)?;
+        let ws = carve.take_aligned::<u8>(inner_ws, ALIGN)?;
+        let epi = EpilogueArgs::new(inputs.alpha, inputs.beta);
+        for sub in subs(p)? {
+            match &sub.fwd {
+                None => scale_residue(p, &sub, dx, inputs.beta),
+                Some(f) => {
+                    let wt = &mut wt[..f.w().elements()];
+                    sub_filter(p, &sub, f, w, wt);
+                    self.inner.run(
+                        ctx,
+                        f,
+                        &dy[sub.dy_off..],
+                        AlgoWeights::Plain(wt),
+                        &mut dx[sub.dx_off..],
+                        ws,
+                        &epi,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
