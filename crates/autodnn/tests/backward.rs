@@ -419,3 +419,44 @@ fn bad_backward_calls_name_the_field() {
         ConvBwdBiasInputs::new(&dy),
     );
 }
+
+/// The paths of `gemm` backward filter, on problems chosen to take each: output rows of a
+/// large image in blocks, one in-place GEMM per image (1x1, NCHW), one over the whole batch
+/// (1x1, NHWC), blocks of several small images; beta = 0 and 1; 1 to 3 threads.
+#[test]
+fn gemm_backward_filter_takes_every_path_exactly() {
+    let cases = [
+        ("mb2ic3ih70iw70oc4kh3ph1", autodnn::Layout::Nchw),
+        ("mb2ic3ih70iw70oc4kh3ph1", autodnn::Layout::Nhwc),
+        ("mb3ic5ih20iw20oc6kh1ph0", autodnn::Layout::Nchw),
+        ("mb3ic5ih20iw20oc6kh1ph0", autodnn::Layout::Nhwc),
+        ("mb5ic5ih8iw8oc6kh1ph0", autodnn::Layout::Nchw),
+        ("mb5g2ic6ih9iw9oc4kh3ph1sh2", autodnn::Layout::Nchw),
+    ];
+    for (i, (s, layout)) in cases.into_iter().enumerate() {
+        let p = common::problem(s, layout);
+        let x = int_data(p.x().span(), i as u64);
+        let dy = int_data(p.y().span(), i as u64 + 50);
+        let want = reference::conv_backward_filter(&p, &x, &dy).unwrap();
+        let prior = int_data(p.w().elements(), i as u64 + 90);
+        for threads in 1..=3 {
+            let h = Handle::with_threads(threads).unwrap();
+            for beta in [0.0f32, 1.0] {
+                let mut dw = if beta == 0.0 {
+                    vec![f32::NAN; p.w().elements()]
+                } else {
+                    prior.clone()
+                };
+                h.conv_backward_filter(&p, "gemm", &x, &dy, &mut dw, 1.0, beta)
+                    .unwrap();
+                for (j, (&g, &r)) in dw.iter().zip(&want).enumerate() {
+                    let r = r + beta as f64 * prior[j] as f64;
+                    assert!(
+                        g == r as f32,
+                        "{s} {layout:?} {threads}T beta {beta}: dw[{j}] = {g}, want {r}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,10 +1,16 @@
-//! Every algorithm that accepts a problem must be exact (or within its documented bound) on every layer of oneDNN's benchdnn
+//! Every algorithm that accepts a problem, forward, backward data and backward filter, must be
+//! exact (or within its documented bound) on every layer of oneDNN's benchdnn
 //! lists (batch cut to 1, spatial size capped so the suite stays fast), on integer data.
 
 mod common;
 
+use autodnn::conv::Accuracy;
 use autodnn::cpu::Isa;
-use autodnn::{conv, parse_problem_list, reference, Handle, Layout, ProblemSpec};
+use autodnn::op::{ConvBackwardData, ConvBackwardFilter, Registered};
+use autodnn::{
+    conv, parse_problem_list, reference, ConvProblem, Handle, Layout, OpKind, ProblemSpec,
+    TensorDesc,
+};
 use common::{assert_accurate, int_data};
 
 /// Largest input height/width kept; larger images are cut to this, keeping kernel, stride,
@@ -91,8 +97,85 @@ fn check_list(file: &str) {
             );
             checked += 1;
         }
+        checked += backward(
+            &handles[i % 2],
+            &p,
+            &x,
+            &w,
+            &format!("{file}: {s} ({layout:?})"),
+        );
     }
     assert!(checked > 0, "{file}: nothing checked");
+}
+
+/// Every accepting backward-data and backward-filter algorithm on `p` (x and w as the
+/// forward's, dy integer data too) against the oracle; returns the runs checked.
+fn backward(h: &Handle, p: &ConvProblem, x: &[f32], w: &[f32], what: &str) -> usize {
+    let dy = int_data(p.y().span(), 99);
+    let mut checked = 0;
+    let pd = p.for_op(OpKind::ConvBackwardData).unwrap();
+    let rd = reference::conv_backward_data(p, &dy, w).unwrap();
+    for a in ConvBackwardData::algorithms()
+        .iter()
+        .filter(|a| a.check(&pd).is_ok())
+    {
+        let mut dx = vec![f32::NAN; p.x().span()];
+        h.conv_backward_data(p, a.name(), &dy, w, &mut dx, 1.0, 0.0)
+            .unwrap();
+        assert_close(
+            p.x(),
+            &dx,
+            &rd,
+            a.accuracy(),
+            &format!("{what} bwd_d {}", a.name()),
+        );
+        checked += 1;
+    }
+    let pf = p.for_op(OpKind::ConvBackwardFilter).unwrap();
+    let rf = reference::conv_backward_filter(p, x, &dy).unwrap();
+    for a in ConvBackwardFilter::algorithms()
+        .iter()
+        .filter(|a| a.check(&pf).is_ok())
+    {
+        let mut dw = vec![f32::NAN; p.w().elements()];
+        h.conv_backward_filter(p, a.name(), x, &dy, &mut dw, 1.0, 0.0)
+            .unwrap();
+        // The filter is packed: its elements are the whole buffer.
+        for (i, (&g, &r)) in dw.iter().zip(&rf).enumerate() {
+            assert!(
+                g == r as f32,
+                "{what} bwd_w {}: dw[{i}] = {g}, oracle {r}",
+                a.name()
+            );
+        }
+        checked += 1;
+    }
+    checked
+}
+
+/// dx against the oracle over x's elements: exact, or within the algorithm's integer bound.
+fn assert_close(xd: &TensorDesc, got: &[f32], want: &[f64], acc: Accuracy, what: &str) {
+    let [n, c, h, w] = xd.dims();
+    let offs =
+        (0..n * c * h * w).map(|i| xd.offset(i / (c * h * w), i / (h * w) % c, i / w % h, i % w));
+    let max = offs.clone().map(|o| want[o].abs()).fold(1.0, f64::max);
+    for o in offs {
+        let d = (got[o] as f64 - want[o]).abs();
+        assert!(!d.is_nan(), "{what}: dx[{o}] = {}", got[o]);
+        if acc == Accuracy::Exact {
+            assert!(
+                got[o] == want[o] as f32,
+                "{what}: dx[{o}] = {}, oracle {}",
+                got[o],
+                want[o]
+            );
+        } else {
+            assert!(
+                d <= acc.integer_tolerance() * max,
+                "{what}: |error| {d} at dx[{o}]"
+            );
+        }
+    }
 }
 
 macro_rules! list_tests {

@@ -48,8 +48,9 @@ enum Path {
     Batch,
     /// One GEMM per image, in place.
     PerImage,
-    /// Blocks of `nb` images copied into the workspace.
-    Blocks { nb: usize },
+    /// Blocks copied into the workspace: `nb` whole images at a time, or (`nb` = 1) `rows`
+    /// output rows of one image at a time.
+    Blocks { nb: usize, rows: usize },
 }
 
 fn x_is_matrix(p: &ConvProblem) -> bool {
@@ -74,13 +75,17 @@ fn path(p: &ConvProblem) -> Path {
             return Path::PerImage;
         }
     }
+    if positions >= TARGET_POSITIONS {
+        let rows = (TARGET_POSITIONS / ow).clamp(1, oh);
+        return Path::Blocks { nb: 1, rows };
+    }
     let row = (taps(p) + p.k_per_group()) * 4;
     let by_bytes = (MAX_BLOCK_BYTES / row.max(1) / positions.max(1)).max(1);
     let nb = TARGET_POSITIONS
         .div_ceil(positions)
         .min(by_bytes)
         .clamp(1, n);
-    Path::Blocks { nb }
+    Path::Blocks { nb, rows: oh }
 }
 
 /// Taps per group: C/g·R·S.
@@ -97,16 +102,18 @@ fn tap(p: &ConvProblem, t: usize) -> (usize, usize, usize) {
     }
 }
 
-/// Copies the patches of images `n0 .. n0 + nb`, group `g`, into `col` (row t at t·J).
-fn im2col(
-    ctx: &ExecContext<'_>,
-    p: &ConvProblem,
-    x: &[f32],
-    g: usize,
+/// One block: images `n0 .. n0 + nb`, output rows `i0 .. i0 + rows` of each.
+#[derive(Debug, Clone, Copy)]
+struct Block {
     n0: usize,
     nb: usize,
-    col: &mut [f32],
-) {
+    i0: usize,
+    rows: usize,
+}
+
+/// Copies the patches of block `bk`, group `g`, into `col` (row t at t·J).
+fn im2col(ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], g: usize, bk: Block, col: &mut [f32]) {
+    let Block { n0, nb, i0, rows } = bk;
     let (xd, yd, cd) = (p.x(), p.y(), p.conv());
     let [_, _, h, wi] = xd.dims();
     let [_, _, oh, ow] = yd.dims();
@@ -114,15 +121,17 @@ fn im2col(
     let pad = cd.padding();
     let [sh, sw] = cd.stride().map(|v| v as i64);
     let [dh, dw] = cd.dilation().map(|v| v as i64);
-    let jj = nb * oh * ow;
+    let jj = nb * rows * ow;
+    let _ = oh;
     let fill = |(t, row): (usize, &mut [f32])| {
         let (c, u, v) = tap(p, t);
         let shift = v as i64 * dw - pad.left;
         let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
         let j_hi = ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
         for b in 0..nb {
-            for i in 0..oh {
-                let dst = &mut row[(b * oh + i) * ow..][..ow];
+            for il in 0..rows {
+                let i = i0 + il;
+                let dst = &mut row[(b * rows + il) * ow..][..ow];
                 let ih = i as i64 * sh - pad.top + u as i64 * dh;
                 if ih < 0 || ih >= h as i64 || j_lo >= j_hi {
                     dst.fill(0.0);
@@ -152,18 +161,19 @@ fn im2col(
     }
 }
 
-/// Copies dy of images `n0 .. n0 + nb`, group `g`, into `dst` (row k at k·J).
-fn copy_dy(p: &ConvProblem, dy: &[f32], g: usize, n0: usize, nb: usize, dst: &mut [f32]) {
+/// Copies dy of block `bk`, group `g`, into `dst` (row k at k·J).
+fn copy_dy(p: &ConvProblem, dy: &[f32], g: usize, bk: Block, dst: &mut [f32]) {
+    let Block { n0, nb, i0, rows } = bk;
     let yd = p.y();
-    let [_, _, oh, ow] = yd.dims();
+    let ow = yd.w();
     let qs = yd.strides()[3];
-    let jj = nb * oh * ow;
+    let jj = nb * rows * ow;
     for (kl, row) in dst.chunks_mut(jj).take(p.k_per_group()).enumerate() {
         let k = g * p.k_per_group() + kl;
         for b in 0..nb {
-            for i in 0..oh {
-                let d = &mut row[(b * oh + i) * ow..][..ow];
-                let s = yd.offset(n0 + b, k, i, 0);
+            for il in 0..rows {
+                let d = &mut row[(b * rows + il) * ow..][..ow];
+                let s = yd.offset(n0 + b, k, i0 + il, 0);
                 if qs == 1 {
                     d.copy_from_slice(&dy[s..s + ow]);
                 } else {
@@ -190,9 +200,8 @@ impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
         match path(p) {
             Path::Batch | Path::PerImage => 0,
-            Path::Blocks { nb } => {
-                let [_, _, oh, ow] = p.y().dims();
-                let jj = nb * oh * ow;
+            Path::Blocks { nb, rows } => {
+                let jj = nb * rows * p.y().w();
                 2 * ALIGN + (taps(p) + p.k_per_group()) * jj * 4
             }
         }
@@ -229,9 +238,9 @@ impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
         let mut carve = Carve::new(workspace);
         let path = path(p);
         let (col, dyb) = match path {
-            Path::Blocks { nb } => (
-                carve.take_aligned::<f32>(t * nb * positions, ALIGN)?,
-                carve.take_aligned::<f32>(kg * nb * positions, ALIGN)?,
+            Path::Blocks { nb, rows } => (
+                carve.take_aligned::<f32>(t * nb * rows * ow, ALIGN)?,
+                carve.take_aligned::<f32>(kg * nb * rows * ow, ALIGN)?,
             ),
             _ => (&mut [][..], &mut [][..]),
         };
@@ -256,12 +265,19 @@ impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
                         gemm_in_context(ctx, &d, alpha, a, bm, be, c_out, &epi)?;
                     }
                 }
-                Path::Blocks { nb } => {
-                    for (bi, n0) in (0..n).step_by(nb).enumerate() {
-                        let nbk = nb.min(n - n0);
-                        let jj = nbk * positions;
-                        im2col(ctx, p, x, g, n0, nbk, col);
-                        copy_dy(p, dy, g, n0, nbk, dyb);
+                Path::Blocks { nb, rows } => {
+                    let blocks = (0..n).step_by(nb).flat_map(|n0| {
+                        (0..oh).step_by(rows).map(move |i0| Block {
+                            n0,
+                            nb: nb.min(n - n0),
+                            i0,
+                            rows: rows.min(oh - i0),
+                        })
+                    });
+                    for (bi, bk) in blocks.enumerate() {
+                        let jj = bk.nb * bk.rows * ow;
+                        im2col(ctx, p, x, g, bk, col);
+                        copy_dy(p, dy, g, bk, dyb);
                         let d = GemmDesc::new(t, kg, jj)
                             .with_a_strides(jj, 1)
                             .with_b_strides(1, jj)
