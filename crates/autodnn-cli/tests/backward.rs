@@ -174,23 +174,14 @@ fn check_all_totals(t: &[(String, f64)]) {
     assert!((t[3].1 - sum).abs() <= 1e-9 * sum, "{t:?}");
 }
 
-#[test]
-fn conv_model_all_directions_totals() {
-    let model = "mobilenet_dw";
-    let n = autodnn::models::layers(model).unwrap().len();
-    let out = ok(&[
-        "conv", "--model", model, "--dir", "all", "--algo", "direct", "--reps", "1", "--json",
-    ]);
-    let lines = json_lines(&out);
-    assert_eq!(lines.len(), 3 * n + 4, "{out}");
-    for (i, l) in lines[..3 * n].iter().enumerate() {
-        assert_eq!(l["dir"], ["fwd", "bwd_d", "bwd_w"][i % 3], "{l}");
-    }
-    let t = totals(&lines, "ms_weighted");
+/// Each direction's total is the fastest algorithm per problem weighted by its count, and
+/// "all" their sum.
+fn check_weighted_totals(lines: &[Value]) {
+    let t = totals(lines, "ms_weighted");
     check_all_totals(&t);
-    // Each direction's total: the fastest algorithm per layer, weighted by its count.
+    let problems = &lines[..lines.len() - 4];
     for (di, dir) in ["fwd", "bwd_d", "bwd_w"].iter().enumerate() {
-        let expect: f64 = lines[..3 * n]
+        let expect: f64 = problems
             .iter()
             .filter(|l| l["dir"] == *dir)
             .map(|l| {
@@ -205,6 +196,36 @@ fn conv_model_all_directions_totals() {
             .sum();
         assert!((t[di].1 - expect).abs() <= 1e-9 * expect, "{dir}: {t:?}");
     }
+}
+
+#[test]
+fn conv_model_all_directions_totals() {
+    let model = "mobilenet_dw";
+    let n = autodnn::models::layers(model).unwrap().len();
+    let out = ok(&[
+        "conv", "--model", model, "--dir", "all", "--algo", "direct", "--reps", "1", "--json",
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines.len(), 3 * n + 4, "{out}");
+    for (i, l) in lines[..3 * n].iter().enumerate() {
+        assert_eq!(l["dir"], ["fwd", "bwd_d", "bwd_w"][i % 3], "{l}");
+    }
+    check_weighted_totals(&lines);
+
+    // Problems that occur several times count as often.
+    let out = ok(&[
+        "conv",
+        r#"mb2ic4ih7oc6kh3ph1n"a*3""#,
+        PROBLEMS[1],
+        "--dir",
+        "all",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    let lines = json_lines(&out);
+    assert_eq!(lines[0]["count"], 3, "{out}");
+    check_weighted_totals(&lines);
 
     // The table ends with the same totals.
     let out = ok(&[

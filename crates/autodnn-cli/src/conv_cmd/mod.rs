@@ -1,9 +1,12 @@
-//! `autodnn conv`: run problems with the registered algorithms on generated data (timing and,
-//! with `--check`, accuracy against the f64 reference), or once on data from `.npy` files.
+//! `autodnn conv`: run problems with the registered algorithms of one direction or several
+//! (`--dir`) on generated data (timing and, with `--check`, accuracy against the f64
+//! reference), or once on data from `.npy` files.
 //!
-//! Split by concern: [`args`] (the flags and what they select), [`problems`] (the problems to
-//! run), [`inputs`] (generated data), [`bench`] (timing), [`check`] (accuracy), [`output`] (the
-//! table and JSON lines) and [`real_data`] (one run on `.npy` files).
+//! Split by concern: [`args`] (the flags and what they select), [`dir`] (the directions and
+//! their registries), [`problems`] (the problems to run), [`inputs`] (generated forward data),
+//! [`backward`] (the backward directions' data, runs and oracles), [`bench`] (timing),
+//! [`check`] (accuracy), [`output`] (the table and JSON lines) and [`real_data`] (one run on
+//! `.npy` files).
 
 mod args;
 mod backward;
