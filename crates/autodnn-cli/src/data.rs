@@ -10,6 +10,10 @@ pub const X_SEED: u64 = 0x5eed_0001;
 pub const W_SEED: u64 = 0x5eed_0002;
 /// Seed of generated residual tensors.
 pub const Z_SEED: u64 = 0x5eed_0003;
+/// Seed of the output gradient dy of the backward directions.
+pub const DY_SEED: u64 = 0x5eed_0004;
+/// Seed of the prior contents of a backward output (what beta scales).
+pub const PRIOR_SEED: u64 = 0x5eed_0005;
 
 /// SplitMix64 (Steele, Lea and Flood): tiny, fast, and good enough for test data.
 #[derive(Debug, Clone)]

@@ -7,12 +7,18 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use autodnn::conv::{Accuracy, EpilogueArgs, Weights};
-use autodnn::select::{ConvPlan, Policy, Source};
+use autodnn::select::{ConvPlan, Plan, Policy, Source};
 use autodnn::{ConvProblem, Handle, Layout, ProblemSpec};
 use clap::Args;
 use serde::Serialize;
 
-use crate::conv_cmd::{self, LayoutArg};
+use autodnn::op::{
+    Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
+    ConvBwdDataInputs, ConvBwdFilterInputs, Operation, Registered, TensorMut,
+};
+use autodnn::OpKind;
+
+use crate::conv_cmd::{self, Dir, DirArg, LayoutArg};
 use crate::data;
 use crate::error::{CliError, CliResult};
 
@@ -57,18 +63,30 @@ pub struct TuneArgs {
     /// JSON Lines: one object per distinct layer, then a total
     #[arg(long)]
     pub json: bool,
+    /// Direction: fwd, bwd_d (backward data), bwd_w (backward filter), bwd_wb (backward
+    /// filter plus the bias gradient, its algorithm selected too: a layer's ms is the sum) or
+    /// all (fwd, bwd_d and bwd_w per layer, then a total per direction and their sum)
+    #[arg(long, value_enum, value_name = "DIR", default_value_t = DirArg::Fwd)]
+    pub dir: DirArg,
 }
 
 /// One distinct layer's result (a JSON line).
 #[derive(Debug, Serialize)]
 struct LayerLine {
     problem: String,
+    dir: &'static str,
     count: usize,
     algo: Option<&'static str>,
     source: Option<&'static str>,
     ms: Option<f64>,
     workspace_bytes: Option<usize>,
     fallbacks: usize,
+    /// bwd_wb: the bias gradient's algorithm (its time is part of `ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bias_algo: Option<&'static str>,
+    /// bwd_wb: the bias gradient's time, part of `ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bias_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_rel_err: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,12 +97,39 @@ struct LayerLine {
 #[derive(Debug, Serialize)]
 struct TotalLine {
     total: bool,
+    dir: &'static str,
     total_ms: f64,
     tuning_ms: f64,
     cache_hits: usize,
     layers: usize,
     instances: usize,
     fallbacks: usize,
+}
+
+/// One direction's running totals.
+#[derive(Debug, Default, Clone, Copy)]
+struct Acc {
+    total_ms: f64,
+    tuning_ms: f64,
+    hits: usize,
+    fallbacks: usize,
+}
+
+/// What selecting cost and where the choice came from.
+struct PlanInfo {
+    selection_ms: f64,
+    cache_hit: bool,
+    measured: bool,
+}
+
+impl PlanInfo {
+    fn of<O: Operation>(plan: &Plan<O>) -> PlanInfo {
+        PlanInfo {
+            selection_ms: plan.selection_ms,
+            cache_hit: plan.cache_hit,
+            measured: matches!(plan.source, Source::Benchmark | Source::Exhaustive),
+        }
+    }
 }
 
 struct Layer {
@@ -155,84 +200,151 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     // Cores at full speed before the first layer is selected or timed, under every policy
     // alike (outside the tuning time).
     handle.wake_cores();
-    let progress = progress_bar(layers.len());
-    let (mut total_ms, mut tuning_ms) = (0.0f64, 0.0f64);
-    let (mut hits, mut fallbacks, mut measured) = (0usize, 0usize, false);
+    let dirs = args.dir.dirs();
+    // Without --dir, the output is today's forward one (plus the "dir" field).
+    let labelled = args.dir != DirArg::Fwd;
+    let progress = progress_bar(layers.len() * dirs.len());
+    let mut acc = vec![Acc::default(); dirs.len()];
+    let mut measured = false;
     let mut failures = Vec::new();
     if !args.json {
+        let dir_col = if labelled {
+            format!("  {:<6}", "dir")
+        } else {
+            String::new()
+        };
         writeln!(
             out,
-            "{:<40}  {:>5}  {:<14}  {:<10}  {:>10}  {:>12}  {:>9}",
+            "{:<40}{dir_col}  {:>5}  {:<14}  {:<10}  {:>10}  {:>12}  {:>9}",
             "layer", "count", "algo", "source", "ms", "workspace", "fallbacks"
         )?;
     }
     for layer in &layers {
-        if let Some(pb) = &progress {
-            pb.set_message(display_name(&layer.spec));
+        for (di, &dir) in dirs.iter().enumerate() {
+            if let Some(pb) = &progress {
+                pb.set_message(display_name(&layer.spec));
+            }
+            let line = match dir {
+                Dir::Fwd => tune_layer(&handle, layer, args).map(|(line, plan)| {
+                    let plans = plan.iter().map(PlanInfo::of).collect::<Vec<_>>();
+                    (line, plans)
+                }),
+                _ => tune_layer_bwd(&handle, layer, dir, args),
+            };
+            if let Some(pb) = &progress {
+                pb.inc(1);
+            }
+            let (line, plans) = line?;
+            let a = &mut acc[di];
+            for plan in &plans {
+                a.tuning_ms += plan.selection_ms;
+                a.hits += plan.cache_hit as usize;
+                measured |= plan.measured;
+            }
+            a.fallbacks += line.fallbacks;
+            if let Some(ms) = line.ms {
+                a.total_ms += ms * layer.count as f64;
+            }
+            if let Some(e) = &line.error {
+                let tag = if labelled {
+                    format!(" ({})", dir.name())
+                } else {
+                    String::new()
+                };
+                failures.push(format!("{}{tag}: {e}", display_name(&layer.spec)));
+            }
+            if args.json {
+                writeln!(out, "{}", conv_cmd::to_json(&line)?)?;
+            } else {
+                let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                let dir_col = if labelled {
+                    format!("  {:<6}", dir.name())
+                } else {
+                    String::new()
+                };
+                let algo = match (line.algo, line.bias_algo) {
+                    (Some(a), Some(b)) => format!("{a}+{b}"),
+                    (Some(a), None) => a.to_string(),
+                    (None, _) => "-".to_string(),
+                };
+                writeln!(
+                    out,
+                    "{:<40}{dir_col}  {:>5}  {:<14}  {:<10}  {:>10}  {:>12}  {:>9}{}",
+                    display_name(&layer.spec),
+                    layer.count,
+                    algo,
+                    line.source.unwrap_or("-"),
+                    opt(line.ms.map(|m| format!("{m:.3}"))),
+                    opt(line.workspace_bytes.map(|w| w.to_string())),
+                    line.fallbacks,
+                    line.error
+                        .as_ref()
+                        .map_or(String::new(), |e| format!("  failed: {e}"))
+                )?;
+            }
+            out.flush()?;
         }
-        let line = tune_layer(&handle, layer, args);
-        if let Some(pb) = &progress {
-            pb.inc(1);
-        }
-        let (line, plan) = line?;
-        if let Some(plan) = &plan {
-            tuning_ms += plan.selection_ms;
-            hits += plan.cache_hit as usize;
-            measured |= matches!(plan.source, Source::Benchmark | Source::Exhaustive);
-        }
-        fallbacks += line.fallbacks;
-        if let Some(ms) = line.ms {
-            total_ms += ms * layer.count as f64;
-        }
-        if let Some(e) = &line.error {
-            failures.push(format!("{}: {e}", display_name(&layer.spec)));
-        }
-        if args.json {
-            writeln!(out, "{}", conv_cmd::to_json(&line)?)?;
-        } else {
-            let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-            writeln!(
-                out,
-                "{:<40}  {:>5}  {:<14}  {:<10}  {:>10}  {:>12}  {:>9}{}",
-                display_name(&layer.spec),
-                layer.count,
-                line.algo.unwrap_or("-"),
-                line.source.unwrap_or("-"),
-                opt(line.ms.map(|m| format!("{m:.3}"))),
-                opt(line.workspace_bytes.map(|w| w.to_string())),
-                line.fallbacks,
-                line.error
-                    .as_ref()
-                    .map_or(String::new(), |e| format!("  failed: {e}"))
-            )?;
-        }
-        out.flush()?;
     }
     if let Some(pb) = progress {
         pb.finish_and_clear();
     }
     let instances: usize = layers.iter().map(|l| l.count).sum();
-    if args.json {
-        let total = TotalLine {
-            total: true,
-            total_ms,
-            tuning_ms,
-            cache_hits: hits,
-            layers: layers.len(),
-            instances,
-            fallbacks,
+    let mut totals: Vec<(&'static str, Acc)> = dirs
+        .iter()
+        .map(|d| d.name())
+        .zip(acc.iter().copied())
+        .collect();
+    if dirs.len() > 1 {
+        let sum = acc.iter().fold(Acc::default(), |s, a| Acc {
+            total_ms: s.total_ms + a.total_ms,
+            tuning_ms: s.tuning_ms + a.tuning_ms,
+            hits: s.hits + a.hits,
+            fallbacks: s.fallbacks + a.fallbacks,
+        });
+        totals.push(("all", sum));
+    }
+    let names: Vec<&str> = dirs.iter().map(|d| d.name()).collect();
+    for (dir, a) in totals {
+        // Layers selected: once per direction (bwd_wb: the filter and the bias each).
+        let n = if dir == "all" {
+            layers.len() * dirs.len()
+        } else {
+            layers.len()
         };
-        writeln!(out, "{}", conv_cmd::to_json(&total)?)?;
-    } else {
-        writeln!(
-            out,
-            "total: network convolution time {total_ms:.3} ms ({} layers, {instances} \
-             instances); tuning {tuning_ms:.3} ms; cache hits {hits} of {}; fallback events \
-             {fallbacks}; policy {}",
-            layers.len(),
-            layers.len(),
-            policy.name()
-        )?;
+        let selections = if dir == Dir::BwdWb.name() { 2 * n } else { n };
+        if args.json {
+            let total = TotalLine {
+                total: true,
+                dir,
+                total_ms: a.total_ms,
+                tuning_ms: a.tuning_ms,
+                cache_hits: a.hits,
+                layers: layers.len(),
+                instances,
+                fallbacks: a.fallbacks,
+            };
+            writeln!(out, "{}", conv_cmd::to_json(&total)?)?;
+        } else {
+            let label = if !labelled {
+                "total".to_string()
+            } else if dir == "all" {
+                format!("total all ({})", names.join(" + "))
+            } else {
+                format!("total {dir}")
+            };
+            writeln!(
+                out,
+                "{label}: network convolution time {:.3} ms ({} layers, {instances} \
+                 instances); tuning {:.3} ms; cache hits {} of {selections}; fallback events \
+                 {}; policy {}",
+                a.total_ms,
+                layers.len(),
+                a.tuning_ms,
+                a.hits,
+                a.fallbacks,
+                policy.name()
+            )?;
+        }
     }
     out.flush()?;
     if measured {
@@ -246,7 +358,7 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
         Err(CliError::fail(format!(
             "{} of {} layers failed: {}",
             failures.len(),
-            layers.len(),
+            layers.len() * dirs.len(),
             failures.join("; ")
         )))
     }
@@ -287,12 +399,15 @@ fn tune_layer(
     let p = &layer.problem;
     let mut line = LayerLine {
         problem: layer.spec.to_string(),
+        dir: Dir::Fwd.name(),
         count: layer.count,
         algo: None,
         source: None,
         ms: None,
         workspace_bytes: None,
         fallbacks: 0,
+        bias_algo: None,
+        bias_ms: None,
         max_rel_err: None,
         error: None,
     };
@@ -364,4 +479,216 @@ fn tune_layer(
     }
     line.ms = Some(conv_cmd::median_ms(&mut times));
     Ok((line, Some(plan)))
+}
+
+/// max_rel_err of an output against its oracle.
+type Oracle<'a> = dyn Fn(&[f32]) -> CliResult<f64> + 'a;
+
+/// One backward operation's selection, warm-up run (with the fallback chain) and timed runs
+/// on a layer: the algorithm, the plan, the median ms, the workspace, the fallback events and,
+/// with `check`, max_rel_err against `reference` (an error beyond the algorithm's tolerance
+/// is the result's `error`).
+struct OpTuned {
+    algo: Option<&'static str>,
+    source: Option<&'static str>,
+    ms: Option<f64>,
+    workspace_bytes: Option<usize>,
+    fallbacks: usize,
+    max_rel_err: Option<f64>,
+    error: Option<String>,
+    plan: Option<PlanInfo>,
+}
+
+/// Selects through [`Handle::plan`], runs through [`Handle::run_plan`] (the warm-up, whose
+/// fallback events count) and times `reps` fresh runs of what ran. Bad input is returned;
+/// other failures are the result's `error`.
+fn tune_op<O>(
+    handle: &Handle,
+    p: &ConvProblem,
+    inputs: &O::Inputs<'_>,
+    out: &mut [f32],
+    reps: usize,
+    reference: Option<&Oracle>,
+) -> CliResult<OpTuned>
+where
+    O: Registered<Problem = ConvProblem>,
+    for<'a> O: Operation<Output<'a> = TensorMut<'a>>,
+{
+    let mut t = OpTuned {
+        algo: None,
+        source: None,
+        ms: None,
+        workspace_bytes: None,
+        fallbacks: 0,
+        max_rel_err: None,
+        error: None,
+        plan: None,
+    };
+    let fail = |e: autodnn::Error, t: &mut OpTuned| -> CliResult<()> {
+        t.error = Some(e.to_string());
+        if e.is_bad_input() {
+            Err(CliError::from(e))
+        } else {
+            Ok(())
+        }
+    };
+    let plan = match handle.plan::<O>(p, inputs) {
+        Ok(plan) => plan,
+        Err(e) => {
+            fail(e, &mut t)?;
+            return Ok(t);
+        }
+    };
+    t.plan = Some(PlanInfo::of(&plan));
+    t.source = Some(plan.source.name());
+    let report = match handle.run_plan::<O>(&plan, inputs, &mut TensorMut::F32(out), None) {
+        Ok(r) => r,
+        Err(e) => {
+            if let autodnn::Error::AllFailed { tried, .. } = &e {
+                t.fallbacks = tried.len();
+            }
+            fail(e, &mut t)?;
+            return Ok(t);
+        }
+    };
+    t.fallbacks = report.events.len();
+    t.algo = Some(report.algo);
+    t.workspace_bytes = Some(report.workspace_bytes);
+    if let Some(reference) = reference {
+        let err = reference(out)?;
+        t.max_rel_err = Some(err);
+        let tolerance = O::algorithms()
+            .iter()
+            .copied()
+            .find(|a| Algorithm::<O>::name(*a) == report.algo)
+            .map(|a| Algorithm::<O>::accuracy(a))
+            .unwrap_or(Accuracy::Exact)
+            .integer_tolerance();
+        if err.is_nan() || err > tolerance {
+            t.error = Some(format!(
+                "wrong result from {}: max_rel_err {err:e} exceeds {tolerance:e}",
+                report.algo
+            ));
+        }
+    }
+    let pinned = plan.starting_at(report.algo);
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = std::time::Instant::now();
+        if let Err(e) = handle.run_plan::<O>(&pinned, inputs, &mut TensorMut::F32(out), None) {
+            fail(e, &mut t)?;
+            return Ok(t);
+        }
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    t.ms = Some(conv_cmd::median_ms(&mut times));
+    Ok(t)
+}
+
+/// [`tune_layer`] for a backward direction (bwd_wb: the filter, then the bias gradient, each
+/// selected; the line's ms is their sum).
+fn tune_layer_bwd(
+    handle: &Handle,
+    layer: &Layer,
+    dir: Dir,
+    args: &TuneArgs,
+) -> CliResult<(LayerLine, Vec<PlanInfo>)> {
+    let context = |e: CliError| e.context(format!("problem {} ({})", layer.spec, dir.name()));
+    let p = layer
+        .problem
+        .for_op(dir.op())
+        .map_err(|e| context(e.into()))?;
+    let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
+    let w = data::small_ints(p.w().elements(), data::W_SEED, "w")?;
+    let dy = data::small_ints(p.y().span(), data::DY_SEED, "dy")?;
+    let mut o = data::filled(conv_cmd::output_len(&p, dir.op()), 0.0, "the output")?;
+    let reps = args.reps;
+    let t = match dir.op() {
+        OpKind::ConvBackwardData => {
+            let reference = |o: &[f32]| -> CliResult<f64> {
+                let r = autodnn::reference::conv_backward_data(&p, &dy, &w)?;
+                Ok(conv_cmd::max_rel_err_in(p.x(), o, &r))
+            };
+            let check: Option<&Oracle> = if args.check { Some(&reference) } else { None };
+            tune_op::<ConvBackwardData>(
+                handle,
+                &p,
+                &ConvBwdDataInputs::new(&dy, &w),
+                &mut o,
+                reps,
+                check,
+            )
+        }
+        _ => {
+            let reference = |o: &[f32]| -> CliResult<f64> {
+                let r = autodnn::reference::conv_backward_filter(&p, &x, &dy)?;
+                Ok(conv_cmd::max_rel_err_flat(o, &r))
+            };
+            let check: Option<&Oracle> = if args.check { Some(&reference) } else { None };
+            tune_op::<ConvBackwardFilter>(
+                handle,
+                &p,
+                &ConvBwdFilterInputs::new(&x, &dy),
+                &mut o,
+                reps,
+                check,
+            )
+        }
+    }
+    .map_err(context)?;
+    let mut line = LayerLine {
+        problem: layer.spec.to_string(),
+        dir: dir.name(),
+        count: layer.count,
+        algo: t.algo,
+        source: t.source,
+        ms: t.ms,
+        workspace_bytes: t.workspace_bytes,
+        fallbacks: t.fallbacks,
+        bias_algo: None,
+        bias_ms: None,
+        max_rel_err: t.max_rel_err,
+        error: t.error,
+    };
+    let mut plans: Vec<PlanInfo> = t.plan.into_iter().collect();
+    if dir == Dir::BwdWb {
+        let pb = layer
+            .problem
+            .for_op(OpKind::ConvBackwardBias)
+            .map_err(|e| context(e.into()))?;
+        let mut db = data::filled(pb.w().k(), 0.0, "db")?;
+        let reference = |o: &[f32]| -> CliResult<f64> {
+            let r = autodnn::reference::conv_backward_bias(&pb, &dy)?;
+            Ok(conv_cmd::max_rel_err_flat(o, &r))
+        };
+        let check: Option<&Oracle> = if args.check { Some(&reference) } else { None };
+        let b = tune_op::<ConvBackwardBias>(
+            handle,
+            &pb,
+            &ConvBwdBiasInputs::new(&dy),
+            &mut db,
+            reps,
+            check,
+        )
+        .map_err(context)?;
+        plans.extend(b.plan);
+        line.bias_algo = b.algo;
+        line.bias_ms = b.ms;
+        line.fallbacks += b.fallbacks;
+        line.ms = match (line.ms, b.ms) {
+            (Some(f), Some(b)) => Some(f + b),
+            _ => None,
+        };
+        line.workspace_bytes = match (line.workspace_bytes, b.workspace_bytes) {
+            (Some(f), Some(b)) => Some(f.max(b)),
+            (f, _) => f,
+        };
+        if let (Some(e), Some(be)) = (line.max_rel_err, b.max_rel_err) {
+            line.max_rel_err = Some(e.max(be));
+        }
+        if line.error.is_none() {
+            line.error = b.error.map(|e| format!("bias gradient: {e}"));
+        }
+    }
+    Ok((line, plans))
 }

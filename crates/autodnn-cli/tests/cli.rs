@@ -222,7 +222,11 @@ fn conv_json_schema_with_check() {
         2,
     );
     let p = &lines[0];
-    assert_eq!(keys(p), sorted(&["problem", "count", "flops", "results"]));
+    assert_eq!(
+        keys(p),
+        sorted(&["problem", "dir", "count", "flops", "results"])
+    );
+    assert_eq!(p["dir"], "fwd");
     assert_eq!(p["problem"], TINY_CANONICAL);
     assert_eq!(p["count"], 3);
     assert_eq!(p["flops"].as_f64(), Some(TINY_FLOPS));
@@ -244,8 +248,9 @@ fn conv_json_schema_with_check() {
     assert!((gf - TINY_FLOPS / (ms / 1e3) / 1e9).abs() <= 1e-9 * gf.max(1.0));
 
     let t = &lines[1];
-    assert_eq!(keys(t), sorted(&["total", "ms_weighted", "gflops"]));
+    assert_eq!(keys(t), sorted(&["total", "dir", "ms_weighted", "gflops"]));
     assert_eq!(t["total"], true);
+    assert_eq!(t["dir"], "fwd");
     let best = results
         .iter()
         .filter_map(|r| r["ms"].as_f64())

@@ -64,8 +64,9 @@ const A: &str = r#"mb1ic4ih8oc8kh3ph1n"a*2""#;
 const B: &str = r#"mb2ic8ih6oc4kh1n"b""#;
 const C: &str = r#"mb1g4ic4ih9oc4kh3ph1sh2n"c*3""#;
 
-const LAYER_KEYS: [&str; 7] = [
+const LAYER_KEYS: [&str; 8] = [
     "problem",
+    "dir",
     "count",
     "algo",
     "source",
@@ -73,8 +74,9 @@ const LAYER_KEYS: [&str; 7] = [
     "workspace_bytes",
     "fallbacks",
 ];
-const TOTAL_KEYS: [&str; 7] = [
+const TOTAL_KEYS: [&str; 8] = [
     "total",
+    "dir",
     "total_ms",
     "tuning_ms",
     "cache_hits",
@@ -95,6 +97,7 @@ fn tune_json(dir: &TempDir, extra: &[&str]) -> (Vec<Value>, Value) {
 fn check_schema(layers: &[Value], total: &Value) {
     for l in layers {
         assert_eq!(keys(l), sorted(&LAYER_KEYS), "{l}");
+        assert_eq!(l["dir"], "fwd");
         assert!(l["ms"].as_f64().unwrap() >= 0.0);
         assert!(l["workspace_bytes"].is_u64());
         let algo = l["algo"].as_str().unwrap();
@@ -107,6 +110,7 @@ fn check_schema(layers: &[Value], total: &Value) {
     }
     assert_eq!(keys(total), sorted(&TOTAL_KEYS), "{total}");
     assert_eq!(total["total"], true);
+    assert_eq!(total["dir"], "fwd");
     let sum: f64 = layers
         .iter()
         .map(|l| l["ms"].as_f64().unwrap() * l["count"].as_f64().unwrap())

@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use autodnn::conv::{Activation, ConvAlgorithm, Epilogue};
+use autodnn::conv::{Activation, Epilogue};
 use autodnn::Layout;
 use clap::{Args, ValueEnum};
 
+use super::dir::{Dir, DirArg};
 use crate::error::{CliError, CliResult};
 
 /// Memory order of x and y (the filter follows: KCRS with NCHW, KRSC with NHWC).
@@ -37,8 +38,14 @@ pub struct ConvArgs {
     /// A built-in model's layers instead of PROBLEMs
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// Algorithm name, comma-separated names, or `all` (every registered one, in registry
-    /// order)
+    /// Direction: fwd (y from x, w), bwd_d (dx from dy, w), bwd_w (dw from x, dy), bwd_wb
+    /// (dw and the bias gradient db: each row is the filter algorithm's time plus the fastest
+    /// backward-bias algorithm's, named FILTER+BIAS in the table and "bias" in JSON) or all
+    /// (fwd, bwd_d and bwd_w per problem, then a total per direction and their sum)
+    #[arg(long, value_enum, value_name = "DIR", default_value_t = DirArg::Fwd)]
+    pub dir: DirArg,
+    /// Algorithm name, comma-separated names, or `all` (every algorithm registered for the
+    /// direction, in registry order)
     #[arg(long, value_name = "NAME|all", default_value = "all")]
     pub algo: String,
     /// Worker threads [default: all cores]
@@ -61,12 +68,20 @@ pub struct ConvArgs {
     #[arg(long)]
     pub json: bool,
     /// Input tensor (.npy, f32) for one run on real data; needs --weights and --output
+    /// (fwd), or --dy and --output (bwd_w, bwd_wb)
     #[arg(long, value_name = "X.npy")]
     pub input: Option<PathBuf>,
+    /// Output gradient dy (.npy, f32, shaped like y) for one backward run on real data
+    #[arg(long, value_name = "DY.npy")]
+    pub dy: Option<PathBuf>,
+    /// Where --dir bwd_wb writes the bias gradient db (.npy, f32, shape [K])
+    #[arg(long, value_name = "DB.npy")]
+    pub output_bias: Option<PathBuf>,
     /// Filter (.npy, f32) for one run on real data
     #[arg(long, value_name = "W.npy")]
     pub weights: Option<PathBuf>,
-    /// Where to write the output (.npy, f32) of a run on real data
+    /// Where to write the output (.npy, f32) of a run on real data: y (fwd), dx (bwd_d) or dw
+    /// (bwd_w, bwd_wb)
     #[arg(long, value_name = "Y.npy")]
     pub output: Option<PathBuf>,
     /// Per-output-channel bias (.npy, f32, shape [K]) added before the activation; real data
@@ -81,7 +96,8 @@ pub struct ConvArgs {
     /// Activation applied last: none, relu, relu6, clip:LO:HI, sigmoid, tanh, gelu, silu
     #[arg(long, value_name = "NAME", default_value = "none")]
     pub act: String,
-    /// Scale of the convolution: y = act(alpha·conv(x, w) + bias + beta·z)
+    /// Scale of the convolution: y = act(alpha·conv(x, w) + bias + beta·z); backward: out =
+    /// alpha·gradient + beta·out
     #[arg(
         long,
         value_name = "A",
@@ -89,7 +105,8 @@ pub struct ConvArgs {
         allow_hyphen_values = true
     )]
     pub alpha: f32,
-    /// Scale of the residual z
+    /// Scale of the residual z; backward: of the output's prior contents (generated integers
+    /// with generated data, zeros with real data)
     #[arg(
         long,
         value_name = "B",
@@ -110,6 +127,26 @@ pub(super) fn epilogue_of(args: &ConvArgs, real: bool) -> CliResult<Epilogue> {
     for (flag, v) in [("--alpha", args.alpha), ("--beta", args.beta)] {
         if !v.is_finite() {
             return Err(CliError::bad(format!("bad {flag} = {v}: must be finite")));
+        }
+    }
+    if args.dir != DirArg::Fwd {
+        // The backward operations have no fused epilogue: only alpha and beta.
+        for (flag, given) in [
+            ("--act", act != Activation::default()),
+            ("--bias", args.bias.is_some()),
+            ("--residual", args.residual.is_some()),
+            ("--prepared", args.prepared),
+        ] {
+            if given {
+                return Err(CliError::bad(format!(
+                    "bad {flag}: the forward epilogue has no meaning with --dir {} (the backward \
+                     directions take --alpha and --beta only)",
+                    dir_name(args.dir)
+                )));
+            }
+        }
+        if args.dir != DirArg::All {
+            return Ok(Epilogue::default());
         }
     }
     if !real {
@@ -136,60 +173,98 @@ pub(super) fn epilogue_of(args: &ConvArgs, real: bool) -> CliResult<Epilogue> {
     })
 }
 
-/// `Some((x, w, y))` when the three paths are given, `None` when none is; bad input otherwise.
-pub(super) fn real_data_paths(args: &ConvArgs) -> CliResult<Option<(PathBuf, PathBuf, PathBuf)>> {
-    match (&args.input, &args.weights, &args.output) {
-        (Some(x), Some(w), Some(y)) => Ok(Some((x.clone(), w.clone(), y.clone()))),
-        (None, None, None) => Ok(None),
-        (x, w, y) => {
-            let missing: Vec<&str> = [("--input", x), ("--weights", w), ("--output", y)]
-                .iter()
-                .filter(|(_, p)| p.is_none())
-                .map(|(n, _)| *n)
-                .collect();
-            Err(CliError::bad(format!(
-                "bad arguments: --input, --weights and --output go together (missing {})",
-                missing.join(", ")
-            )))
-        }
+/// The files of a run on real data, by direction.
+pub(super) enum RealPaths {
+    /// x, w → y.
+    Fwd { x: PathBuf, w: PathBuf, y: PathBuf },
+    /// dy, w → dx.
+    BwdD {
+        w: PathBuf,
+        dy: PathBuf,
+        dx: PathBuf,
+    },
+    /// x, dy → dw (and db with bwd_wb).
+    BwdW {
+        x: PathBuf,
+        dy: PathBuf,
+        dw: PathBuf,
+        db: Option<PathBuf>,
+    },
+}
+
+pub(super) fn dir_name(d: DirArg) -> &'static str {
+    match d {
+        DirArg::Fwd => Dir::Fwd.name(),
+        DirArg::BwdD => Dir::BwdD.name(),
+        DirArg::BwdW => Dir::BwdW.name(),
+        DirArg::BwdWb => Dir::BwdWb.name(),
+        DirArg::All => "all",
     }
 }
 
-/// The algorithms `--algo` names: `all`, or one or more comma-separated names.
-pub(super) fn select_algorithms(arg: &str) -> CliResult<Vec<&'static dyn ConvAlgorithm>> {
-    let arg = arg.trim();
-    if arg == "all" {
-        return Ok(autodnn::conv::algorithms().to_vec());
+/// The files of a run on real data when any is given, `None` when none is; bad input when
+/// one the direction needs is missing or one it does not read is given.
+pub(super) fn real_data_paths(args: &ConvArgs) -> CliResult<Option<RealPaths>> {
+    let flags: [(&str, &Option<PathBuf>); 5] = [
+        ("--input", &args.input),
+        ("--weights", &args.weights),
+        ("--dy", &args.dy),
+        ("--output", &args.output),
+        ("--output-bias", &args.output_bias),
+    ];
+    if flags.iter().all(|(_, p)| p.is_none()) {
+        return Ok(None);
     }
-    let mut out: Vec<&'static dyn ConvAlgorithm> = Vec::new();
-    for name in arg.split(',').map(str::trim) {
-        if name.is_empty() {
+    let dir = dir_name(args.dir);
+    let needed: &[&str] = match args.dir {
+        DirArg::Fwd => &["--input", "--weights", "--output"],
+        DirArg::BwdD => &["--weights", "--dy", "--output"],
+        DirArg::BwdW => &["--input", "--dy", "--output"],
+        DirArg::BwdWb => &["--input", "--dy", "--output", "--output-bias"],
+        DirArg::All => {
+            return Err(CliError::bad(
+                "bad --dir = all: a run on .npy files takes one direction (fwd, bwd_d, bwd_w \
+                 or bwd_wb)",
+            ))
+        }
+    };
+    for (flag, p) in &flags {
+        if p.is_some() && !needed.contains(flag) {
             return Err(CliError::bad(format!(
-                "bad --algo = {arg:?}: empty algorithm name"
+                "bad arguments: {flag} is not read with --dir {dir} (it takes {})",
+                needed.join(", ")
             )));
         }
-        let a = autodnn::conv::find(name).map_err(|e| CliError::from(e).context("--algo"))?;
-        if !out.iter().any(|b| b.name() == a.name()) {
-            out.push(a);
-        }
     }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn algorithm_selection() {
-        let all = select_algorithms("all").unwrap();
-        assert_eq!(all.len(), autodnn::conv::algorithms().len());
-        assert_eq!(select_algorithms("direct").unwrap().len(), 1);
-        assert_eq!(select_algorithms("direct,direct").unwrap().len(), 1);
-        assert!(matches!(select_algorithms("nosuch"), Err(CliError::Bad(_))));
-        assert!(matches!(
-            select_algorithms("direct,"),
-            Err(CliError::Bad(_))
-        ));
+    let missing: Vec<&str> = flags
+        .iter()
+        .filter(|(f, p)| p.is_none() && needed.contains(f))
+        .map(|(f, _)| *f)
+        .collect();
+    if !missing.is_empty() {
+        return Err(CliError::bad(format!(
+            "bad arguments: {} go together with --dir {dir} (missing {})",
+            needed.join(", "),
+            missing.join(", ")
+        )));
     }
+    let get = |p: &Option<PathBuf>| p.clone().unwrap_or_default();
+    Ok(Some(match args.dir {
+        DirArg::Fwd => RealPaths::Fwd {
+            x: get(&args.input),
+            w: get(&args.weights),
+            y: get(&args.output),
+        },
+        DirArg::BwdD => RealPaths::BwdD {
+            w: get(&args.weights),
+            dy: get(&args.dy),
+            dx: get(&args.output),
+        },
+        _ => RealPaths::BwdW {
+            x: get(&args.input),
+            dy: get(&args.dy),
+            dw: get(&args.output),
+            db: args.output_bias.clone(),
+        },
+    }))
 }

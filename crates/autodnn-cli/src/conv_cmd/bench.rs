@@ -4,13 +4,18 @@
 use std::io::Write;
 use std::time::Instant;
 
+use autodnn::conv::Epilogue;
 use autodnn::conv::{ConvAlgorithm, Weights};
-use autodnn::{ConvProblem, Error, Handle};
+use autodnn::{ConvProblem, Error, Handle, OpKind};
 
 use super::args::ConvArgs;
+use super::backward::{bench_bwd_one, BwdInputs, OutBuf};
 use super::check::CHECK_TOLERANCE;
+use super::dir::{registry, AnyAlgo, Dir};
 use super::inputs::ProblemData;
-use super::output::{display_name, to_json, AlgoResult, ProblemReport, Status, Table, TotalLine};
+use super::output::{
+    display_name, to_json, AlgoResult, BiasReport, ProblemReport, Status, Table, TotalLine,
+};
 use super::problems::Job;
 use crate::error::{CliError, CliResult};
 
@@ -24,11 +29,11 @@ pub fn median_ms(times: &mut [f64]) -> f64 {
     }
 }
 
-fn gflops(flops: f64, ms: f64) -> Option<f64> {
+pub(super) fn gflops(flops: f64, ms: f64) -> Option<f64> {
     (ms > 0.0).then(|| flops / (ms / 1e3) / 1e9)
 }
 
-fn declined(algo: &'static str, reason: String) -> AlgoResult {
+pub(super) fn declined(algo: &'static str, reason: String) -> AlgoResult {
     AlgoResult {
         algo,
         status: Status::Declined,
@@ -40,7 +45,7 @@ fn declined(algo: &'static str, reason: String) -> AlgoResult {
     }
 }
 
-fn failed(algo: &'static str, reason: String, workspace: usize) -> AlgoResult {
+pub(super) fn failed(algo: &'static str, reason: String, workspace: usize) -> AlgoResult {
     AlgoResult {
         algo,
         status: Status::Failed,
@@ -138,13 +143,135 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
+/// Running totals of one direction: the fastest ok algorithm per problem, weighted by count.
+#[derive(Default, Clone, Copy)]
+struct Acc {
+    ms: f64,
+    flops: f64,
+    covered: usize,
+}
+
+/// One algorithm run under `catch_unwind`: an error is a `failed` row, and so is a panic (a
+/// bug, reported on stderr by the panic hook as well).
+fn guarded(name: &'static str, f: impl FnOnce() -> CliResult<AlgoResult>) -> CliResult<AlgoResult> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(payload) => Ok(failed(
+            name,
+            format!("internal error: {}", panic_message(payload.as_ref())),
+            0,
+        )),
+    }
+}
+
+/// The results of one direction on one problem: the rows and, for bwd_wb, the bias report.
+fn run_dir(
+    args: &ConvArgs,
+    handle: &Handle,
+    job: &Job,
+    dir: Dir,
+    algos: &[AnyAlgo],
+) -> CliResult<(Vec<AlgoResult>, Option<BiasReport>)> {
+    let mut results = Vec::with_capacity(algos.len());
+    if dir == Dir::Fwd {
+        let p = &job.problem;
+        let mut d = ProblemData::new(p, args.alpha, args.beta)?;
+        for &a in algos {
+            let AnyAlgo::Fwd(fa) = a else { continue };
+            results.push(guarded(a.name(), || {
+                bench_one(handle, p, fa, &mut d, args)
+            })?);
+        }
+        return Ok((results, None));
+    }
+    let p = job
+        .problem
+        .with_epilogue(Epilogue::default())
+        .for_op(dir.op())
+        .map_err(|e| CliError::from(e).context(format!("problem {}", job.spec)))?;
+    let inp = BwdInputs::new(&p, args.alpha, args.beta)?;
+    let mut buf = OutBuf::new(&p, dir.op(), args.beta)?;
+    for &a in algos {
+        results.push(guarded(a.name(), || {
+            bench_bwd_one(handle, &p, a, &inp, &mut buf, args.reps, args.check)
+        })?);
+    }
+    if dir != Dir::BwdWb {
+        return Ok((results, None));
+    }
+    // The bias gradient: every backward-bias algorithm; the fastest ok one's time is added
+    // to each filter row (and its max_rel_err folded in).
+    let pb = job
+        .problem
+        .with_epilogue(Epilogue::default())
+        .for_op(OpKind::ConvBackwardBias)
+        .map_err(|e| CliError::from(e).context(format!("problem {}", job.spec)))?;
+    let mut bbuf = OutBuf::new(&pb, OpKind::ConvBackwardBias, args.beta)?;
+    let mut bias_results = Vec::new();
+    for a in registry(OpKind::ConvBackwardBias) {
+        bias_results.push(guarded(a.name(), || {
+            bench_bwd_one(handle, &pb, a, &inp, &mut bbuf, args.reps, args.check)
+        })?);
+    }
+    let best = bias_results
+        .iter()
+        .filter(|r| r.ms.is_some())
+        .min_by(|a, b| a.ms.unwrap_or(0.0).total_cmp(&b.ms.unwrap_or(0.0)))
+        .cloned();
+    for r in &mut results {
+        if r.status != Status::Ok {
+            continue;
+        }
+        match &best {
+            Some(b) => {
+                let ms = r.ms.unwrap_or(0.0) + b.ms.unwrap_or(0.0);
+                r.ms = Some(ms);
+                r.gflops = gflops(p.flops(), ms);
+                r.workspace_bytes = Some(
+                    r.workspace_bytes
+                        .unwrap_or(0)
+                        .max(b.workspace_bytes.unwrap_or(0)),
+                );
+                if let (Some(e), Some(be)) = (r.max_rel_err, b.max_rel_err) {
+                    r.max_rel_err = Some(e.max(be));
+                }
+            }
+            None => {
+                *r = failed(
+                    r.algo,
+                    "no backward-bias algorithm succeeded".into(),
+                    r.workspace_bytes.unwrap_or(0),
+                );
+            }
+        }
+    }
+    let bias = BiasReport {
+        algo: best.as_ref().map(|b| b.algo),
+        ms: best.as_ref().and_then(|b| b.ms),
+        results: bias_results,
+    };
+    Ok((results, Some(bias)))
+}
+
 pub(super) fn bench(
     args: &ConvArgs,
     handle: &Handle,
     jobs: &[Job],
-    algos: &[&'static dyn ConvAlgorithm],
+    dirs: &[Dir],
+    algos: &[Vec<AnyAlgo>],
     out: &mut impl Write,
 ) -> CliResult {
+    let backward = dirs != [Dir::Fwd];
+    // bwd_wb's rows name the filter and the bias algorithm: FILTER+BIAS.
+    let bias_width = if dirs.contains(&Dir::BwdWb) {
+        1 + registry(OpKind::ConvBackwardBias)
+            .iter()
+            .map(|a| a.name().len())
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let table = Table {
         problem: jobs
             .iter()
@@ -154,81 +281,120 @@ pub(super) fn bench(
             .max("problem".len()),
         algo: algos
             .iter()
-            .map(|a| a.name().len())
+            .flatten()
+            .map(|a| a.name().len() + bias_width)
             .max()
             .unwrap_or(0)
             .max("algo".len()),
         check: args.check,
+        dir: backward,
     };
     if !args.json {
         table.header(out)?;
     }
-    let (mut total_ms, mut total_flops, mut covered) = (0.0f64, 0.0f64, 0usize);
+    let mut acc = vec![Acc::default(); dirs.len()];
     let (mut runs, mut failures) = (0usize, Vec::new());
     for job in jobs {
-        let p = &job.problem;
-        let mut d = ProblemData::new(p, args.alpha, args.beta)?;
-        let mut results = Vec::with_capacity(algos.len());
-        for &a in algos {
-            // One failing algorithm never hides the others: an error is a `failed` row, and
-            // so is a panic (a bug, reported on stderr by the panic hook as well).
-            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                bench_one(handle, p, a, &mut d, args)
-            })) {
-                Ok(r) => r?,
-                Err(payload) => failed(
-                    a.name(),
-                    format!("internal error: {}", panic_message(payload.as_ref())),
-                    0,
-                ),
+        let count = job.spec.count();
+        let flops = job.problem.flops();
+        for (di, &dir) in dirs.iter().enumerate() {
+            let (results, bias) = run_dir(args, handle, job, dir, &algos[di])?;
+            let tag = if backward {
+                format!(" ({})", dir.name())
+            } else {
+                String::new()
             };
-            runs += 1;
-            if r.status == Status::Failed {
-                failures.push(format!("{} on {}", r.algo, job.spec));
+            for r in results
+                .iter()
+                .chain(bias.iter().flat_map(|b| b.results.iter()))
+            {
+                runs += 1;
+                if r.status == Status::Failed {
+                    failures.push(format!("{} on {}{tag}", r.algo, job.spec));
+                }
             }
             if !args.json {
-                table.result(out, &display_name(&job.spec), &r)?;
+                for r in &results {
+                    let algo = match bias.as_ref().and_then(|b| b.algo) {
+                        Some(b) => format!("{}+{b}", r.algo),
+                        None => r.algo.to_string(),
+                    };
+                    table.result(out, &display_name(&job.spec), dir.name(), &algo, r)?;
+                }
                 out.flush()?;
             }
-            results.push(r);
-        }
-        let count = job.spec.count();
-        let best = results
-            .iter()
-            .filter_map(|r| r.ms)
-            .min_by(|a, b| a.total_cmp(b));
-        if let Some(ms) = best {
-            total_ms += ms * count as f64;
-            total_flops += p.flops() * count as f64;
-            covered += 1;
-        }
-        if args.json {
-            let report = ProblemReport {
-                problem: job.spec.to_string(),
-                count,
-                flops: p.flops(),
-                results,
-            };
-            writeln!(out, "{}", to_json(&report)?)?;
-            out.flush()?;
+            let best = results
+                .iter()
+                .filter_map(|r| r.ms)
+                .min_by(|a, b| a.total_cmp(b));
+            if let Some(ms) = best {
+                acc[di].ms += ms * count as f64;
+                acc[di].flops += flops * count as f64;
+                acc[di].covered += 1;
+            }
+            if args.json {
+                let report = ProblemReport {
+                    problem: job.spec.to_string(),
+                    dir: dir.name(),
+                    count,
+                    flops,
+                    results,
+                    bias,
+                };
+                writeln!(out, "{}", to_json(&report)?)?;
+                out.flush()?;
+            }
         }
     }
-    let total_gflops = gflops(total_flops, total_ms);
-    if args.json {
-        let total = TotalLine {
-            total: true,
-            ms_weighted: total_ms,
-            gflops: total_gflops,
-        };
-        writeln!(out, "{}", to_json(&total)?)?;
-    } else {
-        writeln!(
-            out,
-            "total: {total_ms:.3} ms, {} GFLOP/s (fastest ok algorithm per problem, weighted by \
-             count; {covered} of {} problems)",
-            total_gflops.map_or("-".into(), |g| format!("{g:.2}")),
-            jobs.len()
-        )?;
+    for (di, &dir) in dirs.iter().enumerate() {
+        let a = acc[di];
+        let total_gflops = gflops(a.flops, a.ms);
+        if args.json {
+            let total = TotalLine {
+                total: true,
+                dir: dir.name(),
+                ms_weighted: a.ms,
+                gflops: total_gflops,
+            };
+            writeln!(out, "{}", to_json(&total)?)?;
+        } else {
+            let label = if backward {
+                format!("total {}", dir.name())
+            } else {
+                "total".to_string()
+            };
+            writeln!(
+                out,
+                "{label}: {:.3} ms, {} GFLOP/s (fastest ok algorithm per problem, weighted by \
+                 count; {} of {} problems)",
+                a.ms,
+                total_gflops.map_or("-".into(), |g| format!("{g:.2}")),
+                a.covered,
+                jobs.len()
+            )?;
+        }
+    }
+    if dirs.len() > 1 {
+        let ms: f64 = acc.iter().map(|a| a.ms).sum();
+        let flops: f64 = acc.iter().map(|a| a.flops).sum();
+        let total_gflops = gflops(flops, ms);
+        let names: Vec<&str> = dirs.iter().map(|d| d.name()).collect();
+        if args.json {
+            let total = TotalLine {
+                total: true,
+                dir: "all",
+                ms_weighted: ms,
+                gflops: total_gflops,
+            };
+            writeln!(out, "{}", to_json(&total)?)?;
+        } else {
+            writeln!(
+                out,
+                "total all: {ms:.3} ms, {} GFLOP/s ({}: one training step's convolutions)",
+                total_gflops.map_or("-".into(), |g| format!("{g:.2}")),
+                names.join(" + ")
+            )?;
+        }
     }
     out.flush()?;
     if failures.is_empty() {

@@ -1,6 +1,6 @@
 //! Accuracy: how far a result is from the f64 reference, and the tolerance of `--check`.
 
-use autodnn::ConvProblem;
+use autodnn::{ConvProblem, TensorDesc};
 
 /// With `--check`, a result whose max_rel_err exceeds this is reported as failed. Generated
 /// data is integer-valued, so exact algorithms give 0; transform-based ones (Winograd, FFT)
@@ -10,7 +10,11 @@ pub const CHECK_TOLERANCE: f64 = 1e-3;
 /// Largest |y - ref| over the elements of y, relative to max(max |ref|, 1e-30). NaN when y holds
 /// a NaN where it should not.
 pub fn max_rel_err(p: &ConvProblem, y: &[f32], reference: &[f64]) -> f64 {
-    let yd = p.y();
+    max_rel_err_in(p.y(), y, reference)
+}
+
+/// [`max_rel_err`] over the elements of a tensor described by `yd` (y, or x for dx).
+pub fn max_rel_err_in(yd: &TensorDesc, y: &[f32], reference: &[f64]) -> f64 {
     let [n, k, oh, ow] = yd.dims();
     let (mut max_diff, mut max_ref) = (0.0f64, 0.0f64);
     for b in 0..n {
@@ -27,6 +31,20 @@ pub fn max_rel_err(p: &ConvProblem, y: &[f32], reference: &[f64]) -> f64 {
                 }
             }
         }
+    }
+    max_diff / max_ref.max(1e-30)
+}
+
+/// [`max_rel_err`] over packed buffers (dw, db): every element of `reference`.
+pub fn max_rel_err_flat(y: &[f32], reference: &[f64]) -> f64 {
+    let (mut max_diff, mut max_ref) = (0.0f64, 0.0f64);
+    for (&v, &r) in y.iter().zip(reference) {
+        let diff = (v as f64 - r).abs();
+        if diff.is_nan() || y.len() < reference.len() {
+            return f64::NAN;
+        }
+        max_diff = max_diff.max(diff);
+        max_ref = max_ref.max(r.abs());
     }
     max_diff / max_ref.max(1e-30)
 }

@@ -1,13 +1,18 @@
-//! `autodnn conv`: run problems with the registered algorithms on generated data (timing and,
-//! with `--check`, accuracy against the f64 reference), or once on data from `.npy` files.
+//! `autodnn conv`: run problems with the registered algorithms of one direction or several
+//! (`--dir`) on generated data (timing and, with `--check`, accuracy against the f64
+//! reference), or once on data from `.npy` files.
 //!
-//! Split by concern: [`args`] (the flags and what they select), [`problems`] (the problems to
-//! run), [`inputs`] (generated data), [`bench`] (timing), [`check`] (accuracy), [`output`] (the
-//! table and JSON lines) and [`real_data`] (one run on `.npy` files).
+//! Split by concern: [`args`] (the flags and what they select), [`dir`] (the directions and
+//! their registries), [`problems`] (the problems to run), [`inputs`] (generated forward data),
+//! [`backward`] (the backward directions' data, runs and oracles), [`bench`] (timing),
+//! [`check`] (accuracy), [`output`] (the table and JSON lines) and [`real_data`] (one run on
+//! `.npy` files).
 
 mod args;
+mod backward;
 mod bench;
 mod check;
+mod dir;
 mod inputs;
 mod output;
 mod problems;
@@ -20,15 +25,18 @@ use autodnn::{Handle, Layout};
 use crate::error::{CliError, CliResult};
 
 pub use args::{ConvArgs, LayoutArg};
+pub use backward::output_len;
 pub use bench::median_ms;
-pub use check::max_rel_err;
+pub use check::{max_rel_err, max_rel_err_flat, max_rel_err_in};
+pub use dir::{Dir, DirArg};
 pub use output::to_json;
 pub use problems::problem_specs;
 
-use args::{epilogue_of, real_data_paths, select_algorithms};
+use args::{epilogue_of, real_data_paths, RealPaths};
 use bench::bench;
+use dir::select_per_dir;
 use problems::{collect_specs, Job};
-use real_data::run_real_data;
+use real_data::{run_real_data, run_real_data_bwd};
 
 /// Runs `autodnn conv`.
 ///
@@ -43,7 +51,8 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
         return Err(CliError::bad("bad --mb = 0: must be at least 1"));
     }
     let real = real_data_paths(args)?;
-    let algos = select_algorithms(&args.algo)?;
+    let dirs = args.dir.dirs();
+    let algos = select_per_dir(&dirs, &args.algo)?;
     let layout = Layout::from(args.layout);
     let epilogue = epilogue_of(args, real.is_some())?;
     let jobs = collect_specs(args)?
@@ -56,26 +65,31 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
             Ok(Job { spec, problem })
         })
         .collect::<CliResult<Vec<Job>>>()?;
-    if let Some((x, w, y)) = real {
+    if let Some(paths) = real {
         if jobs.len() != 1 {
             return Err(CliError::bad(format!(
                 "bad arguments: --input/--weights/--output take exactly one problem, got {}",
                 jobs.len()
             )));
         }
-        if algos.len() != 1 || args.algo.trim() == "all" {
+        if algos[0].len() != 1 || args.algo.trim() == "all" {
             return Err(CliError::bad(format!(
                 "bad --algo = {}: --input/--weights/--output need a single algorithm name",
                 args.algo
             )));
         }
         let handle = make_handle(args.threads)?;
-        return run_real_data(args, &handle, &jobs[0], algos[0], [&x, &w, &y], out);
+        return match (paths, algos[0][0]) {
+            (RealPaths::Fwd { x, w, y }, dir::AnyAlgo::Fwd(a)) => {
+                run_real_data(args, &handle, &jobs[0], a, [&x, &w, &y], out)
+            }
+            (paths, a) => run_real_data_bwd(args, &handle, &jobs[0], a, &paths, out),
+        };
     }
     let handle = make_handle(args.threads)?;
     // Cores at full speed before the first problem is timed.
     handle.wake_cores();
-    bench(args, &handle, &jobs, &algos, out)
+    bench(args, &handle, &jobs, &dirs, &algos, out)
 }
 
 pub fn make_handle(threads: Option<usize>) -> CliResult<Handle> {

@@ -45,14 +45,28 @@ pub struct AlgoResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProblemReport {
     pub(super) problem: String,
+    pub(super) dir: &'static str,
     pub(super) count: usize,
     pub(super) flops: f64,
+    pub(super) results: Vec<AlgoResult>,
+    /// bwd_wb only: the bias gradient's algorithms; the fastest one's time is in every row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) bias: Option<BiasReport>,
+}
+
+/// The bias gradient of a bwd_wb problem: every backward-bias algorithm's result and the
+/// fastest ok one, whose time each filter row includes.
+#[derive(Debug, Clone, Serialize)]
+pub struct BiasReport {
+    pub(super) algo: Option<&'static str>,
+    pub(super) ms: Option<f64>,
     pub(super) results: Vec<AlgoResult>,
 }
 
 #[derive(Debug, Serialize)]
 pub(super) struct TotalLine {
     pub(super) total: bool,
+    pub(super) dir: &'static str,
     pub(super) ms_weighted: f64,
     pub(super) gflops: Option<f64>,
 }
@@ -70,24 +84,38 @@ pub(super) struct Table {
     pub(super) problem: usize,
     pub(super) algo: usize,
     pub(super) check: bool,
+    /// A dir column (when a backward direction is run).
+    pub(super) dir: bool,
 }
 
 impl Table {
     pub(super) fn header(&self, out: &mut impl Write) -> CliResult {
         self.row(
             out,
+            "dir",
             ["problem", "algo", "status", "ms", "GFLOP/s", "workspace"],
             "max_rel_err",
             "note",
         )
     }
 
-    fn row(&self, out: &mut impl Write, c: [&str; 6], err: &str, note: &str) -> CliResult {
+    fn row(
+        &self,
+        out: &mut impl Write,
+        dir: &str,
+        c: [&str; 6],
+        err: &str,
+        note: &str,
+    ) -> CliResult {
         let (pw, aw) = (self.problem, self.algo);
-        let mut line = format!(
-            "{:<pw$}  {:<aw$}  {:<8}  {:>10}  {:>9}  {:>12}",
-            c[0], c[1], c[2], c[3], c[4], c[5]
-        );
+        let mut line = format!("{:<pw$}  ", c[0]);
+        if self.dir {
+            line.push_str(&format!("{dir:<6}  "));
+        }
+        line.push_str(&format!(
+            "{:<aw$}  {:<8}  {:>10}  {:>9}  {:>12}",
+            c[1], c[2], c[3], c[4], c[5]
+        ));
         if self.check {
             line.push_str(&format!("  {err:>11}"));
         }
@@ -99,7 +127,14 @@ impl Table {
         Ok(())
     }
 
-    pub(super) fn result(&self, out: &mut impl Write, problem: &str, r: &AlgoResult) -> CliResult {
+    pub(super) fn result(
+        &self,
+        out: &mut impl Write,
+        problem: &str,
+        dir: &str,
+        algo: &str,
+        r: &AlgoResult,
+    ) -> CliResult {
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         let ms = opt(r.ms.map(|v| format!("{v:.3}")));
         let gf = opt(r.gflops.map(|v| format!("{v:.2}")));
@@ -114,7 +149,8 @@ impl Table {
         let note = r.reason.as_deref().unwrap_or("");
         self.row(
             out,
-            [problem, r.algo, r.status.name(), &ms, &gf, &ws],
+            dir,
+            [problem, algo, r.status.name(), &ms, &gf, &ws],
             &err,
             note,
         )
