@@ -1,6 +1,7 @@
-//! Calibration of the cost model: every registered forward algorithm timed on a fixed set of
-//! problems (none of them a layer of a built-in model), and its coefficients fitted
-//! ([`crate::select::heuristic`]). `autodnn calibrate` runs it and saves the fit beside the
+//! Calibration of the cost model: every registered algorithm of every operation (forward,
+//! backward data, backward filter, backward bias) timed on a fixed set of problems (none of
+//! them a layer of a built-in model), and its coefficients fitted per (operation, types,
+//! algorithm) ([`crate::select::heuristic`]). `autodnn calibrate` runs it and saves the fit beside the
 //! tuning cache.
 
 use std::collections::BTreeMap;
@@ -8,11 +9,15 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::desc::Layout;
+use crate::desc::{ConvProblem, Layout, OpKind};
 use crate::error::Result;
 use crate::op::epilogue::EpilogueArgs;
 use crate::op::prepared::Weights;
-use crate::op::{Algorithm, ConvForward, ConvFwdInputs, OpProblem, COST_FEATURES};
+use crate::op::{
+    Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
+    ConvBwdDataInputs, ConvBwdFilterInputs, ConvForward, ConvFwdInputs, OpProblem, Registered,
+    COST_FEATURES,
+};
 use crate::problem_string::ProblemSpec;
 use crate::select::benchmark::{self, Timer};
 use crate::select::cache;
@@ -150,6 +155,31 @@ pub struct Calibration {
 /// One measurement: the cost features, the median ms and the problem string.
 type Row = ([f64; COST_FEATURES], f64, String);
 
+/// Times every registered algorithm of `O` that accepts `p` and adds a row under its fit key.
+fn measure<O: Registered<Problem = ConvProblem>>(
+    env: &crate::select::Env<'_>,
+    p: &ConvProblem,
+    inputs: &O::Inputs<'_>,
+    name: &str,
+    rows: &mut BTreeMap<String, Vec<Row>>,
+) -> Result<()> {
+    let mut timer = Timer::<O>::new(env, p, inputs)?;
+    for &a in O::algorithms() {
+        if Algorithm::<O>::check(a, p).is_err() {
+            continue;
+        }
+        if let Ok(ms) = timer.median_of(a, CALIBRATION_RUNS) {
+            let key = fit_key(p.op_tag(), &p.types(), a.name());
+            rows.entry(key).or_default().push((
+                Algorithm::<O>::cost_features(a, p),
+                ms,
+                name.to_string(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Measures every registered algorithm on every calibration problem it accepts (one warm-up,
 /// then [`CALIBRATION_RUNS`] timed runs, median) with `handle`'s threads and instruction set,
 /// and fits each algorithm's coefficients. `progress` is called after each problem with
@@ -163,28 +193,29 @@ pub fn calibrate(
 ) -> Result<Calibration> {
     let start = Instant::now();
     let problems = calibration_problems();
-    let algos = crate::conv::algorithms();
     let env = handle.env();
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (i, spec) in problems.iter().enumerate() {
         let p = spec.to_problem(Layout::Nchw)?;
         let x = benchmark::test_data(p.x().span(), 1)?;
         let w = benchmark::test_data(p.w().elements(), 2)?;
+        let dy = benchmark::test_data(p.y().span(), 3)?;
+        let name = spec.with_name("").to_string();
         let inputs = ConvFwdInputs::new(&x, Weights::Plain(&w), EpilogueArgs::default());
-        let mut timer = Timer::<ConvForward>::new(&env, &p, &inputs)?;
-        for &a in algos {
-            if Algorithm::<ConvForward>::check(a, &p).is_err() {
-                continue;
-            }
-            if let Ok(ms) = timer.median_of(a, CALIBRATION_RUNS) {
-                let key = fit_key(p.op_tag(), &p.types(), a.name());
-                rows.entry(key).or_default().push((
-                    Algorithm::<ConvForward>::cost_features(a, &p),
-                    ms,
-                    spec.with_name("").to_string(),
-                ));
-            }
-        }
+        measure::<ConvForward>(&env, &p, &inputs, &name, &mut rows)?;
+        let pd = p.for_op(OpKind::ConvBackwardData)?;
+        measure::<ConvBackwardData>(
+            &env,
+            &pd,
+            &ConvBwdDataInputs::new(&dy, &w),
+            &name,
+            &mut rows,
+        )?;
+        let pf = p.for_op(OpKind::ConvBackwardFilter)?;
+        let fi = ConvBwdFilterInputs::new(&x, &dy);
+        measure::<ConvBackwardFilter>(&env, &pf, &fi, &name, &mut rows)?;
+        let pb = p.for_op(OpKind::ConvBackwardBias)?;
+        measure::<ConvBackwardBias>(&env, &pb, &ConvBwdBiasInputs::new(&dy), &name, &mut rows)?;
         progress(i + 1, problems.len());
     }
     let mut fit = Fit {

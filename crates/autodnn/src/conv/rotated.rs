@@ -5,19 +5,20 @@
 //! with the filter rotated by 180° and its channels transposed (per group: C/g outputs from
 //! K/g inputs), padded by d·(R − 1) − pt. For stride s > 1 the outputs split by residue
 //! (h mod s, w mod s) into s² stride-1 forward problems, each over the taps that reach it
-//! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), written straight
-//! into the strided view of dx its residue is: no zero insertion, no scatter. Residues no
-//! tap reaches get beta · dx. Leading padding the forward would need negative is a view of dy
+//! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), each computed
+//! into a packed buffer and added into the strided view of dx its residue is (no zero
+//! insertion). Residues no tap reaches get beta · dx. Leading padding the forward would need negative is a view of dy
 //! that starts later.
 //!
 //! [`ViaForward`] wraps one forward algorithm this way; it accepts a problem when that
 //! algorithm accepts every sub-problem. The workspace is the largest sub-filter (transposed
-//! and rotated into it before each sub-problem runs) plus the largest workspace the forward
-//! algorithm needs for a sub-problem.
+//! and rotated into it before each sub-problem runs), for stride s > 1 the largest
+//! residue's output, and the largest workspace the forward algorithm needs for a
+//! sub-problem.
 
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES};
 use crate::desc::{
-    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, OpKind, Padding,
+    ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Layout, OpKind, Padding,
     TensorDesc,
 };
 use crate::error::{Error, Result};
@@ -152,11 +153,19 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
                     [n, k, oh - ah.skip, ow - aw.skip],
                     ys,
                 )?;
-                let y = TensorDesc::with_strides(
-                    DataType::F32,
-                    [n, c, ah.count, aw.count],
-                    [xs[0], xs[1], xs[2] * sh, xs[3] * sw],
-                )?;
+                // Stride 1: dx itself. Otherwise a packed buffer, scattered into dx's residue
+                // after (the residue's view is not flat, and forward GEMMs would then
+                // cover one output row each).
+                let y = if sh * sw == 1 {
+                    TensorDesc::with_strides(DataType::F32, [n, c, ah.count, aw.count], xs)?
+                } else {
+                    let layout = if xs[1] < xs[3] {
+                        Layout::Nhwc
+                    } else {
+                        Layout::Nchw
+                    };
+                    TensorDesc::new(DataType::F32, layout, [n, c, ah.count, aw.count])?
+                };
                 let f = FilterDesc::new(
                     DataType::F32,
                     filter_layout,
@@ -217,40 +226,73 @@ fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut 
     }
 }
 
-/// dx = beta · dx over the residue no tap reaches.
-fn scale_residue(p: &ConvProblem, sub: &Sub, dx: &mut [f32], beta: f32) {
+/// dx = alpha · g + beta · dx over the residue of `sub`, with g read from `tmp` (laid out as
+/// `td`), or 0 where no tap reaches the residue (`tmp` None).
+fn scatter(
+    p: &ConvProblem,
+    sub: &Sub,
+    tmp: Option<(&[f32], &TensorDesc)>,
+    dx: &mut [f32],
+    alpha: f32,
+    beta: f32,
+) {
     let xs = p.x().strides();
     let [sh, sw] = p.conv().stride();
     let [n, c, _, _] = p.x().dims();
+    let (cols, ws) = (sub.aw.count, sw * xs[3]);
     for b in 0..n {
         for ch in 0..c {
             for i in 0..sub.ah.count {
-                for j in 0..sub.aw.count {
-                    let o = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2] + j * sw * xs[3];
-                    dx[o] = scaled(0.0, dx[o], 1.0, beta);
+                let base = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2];
+                let row = &mut dx[base..];
+                match tmp {
+                    None => {
+                        for j in 0..cols {
+                            row[j * ws] = scaled(0.0, row[j * ws], alpha, beta);
+                        }
+                    }
+                    Some((t, td)) => {
+                        let (t0, ts) = (td.offset(b, ch, i, 0), td.strides()[3]);
+                        for j in 0..cols {
+                            row[j * ws] = scaled(t[t0 + j * ts], row[j * ws], alpha, beta);
+                        }
+                    }
                 }
             }
         }
     }
 }
 
-/// (largest sub-filter elements, largest forward workspace bytes), or why not.
-fn sizes(
-    inner: &dyn ConvAlgorithm,
-    p: &ConvProblem,
-) -> std::result::Result<(usize, usize), String> {
+/// Buffers of one run: the largest sub-filter and sub-output (0 for stride 1: dx itself)
+/// in elements, and the largest forward workspace in bytes.
+struct Sizes {
+    filter: usize,
+    output: usize,
+    inner: usize,
+}
+
+/// The run's buffer sizes, or why the forward algorithm cannot serve.
+fn sizes(inner: &dyn ConvAlgorithm, p: &ConvProblem) -> std::result::Result<Sizes, String> {
     let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
-    let (mut filt, mut ws) = (0, 0);
+    let strided = p.conv().stride() != [1, 1];
+    let mut z = Sizes {
+        filter: 0,
+        output: 0,
+        inner: 0,
+    };
     for s in &subs {
         if let Some(f) = &s.fwd {
             inner
                 .check(f)
                 .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
-            filt = filt.max(f.w().elements());
-            ws = ws.max(inner.workspace_bytes(f));
+            z.filter = z.filter.max(f.w().elements());
+            if strided {
+                z.output = z.output.max(f.y().span());
+            }
+            z.inner = z.inner.max(inner.workspace_bytes(f));
         }
     }
-    Ok((filt, ws))
+    Ok(z)
 }
 
 /// Alignment of the forward algorithm's workspace after the sub-filter.
@@ -265,9 +307,11 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         sizes(self.inner, p).map(|_| ())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        let (filt, ws) = sizes(self.inner, p).unwrap_or((0, 0));
-        // Each of the two buffers may start up to ALIGN − 1 bytes in.
-        2 * ALIGN + filt * 4 + ws
+        let Ok(z) = sizes(self.inner, p) else {
+            return 0;
+        };
+        // Each of the three buffers may start up to ALIGN − 1 bytes in.
+        3 * ALIGN + (z.filter + z.output) * 4 + z.inner
     }
     fn deterministic(&self) -> bool {
         self.inner.deterministic()
@@ -299,29 +343,34 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let dy = inputs.dy.f32("dy")?;
         let w = inputs.w.f32("w")?;
         let dx = out.f32("dx")?;
-        let (filt, inner_ws) = sizes(self.inner, p).map_err(|reason| Error::Declined {
+        let z = sizes(self.inner, p).map_err(|reason| Error::Declined {
             algo: self.name().into(),
             reason,
         })?;
         let mut carve = Carve::new(workspace);
-        let wt = carve.take_aligned::<f32>(filt, ALIGN)?;
-        let ws = carve.take_aligned::<u8>(inner_ws, ALIGN)?;
-        let epi = EpilogueArgs::new(inputs.alpha, inputs.beta);
+        let wt = carve.take_aligned::<f32>(z.filter, ALIGN)?;
+        let tmp = carve.take_aligned::<f32>(z.output, ALIGN)?;
+        let ws = carve.take_aligned::<u8>(z.inner, ALIGN)?;
+        let (alpha, beta) = (inputs.alpha, inputs.beta);
+        let strided = p.conv().stride() != [1, 1];
         for sub in subs(p)? {
             match &sub.fwd {
-                None => scale_residue(p, &sub, dx, inputs.beta),
+                None => scatter(p, &sub, None, dx, alpha, beta),
                 Some(f) => {
                     let wt = &mut wt[..f.w().elements()];
                     sub_filter(p, &sub, f, w, wt);
-                    self.inner.run(
-                        ctx,
-                        f,
-                        &dy[sub.dy_off..],
-                        AlgoWeights::Plain(wt),
-                        &mut dx[sub.dx_off..],
-                        ws,
-                        &epi,
-                    )?;
+                    let dy = &dy[sub.dy_off..];
+                    let wts = AlgoWeights::Plain(wt);
+                    if strided {
+                        let epi = EpilogueArgs::default();
+                        let t = &mut tmp[..f.y().span()];
+                        self.inner.run(ctx, f, dy, wts, t, ws, &epi)?;
+                        scatter(p, &sub, Some((t, f.y())), dx, alpha, beta);
+                    } else {
+                        let epi = EpilogueArgs::new(alpha, beta);
+                        self.inner
+                            .run(ctx, f, dy, wts, &mut dx[sub.dx_off..], ws, &epi)?;
+                    }
                 }
             }
         }

@@ -1,8 +1,190 @@
-//! `gemm` backward data: the forward `gemm` (im2col of dy into the workspace, then one GEMM
-//! per block) with the rotated, transposed filter, stride s > 1 as s² stride-1 residues (see
-//! `conv::rotated`).
+//! `gemm` backward data (cuDNN's BWD_DATA_ALGO_1): per image and group, blocks of output
+//! rows at a time, the column buffer col (C/g·R·S × positions) = Wᵀ · dY_block in one GEMM
+//! (dy read in place), then col2im adds each column's taps into dx. Every stride, dilation
+//! and padding, with no split into residues.
+//!
+//! - **Workspace:** the column buffer of one block (about [`TARGET_POSITIONS`] positions,
+//!   at most [`MAX_COL_BYTES`] unless one output row needs more).
+//! - **Deterministic:** the GEMM's elements do not depend on the thread count, and col2im
+//!   gives each input channel to one thread, adding its taps in a fixed order, blocks in
+//!   order.
 
-use super::GEMM;
-use crate::conv::rotated::ViaForward;
+use rayon::prelude::*;
 
-pub(crate) static GEMM_BWD_DATA: ViaForward = ViaForward::new(&GEMM);
+use crate::conv::{default_cost_features, ExecContext};
+use crate::desc::{ConvMode, ConvProblem, FilterLayout, OpKind};
+use crate::error::Result;
+use crate::gemm::{gemm_in_context, Epilogue, GemmDesc};
+use crate::op::conv_bwd::{check_problem, scaled};
+use crate::op::{
+    Accuracy, Algorithm, ConvBackwardData, ConvBwdDataInputs, TensorMut, COST_FEATURES,
+};
+use crate::runtime::parallel::SharedOut;
+use crate::runtime::workspace::Carve;
+
+/// Positions a block aims for.
+pub(crate) const TARGET_POSITIONS: usize = 1024;
+/// Largest column buffer unless one output row needs more.
+pub(crate) const MAX_COL_BYTES: usize = 8 << 20;
+
+/// The `gemm` backward-data algorithm.
+pub(crate) struct GemmBwdData;
+
+pub(crate) static GEMM_BWD_DATA: GemmBwdData = GemmBwdData;
+
+fn taps(p: &ConvProblem) -> usize {
+    p.c_per_group() * p.w().r() * p.w().s()
+}
+
+/// Output rows per block: whole rows when dy's rows are one stride apart, else one.
+fn block_rows(p: &ConvProblem) -> usize {
+    let yd = p.y();
+    let [_, _, oh, ow] = yd.dims();
+    let ys = yd.strides();
+    if ys[2] != ow * ys[3] {
+        return 1;
+    }
+    let by_bytes = MAX_COL_BYTES / (taps(p) * ow * 4).max(1);
+    (TARGET_POSITIONS.div_ceil(ow)).min(by_bytes).clamp(1, oh)
+}
+
+/// Adds alpha · col into dx for image `b`, group `g`, output rows `i0 .. i0 + rows`; one
+/// input channel per work item.
+#[allow(clippy::too_many_arguments)]
+fn col2im(
+    ctx: &ExecContext<'_>,
+    p: &ConvProblem,
+    col: &[f32],
+    dx: &SharedOut<'_>,
+    (b, g, i0, rows): (usize, usize, usize, usize),
+    alpha: f32,
+) {
+    let (xd, cd) = (p.x(), p.conv());
+    let [_, _, h, wi] = xd.dims();
+    let ow = p.y().w();
+    let (r, s) = (p.w().r(), p.w().s());
+    let cg = p.c_per_group();
+    let jj = rows * ow;
+    let pad = cd.padding();
+    let [sh, sw] = cd.stride().map(|v| v as i64);
+    let [dh, dw] = cd.dilation().map(|v| v as i64);
+    let conv_mode = cd.mode() == ConvMode::Convolution;
+    let xs3 = xd.strides()[3];
+    // Filter-row index of (c, fr, fs).
+    let index = |c: usize, fr: usize, fs: usize| match p.w().layout() {
+        FilterLayout::Kcrs => (c * r + fr) * s + fs,
+        FilterLayout::Krsc => (fr * s + fs) * cg + c,
+    };
+    let one = |c: usize| {
+        for fr in 0..r {
+            for fs in 0..s {
+                let t = index(c, fr, fs);
+                let (u, v) = if conv_mode {
+                    (r - 1 - fr, s - 1 - fs)
+                } else {
+                    (fr, fs)
+                };
+                let shift = v as i64 * dw - pad.left;
+                let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
+                let j_hi =
+                    ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+                if j_lo >= j_hi {
+                    continue;
+                }
+                for il in 0..rows {
+                    let ih = (i0 + il) as i64 * sh - pad.top + u as i64 * dh;
+                    if ih < 0 || ih >= h as i64 {
+                        continue;
+                    }
+                    let src = &col[t * jj + il * ow..][..ow];
+                    let base = xd.offset(b, g * cg + c, ih as usize, 0) as i64;
+                    let step = sw as usize * xs3;
+                    let first = (base + (j_lo as i64 * sw + shift) * xs3 as i64) as usize;
+                    for (k, &v) in src[j_lo..j_hi].iter().enumerate() {
+                        let o = first + k * step;
+                        // SAFETY: channel g·C/g + c of image b is written by this work
+                        // item alone.
+                        unsafe { dx.write(o, dx.read(o) + alpha * v) };
+                    }
+                }
+            }
+        }
+    };
+    if ctx.threads > 1 && cg > 1 && col.len() >= 1 << 14 {
+        ctx.pool.install(|| (0..cg).into_par_iter().for_each(one));
+    } else {
+        (0..cg).for_each(one);
+    }
+}
+
+impl Algorithm<ConvBackwardData> for GemmBwdData {
+    fn name(&self) -> &'static str {
+        "gemm"
+    }
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        check_problem(p, OpKind::ConvBackwardData)
+    }
+    fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        64 + taps(p) * block_rows(p) * p.y().w() * 4
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Exact
+    }
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        default_cost_features(p, self.workspace_bytes(p))
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &ConvBwdDataInputs<'_>,
+        out: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+    ) -> Result<()> {
+        let dy = inputs.dy.f32("dy")?;
+        let w = inputs.w.f32("w")?;
+        let dx = out.f32("dx")?;
+        let (xd, yd, wd) = (p.x(), p.y(), p.w());
+        let [n, _, h, wi] = xd.dims();
+        let [_, _, oh, ow] = yd.dims();
+        let ys = yd.strides();
+        let (cg, kg) = (p.c_per_group(), p.k_per_group());
+        let t = taps(p);
+        let ks = wd.strides()[0];
+        let rows = block_rows(p);
+        let (alpha, beta) = (inputs.alpha, inputs.beta);
+        let col = Carve::new(workspace).take_aligned::<f32>(t * rows * ow, 64)?;
+        let epi = Epilogue::new();
+        for b in 0..n {
+            for g in 0..p.groups() {
+                // dx = beta · dx over the group's channels, then blocks add into it.
+                for c in g * cg..(g + 1) * cg {
+                    for i in 0..h {
+                        for j in 0..wi {
+                            let o = xd.offset(b, c, i, j);
+                            dx[o] = scaled(0.0, dx[o], 1.0, beta);
+                        }
+                    }
+                }
+                let a = &w[g * kg * ks..];
+                for i0 in (0..oh).step_by(rows) {
+                    let rb = rows.min(oh - i0);
+                    let jj = rb * ow;
+                    let bm = &dy[yd.offset(b, g * kg, i0, 0)..];
+                    // col (taps × positions) = Wᵀ (taps × K/g) · dY (K/g × positions).
+                    let d = GemmDesc::new(t, jj, kg)
+                        .with_a_strides(1, ks)
+                        .with_b_strides(ys[1], ys[3])
+                        .with_c_strides(jj, 1);
+                    gemm_in_context(ctx, &d, 1.0, a, bm, 0.0, &mut col[..t * jj], &epi)?;
+                    let out = SharedOut::new(dx);
+                    col2im(ctx, p, &col[..t * jj], &out, (b, g, i0, rb), alpha);
+                }
+            }
+        }
+        Ok(())
+    }
+}
