@@ -2,7 +2,7 @@
 //! data, backward filter, backward bias): most specialised first, `direct` last. Adding an
 //! algorithm is one file plus one line here.
 
-use super::depthwise::{Depthwise, DEPTHWISE_BWD_DATA};
+use super::depthwise::{Depthwise, DEPTHWISE_BWD_DATA, DEPTHWISE_BWD_FILTER};
 use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
 use super::fft::{FFT, FFT_BWD_DATA, FFT_TILING, FFT_TILING_BWD_DATA};
 use super::gemm::{GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA};
@@ -52,7 +52,8 @@ impl Registered for ConvBackwardData {
     }
 }
 
-static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[&GEMM_BWD_FILTER, &DirectBwdFilter];
+static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] =
+    &[&DEPTHWISE_BWD_FILTER, &GEMM_BWD_FILTER, &DirectBwdFilter];
 
 impl Registered for ConvBackwardFilter {
     fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardFilter>] {

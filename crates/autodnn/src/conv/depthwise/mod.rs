@@ -45,6 +45,7 @@
 //! usable features make (AVX-512F, then AVX2 + FMA, then portable).
 
 mod bwd_data;
+mod bwd_filter;
 mod channels_last;
 mod filter;
 mod fwd;
@@ -54,4 +55,5 @@ mod planar;
 mod simd;
 
 pub(crate) use bwd_data::DEPTHWISE_BWD_DATA;
+pub(crate) use bwd_filter::DEPTHWISE_BWD_FILTER;
 pub use fwd::Depthwise;

@@ -1,0 +1,387 @@
+//! `depthwise` backward filter: dw\[k, 0, r, s\] = Σ over n, p, q of
+//! dy\[n, k, p, q\] · x\[n, k / (K/g), p·sh − pt + r·dh, q·sw − pl + s·dw\] for one input
+//! channel per group, on images whose rows are unit-stride (NCHW-like).
+//!
+//! How: one output channel per work item; for each output row and kernel tap, the row's dy
+//! and the tap's x run are multiplied in [`LANES`]-wide chunks into one accumulator vector
+//! per tap (R·S ≤ [`MAX_TAPS`] vectors), summed across lanes at the end. The loops are
+//! written once over fixed-width lane arrays and compiled inside a `#[target_feature]`
+//! entry per instruction set (AVX-512, AVX2 + FMA, portable), where they vectorise.
+//!
+//! - **Workspace:** none (two small planes per thread, allocated fallibly, for stride 1). **Declines:** more than one input channel per group, channels-last
+//!   rows, kernels of more than [`MAX_TAPS`] taps.
+//! - **Deterministic:** each filter element is summed by one thread in a fixed order
+//!   (lane by lane along the rows, lanes added in order), whatever the thread count.
+
+use crate::conv::{default_cost_features, ExecContext};
+use crate::desc::{ConvMode, ConvProblem, OpKind};
+use crate::error::Result;
+use crate::op::conv_bwd::{check_problem, scaled};
+use crate::op::{
+    Accuracy, Algorithm, ConvBackwardFilter, ConvBwdFilterInputs, TensorMut, COST_FEATURES,
+};
+use crate::runtime::parallel::{for_each_with, SharedOut};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512, Token};
+
+/// Lanes of one accumulator.
+const LANES: usize = 16;
+/// Most kernel taps (R·S).
+pub(crate) const MAX_TAPS: usize = 25;
+
+/// The depthwise backward-filter algorithm.
+pub(crate) struct DepthwiseBwdFilter;
+
+pub(crate) static DEPTHWISE_BWD_FILTER: DepthwiseBwdFilter = DepthwiseBwdFilter;
+
+/// a\[l\] += ys\[i\] · xs\[i\] for i ≡ l (mod LANES), in order.
+#[inline(always)]
+fn lanes_unit(a: &mut [f32; LANES], ys: &[f32], xs: &[f32]) {
+    let (yc, yr) = ys.as_chunks::<LANES>();
+    let (xc, xr) = xs.as_chunks::<LANES>();
+    for (yv, xv) in yc.iter().zip(xc) {
+        for l in 0..LANES {
+            a[l] += yv[l] * xv[l];
+        }
+    }
+    for (l, (y, x)) in yr.iter().zip(xr).enumerate() {
+        a[l] += y * x;
+    }
+}
+
+/// a\[l\] += ys\[i\] · xs\[2i\] for i ≡ l (mod LANES), in order (`xs` holds 2·len − 1).
+#[inline(always)]
+fn lanes_two(a: &mut [f32; LANES], ys: &[f32], xs: &[f32]) {
+    let (yc, yr) = ys.as_chunks::<LANES>();
+    let full = yc.len();
+    let (xc, _) = xs.as_chunks::<{ 2 * LANES }>();
+    for (yv, xv) in yc.iter().zip(xc) {
+        for l in 0..LANES {
+            a[l] += yv[l] * xv[2 * l];
+        }
+    }
+    // The last full chunk of y may lack its x chunk's final odd element: done here.
+    for i in xc.len().min(full) * LANES..ys.len() {
+        a[i % LANES] += ys[i] * xs[2 * i];
+    }
+    let _ = yr;
+}
+
+/// The planes of the flattened kernel: (rows of an x phase plane, width of every plane).
+fn planes(p: &ConvProblem) -> (usize, usize) {
+    let [sh, sw] = p.conv().stride();
+    let [_, _, oh, ow] = p.y().dims();
+    (oh + (p.w().r() - 1) / sh + 1, ow + (p.w().s() - 1) / sw)
+}
+
+/// Scratch elements of the flattened kernel (no dilation): the sh·sw phase planes of x,
+/// zero-padded, and a dy plane of the same width (zero past each row); 0 for dilated
+/// problems, which take the row kernel.
+fn planes_len(p: &ConvProblem) -> usize {
+    let c = p.conv();
+    if c.dilation() != [1, 1] {
+        return 0;
+    }
+    let [sh, sw] = c.stride();
+    let (rows, wp) = planes(p);
+    (sh * sw * rows + p.y().h()) * wp
+}
+
+/// No dilation: per image, x is split into its sh·sw stride phases, each copied into a
+/// zero-padded plane (phase (a, b) holds x\[i·sh + a − pt, j·sw + b − pl\] at (i, j)), and dy
+/// into a plane of the same width, zero past each row; tap (u, v) is then one dot product of
+/// the dy plane and phase (u mod sh, v mod sw) flattened, shifted by
+/// (u / sh)·width + v / sw. All taps advance together, one accumulator vector each.
+#[inline(always)]
+fn flattened(
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    k: usize,
+    scratch: &mut [f32],
+) -> [f32; MAX_TAPS] {
+    let (xd, yd) = (p.x(), p.y());
+    let [n, _, h, wi] = xd.dims();
+    let [_, _, oh, ow] = yd.dims();
+    let (r, s) = (p.w().r(), p.w().s());
+    let [sh, sw] = p.conv().stride();
+    let c = k / p.k_per_group();
+    let pad = p.conv().padding();
+    let (rows, wp) = planes(p);
+    let plane = rows * wp;
+    let (xp, rest) = scratch.split_at_mut(sh * sw * plane);
+    let dp = &mut rest[..oh * wp];
+    let taps = r * s;
+    let mut offs = [0usize; MAX_TAPS];
+    for (t, o) in offs.iter_mut().enumerate().take(taps) {
+        let (u, v) = (t / s, t % s);
+        *o = ((u % sh) * sw + v % sw) * plane + (u / sh) * wp + v / sw;
+    }
+    let mut acc = [[0.0f32; LANES]; MAX_TAPS];
+    let xs3 = xd.strides()[3];
+    for b in 0..n {
+        for (ph, pl_) in xp.chunks_exact_mut(plane).enumerate() {
+            let (a, bb) = (ph / sw, ph % sw);
+            // Columns j whose x column j·sw + bb − pl is inside.
+            let shift = bb as i64 - pad.left;
+            let swi = sw as i64;
+            let j_lo = (((-shift).max(0) + swi - 1) / swi).min(wp as i64) as usize;
+            let j_hi = ((wi as i64 - shift + swi - 1) / swi).clamp(j_lo as i64, wp as i64) as usize;
+            for (i, row) in pl_.chunks_exact_mut(wp).enumerate() {
+                row.fill(0.0);
+                let ih = (i * sh + a) as i64 - pad.top;
+                if ih < 0 || ih >= h as i64 || j_lo >= j_hi {
+                    continue;
+                }
+                let base = xd.offset(b, c, ih as usize, 0);
+                let first = base + ((j_lo as i64 * swi + shift) as usize) * xs3;
+                let step = sw * xs3;
+                if step == 1 {
+                    row[j_lo..j_hi].copy_from_slice(&x[first..first + (j_hi - j_lo)]);
+                } else {
+                    for (q, d) in row[j_lo..j_hi].iter_mut().enumerate() {
+                        *d = x[first + q * step];
+                    }
+                }
+            }
+        }
+        for (i, row) in dp.chunks_exact_mut(wp).enumerate() {
+            let src = yd.offset(b, k, i, 0);
+            row[..ow].copy_from_slice(&dy[src..src + ow]);
+            row[ow..].fill(0.0);
+        }
+        let len = oh * wp;
+        let full = len / LANES * LANES;
+        for t0 in (0..full).step_by(LANES) {
+            let dv: &[f32; LANES] = dp[t0..].first_chunk().unwrap_or(&[0.0; LANES]);
+            for (a, &o) in acc.iter_mut().zip(&offs).take(taps) {
+                let xv: &[f32; LANES] = xp[t0 + o..].first_chunk().unwrap_or(&[0.0; LANES]);
+                for l in 0..LANES {
+                    a[l] += dv[l] * xv[l];
+                }
+            }
+        }
+        for t in full..len {
+            for (a, &o) in acc.iter_mut().zip(&offs).take(taps) {
+                a[t - full] += dp[t] * xp[t + o];
+            }
+        }
+    }
+    lane_sums(&acc)
+}
+
+/// Each accumulator's lanes added in order.
+#[inline(always)]
+fn lane_sums(acc: &[[f32; LANES]; MAX_TAPS]) -> [f32; MAX_TAPS] {
+    let mut out = [0.0f32; MAX_TAPS];
+    for (o, a) in out.iter_mut().zip(acc) {
+        let mut t = 0.0;
+        for v in a {
+            t += v;
+        }
+        *o = t;
+    }
+    out
+}
+
+/// Sums over the whole batch for output channel `k`: acc\[tap\] per lane.
+#[inline(always)]
+fn channel(
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    k: usize,
+    scratch: &mut [f32],
+) -> [f32; MAX_TAPS] {
+    if planes_len(p) > 0 {
+        return flattened(p, x, dy, k, scratch);
+    }
+    let (xd, yd, cd) = (p.x(), p.y(), p.conv());
+    let [n, _, h, wi] = xd.dims();
+    let [_, _, oh, ow] = yd.dims();
+    let (r, s) = (p.w().r(), p.w().s());
+    let c = k / p.k_per_group();
+    let pad = cd.padding();
+    let [sh, sw] = cd.stride().map(|v| v as i64);
+    let [dh, dw] = cd.dilation().map(|v| v as i64);
+    let swu = sw as usize;
+    let mut acc = [[0.0f32; LANES]; MAX_TAPS];
+    for b in 0..n {
+        for i in 0..oh {
+            let yrow = &dy[yd.offset(b, k, i, 0)..][..ow];
+            for u in 0..r {
+                let ih = i as i64 * sh - pad.top + u as i64 * dh;
+                if ih < 0 || ih >= h as i64 {
+                    continue;
+                }
+                let xrow = &x[xd.offset(b, c, ih as usize, 0)..][..wi];
+                for v in 0..s {
+                    let shift = v as i64 * dw - pad.left;
+                    let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
+                    let j_hi =
+                        ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+                    if j_lo >= j_hi {
+                        continue;
+                    }
+                    let a = &mut acc[u * s + v];
+                    let x0 = (j_lo as i64 * sw + shift) as usize;
+                    let len = j_hi - j_lo;
+                    let ys = &yrow[j_lo..j_hi];
+                    match swu {
+                        1 => lanes_unit(a, ys, &xrow[x0..x0 + len]),
+                        2 => lanes_two(a, ys, &xrow[x0..x0 + 2 * (len - 1) + 1]),
+                        _ => {
+                            for (q, &y) in ys.iter().enumerate() {
+                                a[q % LANES] += y * xrow[x0 + q * swu];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    lane_sums(&acc)
+}
+
+/// Computes every output channel (one per work item) and stores dw.
+#[inline(always)]
+fn all<K>(
+    ctx: &ExecContext<'_>,
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    dw: &SharedOut<'_>,
+    ab: (f32, f32),
+    kernel: &K,
+) -> Result<()>
+where
+    K: Fn(&ConvProblem, &[f32], &[f32], usize, &mut [f32]) -> [f32; MAX_TAPS] + Sync,
+{
+    let wd = p.w();
+    let (r, s) = (wd.r(), wd.s());
+    let conv_mode = p.conv().mode() == ConvMode::Convolution;
+    let one = |scratch: &mut Vec<f32>, k: usize| {
+        let sums = kernel(p, x, dy, k, scratch);
+        for u in 0..r {
+            for v in 0..s {
+                let (fu, fv) = if conv_mode {
+                    (r - 1 - u, s - 1 - v)
+                } else {
+                    (u, v)
+                };
+                let o = wd.offset(k, 0, fu, fv);
+                // SAFETY: output channel k's filter is written by this work item alone.
+                unsafe {
+                    let old = if ab.1 == 0.0 { 0.0 } else { dw.read(o) };
+                    dw.write(o, scaled(sums[u * s + v], old, ab.0, ab.1));
+                }
+            }
+        }
+    };
+    let len = planes_len(p);
+    let init = || crate::alloc::try_vec(len, 0.0, "depthwise backward-filter planes");
+    for_each_with(ctx, wd.k(), init, one)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn channel_avx512(
+    _: Avx512,
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    k: usize,
+    scratch: &mut [f32],
+) -> [f32; MAX_TAPS] {
+    channel(p, x, dy, k, scratch)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn channel_avx2(
+    _: Avx2,
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    k: usize,
+    scratch: &mut [f32],
+) -> [f32; MAX_TAPS] {
+    channel(p, x, dy, k, scratch)
+}
+
+fn channel_portable(
+    p: &ConvProblem,
+    x: &[f32],
+    dy: &[f32],
+    k: usize,
+    scratch: &mut [f32],
+) -> [f32; MAX_TAPS] {
+    channel(p, x, dy, k, scratch)
+}
+
+impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
+    fn name(&self) -> &'static str {
+        "depthwise"
+    }
+    fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
+        check_problem(p, OpKind::ConvBackwardFilter)?;
+        if p.c_per_group() != 1 {
+            return Err(format!(
+                "needs one input channel per group, got {}",
+                p.c_per_group()
+            ));
+        }
+        if p.x().strides()[3] != 1 || p.y().strides()[3] != 1 {
+            return Err("needs unit-stride rows (NCHW-like x and dy)".into());
+        }
+        if p.w().r() * p.w().s() > MAX_TAPS {
+            return Err(format!("needs at most {MAX_TAPS} kernel taps"));
+        }
+        Ok(())
+    }
+    fn workspace_bytes(&self, _: &ConvProblem) -> usize {
+        0
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn accuracy(&self) -> Accuracy {
+        Accuracy::Exact
+    }
+    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        default_cost_features(p, 0)
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &ConvBwdFilterInputs<'_>,
+        out: &mut TensorMut<'_>,
+        _workspace: &mut [u8],
+    ) -> Result<()> {
+        let x = inputs.x.f32("x")?;
+        let dy = inputs.dy.f32("dy")?;
+        let dw = SharedOut::new(out.f32("dw")?);
+        let ab = (inputs.alpha, inputs.beta);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(t) = Avx512::new(ctx.features) {
+                let kernel =
+                    move |p: &ConvProblem, x: &[f32], dy: &[f32], k: usize, sc: &mut [f32]| {
+                        // SAFETY: the token proves the CPU runs AVX-512F.
+                        unsafe { channel_avx512(t, p, x, dy, k, sc) }
+                    };
+                return all(ctx, p, x, dy, &dw, ab, &kernel);
+            }
+            if let Some(t) = Avx2::new(ctx.features) {
+                let kernel =
+                    move |p: &ConvProblem, x: &[f32], dy: &[f32], k: usize, sc: &mut [f32]| {
+                        // SAFETY: the token proves the CPU runs AVX2 and FMA.
+                        unsafe { channel_avx2(t, p, x, dy, k, sc) }
+                    };
+                return all(ctx, p, x, dy, &dw, ab, &kernel);
+            }
+        }
+        all(ctx, p, x, dy, &dw, ab, &channel_portable)
+    }
+}
