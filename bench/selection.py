@@ -12,7 +12,9 @@ network total of the picks' exhaustive times against the winners', the tuning ti
 cache hits.
 
     cargo build --release --bin autodnn
-    python3 bench/selection.py [--model resnet50] [--threads 1]
+    python3 bench/selection.py [--model resnet50] [--threads 1] [--mb 1] [--dir fwd]
+
+`--dir` (fwd, bwd_d, bwd_w) picks the operation whose selection is measured.
 
 Run it on an idle machine: timings taken while other work runs pick noise.
 
@@ -31,10 +33,14 @@ BIN = os.environ.get("AUTODNN_BIN", os.path.join(ROOT, "target", "release", "aut
 WITHIN = 1.03
 
 
+OPS = {"fwd": "conv_forward", "bwd_d": "conv_backward_data", "bwd_w": "conv_backward_filter"}
+ARGS = None
+
+
 def tune(model, threads, policy, cache):
     out = subprocess.run(
         [BIN, "tune", "--model", model, "--threads", threads, "--policy", policy,
-         "--cache", cache, "--json"],
+         "--cache", cache, "--mb", ARGS.mb, "--dir", ARGS.dir, "--json"],
         capture_output=True, text=True, check=True).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     return lines[:-1], lines[-1]
@@ -44,7 +50,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--threads", default="1")
-    args = ap.parse_args()
+    ap.add_argument("--mb", default="1")
+    ap.add_argument("--dir", default="fwd", choices=sorted(OPS))
+    global ARGS
+    args = ARGS = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="autodnn-selection-")
     try:
         dirs = {d: os.path.join(tmp, d) for d in ["ex", "shipped", "fitted", "bench"]}
@@ -59,6 +68,8 @@ def main():
         records = {}
         for line in shown.splitlines():
             e = json.loads(line)
+            if e.get("op", "conv_forward") != OPS[args.dir]:
+                continue
             records[e["problem"]] = {r["algo"]: r["ms"] for r in e["records"]
                                      if r["status"] == "ok"}
         per_layer = [records[layer["problem"].split('n"')[0]] for layer in ex_layers]
@@ -73,7 +84,8 @@ def main():
                                            cache["bench"])))
         results.append(("benchmark, 2nd run", *tune(args.model, args.threads, "benchmark",
                                                     cache["bench"])))
-        print(f"model {args.model}, {args.threads} thread(s); exhaustive: "
+        print(f"model {args.model}, batch {args.mb}, {args.dir}, {args.threads} thread(s); "
+              f"exhaustive: "
               f"{ex_total['total_ms']:.2f} ms, tuning {ex_total['tuning_ms']:.0f} ms")
         for name, layers, total in results:
             within, picked, best, misses = 0, 0.0, 0.0, []

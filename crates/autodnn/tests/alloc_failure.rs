@@ -191,6 +191,8 @@ fn cases() -> Vec<Case> {
         Case::new("mb1ic8ih9oc6kh1sh2ph0", Layout::Nchw, none, 0.0, 8),
         // Depthwise, both layouts, and grouped.
         Case::new("mb1g8ic8ih9oc8kh3ph1", Layout::Nchw, bias, 0.0, 9),
+        // A batch of 2, which the batch-split algorithms take.
+        Case::new("mb2g8ic8ih9oc8kh3ph1", Layout::Nhwc, bias, 0.0, 9),
         Case::new("mb1g16ic16ih7oc16kh3sh2ph1", Layout::Nhwc, fused, 1.0, 10),
         Case::new("mb1g2ic8ih6oc6kh3ph1", Layout::Nchw, none, 0.0, 11),
         // Large enough for im2col's and the GEMM engine's threads to share the work.
@@ -261,13 +263,15 @@ fn conv_sweeps(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals, covered: &
             check_auto,
         );
         // Transformed weights pin their algorithm: no chain to fall back along.
+        // The preparation is part of the call swept: the heuristic's first choice may need
+        // no workspace at all (depthwise), the copy of its weights is still an allocation.
         let first = h.get_conv_algorithms(&c.p).unwrap()[0].algo;
-        let pw = h.prepare_weights(&c.p, first, &c.w).unwrap();
         sweep(
             &format!("{tag} case {i} auto prepared for {first}"),
             t,
             false,
             || {
+                let pw = h.prepare_weights(&c.p, first, &c.w)?;
                 let mut y = y0();
                 let w = Weights::Prepared(&pw);
                 let r = h.conv_forward_auto(&c.p, &c.x, w, &mut y, &c.args())?;

@@ -19,6 +19,7 @@ mod fft;
 mod gemm;
 mod registry;
 mod rotated;
+mod split;
 mod winograd;
 
 pub use registry::{algorithms, find, names};

@@ -6,6 +6,11 @@ use super::depthwise::{Depthwise, DEPTHWISE_BWD_DATA, DEPTHWISE_BWD_FILTER};
 use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
 use super::fft::{FFT, FFT_BWD_DATA, FFT_TILING, FFT_TILING_BWD_DATA};
 use super::gemm::{GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA};
+use super::split::{
+    DEPTHWISE_BATCH, DEPTHWISE_BWD_DATA_BATCH, GEMM_BATCH, GEMM_BWD_DATA_BATCH,
+    GEMM_BWD_FILTER_BATCH, IMPLICIT_GEMM_BATCH, IMPLICIT_GEMM_BWD_DATA_BATCH, WINOGRAD_4X4_BATCH,
+    WINOGRAD_4X4_BWD_DATA_BATCH, WINOGRAD_6X6_BATCH, WINOGRAD_6X6_BWD_DATA_BATCH,
+};
 use super::winograd::{
     WINOGRAD_2X2, WINOGRAD_2X2_BWD_DATA, WINOGRAD_4X4, WINOGRAD_4X4_BWD_DATA, WINOGRAD_6X6,
     WINOGRAD_6X6_BWD_DATA,
@@ -18,13 +23,18 @@ use crate::op::{
 
 static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &Depthwise,
+    &DEPTHWISE_BATCH,
     &WINOGRAD_4X4,
+    &WINOGRAD_4X4_BATCH,
     &WINOGRAD_6X6,
+    &WINOGRAD_6X6_BATCH,
     &WINOGRAD_2X2,
     &FFT_TILING,
     &FFT,
     &IMPLICIT_GEMM,
+    &IMPLICIT_GEMM_BATCH,
     &GEMM,
+    &GEMM_BATCH,
     &Direct,
 ];
 
@@ -36,13 +46,18 @@ impl Registered for ConvForward {
 
 static BWD_DATA: &[&dyn Algorithm<ConvBackwardData>] = &[
     &DEPTHWISE_BWD_DATA,
+    &DEPTHWISE_BWD_DATA_BATCH,
     &WINOGRAD_4X4_BWD_DATA,
+    &WINOGRAD_4X4_BWD_DATA_BATCH,
     &WINOGRAD_6X6_BWD_DATA,
+    &WINOGRAD_6X6_BWD_DATA_BATCH,
     &WINOGRAD_2X2_BWD_DATA,
     &FFT_TILING_BWD_DATA,
     &FFT_BWD_DATA,
     &IMPLICIT_GEMM_BWD_DATA,
+    &IMPLICIT_GEMM_BWD_DATA_BATCH,
     &GEMM_BWD_DATA,
+    &GEMM_BWD_DATA_BATCH,
     &DirectBwdData,
 ];
 
@@ -52,8 +67,12 @@ impl Registered for ConvBackwardData {
     }
 }
 
-static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] =
-    &[&DEPTHWISE_BWD_FILTER, &GEMM_BWD_FILTER, &DirectBwdFilter];
+static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[
+    &DEPTHWISE_BWD_FILTER,
+    &GEMM_BWD_FILTER,
+    &GEMM_BWD_FILTER_BATCH,
+    &DirectBwdFilter,
+];
 
 impl Registered for ConvBackwardFilter {
     fn algorithms() -> &'static [&'static dyn Algorithm<ConvBackwardFilter>] {

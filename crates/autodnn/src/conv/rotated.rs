@@ -200,26 +200,41 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
 /// Writes the sub-filter of `sub` (rotated, channels transposed) into `dst`, laid out as
 /// the sub-problem's filter descriptor.
 fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut [f32]) {
-    let wd = p.w();
-    let fd = f.w();
+    let (wd, fd) = (p.w(), f.w());
+    let (ws, fs) = (wd.strides(), fd.strides());
     let [r, s] = [wd.r(), wd.s()];
     let (cg, kg) = (p.c_per_group(), p.k_per_group());
     let conv_mode = p.conv().mode() == ConvMode::Convolution;
     let [_, _, th, tw] = fd.dims();
-    for cgl in 0..p.x().c() {
-        let (g, cl) = (cgl / cg, cgl % cg);
-        for kl in 0..kg {
-            let ko = g * kg + kl;
-            for j in 0..th {
-                let u = sub.ah.r0 + (th - 1 - j) * sub.ah.step;
-                for l in 0..tw {
-                    let v = sub.aw.r0 + (tw - 1 - l) * sub.aw.step;
-                    let (fu, fv) = if conv_mode {
-                        (r - 1 - u, s - 1 - v)
-                    } else {
-                        (u, v)
-                    };
-                    dst[fd.offset(cgl, kl, j, l)] = w[wd.offset(ko, cl, fu, fv)];
+    // Source offset of each sub-filter tap (j, l) within one (k, c) block.
+    let mut taps = Vec::with_capacity(th * tw);
+    for j in 0..th {
+        let u = sub.ah.r0 + (th - 1 - j) * sub.ah.step;
+        for l in 0..tw {
+            let v = sub.aw.r0 + (tw - 1 - l) * sub.aw.step;
+            let (fu, fv) = if conv_mode {
+                (r - 1 - u, s - 1 - v)
+            } else {
+                (u, v)
+            };
+            taps.push((j * fs[2] + l * fs[3], fu * ws[2] + fv * ws[3]));
+        }
+    }
+    // (c, k) pairs in tiles, so that both the reads (k-major) and the writes (c-major) stay
+    // in a few cache lines per tile.
+    const TILE: usize = 16;
+    for g in 0..p.groups() {
+        for k0 in (0..kg).step_by(TILE) {
+            for c0 in (0..cg).step_by(TILE) {
+                for kl in k0..(k0 + TILE).min(kg) {
+                    let src_k = (g * kg + kl) * ws[0];
+                    for cl in c0..(c0 + TILE).min(cg) {
+                        let src = src_k + cl * ws[1];
+                        let dst0 = (g * cg + cl) * fs[0] + kl * fs[1];
+                        for &(d, s) in &taps {
+                            dst[dst0 + d] = w[src + s];
+                        }
+                    }
                 }
             }
         }

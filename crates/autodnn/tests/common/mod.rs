@@ -333,7 +333,9 @@ pub fn random_padded_problem(rng: &mut Rng) -> ConvProblem {
         let mode = rng.pick(&[ConvMode::CrossCorrelation, ConvMode::Convolution]);
         let layout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
         let wl = rng.pick(&[FilterLayout::Kcrs, FilterLayout::Krsc]);
-        let x = packed_or_padded(rng, [1, groups * cg, h, w], layout);
+        // Batches of 2 too: the batch-split algorithms need one.
+        let n = rng.range(1, 2) as usize;
+        let x = packed_or_padded(rng, [n, groups * cg, h, w], layout);
         let wd = FilterDesc::new(DataType::F32, wl, [groups * kg, cg, r, s]).unwrap();
         let conv = ConvDesc::new(pad, stride, [1, 1], groups, mode).unwrap();
         let Ok(dims) = ConvProblem::output_dims(&x, &wd, &conv) else {
