@@ -14,7 +14,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 R=${1:-3}; MB=${2:-8}; OUT=${3:-$(mktemp -d)}
 PEERS="${PEERS:-$ROOT/bench/peers/peer_conv.py}"
 BIN="$ROOT/target/release/autodnn"
-ALGOS=depthwise,winograd_4x4,winograd_6x6,winograd_2x2,fft_tiling,fft,implicit_gemm,gemm
+ALGOS=depthwise,depthwise_batch,winograd_4x4,winograd_4x4_batch,winograd_6x6,winograd_6x6_batch,winograd_2x2,fft_tiling,fft,implicit_gemm,implicit_gemm_batch,gemm,gemm_batch
 mkdir -p "$OUT"
 declare -A SHAPES=([resnet50]=shapes_resnet_50 [mobilenet_v1]=shapes_mobilenet_v1)
 for i in $(seq 1 "$R"); do

@@ -42,6 +42,7 @@ pub enum CacheAction {
 
 #[derive(Debug, Serialize)]
 struct EntryLine<'a> {
+    op: &'a str,
     problem: String,
     layout: String,
     epilogue: String,
@@ -76,6 +77,7 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                 // shown as benchdnn strings, any other as its JSON.
                 let conv = k.problem_as::<autodnn::ConvProblem>();
                 let line = EntryLine {
+                    op: &k.op,
                     problem: conv.as_ref().map_or_else(
                         || format!("{}:{}", k.op, k.problem),
                         |p| ProblemSpec::from_problem(p, "").to_string(),

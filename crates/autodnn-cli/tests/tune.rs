@@ -460,6 +460,7 @@ fn cache_show_clear_merge() {
     assert_eq!(v.len(), 3);
     for e in &v {
         for k in [
+            "op",
             "problem",
             "threads",
             "cpu",
@@ -471,6 +472,7 @@ fn cache_show_clear_merge() {
             assert!(e.get(k).is_some(), "{k} in {e}");
         }
         assert_eq!(e["this_machine"], true);
+        assert_eq!(e["op"], "conv_forward");
         let r = &e["records"][0];
         for k in ["algo", "status", "ms", "workspace_bytes", "deterministic"] {
             assert!(r.get(k).is_some(), "{k} in {r}");

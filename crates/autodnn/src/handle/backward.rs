@@ -90,6 +90,24 @@ impl Handle {
     /// [`Handle::conv_backward_data`] with the algorithm chosen by the handle's policy and
     /// the fallback chain ([`Handle::run`]).
     ///
+    /// # Examples
+    /// ```
+    /// use autodnn::{Handle, Layout, ProblemSpec};
+    /// let p = ProblemSpec::parse("mb2ic8ih14oc16kh3ph1")?.to_problem(Layout::Nchw)?;
+    /// let h = Handle::new()?;
+    /// let (x, w) = (vec![1.0f32; p.x().span()], vec![1.0f32; p.w().elements()]);
+    /// let dy = vec![1.0f32; p.y().span()];
+    /// let mut dx = vec![0.0f32; p.x().span()];
+    /// let mut dw = vec![0.0f32; p.w().elements()];
+    /// h.conv_backward_data_auto(&p, &dy, &w, &mut dx, 1.0, 0.0)?; // dx = conv_bwd_data(dy, w)
+    /// h.conv_backward_filter_auto(&p, &x, &dy, &mut dw, 1.0, 1.0)?; // dw += conv_bwd_filter(x, dy)
+    /// // An interior pixel of dx sees all 16 output channels through all 9 taps.
+    /// assert_eq!(dx[5 * 14 + 5], 144.0);
+    /// // Each filter tap sums one image row band: the centre tap sees every pixel of both images.
+    /// assert_eq!(dw[4], 2.0 * 14.0 * 14.0);
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Handle::run`].
     #[allow(clippy::too_many_arguments)]
