@@ -220,6 +220,36 @@ fn restore_f32(out: &mut TensorMut<'_>, s: &[f32]) {
     }
 }
 
+/// The methods every gradient operation shares: an f32 output of `len(p)` elements, a
+/// scratch of that size for timing, and a snapshot of the output when beta ≠ 0.
+macro_rules! gradient_output {
+    ($len:expr, $what:literal) => {
+        fn output_len(out: &TensorMut<'_>) -> usize {
+            out.len()
+        }
+        fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
+            crate::alloc::try_vec($len(p), 0.0, concat!("a scratch ", $what, " for timing"))
+        }
+        fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
+            TensorMut::F32(b)
+        }
+        fn snapshot(
+            _p: &ConvProblem,
+            i: &Self::Inputs<'_>,
+            out: &TensorMut<'_>,
+        ) -> Result<Option<Vec<f32>>> {
+            snapshot_of(
+                i.beta,
+                out,
+                concat!("a copy of ", $what, " for the fallback chain"),
+            )
+        }
+        fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
+            restore_f32(out, s)
+        }
+    };
+}
+
 impl Operation for ConvBackwardData {
     const NAME: &'static str = "conv_backward_data";
     type Problem = ConvProblem;
@@ -248,25 +278,7 @@ impl Operation for ConvBackwardData {
         i.w.f32("w")?;
         Ok(*i)
     }
-    fn output_len(out: &TensorMut<'_>) -> usize {
-        out.len()
-    }
-    fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
-        crate::alloc::try_vec(p.x().span(), 0.0, "a scratch dx for timing")
-    }
-    fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
-        TensorMut::F32(b)
-    }
-    fn snapshot(
-        _p: &ConvProblem,
-        i: &ConvBwdDataInputs<'_>,
-        out: &TensorMut<'_>,
-    ) -> Result<Option<Vec<f32>>> {
-        snapshot_of(i.beta, out, "a copy of dx for the fallback chain")
-    }
-    fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
-        restore_f32(out, s)
-    }
+    gradient_output!(|p: &ConvProblem| p.x().span(), "dx");
 }
 
 impl Operation for ConvBackwardFilter {
@@ -301,25 +313,7 @@ impl Operation for ConvBackwardFilter {
         i.dy.f32("dy")?;
         Ok(*i)
     }
-    fn output_len(out: &TensorMut<'_>) -> usize {
-        out.len()
-    }
-    fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
-        crate::alloc::try_vec(p.w().elements(), 0.0, "a scratch dw for timing")
-    }
-    fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
-        TensorMut::F32(b)
-    }
-    fn snapshot(
-        _p: &ConvProblem,
-        i: &ConvBwdFilterInputs<'_>,
-        out: &TensorMut<'_>,
-    ) -> Result<Option<Vec<f32>>> {
-        snapshot_of(i.beta, out, "a copy of dw for the fallback chain")
-    }
-    fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
-        restore_f32(out, s)
-    }
+    gradient_output!(|p: &ConvProblem| p.w().elements(), "dw");
 }
 
 impl Operation for ConvBackwardBias {
@@ -349,23 +343,5 @@ impl Operation for ConvBackwardBias {
         i.dy.f32("dy")?;
         Ok(*i)
     }
-    fn output_len(out: &TensorMut<'_>) -> usize {
-        out.len()
-    }
-    fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
-        crate::alloc::try_vec(p.w().k(), 0.0, "a scratch db for timing")
-    }
-    fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
-        TensorMut::F32(b)
-    }
-    fn snapshot(
-        _p: &ConvProblem,
-        i: &ConvBwdBiasInputs<'_>,
-        out: &TensorMut<'_>,
-    ) -> Result<Option<Vec<f32>>> {
-        snapshot_of(i.beta, out, "a copy of db for the fallback chain")
-    }
-    fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
-        restore_f32(out, s)
-    }
+    gradient_output!(|p: &ConvProblem| p.w().k(), "db");
 }
