@@ -460,3 +460,45 @@ fn gemm_backward_filter_takes_every_path_exactly() {
         }
     }
 }
+
+/// `gemm` backward data on 1x1 stride-1 layers, whose GEMM writes dx directly (no column
+/// buffer), and on a strided one through col2im; beta = 0 and 1; both layouts.
+#[test]
+fn gemm_backward_data_with_and_without_the_column_buffer() {
+    let cases = [
+        "mb2ic5ih6oc7kh1ph0",
+        "mb2g2ic6ih5oc4kh1ph0",
+        "mb2ic5ih9oc3kh1ph0sh2",
+        "mb1ic4ih7oc6kh3ph1sh2",
+    ];
+    for (i, s) in cases.into_iter().enumerate() {
+        for layout in [autodnn::Layout::Nchw, autodnn::Layout::Nhwc] {
+            let p = common::problem(s, layout);
+            let dy = int_data(p.y().span(), i as u64);
+            let w = int_data(p.w().elements(), i as u64 + 10);
+            let want = reference::conv_backward_data(&p, &dy, &w).unwrap();
+            let prior = int_data(p.x().span(), i as u64 + 20);
+            let offs = out_offsets(&p, OpKind::ConvBackwardData);
+            for threads in 1..=2 {
+                let h = Handle::with_threads(threads).unwrap();
+                for beta in [0.0f32, 1.0] {
+                    let mut dx = if beta == 0.0 {
+                        vec![f32::NAN; p.x().span()]
+                    } else {
+                        prior.clone()
+                    };
+                    h.conv_backward_data(&p, "gemm", &dy, &w, &mut dx, 2.0, beta)
+                        .unwrap();
+                    for &o in &offs {
+                        let r = 2.0 * want[o] + beta as f64 * prior[o] as f64;
+                        assert!(
+                            dx[o] == r as f32,
+                            "{s} {layout:?} {threads}T beta {beta}: dx[{o}] = {}, want {r}",
+                            dx[o]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -3,6 +3,8 @@
 //! (dy read in place), then col2im adds each column's taps into dx. Every stride, dilation
 //! and padding, with no split into residues.
 //!
+//! - **1x1, stride 1, no padding:** the column buffer is dx itself: one GEMM per image and
+//!   group, straight into dx with alpha and beta.
 //! - **Workspace:** the column buffer of one block (about [`TARGET_POSITIONS`] positions,
 //!   at most [`MAX_COL_BYTES`] unless one output row needs more).
 //! - **Deterministic:** the GEMM's elements do not depend on the thread count, and col2im
@@ -34,6 +36,20 @@ pub(crate) static GEMM_BWD_DATA: GemmBwdData = GemmBwdData;
 
 fn taps(p: &ConvProblem) -> usize {
     p.c_per_group() * p.w().r() * p.w().s()
+}
+
+/// 1x1, stride 1, no padding, x's and dy's positions flat: dx of one image and group is the
+/// GEMM's output as it is.
+fn dx_is_col(p: &ConvProblem) -> bool {
+    let c = p.conv();
+    let pad = c.padding();
+    let (xd, yd) = (p.x(), p.y());
+    let (xs, ys) = (xd.strides(), yd.strides());
+    p.w().r() * p.w().s() == 1
+        && c.stride() == [1, 1]
+        && [pad.top, pad.bottom, pad.left, pad.right] == [0; 4]
+        && xs[2] == xd.w() * xs[3]
+        && ys[2] == yd.w() * ys[3]
 }
 
 /// Output rows per block: whole rows when dy's rows are one stride apart, else one.
@@ -125,6 +141,9 @@ impl Algorithm<ConvBackwardData> for GemmBwdData {
         check_problem(p, OpKind::ConvBackwardData)
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        if dx_is_col(p) {
+            return 0;
+        }
         64 + taps(p) * block_rows(p) * p.y().w() * 4
     }
     fn deterministic(&self) -> bool {
@@ -156,8 +175,25 @@ impl Algorithm<ConvBackwardData> for GemmBwdData {
         let ks = wd.strides()[0];
         let rows = block_rows(p);
         let (alpha, beta) = (inputs.alpha, inputs.beta);
-        let col = Carve::new(workspace).take_aligned::<f32>(t * rows * ow, 64)?;
         let epi = Epilogue::new();
+        if dx_is_col(p) {
+            // 1x1, stride 1, no padding: the column buffer is dx itself (col2im would copy).
+            let xs = xd.strides();
+            let d = GemmDesc::new(t, oh * ow, kg)
+                .with_a_strides(1, ks)
+                .with_b_strides(ys[1], ys[3])
+                .with_c_strides(xs[1], xs[3]);
+            for b in 0..n {
+                for g in 0..p.groups() {
+                    let a = &w[g * kg * ks..];
+                    let bm = &dy[yd.offset(b, g * kg, 0, 0)..];
+                    let c = &mut dx[xd.offset(b, g * cg, 0, 0)..];
+                    gemm_in_context(ctx, &d, alpha, a, bm, beta, c, &epi)?;
+                }
+            }
+            return Ok(());
+        }
+        let col = Carve::new(workspace).take_aligned::<f32>(t * rows * ow, 64)?;
         for b in 0..n {
             for g in 0..p.groups() {
                 // dx = beta · dx over the group's channels, then blocks add into it.
