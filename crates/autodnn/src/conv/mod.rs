@@ -24,6 +24,16 @@ mod winograd;
 
 pub use registry::{algorithms, find, names};
 
+/// The output columns `lo .. hi` (within `0 .. out`) whose input column `j·stride + shift`
+/// lies inside `0 .. width`: the window a kernel column reaches without padding, as the
+/// backward kernels walk it (empty when `lo == hi`).
+#[inline]
+pub(crate) fn inside_columns(shift: i64, stride: i64, width: usize, out: usize) -> (usize, usize) {
+    let lo = (((-shift).max(0) + stride - 1) / stride).min(out as i64);
+    let hi = ((width as i64 - shift + stride - 1) / stride).clamp(lo, out as i64);
+    (lo as usize, hi as usize)
+}
+
 pub use crate::op::conv_fwd::{default_cost_features, AlgoWeights, ConvAlgorithm};
 pub use crate::op::epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use crate::op::prepared::{PreparedWeights, Weights};

@@ -286,28 +286,40 @@ struct Sizes {
     inner: usize,
 }
 
-/// The run's buffer sizes, or why the forward algorithm cannot serve.
-fn sizes(inner: &dyn ConvAlgorithm, p: &ConvProblem) -> std::result::Result<Sizes, String> {
-    let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
+/// The run's buffer sizes over the residues `subs` of `p`, or why the forward algorithm
+/// cannot serve one of them.
+fn sizes_of(
+    inner: &dyn ConvAlgorithm,
+    p: &ConvProblem,
+    subs: &[Sub],
+) -> std::result::Result<Sizes, String> {
     let strided = p.conv().stride() != [1, 1];
     let mut z = Sizes {
         filter: 0,
         output: 0,
         inner: 0,
     };
-    for s in &subs {
-        if let Some(f) = &s.fwd {
-            inner
-                .check(f)
-                .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
-            z.filter = z.filter.max(f.w().elements());
-            if strided {
-                z.output = z.output.max(f.y().span());
-            }
-            z.inner = z.inner.max(inner.workspace_bytes(f));
+    for f in subs.iter().filter_map(|s| s.fwd.as_ref()) {
+        inner
+            .check(f)
+            .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
+        z.filter = z.filter.max(f.w().elements());
+        if strided {
+            z.output = z.output.max(f.y().span());
         }
+        z.inner = z.inner.max(inner.workspace_bytes(f));
     }
     Ok(z)
+}
+
+/// The residues of `p` and the run's buffer sizes, or why not.
+fn plan(
+    inner: &dyn ConvAlgorithm,
+    p: &ConvProblem,
+) -> std::result::Result<(Vec<Sub>, Sizes), String> {
+    let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
+    let z = sizes_of(inner, p, &subs)?;
+    Ok((subs, z))
 }
 
 /// Alignment of the forward algorithm's workspace after the sub-filter.
@@ -319,10 +331,10 @@ impl Algorithm<ConvBackwardData> for ViaForward {
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
         check_problem(p, OpKind::ConvBackwardData)?;
-        sizes(self.inner, p).map(|_| ())
+        plan(self.inner, p).map(|_| ())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        let Ok(z) = sizes(self.inner, p) else {
+        let Ok((_, z)) = plan(self.inner, p) else {
             return 0;
         };
         // Each of the three buffers may start up to ALIGN − 1 bytes in.
@@ -358,7 +370,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let dy = inputs.dy.f32("dy")?;
         let w = inputs.w.f32("w")?;
         let dx = out.f32("dx")?;
-        let z = sizes(self.inner, p).map_err(|reason| Error::Declined {
+        let (subs, z) = plan(self.inner, p).map_err(|reason| Error::Declined {
             algo: self.name().into(),
             reason,
         })?;
@@ -368,19 +380,19 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let ws = carve.take_aligned::<u8>(z.inner, ALIGN)?;
         let (alpha, beta) = (inputs.alpha, inputs.beta);
         let strided = p.conv().stride() != [1, 1];
-        for sub in subs(p)? {
+        for sub in &subs {
             match &sub.fwd {
-                None => scatter(p, &sub, None, dx, alpha, beta),
+                None => scatter(p, sub, None, dx, alpha, beta),
                 Some(f) => {
                     let wt = &mut wt[..f.w().elements()];
-                    sub_filter(p, &sub, f, w, wt);
+                    sub_filter(p, sub, f, w, wt);
                     let dy = &dy[sub.dy_off..];
                     let wts = AlgoWeights::Plain(wt);
                     if strided {
                         let epi = EpilogueArgs::default();
                         let t = &mut tmp[..f.y().span()];
                         self.inner.run(ctx, f, dy, wts, t, ws, &epi)?;
-                        scatter(p, &sub, Some((t, f.y())), dx, alpha, beta);
+                        scatter(p, sub, Some((t, f.y())), dx, alpha, beta);
                     } else {
                         let epi = EpilogueArgs::new(alpha, beta);
                         self.inner

@@ -25,7 +25,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// The tag of the operation in cache keys, cost fits, logs and the command's `dir`.
-    pub fn tag(self) -> &'static str {
+    pub const fn tag(self) -> &'static str {
         match self {
             OpKind::ConvForward => "conv_forward",
             OpKind::ConvBackwardData => "conv_backward_data",

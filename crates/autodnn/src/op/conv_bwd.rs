@@ -251,7 +251,7 @@ macro_rules! gradient_output {
 }
 
 impl Operation for ConvBackwardData {
-    const NAME: &'static str = "conv_backward_data";
+    const NAME: &'static str = OpKind::ConvBackwardData.tag();
     type Problem = ConvProblem;
     type Algo<'a> = dyn Algorithm<ConvBackwardData> + 'a;
     type Inputs<'a> = ConvBwdDataInputs<'a>;
@@ -282,7 +282,7 @@ impl Operation for ConvBackwardData {
 }
 
 impl Operation for ConvBackwardFilter {
-    const NAME: &'static str = "conv_backward_filter";
+    const NAME: &'static str = OpKind::ConvBackwardFilter.tag();
     type Problem = ConvProblem;
     type Algo<'a> = dyn Algorithm<ConvBackwardFilter> + 'a;
     type Inputs<'a> = ConvBwdFilterInputs<'a>;
@@ -317,7 +317,7 @@ impl Operation for ConvBackwardFilter {
 }
 
 impl Operation for ConvBackwardBias {
-    const NAME: &'static str = "conv_backward_bias";
+    const NAME: &'static str = OpKind::ConvBackwardBias.tag();
     type Problem = ConvProblem;
     type Algo<'a> = dyn Algorithm<ConvBackwardBias> + 'a;
     type Inputs<'a> = ConvBwdBiasInputs<'a>;

@@ -74,7 +74,7 @@ pub fn describe(p: &ConvProblem) -> String {
 }
 
 impl Operation for ConvForward {
-    const NAME: &'static str = "conv_forward";
+    const NAME: &'static str = OpKind::ConvForward.tag();
     type Problem = ConvProblem;
     type Algo<'a> = dyn ConvAlgorithm + 'a;
     type Inputs<'a> = ConvFwdInputs<'a>;

@@ -125,8 +125,7 @@ fn flattened(
             // Columns j whose x column j·sw + bb − pl is inside.
             let shift = bb as i64 - pad.left;
             let swi = sw as i64;
-            let j_lo = (((-shift).max(0) + swi - 1) / swi).min(wp as i64) as usize;
-            let j_hi = ((wi as i64 - shift + swi - 1) / swi).clamp(j_lo as i64, wp as i64) as usize;
+            let (j_lo, j_hi) = crate::conv::inside_columns(shift, swi, wi, wp);
             for (i, row) in pl_.chunks_exact_mut(wp).enumerate() {
                 row.fill(0.0);
                 let ih = (i * sh + a) as i64 - pad.top;
@@ -217,9 +216,7 @@ fn channel(
                 let xrow = &x[xd.offset(b, c, ih as usize, 0)..][..wi];
                 for v in 0..s {
                     let shift = v as i64 * dw - pad.left;
-                    let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
-                    let j_hi =
-                        ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+                    let (j_lo, j_hi) = crate::conv::inside_columns(shift, sw, wi, ow);
                     if j_lo >= j_hi {
                         continue;
                     }

@@ -114,8 +114,8 @@ fn filter_row(
         for v in 0..s {
             // Output columns whose input column j·sw − pl + v·dw is inside.
             let shift = v as i64 * dwl - pad.left;
-            let j_lo = ((-shift).max(0) + sw - 1) / sw;
-            let j_hi = ((wi as i64 - shift + sw - 1) / sw).clamp(0, ow as i64);
+            let (j_lo, j_hi) = crate::conv::inside_columns(shift, sw, wi, ow);
+            let (j_lo, j_hi) = (j_lo as i64, j_hi as i64);
             let mut acc = 0.0f32;
             for b in 0..n {
                 for i in 0..oh {

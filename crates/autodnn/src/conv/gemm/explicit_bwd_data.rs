@@ -14,7 +14,7 @@
 use rayon::prelude::*;
 
 use crate::conv::{default_cost_features, ExecContext};
-use crate::desc::{ConvMode, ConvProblem, FilterLayout, OpKind};
+use crate::desc::{ConvMode, ConvProblem, OpKind};
 use crate::error::Result;
 use crate::gemm::{gemm_in_context, Epilogue, GemmDesc};
 use crate::op::conv_bwd::{check_problem, scaled};
@@ -86,24 +86,18 @@ fn col2im(
     let [dh, dw] = cd.dilation().map(|v| v as i64);
     let conv_mode = cd.mode() == ConvMode::Convolution;
     let xs3 = xd.strides()[3];
-    // Filter-row index of (c, fr, fs).
-    let index = |c: usize, fr: usize, fs: usize| match p.w().layout() {
-        FilterLayout::Kcrs => (c * r + fr) * s + fs,
-        FilterLayout::Krsc => (fr * s + fs) * cg + c,
-    };
     let one = |c: usize| {
         for fr in 0..r {
             for fs in 0..s {
-                let t = index(c, fr, fs);
+                // The filter-row index of (c, fr, fs): filters are packed.
+                let t = p.w().offset(0, c, fr, fs);
                 let (u, v) = if conv_mode {
                     (r - 1 - fr, s - 1 - fs)
                 } else {
                     (fr, fs)
                 };
                 let shift = v as i64 * dw - pad.left;
-                let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
-                let j_hi =
-                    ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+                let (j_lo, j_hi) = crate::conv::inside_columns(shift, sw, wi, ow);
                 if j_lo >= j_hi {
                     continue;
                 }

@@ -170,18 +170,16 @@ fn im2col(ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], g: usize, bk: Block
     let Block { n0, nb, i0, rows } = bk;
     let (xd, yd, cd) = (p.x(), p.y(), p.conv());
     let [_, _, h, wi] = xd.dims();
-    let [_, _, oh, ow] = yd.dims();
+    let ow = yd.w();
     let xs = xd.strides();
     let pad = cd.padding();
     let [sh, sw] = cd.stride().map(|v| v as i64);
     let [dh, dw] = cd.dilation().map(|v| v as i64);
     let jj = nb * rows * ow;
-    let _ = oh;
     let fill = |(t, row): (usize, &mut [f32])| {
         let (c, u, v) = tap(p, t);
         let shift = v as i64 * dw - pad.left;
-        let j_lo = (((-shift).max(0) + sw - 1) / sw).min(ow as i64) as usize;
-        let j_hi = ((wi as i64 - shift + sw - 1) / sw).clamp(j_lo as i64, ow as i64) as usize;
+        let (j_lo, j_hi) = crate::conv::inside_columns(shift, sw, wi, ow);
         for b in 0..nb {
             for il in 0..rows {
                 let i = i0 + il;
