@@ -1,0 +1,220 @@
+"""The functional API: argument normalisation (padding forms, pairs, layouts, the default
+handle) in Python, the work in the extension module."""
+
+import threading
+from collections import namedtuple
+
+from . import _autodnn as _ext
+from ._errors import InvalidArgumentError
+
+AlgoRecord = namedtuple("AlgoRecord", "name ms workspace_bytes deterministic status")
+AlgoRecord.__doc__ = """One algorithm of a ranking.
+
+name: the algorithm; ms: predicted (get_algorithms) or measured (find_algorithms)
+milliseconds, None when not timed; workspace_bytes: what it needs; deterministic: whether its
+bits are independent of scheduling; status: "predicted" or "ineligible" (over the workspace
+limit, or not deterministic on a deterministic handle) for get_algorithms, "ok",
+"eliminated" (stopped early by the race), "failed" or "not_timed" for find_algorithms."""
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_handle():
+    """The handle calls use when given none: every core, policy "benchmark", an in-memory
+    tuning cache. Made on first use."""
+    global _default
+    h = _default
+    if h is None:
+        with _default_lock:
+            if _default is None:
+                _default = _ext.Handle()
+            h = _default
+    return h
+
+
+def set_default_handle(handle):
+    """Makes ``handle`` the default (None: a fresh default is made on next use)."""
+    global _default
+    if handle is not None and not isinstance(handle, _ext.Handle):
+        raise InvalidArgumentError("handle: expected an autodnn.Handle", "handle")
+    _default = handle
+
+
+def _bad(name, message):
+    return InvalidArgumentError(f"{name}: {message}", name)
+
+
+def _int(v, name):
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise _bad(name, f"expected an int, got {v!r}")
+    return v.__index__()
+
+
+def _pair(v, name, least):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise _bad(name, f"expected an int or a pair, got {v!r}")
+        p = (_int(v[0], name), _int(v[1], name))
+    else:
+        i = _int(v, name)
+        p = (i, i)
+    if p[0] < least or p[1] < least:
+        raise _bad(name, f"must be at least {least}, got {v!r}")
+    return p
+
+
+def _nhwc(layout):
+    if layout == "nchw":
+        return False
+    if layout == "nhwc":
+        return True
+    raise _bad("layout", f'expected "nchw" or "nhwc", got {layout!r}')
+
+
+def _kernel(w):
+    """(R, S) of a filter given as an array, prepared weights or a shape."""
+    shape = w.shape if hasattr(w, "shape") else tuple(w)
+    if len(shape) != 4:
+        raise _bad("w", f"expected a 4-D filter (K, C/groups, R, S), got shape {tuple(shape)}")
+    return shape[2], shape[3]
+
+
+_PLAIN = ((1, 1), (0, 0, 0, 0), (1, 1), 1)
+
+
+def _geometry(w, stride, padding, dilation, groups):
+    """((sh, sw), (top, bottom, left, right), (dh, dw), groups)."""
+    if stride == 1 and padding == 0 and dilation == 1 and groups == 1:
+        return _PLAIN
+    s = _pair(stride, "stride", 1)
+    d = _pair(dilation, "dilation", 1)
+    g = _int(groups, "groups")
+    if g < 1:
+        raise _bad("groups", f"must be at least 1, got {groups!r}")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pad = (0, 0, 0, 0)
+        elif padding == "same":
+            if s != (1, 1):
+                raise _bad("padding", '"same" needs stride 1 (as in PyTorch)')
+            r, sk = _kernel(w)
+            th, tw = d[0] * (r - 1), d[1] * (sk - 1)
+            # As PyTorch: an odd total puts the extra row and column at the bottom and right.
+            pad = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+        else:
+            raise _bad("padding", f'expected an int, a pair, four sides, "same" or "valid", got {padding!r}')
+    elif isinstance(padding, (tuple, list)):
+        if len(padding) == 2:
+            ph, pw = _int(padding[0], "padding"), _int(padding[1], "padding")
+            pad = (ph, ph, pw, pw)
+        elif len(padding) == 4:
+            pad = tuple(_int(p, "padding") for p in padding)
+        else:
+            raise _bad("padding", f"expected 1, 2 or 4 values, got {padding!r}")
+    else:
+        p = _int(padding, "padding")
+        pad = (p, p, p, p)
+    if min(pad) < 0:
+        raise _bad("padding", f"must be at least 0, got {padding!r}")
+    return (s, pad, d, g)
+
+
+def _handle(handle):
+    return default_handle() if handle is None else handle
+
+
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo=None,
+           activation=None, residual=None, alpha=1.0, beta=0.0, out=None, handle=None,
+           layout="nchw"):
+    """y = activation(alpha * conv2d(x, w) + bias + beta * z), as
+    ``torch.nn.functional.conv2d`` with cuDNN's fused epilogue.
+
+    x: (N, C, H, W) (``layout="nchw"``, C-contiguous or channels-last strides) or (N, H, W, C)
+    (``layout="nhwc"``). w: (K, C/groups, R, S), or PreparedWeights. bias: (K,). stride,
+    dilation: an int or a pair. padding: an int, a pair (h, w), four sides (top, bottom, left,
+    right), "same" or "valid". algo: an algorithm's name, or None for the handle's selection
+    (policy, tuning cache, fallback chain). activation: None, "relu", "relu6", "silu",
+    "sigmoid", "tanh", "gelu", "clip:LO:HI" or "leaky_relu:SLOPE". residual: z, shaped like
+    the output; without it, z is out's prior contents (a nonzero beta then needs out=).
+    Returns the output: (N, K, OH, OW) (channels-last when x is) or (N, OH, OW, K) for nhwc;
+    ``out`` itself when given.
+    """
+    return _ext.conv2d(_handle(handle), x, w, bias, _geometry(w, stride, padding, dilation, groups),
+                       algo, activation, residual, alpha, beta, out, _nhwc(layout))
+
+
+def get_algorithms(x, w, stride=1, padding=0, dilation=1, groups=1, *, bias=False,
+                   residual=False, activation=None, op="forward", handle=None, layout="nchw"):
+    """The heuristic ranking (cuDNN's Get) of the problem, fastest predicted first, as
+    AlgoRecords; nothing runs. x and w are arrays or shapes. op: "forward", "backward_data",
+    "backward_weight" or "backward_bias" (the gradients of the same convolution)."""
+    recs = _ext.get_algorithms(_handle(handle), x, w, _geometry(w, stride, padding, dilation, groups),
+                               bool(bias), bool(residual), activation, _nhwc(layout), op)
+    return [AlgoRecord(*r) for r in recs]
+
+
+def find_algorithms(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                    activation=None, residual=None, alpha=1.0, beta=0.0, handle=None,
+                    layout="nchw"):
+    """Measured selection (cuDNN's Find) of the forward problem on these arrays: the eligible
+    algorithms timed (raced, or every one to the end under policy "exhaustive"), the ranking
+    stored in the handle's tuning cache; AlgoRecords, fastest first."""
+    recs = _ext.find_algorithms(_handle(handle), x, w, bias,
+                                _geometry(w, stride, padding, dilation, groups), activation,
+                                residual, alpha, beta, _nhwc(layout))
+    return [AlgoRecord(*r) for r in recs]
+
+
+def prepare_weights(w, x, stride=1, padding=0, dilation=1, groups=1, *, algo=None,
+                    handle=None, layout="nchw"):
+    """Transforms the filter once for ``algo`` (None: the handle's choice for the problem)
+    on the problem of input ``x`` (an array or a shape; the batch size is part of the
+    problem). Pass the result to conv2d as ``w``."""
+    return _ext.prepare_weights(_handle(handle), w, x,
+                                _geometry(w, stride, padding, dilation, groups), algo,
+                                _nhwc(layout))
+
+
+def conv2d_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1, *,
+                         algo=None, alpha=1.0, beta=0.0, out=None, handle=None, layout="nchw"):
+    """dx = alpha * conv2d_backward_data(dy, w) + beta * out: the gradient of conv2d's input
+    of shape ``x_shape`` (as ``torch.nn.grad.conv2d_input``)."""
+    return _ext.conv2d_backward_data(_handle(handle), dy, w, tuple(x_shape),
+                                     _geometry(w, stride, padding, dilation, groups), algo,
+                                     alpha, beta, out, _nhwc(layout))
+
+
+def conv2d_backward_weight(x, dy, w_shape, stride=1, padding=0, dilation=1, groups=1, *,
+                           algo=None, alpha=1.0, beta=0.0, out=None, handle=None,
+                           layout="nchw"):
+    """dw = alpha * conv2d_backward_weight(x, dy) + beta * out: the gradient of the filter of
+    shape ``w_shape`` = (K, C/groups, R, S) (as ``torch.nn.grad.conv2d_weight``)."""
+    ws = tuple(_int(v, "w_shape") for v in w_shape)
+    if len(ws) != 4 or min(ws) < 1:
+        raise _bad("w_shape", f"expected 4 positive ints, got {w_shape!r}")
+    return _ext.conv2d_backward_weight(_handle(handle), x, dy, ws,
+                                       _geometry(ws, stride, padding, dilation, groups), algo,
+                                       alpha, beta, out, _nhwc(layout))
+
+
+def conv2d_backward_bias(dy, *, algo=None, alpha=1.0, beta=0.0, out=None, handle=None,
+                         layout="nchw"):
+    """db[k] = alpha * sum of dy[:, k] + beta * out[k]: the gradient of a per-channel bias."""
+    return _ext.conv2d_backward_bias(_handle(handle), dy, algo, alpha, beta, out, _nhwc(layout))
+
+
+def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, *, handle=None):
+    """C = alpha * op(a) @ op(b) + beta * c, op transposing when asked (cuBLAS's Sgemm).
+    a, b: 2-D arrays (any positive strides read in place). c: None (a new array) or a float32
+    (M, N) array, updated in place. Returns c."""
+    return _ext.gemm(_handle(handle), a, b, c, alpha, beta, bool(trans_a), bool(trans_b))
+
+
+def gemm_strided_batched(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, *,
+                         handle=None):
+    """C[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i] (cuBLAS's SgemmStridedBatched).
+    a, b: 3-D (batch, rows, columns), or 2-D to share one matrix across the batch. c: None or
+    a float32 (batch, M, N) array, updated in place. Returns c."""
+    return _ext.gemm_strided_batched(_handle(handle), a, b, c, alpha, beta, bool(trans_a),
+                                     bool(trans_b))

@@ -1,0 +1,384 @@
+"""autodnn inside PyTorch.
+
+- :class:`Conv2d`: a ``torch.nn.Conv2d`` (same constructor, parameters and state_dict) whose
+  forward and backward run autodnn through a ``torch.autograd.Function``. CPU float32 inputs,
+  contiguous or channels_last, with ``padding_mode="zeros"`` run on autodnn; anything else
+  falls back to PyTorch's own operator with a warning (once per reason).
+- :func:`convert`: swaps every ``nn.Conv2d`` of a model for :class:`Conv2d` in place. With
+  ``inference=True`` (a model in eval mode) it also folds each BatchNorm that follows a
+  convolution into the convolution's weights and bias, fuses a following ReLU, ReLU6 or SiLU
+  (and the residual add of torchvision's ``BasicBlock``, ``Bottleneck`` and
+  ``InvertedResidual``) into autodnn's epilogue, and runs with prepared weights
+  (:class:`FusedConv2d`).
+
+What ``inference=True`` recognises: a convolution followed by BatchNorm2d and/or an
+activation inside an ``nn.Sequential`` (torchvision's ``Conv2dNormActivation`` among them);
+torchvision's ResNet stem (``conv1``, ``bn1``, ``relu``), ``BasicBlock``, ``Bottleneck``
+(ResNet, ResNeXt, wide ResNet) and MobileNet v2's ``InvertedResidual``. Other graphs keep
+their BatchNorms and activations as PyTorch modules (their convolutions still run on autodnn).
+Folding replaces the BatchNorm and activation modules by ``nn.Identity``, so the state_dict of
+a model converted for inference differs from the original's.
+
+Each layer's algorithm comes from the handle's selection (its policy and tuning cache): with
+``Handle(cache=path)`` a second process on the same cache times nothing.
+"""
+
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import _autodnn as _ext
+from . import _api
+
+__all__ = ["Conv2d", "FusedConv2d", "convert"]
+
+_warned = set()
+
+
+def _warn_once(reason):
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"autodnn.torch: {reason}: using PyTorch's own convolution", stacklevel=3)
+
+
+def _unsupported(conv, x):
+    """Why autodnn cannot run this call (None when it can)."""
+    w = conv.weight
+    if x.device.type != "cpu" or w.device.type != "cpu":
+        return "tensors not on the CPU"
+    if x.dtype != torch.float32 or w.dtype != torch.float32:
+        return f"dtype {x.dtype} (autodnn runs float32)"
+    if x.dim() != 4:
+        return "an input that is not 4-D (N, C, H, W)"
+    if conv.padding_mode != "zeros":
+        return f"padding_mode={conv.padding_mode!r}"
+    if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
+        return "an input neither contiguous nor channels_last"
+    if x.requires_grad and torch.is_grad_enabled() and x.is_complex():
+        return "complex input"
+    return None
+
+
+def _geometry(conv):
+    g = conv.__dict__.get("_autodnn_geometry")
+    if g is None or g[0] != (conv.stride, conv.padding, conv.dilation, conv.groups):
+        key = (conv.stride, conv.padding, conv.dilation, conv.groups)
+        g = (key, _api._geometry(conv.weight, conv.stride, conv.padding, conv.dilation,
+                                 conv.groups))
+        conv.__dict__["_autodnn_geometry"] = g
+    return g[1]
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, geometry, handle):
+        y = _ext.conv2d(handle, _np(x), _np(weight), None if bias is None else _np(bias),
+                        geometry, None, None, None, 1.0, 0.0, None, False)
+        ctx.save_for_backward(x, weight)
+        ctx.geometry = geometry
+        ctx.handle = handle
+        ctx.has_bias = bias is not None
+        return torch.from_numpy(y)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        gyn = _np(gy)
+        gx = gw = gb = None
+        h, g = ctx.handle, ctx.geometry
+        if ctx.needs_input_grad[0]:
+            gx = torch.from_numpy(_ext.conv2d_backward_data(
+                h, gyn, _np(weight), tuple(x.shape), g, None, 1.0, 0.0, None, False))
+        if ctx.needs_input_grad[1]:
+            gw = torch.from_numpy(_ext.conv2d_backward_weight(
+                h, _np(x), gyn, tuple(weight.shape), g, None, 1.0, 0.0, None, False))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = torch.from_numpy(_ext.conv2d_backward_bias(h, gyn, None, 1.0, 0.0, None, False))
+        return gx, gw, gb, None, None
+
+
+class Conv2d(nn.Conv2d):
+    """``torch.nn.Conv2d`` computed by autodnn (forward and backward).
+
+    Takes ``nn.Conv2d``'s arguments and an optional ``handle`` (an :class:`autodnn.Handle`;
+    None: the default handle). Parameters and state_dict are ``nn.Conv2d``'s.
+    """
+
+    def __init__(self, *args, handle=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handle = handle
+
+    def _autodnn_handle(self):
+        h = self.__dict__.get("handle")
+        return _api.default_handle() if h is None else h
+
+    def forward(self, x):
+        reason = _unsupported(self, x)
+        if reason is not None:
+            _warn_once(reason)
+            return super().forward(x)
+        return _Conv2dFunction.apply(x, self.weight, self.bias, _geometry(self),
+                                     self._autodnn_handle())
+
+
+_ACTS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu"}
+
+
+def _act_name(m):
+    for cls, name in _ACTS.items():
+        if type(m) is cls:
+            return name
+    if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
+        return "relu6"
+    return None
+
+
+_TORCH_ACTS = {"relu": F.relu, "relu6": F.relu6, "silu": F.silu}
+
+
+class FusedConv2d(nn.Module):
+    """An inference convolution: act(conv(x, w) + b [+ residual]), with a BatchNorm folded
+    into w and b, on autodnn with weights prepared once per input shape and layout.
+
+    ``forward(x, residual=None)``. Made by :func:`convert` with ``inference=True``.
+    """
+
+    def __init__(self, conv, bn=None, activation=None, handle=None):
+        super().__init__()
+        w = conv.weight.detach().to(torch.float64)
+        b = (conv.bias.detach().to(torch.float64) if conv.bias is not None
+             else torch.zeros(w.shape[0], dtype=torch.float64))
+        if bn is not None:
+            var = bn.running_var.detach().to(torch.float64)
+            mean = bn.running_mean.detach().to(torch.float64)
+            gamma = (bn.weight.detach().to(torch.float64) if bn.weight is not None
+                     else torch.ones_like(var))
+            beta = (bn.bias.detach().to(torch.float64) if bn.bias is not None
+                    else torch.zeros_like(var))
+            scale = gamma / torch.sqrt(var + bn.eps)
+            w = w * scale.reshape(-1, 1, 1, 1)
+            b = (b - mean) * scale + beta
+        self.register_buffer("weight", w.to(conv.weight.dtype).contiguous())
+        self.register_buffer("bias", b.to(conv.weight.dtype).contiguous())
+        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
+        self.groups, self.padding_mode = conv.groups, conv.padding_mode
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.kernel_size = conv.kernel_size
+        self.activation = activation
+        h = conv.__dict__.get("handle")
+        self.handle = handle if handle is not None else h
+        self._prepared = {}
+
+    def extra_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, groups={self.groups}, "
+                f"activation={self.activation}")
+
+    def _torch(self, x, residual):
+        if self.padding_mode != "zeros":
+            pad = self.padding if isinstance(self.padding, tuple) else None
+            if pad is None:
+                raise ValueError(f"padding={self.padding!r} with padding_mode={self.padding_mode!r}")
+            x = F.pad(x, (pad[1], pad[1], pad[0], pad[0]), mode=self.padding_mode)
+            y = F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        else:
+            y = F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                         self.groups)
+        if residual is not None:
+            y = y + residual
+        if self.activation is not None:
+            y = _TORCH_ACTS[self.activation](y)
+        return y
+
+    def forward(self, x, residual=None):
+        reason = _unsupported(self, x)
+        if reason is None and torch.is_grad_enabled() and (x.requires_grad or (
+                residual is not None and residual.requires_grad)):
+            reason = "gradients through an inference convolution"
+        if reason is not None:
+            _warn_once(reason)
+            return self._torch(x, residual)
+        h = self.handle if self.handle is not None else _api.default_handle()
+        g = _geometry(self)
+        key = (tuple(x.shape), x.is_contiguous(), id(h))
+        pw = self._prepared.get(key)
+        xn = _np(x)
+        if pw is None:
+            pw = _ext.prepare_weights(h, self.weight.numpy(), xn, g, None, False)
+            self._prepared[key] = pw
+        z = None if residual is None else _np(residual)
+        y = _ext.conv2d(h, xn, pw, self.bias.numpy(), g, None, self.activation, z, 1.0,
+                        1.0 if z is not None else 0.0, None, False)
+        return torch.from_numpy(y)
+
+
+def _swap(conv, handle):
+    """Turns an nn.Conv2d into an autodnn Conv2d in place (same object, same parameters)."""
+    if type(conv) is nn.Conv2d:
+        conv.__class__ = Conv2d
+        conv.handle = handle
+    elif isinstance(conv, Conv2d) and handle is not None:
+        conv.handle = handle
+    return conv
+
+
+def _fuse_sequential(seq, handle):
+    """Folds conv → [BatchNorm2d] → [ReLU/ReLU6/SiLU] runs of an nn.Sequential in place."""
+    names = list(seq._modules.keys())
+    i = 0
+    while i < len(names):
+        m = seq._modules[names[i]]
+        if isinstance(m, nn.Conv2d):
+            j = i + 1
+            bn = None
+            if (j < len(names) and type(seq._modules[names[j]]) is nn.BatchNorm2d
+                    and seq._modules[names[j]].track_running_stats
+                    and seq._modules[names[j]].num_features == m.out_channels):
+                bn = seq._modules[names[j]]
+                j += 1
+            act = _act_name(seq._modules[names[j]]) if j < len(names) else None
+            if act is not None:
+                j += 1
+            seq._modules[names[i]] = FusedConv2d(m, bn, act, handle)
+            for k in range(i + 1, j):
+                seq._modules[names[k]] = nn.Identity()
+            i = j
+        else:
+            i += 1
+
+
+def _leaves(seq):
+    """The non-identity modules of a (nested) Sequential, in order."""
+    out = []
+    for m in seq.children():
+        if isinstance(m, nn.Sequential):
+            out.extend(_leaves(m))
+        elif not isinstance(m, nn.Identity):
+            out.append(m)
+    return out
+
+
+class _FusedResNetBlock(nn.Module):
+    """torchvision's BasicBlock or Bottleneck with every convolution fused: the last one adds
+    the shortcut and applies the ReLU in its epilogue."""
+
+    def __init__(self, block, handle):
+        super().__init__()
+        bottleneck = hasattr(block, "conv3")
+        convs = [FusedConv2d(block.conv1, block.bn1, "relu", handle)]
+        if bottleneck:
+            convs.append(FusedConv2d(block.conv2, block.bn2, "relu", handle))
+            convs.append(FusedConv2d(block.conv3, block.bn3, "relu", handle))
+        else:
+            convs.append(FusedConv2d(block.conv2, block.bn2, "relu", handle))
+        self.convs = nn.ModuleList(convs)
+        self.downsample = None
+        if block.downsample is not None:
+            ds = block.downsample
+            if (isinstance(ds, nn.Sequential) and len(ds) == 2 and isinstance(ds[0], nn.Conv2d)
+                    and type(ds[1]) is nn.BatchNorm2d):
+                self.downsample = FusedConv2d(ds[0], ds[1], None, handle)
+            else:
+                self.downsample = ds
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = x
+        for c in self.convs[:-1]:
+            out = c(out)
+        return self.convs[-1](out, residual=identity)
+
+
+class _FusedInvertedResidual(nn.Module):
+    """MobileNet v2's InvertedResidual with its convolutions fused; with a residual
+    connection the last one adds the input in its epilogue."""
+
+    def __init__(self, block, handle):
+        super().__init__()
+        _fuse_all(block.conv, handle)
+        self.layers = nn.ModuleList(_leaves(block.conv))
+        self.use_res_connect = block.use_res_connect
+
+    def forward(self, x):
+        out = x
+        for m in self.layers[:-1]:
+            out = m(out)
+        last = self.layers[-1]
+        if self.use_res_connect:
+            if isinstance(last, FusedConv2d):
+                return last(out, residual=x)
+            return x + last(out)
+        return last(out)
+
+
+def _torchvision_class(m, module, name):
+    cls = type(m)
+    return cls.__name__ == name and cls.__module__ == module
+
+
+def _fusable_block(m):
+    if _torchvision_class(m, "torchvision.models.resnet", "Bottleneck") or _torchvision_class(
+            m, "torchvision.models.resnet", "BasicBlock"):
+        return "resnet"
+    if _torchvision_class(m, "torchvision.models.mobilenetv2", "InvertedResidual"):
+        return "inverted"
+    return None
+
+
+def _fuse_all(module, handle):
+    """Fuses the recognised patterns below `module`, in place."""
+    if _torchvision_class(module, "torchvision.models.resnet", "ResNet"):
+        module.conv1 = FusedConv2d(module.conv1, module.bn1, "relu", handle)
+        module.bn1 = nn.Identity()
+        module.relu = nn.Identity()
+    for name, child in list(module._modules.items()):
+        if child is None:
+            continue
+        kind = _fusable_block(child)
+        if kind == "resnet":
+            module._modules[name] = _FusedResNetBlock(child, handle)
+        elif kind == "inverted":
+            module._modules[name] = _FusedInvertedResidual(child, handle)
+        else:
+            _fuse_all(child, handle)
+    if isinstance(module, nn.Sequential):
+        _fuse_sequential(module, handle)
+
+
+def _swap_all(module, handle):
+    for name, child in list(module._modules.items()):
+        if child is None:
+            continue
+        if isinstance(child, nn.Conv2d) and not isinstance(child, FusedConv2d):
+            _swap(child, handle)
+        else:
+            _swap_all(child, handle)
+
+
+def convert(model, inference=False, handle=None):
+    """Runs every ``nn.Conv2d`` of ``model`` on autodnn, in place; returns ``model``.
+
+    ``inference=False``: each ``nn.Conv2d`` becomes an :class:`autodnn.torch.Conv2d` (the same
+    module object and parameters: training, state_dict and optimisers are unaffected).
+    ``inference=True``: the model must be in eval mode; BatchNorms following a convolution
+    are folded into it, following activations and torchvision's residual adds are fused into
+    autodnn's epilogue, and weights are prepared (see the module's documentation for the
+    patterns recognised). ``handle``: the :class:`autodnn.Handle` the layers use (None: the
+    default handle).
+    """
+    if handle is not None and not isinstance(handle, _ext.Handle):
+        raise _api._bad("handle", "expected an autodnn.Handle")
+    if inference and model.training:
+        raise _api._bad("model", "inference=True needs a model in eval mode (call model.eval())")
+    if isinstance(model, nn.Conv2d) and not inference:
+        return _swap(model, handle)
+    if inference:
+        _fuse_all(model, handle)
+    _swap_all(model, handle)
+    return model
