@@ -69,6 +69,8 @@ fn argument_of(field: &str) -> &'static str {
     match head {
         "x" => "x",
         "w" | "prepared" => "w",
+        // An empty output comes from the input's size (with padding and the kernel).
+        "y" if field == "y.h" || field == "y.w" => "x",
         "y" => "out",
         "dy" => "dy",
         "dx" => "out",
