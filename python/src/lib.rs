@@ -823,6 +823,14 @@ impl PyHandle {
         }
         Ok(())
     }
+    /// A handle is a shared context: copies (`copy.copy`, `copy.deepcopy`, as of a model
+    /// holding one) are the same handle.
+    fn __copy__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
+        slf
+    }
     /// True once closed.
     #[getter]
     fn closed(&self) -> bool {
@@ -1675,7 +1683,38 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-/// Whether the last input conversion of a call copied (for tests of the in-place rule).
+/// Seconds per call of the Rust call alone that `conv2d(x, w, out=out, handle=handle)` (plain
+/// NCHW arrays, no epilogue, the handle's selection) makes, over `reps` calls: the yardstick
+/// of the Python call's overhead (bench/torch_e2e.py).
+#[pyfunction]
+fn rust_conv_seconds<'py>(
+    py: Python<'py>,
+    handle: &Bound<'py, PyHandle>,
+    x: &Bound<'py, PyAny>,
+    w: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyAny>,
+    reps: usize,
+) -> PyResult<f64> {
+    let h = handle.get().get(py)?;
+    let (xi, xd) = tensor_input(py, x, "x", false)?;
+    let (wi, wd) = filter_input(py, w, "w")?;
+    let dims = ConvProblem::output_dims(&xd, &wd, &ConvDesc::default()).py(py)?;
+    let (mut yo, yd) = tensor_output(py, Some(out), "out", dims, mem_layout(&xd), false, false)?;
+    let p = ConvProblem::forward(xd, wd, ConvDesc::default(), yd).py(py)?;
+    let (xs, ws, ys) = (xi.slice(), wi.slice(), yo.slice());
+    let epi = EpilogueArgs::default();
+    let r = py.detach(|| -> autodnn::Result<f64> {
+        let t = std::time::Instant::now();
+        for _ in 0..reps.max(1) {
+            h.conv_forward_auto(&p, xs, Weights::Plain(ws), ys, &epi)?;
+        }
+        Ok(t.elapsed().as_secs_f64() / reps.max(1) as f64)
+    });
+    r.py(py)
+}
+
+/// Whether an array would be read in place by a call, rather than copied (for tests of the
+/// in-place rule).
 #[pyfunction]
 #[pyo3(signature = (x, nhwc=false, filter=false))]
 fn reads_in_place(
@@ -1708,6 +1747,7 @@ fn _autodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(save_caches, m)?)?;
     m.add_function(wrap_pyfunction!(reads_in_place, m)?)?;
+    m.add_function(wrap_pyfunction!(rust_conv_seconds, m)?)?;
     m.add("VERSION", autodnn::VERSION)?;
     Ok(())
 }

@@ -32,7 +32,7 @@ def _problems(seed, count):
         groups = int(rng.choice([1, 1, 2, 4]))
         cg = int(rng.integers(1, 4))
         kg = int(rng.integers(1, 4))
-        r, s = int(rng.choice([1, 3, 5])), int(rng.choice([1, 3]))
+        r, s = int(rng.choice([1, 2, 3, 5])), int(rng.choice([1, 2, 3, 4]))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
         dilation = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
         padding = [0, 1, (1, 2), (0, 1, 2, 1), "valid", "same"][int(rng.integers(0, 6))]
@@ -380,3 +380,15 @@ def test_gil_released_concurrent_calls(handle):
     for t in ts:
         t.join()
     assert all(np.array_equal(r, ref) for r in results)
+
+
+@pytest.mark.parametrize("k,d", [((2, 2), (1, 1)), ((4, 3), (1, 2)), ((2, 5), (3, 1)), ((1, 4), (1, 1))])
+def test_same_padding_as_pytorch(handle, k, d):
+    """"same" with an odd total padding puts the extra row and column at the bottom and right."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 3, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 3) + k).astype(np.float32)
+    y = autodnn.conv2d(x, w, padding="same", dilation=d, handle=handle)
+    t = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding="same", dilation=d)
+    assert y.shape == tuple(t.shape) == (1, 4, 9, 10)
+    assert rel_err(y, t.numpy()) < 1e-5
