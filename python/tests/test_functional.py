@@ -363,6 +363,41 @@ def test_bad_arguments_raise_documented_exceptions(handle):
     assert np.array_equal(autodnn.conv2d(x, w, handle=tight), autodnn.conv2d(x, w, algo="direct", handle=handle))
 
 
+def test_gil_released_while_computing():
+    """A Python thread keeps running while another thread's call computes."""
+    import threading
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((8, 64, 40, 40)).astype(np.float32)
+    w = rng.standard_normal((64, 64, 3, 3)).astype(np.float32)
+    h = autodnn.Handle(threads=1, policy="heuristic")
+    started, done = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        for _ in range(6):
+            autodnn.conv2d(x, w, padding=1, algo="direct", handle=h)
+        done.set()
+
+    import time
+    # This loop's speed alone...
+    idle = threading.Event()
+    count, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.05 and not idle.is_set():
+        count += 1
+    rate = count / (time.perf_counter() - t0)
+    # ...and while the other thread computes: a GIL held through its calls would leave it
+    # only the interpreter's switch intervals between them (a small fraction of the time).
+    t = threading.Thread(target=work)
+    t.start()
+    started.wait()
+    count, t0 = 0, time.perf_counter()
+    while not done.is_set():
+        count += 1
+    elapsed = time.perf_counter() - t0
+    t.join()
+    assert count > 0.4 * rate * elapsed, (count, rate, elapsed)
+
+
 def test_gil_released_concurrent_calls(handle):
     import threading
     rng = np.random.default_rng(12)

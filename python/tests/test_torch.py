@@ -230,6 +230,35 @@ def test_convert_in_place_and_arguments(handle):
         assert _rel(m(x), ref) <= 1e-5
 
 
+_CACHED_RUN = """
+import sys, torch, torchvision, autodnn, autodnn.torch as at
+torch.manual_seed(0)
+m = torchvision.models.mobilenet_v2(weights=None).eval()
+h = autodnn.Handle(threads=2, cache=sys.argv[1])
+with torch.no_grad():
+    at.convert(m, inference=True, handle=h)(torch.randn(1, 3, 32, 32))
+h.close()
+"""
+
+
+def test_second_process_on_the_cache_times_nothing(tmp_path):
+    """Two processes, policy "benchmark": the first times each layer's candidates and saves
+    the choices; the second finds every one in the cache (the dispatch log shows no timing)."""
+    import os
+    import subprocess
+    import sys
+    path = str(tmp_path / "tuning.json")
+    env = dict(os.environ, AUTODNN_LOG="dispatch")
+    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN, path], env=env,
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    chose = [[ln for ln in r.stderr.splitlines() if " chose " in ln] for r in runs]
+    assert chose[0] and len(chose[0]) == len(chose[1])
+    assert any("source: benchmark" in ln for ln in chose[0])
+    assert all("source: cache" in ln for ln in chose[1]), chose[1][:3]
+
+
 def test_tuning_cache_shared_by_processes(tmp_path):
     """A second handle on the same cache file finds every layer's choice there."""
     path = tmp_path / "tuning.json"
