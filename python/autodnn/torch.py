@@ -21,6 +21,9 @@ a model converted for inference differs from the original's.
 
 Each layer's algorithm comes from the handle's selection (its policy and tuning cache): with
 ``Handle(cache=path)`` a second process on the same cache times nothing.
+
+Limits: the backward pass is differentiable once (double backward raises); a model holding an
+autodnn handle saves through its ``state_dict`` (the handle itself does not pickle).
 """
 
 import warnings
@@ -28,6 +31,7 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from . import _autodnn as _ext
 from . import _api
@@ -56,8 +60,6 @@ def _unsupported(conv, x):
         return f"padding_mode={conv.padding_mode!r}"
     if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
         return "an input neither contiguous nor channels_last"
-    if x.requires_grad and torch.is_grad_enabled() and x.is_complex():
-        return "complex input"
     return None
 
 
@@ -87,6 +89,7 @@ class _Conv2dFunction(torch.autograd.Function):
         return torch.from_numpy(y)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
         gyn = _np(gy)

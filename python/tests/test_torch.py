@@ -276,3 +276,11 @@ def test_tuning_cache_shared_by_processes(tmp_path):
         y = at.convert(copy.deepcopy(m), inference=True, handle=h2)(x)
     assert h2.cache_entries == n  # nothing new was measured
     assert _rel(y, ref) <= 1e-5
+
+
+def test_double_backward_refused(handle):
+    mod = at.Conv2d(3, 4, 3, padding=1, handle=handle)
+    x = torch.randn(1, 3, 5, 5, requires_grad=True)
+    (gx,) = torch.autograd.grad((mod(x) ** 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        gx.sum().backward()
