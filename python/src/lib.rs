@@ -191,7 +191,7 @@ impl Input<'_> {
         // so the elements it addresses lie in [ptr, ptr + span) inside the allocation NumPy
         // keeps alive for the array; `arr` holds a shared borrow (rust-numpy's borrow flags
         // refuse a writer through another Rust view) for as long as the slice lives.
-        unsafe { std::slice::from_raw_parts(self.arr.as_array().as_ptr(), span) }
+        unsafe { std::slice::from_raw_parts(self.arr.data(), span) }
     }
 }
 
@@ -438,7 +438,7 @@ impl Output<'_> {
         // checked where it was made), aligned (checked by `usable_strides` or made by NumPy),
         // and exclusively borrowed by `target` (rust-numpy's borrow flags refuse any other
         // Rust view of the same memory, inputs included) while the slice lives.
-        unsafe { std::slice::from_raw_parts_mut(self.target.as_array_mut().as_mut_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.target.data(), self.len) }
     }
 
     fn finish(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -461,9 +461,22 @@ fn writeable(arr: &Bound<'_, PyArrayDyn<f32>>) -> PyResult<bool> {
     arr.getattr("flags")?.getattr("writeable")?.extract()
 }
 
-/// A new zeroed float32 array of `shape` (C order).
-fn zeros<'py>(py: Python<'py>, shape: &[usize]) -> Bound<'py, PyArrayDyn<f32>> {
-    PyArrayDyn::<f32>::zeros(py, shape, false)
+/// A new zeroed float32 array of `shape` (C order); an allocation failure is an
+/// `OutOfMemoryError`.
+fn zeros<'py>(py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let np = numpy_mod(py)?;
+    let kw = PyDict::new(py);
+    kw.set_item("dtype", np.getattr("float32")?)?;
+    match np.call_method("zeros", (shape.to_vec(),), Some(&kw)) {
+        Ok(a) => Ok(a.cast_into::<PyArrayDyn<f32>>()?),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) => Err(raise(
+            py,
+            "OutOfMemoryError",
+            None,
+            format!("out of memory: an output of shape {shape:?} ({e})"),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 /// The output of logical (N, C, H, W) `dims`, in `mem` order, shown in NHWC order when `nhwc`.
@@ -487,10 +500,10 @@ fn tensor_output<'py>(
     match out {
         None => {
             let (arr, result) = if nhwc || mem == Layout::Nchw {
-                let a = zeros(py, &shown);
+                let a = zeros(py, &shown)?;
                 (a.clone(), a.into_any())
             } else {
-                let a = zeros(py, &[n, h, w, c]);
+                let a = zeros(py, &[n, h, w, c])?;
                 let t = a.call_method1("transpose", ((0, 3, 1, 2),))?;
                 (a, t)
             };
@@ -553,7 +566,7 @@ fn tensor_output<'py>(
             let tmp = if keep {
                 contiguous_copy(py, arr)?
             } else {
-                zeros(py, &shown)
+                zeros(py, &shown)?
             };
             let layout = if nhwc { Layout::Nhwc } else { Layout::Nchw };
             let desc = TensorDesc::new(DataType::F32, layout, dims).py(py)?;
@@ -583,7 +596,7 @@ fn plain_output<'py>(
     let len: usize = shape.iter().product();
     match out {
         None => {
-            let a = zeros(py, shape);
+            let a = zeros(py, shape)?;
             Ok(Output {
                 target: a.try_readwrite().map_err(|e| bad_arg(py, name, e))?,
                 target_obj: a.clone(),
@@ -625,7 +638,7 @@ fn plain_output<'py>(
             let tmp = if keep {
                 contiguous_copy(py, arr)?
             } else {
-                zeros(py, shape)
+                zeros(py, shape)?
             };
             Ok(Output {
                 target: tmp.try_readwrite().map_err(|e| bad_arg(py, name, e))?,

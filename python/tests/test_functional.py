@@ -359,6 +359,11 @@ def test_bad_arguments_raise_documented_exceptions(handle):
     with pytest.raises(MemoryError) as e:
         autodnn.conv2d(x, w, algo="gemm", handle=tight)
     assert isinstance(e.value, autodnn.OutOfMemoryError)
+    # an output too large to allocate (16 TB)
+    with pytest.raises(MemoryError) as e:
+        autodnn.conv2d(np.ones((1, 1, 1, 1), np.float32), np.ones((1, 1, 1, 1), np.float32),
+                       padding=1_000_000, handle=handle)
+    assert isinstance(e.value, autodnn.OutOfMemoryError)
     # selection under that limit falls back to an algorithm without workspace
     assert np.array_equal(autodnn.conv2d(x, w, handle=tight), autodnn.conv2d(x, w, algo="direct", handle=handle))
 
