@@ -7,8 +7,9 @@
 //! (h mod s, w mod s) into s² stride-1 forward problems, each over the taps that reach it
 //! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), each computed
 //! into a packed buffer and added into the strided view of dx its residue is (no zero
-//! insertion). Residues no tap reaches get beta · dx. Leading padding the forward would need negative is a view of dy
-//! that starts later.
+//! insertion). Residues no tap reaches get beta · dx. Leading padding the
+//! forward would need negative is a view of dy that starts later. The scatter runs one
+//! (image, channel) plane per item on the context's threads.
 //!
 //! [`ViaForward`] wraps one forward algorithm this way; it accepts a problem when that
 //! algorithm accepts every sub-problem. The workspace is the largest sub-filter (transposed
@@ -24,7 +25,9 @@ use crate::desc::{
 use crate::error::{Error, Result};
 use crate::op::conv_bwd::{check_problem, scaled};
 use crate::op::{Accuracy, Algorithm, ConvBackwardData, ConvBwdDataInputs, TensorMut};
+use crate::runtime::parallel::SharedOut;
 use crate::runtime::workspace::Carve;
+use rayon::prelude::*;
 
 /// Backward data through a forward algorithm.
 pub(crate) struct ViaForward {
@@ -244,6 +247,7 @@ fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut 
 /// dx = alpha · g + beta · dx over the residue of `sub`, with g read from `tmp` (laid out as
 /// `td`), or 0 where no tap reaches the residue (`tmp` None).
 fn scatter(
+    ctx: &ExecContext<'_>,
     p: &ConvProblem,
     sub: &Sub,
     tmp: Option<(&[f32], &TensorDesc)>,
@@ -255,26 +259,32 @@ fn scatter(
     let [sh, sw] = p.conv().stride();
     let [n, c, _, _] = p.x().dims();
     let (cols, ws) = (sub.aw.count, sw * xs[3]);
-    for b in 0..n {
-        for ch in 0..c {
-            for i in 0..sub.ah.count {
-                let base = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2];
-                let row = &mut dx[base..];
-                match tmp {
-                    None => {
-                        for j in 0..cols {
-                            row[j * ws] = scaled(0.0, row[j * ws], alpha, beta);
-                        }
-                    }
-                    Some((t, td)) => {
-                        let (t0, ts) = (td.offset(b, ch, i, 0), td.strides()[3]);
-                        for j in 0..cols {
-                            row[j * ws] = scaled(t[t0 + j * ts], row[j * ws], alpha, beta);
-                        }
-                    }
-                }
+    let out = SharedOut::new(dx);
+    // One item per (image, channel) plane of the residue.
+    let plane = |q: usize| {
+        let (b, ch) = (q / c, q % c);
+        for i in 0..sub.ah.count {
+            let base = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2];
+            let t0 = tmp.map(|(_, td)| (td.offset(b, ch, i, 0), td.strides()[3]));
+            for j in 0..cols {
+                let o = base + j * ws;
+                let v = match (tmp, t0) {
+                    (Some((t, _)), Some((t0, ts))) => t[t0 + j * ts],
+                    _ => 0.0,
+                };
+                // SAFETY: element (b, ch, residue row i, column j) of dx belongs to plane
+                // (b, ch) alone: distinct coordinates of a valid descriptor never share
+                // memory, and each plane is one item.
+                unsafe { out.write(o, scaled(v, out.read(o), alpha, beta)) };
             }
         }
+    };
+    let elements = n * c * sub.ah.count * cols;
+    if ctx.threads > 1 && n * c > 1 && elements >= 1 << 14 {
+        ctx.pool
+            .install(|| (0..n * c).into_par_iter().for_each(plane));
+    } else {
+        (0..n * c).for_each(plane);
     }
 }
 
@@ -313,12 +323,9 @@ fn sizes_of(
 }
 
 /// The residues of `p` and the run's buffer sizes, or why not.
-fn plan(
-    inner: &dyn ConvAlgorithm,
-    p: &ConvProblem,
-) -> std::result::Result<(Vec<Sub>, Sizes), String> {
+fn plan(via: &ViaForward, p: &ConvProblem) -> std::result::Result<(Vec<Sub>, Sizes), String> {
     let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
-    let z = sizes_of(inner, p, &subs)?;
+    let z = sizes_of(via.inner, p, &subs)?;
     Ok((subs, z))
 }
 
@@ -331,10 +338,10 @@ impl Algorithm<ConvBackwardData> for ViaForward {
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
         check_problem(p, OpKind::ConvBackwardData)?;
-        plan(self.inner, p).map(|_| ())
+        plan(self, p).map(|_| ())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        let Ok((_, z)) = plan(self.inner, p) else {
+        let Ok((_, z)) = plan(self, p) else {
             return 0;
         };
         // Each of the three buffers may start up to ALIGN − 1 bytes in.
@@ -370,7 +377,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let dy = inputs.dy.f32("dy")?;
         let w = inputs.w.f32("w")?;
         let dx = out.f32("dx")?;
-        let (subs, z) = plan(self.inner, p).map_err(|reason| Error::Declined {
+        let (subs, z) = plan(self, p).map_err(|reason| Error::Declined {
             algo: self.name().into(),
             reason,
         })?;
@@ -382,7 +389,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let strided = p.conv().stride() != [1, 1];
         for sub in &subs {
             match &sub.fwd {
-                None => scatter(p, sub, None, dx, alpha, beta),
+                None => scatter(ctx, p, sub, None, dx, alpha, beta),
                 Some(f) => {
                     let wt = &mut wt[..f.w().elements()];
                     sub_filter(p, sub, f, w, wt);
@@ -392,7 +399,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
                         let epi = EpilogueArgs::default();
                         let t = &mut tmp[..f.y().span()];
                         self.inner.run(ctx, f, dy, wts, t, ws, &epi)?;
-                        scatter(p, sub, Some((t, f.y())), dx, alpha, beta);
+                        scatter(ctx, p, sub, Some((t, f.y())), dx, alpha, beta);
                     } else {
                         let epi = EpilogueArgs::new(alpha, beta);
                         self.inner
