@@ -392,6 +392,27 @@ autodnnStatus_t autodnnGetAlgorithmIndex(autodnnConvolutionDirection_t direction
                                          int *algo);
 
 /**
+ * The number of forward algorithms: room enough for every record of
+ * `autodnnGetConvolutionForwardAlgorithm_v7` (cuDNN's
+ * `cudnnGetConvolutionForwardAlgorithmMaxCount`).
+ */
+autodnnStatus_t autodnnGetConvolutionForwardAlgorithmMaxCount(autodnnHandle_t handle, int *count);
+
+/**
+ * The number of backward-data algorithms (cuDNN's
+ * `cudnnGetConvolutionBackwardDataAlgorithmMaxCount`).
+ */
+autodnnStatus_t autodnnGetConvolutionBackwardDataAlgorithmMaxCount(autodnnHandle_t handle,
+                                                                   int *count);
+
+/**
+ * The number of backward-filter algorithms (cuDNN's
+ * `cudnnGetConvolutionBackwardFilterAlgorithmMaxCount`).
+ */
+autodnnStatus_t autodnnGetConvolutionBackwardFilterAlgorithmMaxCount(autodnnHandle_t handle,
+                                                                     int *count);
+
+/**
  * The forward algorithms that accept the problem, fastest predicted first, without running
  * anything (cuDNN's `cudnnGetConvolutionForwardAlgorithm_v7`): at most `requestedAlgoCount`
  * records in `perfResults`, their number in `*returnedAlgoCount`.

@@ -407,6 +407,57 @@ pub unsafe extern "C" fn autodnnGetAlgorithmIndex(
     })
 }
 
+/// # Safety
+/// `handle` is null or live; `count` is null or writable.
+unsafe fn max_count(
+    handle: autodnnHandle_t,
+    direction: autodnnConvolutionDirection_t,
+    count: *mut c_int,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        unsafe { live_handle(handle) }?;
+        let n = direction_names(direction)?.len();
+        // SAFETY: the caller gives a writable int.
+        *unsafe { out(count, "count") }? = c_int::try_from(n).unwrap_or(c_int::MAX);
+        Ok(())
+    })
+}
+
+/// The number of forward algorithms: room enough for every record of
+/// `autodnnGetConvolutionForwardAlgorithm_v7` (cuDNN's
+/// `cudnnGetConvolutionForwardAlgorithmMaxCount`).
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetConvolutionForwardAlgorithmMaxCount(
+    handle: autodnnHandle_t,
+    count: *mut c_int,
+) -> autodnnStatus_t {
+    // SAFETY: the caller's contract.
+    unsafe { max_count(handle, AUTODNN_CONVOLUTION_FWD, count) }
+}
+
+/// The number of backward-data algorithms (cuDNN's
+/// `cudnnGetConvolutionBackwardDataAlgorithmMaxCount`).
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetConvolutionBackwardDataAlgorithmMaxCount(
+    handle: autodnnHandle_t,
+    count: *mut c_int,
+) -> autodnnStatus_t {
+    // SAFETY: the caller's contract.
+    unsafe { max_count(handle, AUTODNN_CONVOLUTION_BWD_DATA, count) }
+}
+
+/// The number of backward-filter algorithms (cuDNN's
+/// `cudnnGetConvolutionBackwardFilterAlgorithmMaxCount`).
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetConvolutionBackwardFilterAlgorithmMaxCount(
+    handle: autodnnHandle_t,
+    count: *mut c_int,
+) -> autodnnStatus_t {
+    // SAFETY: the caller's contract.
+    unsafe { max_count(handle, AUTODNN_CONVOLUTION_BWD_FILTER, count) }
+}
+
 /// The forward algorithms that accept the problem, fastest predicted first, without running
 /// anything (cuDNN's `cudnnGetConvolutionForwardAlgorithm_v7`): at most `requestedAlgoCount`
 /// records in `perfResults`, their number in `*returnedAlgoCount`.
@@ -1032,4 +1083,137 @@ pub unsafe extern "C" fn autodnnConvolutionBackwardBias(
             Ok(())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desc::*;
+    use crate::handle::{autodnnCreateWithThreads, autodnnDestroy};
+    use crate::status::{AUTODNN_STATUS_BAD_PARAM, AUTODNN_STATUS_NOT_INITIALIZED};
+    use std::ptr::{null, null_mut};
+
+    #[test]
+    fn forward_through_the_c_calls_matches_the_reference() {
+        // SAFETY: every handle and descriptor is live while used; buffers have their
+        // descriptors' spans.
+        unsafe {
+            let mut h = null_mut();
+            assert_eq!(autodnnCreateWithThreads(&mut h, 1), AUTODNN_STATUS_SUCCESS);
+            let (mut xd, mut yd, mut wd, mut cd) = (null_mut(), null_mut(), null_mut(), null_mut());
+            autodnnCreateTensorDescriptor(&mut xd);
+            autodnnCreateTensorDescriptor(&mut yd);
+            autodnnCreateFilterDescriptor(&mut wd);
+            autodnnCreateConvolutionDescriptor(&mut cd);
+            // Descriptors not set yet.
+            let mut bytes = 0usize;
+            assert_eq!(
+                autodnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, 0, &mut bytes),
+                AUTODNN_STATUS_NOT_INITIALIZED
+            );
+            autodnnSetTensor4dDescriptor(xd, AUTODNN_TENSOR_NCHW, AUTODNN_DATA_FLOAT, 2, 4, 7, 6);
+            autodnnSetFilter4dDescriptor(wd, AUTODNN_DATA_FLOAT, AUTODNN_TENSOR_NCHW, 6, 2, 3, 3);
+            autodnnSetConvolution2dDescriptor(
+                cd,
+                1,
+                0,
+                2,
+                1,
+                1,
+                2,
+                AUTODNN_CROSS_CORRELATION,
+                AUTODNN_DATA_FLOAT,
+            );
+            autodnnSetConvolutionGroupCount(cd, 2);
+            let (mut n, mut c, mut oh, mut ow) = (0, 0, 0, 0);
+            assert_eq!(
+                autodnnGetConvolution2dForwardOutputDim(
+                    cd, xd, wd, &mut n, &mut c, &mut oh, &mut ow
+                ),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!((n, c, oh, ow), (2, 6, 4, 2));
+            autodnnSetTensor4dDescriptor(yd, AUTODNN_TENSOR_NHWC, AUTODNN_DATA_FLOAT, n, c, oh, ow);
+            let p = forward_problem(xd, wd, cd, yd).unwrap();
+            let x: Vec<f32> = (0..p.x().span()).map(|i| (i % 5) as f32 - 2.0).collect();
+            let w: Vec<f32> = (0..p.w().elements())
+                .map(|i| (i % 3) as f32 - 1.0)
+                .collect();
+            let want = dnn::reference::conv_forward(&p, &x, &w).unwrap();
+            let direct = ConvForward::algorithms()
+                .iter()
+                .position(|a| a.name() == "direct")
+                .unwrap() as c_int;
+            let mut y = vec![f32::NAN; p.y().span()];
+            let (one, zero) = (1.0f32, 0.0f32);
+            let fwd = |algo, y: *mut f32, alpha: *const f32| {
+                autodnnConvolutionForward(
+                    h,
+                    alpha,
+                    xd,
+                    x.as_ptr().cast(),
+                    wd,
+                    w.as_ptr().cast(),
+                    cd,
+                    algo,
+                    null_mut(),
+                    0,
+                    &zero,
+                    yd,
+                    y.cast(),
+                )
+            };
+            assert_eq!(fwd(direct, y.as_mut_ptr(), &one), AUTODNN_STATUS_SUCCESS);
+            assert!(y.iter().zip(&want).all(|(a, b)| *a as f64 == *b));
+            y.fill(f32::NAN);
+            assert_eq!(
+                fwd(AUTODNN_ALGO_AUTO, y.as_mut_ptr(), &one),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert!(y
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| (*a as f64 - b).abs() < 1e-3));
+            assert_eq!(fwd(direct, null_mut(), &one), AUTODNN_STATUS_BAD_PARAM);
+            assert_eq!(
+                fwd(direct, y.as_mut_ptr(), null()),
+                AUTODNN_STATUS_BAD_PARAM
+            );
+            assert_eq!(fwd(1 << 20, y.as_mut_ptr(), &one), AUTODNN_STATUS_BAD_PARAM);
+
+            let mut returned = 0;
+            let mut perf = [autodnnConvolutionAlgoPerf_t {
+                algo: 0,
+                status: 0,
+                time: 0.0,
+                memory: 0,
+                determinism: 0,
+                tolerance: 0.0,
+            }; 32];
+            assert_eq!(
+                autodnnGetConvolutionForwardAlgorithm_v7(
+                    h,
+                    xd,
+                    wd,
+                    cd,
+                    yd,
+                    32,
+                    &mut returned,
+                    perf.as_mut_ptr()
+                ),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert!(returned >= 1);
+            let names: Vec<_> = (0..returned as usize)
+                .map(|i| algo_name::<ConvForward>(perf[i].algo).unwrap().unwrap())
+                .collect();
+            assert!(names.contains(&"direct"), "{names:?}");
+            assert!(perf[..returned as usize].iter().all(|r| r.time == -1.0));
+            autodnnDestroyTensorDescriptor(xd);
+            autodnnDestroyTensorDescriptor(yd);
+            autodnnDestroyFilterDescriptor(wd);
+            autodnnDestroyConvolutionDescriptor(cd);
+            assert_eq!(autodnnDestroy(h), AUTODNN_STATUS_SUCCESS);
+        }
+    }
 }

@@ -159,18 +159,31 @@ fn not_live<D: Descriptor>(d: *mut D, field: &str) -> Failure {
     }
 }
 
-/// The descriptor behind `d`, checked to be a live one of its kind.
+/// The descriptor behind `d`, checked to be a live one of its kind, to be set.
 ///
 /// # Safety
-/// Descriptors are not used from two threads at once while one of them sets it (as in
-/// cuDNN).
-unsafe fn live<'a, D: Descriptor>(d: *mut D, field: &str) -> R<&'a mut D> {
+/// No other thread uses the descriptor while it is set (as in cuDNN).
+unsafe fn live_mut<'a, D: Descriptor>(d: *mut D, field: &str) -> R<&'a mut D> {
     if !is_live(d, D::KIND) {
         return Err(not_live::<D>(d, field));
     }
     // SAFETY: `d` was made by Box::into_raw in `create` and is not destroyed (registered);
-    // the caller guarantees no concurrent access while it is set.
+    // the caller guarantees that no other thread uses it meanwhile.
     Ok(unsafe { &mut *d })
+}
+
+/// The descriptor behind `d`, checked to be a live one of its kind, to be read (several
+/// threads may read one descriptor at once).
+///
+/// # Safety
+/// No other thread sets or destroys the descriptor meanwhile.
+unsafe fn live<'a, D: Descriptor>(d: *mut D, field: &str) -> R<&'a D> {
+    if !is_live(d, D::KIND) {
+        return Err(not_live::<D>(d, field));
+    }
+    // SAFETY: `d` was made by Box::into_raw in `create` and is not destroyed (registered);
+    // the caller guarantees that no thread writes it meanwhile.
+    Ok(unsafe { &*d })
 }
 
 /// The tensor descriptor `d`, set.
@@ -283,7 +296,7 @@ pub unsafe extern "C" fn autodnnSetTensor4dDescriptor(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let t = unsafe { live(tensorDesc, "tensorDesc") }?;
+        let t = unsafe { live_mut(tensorDesc, "tensorDesc") }?;
         let dims = sizes(
             ["tensor.n", "tensor.c", "tensor.h", "tensor.w"],
             [n, c, h, w],
@@ -315,7 +328,7 @@ pub unsafe extern "C" fn autodnnSetTensor4dDescriptorEx(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let t = unsafe { live(tensorDesc, "tensorDesc") }?;
+        let t = unsafe { live_mut(tensorDesc, "tensorDesc") }?;
         let dims = sizes(
             ["tensor.n", "tensor.c", "tensor.h", "tensor.w"],
             [n, c, h, w],
@@ -428,7 +441,7 @@ pub unsafe extern "C" fn autodnnSetFilter4dDescriptor(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let f = unsafe { live(filterDesc, "filterDesc") }?;
+        let f = unsafe { live_mut(filterDesc, "filterDesc") }?;
         let dims = sizes(["w.k", "w.c", "w.r", "w.s"], [k, c, h, w])?;
         let layout = match self::format(format)? {
             Layout::Nchw => FilterLayout::Kcrs,
@@ -474,7 +487,7 @@ pub unsafe extern "C" fn autodnnSetConvolution2dDescriptor(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let c = unsafe { live(convDesc, "convDesc") }?;
+        let c = unsafe { live_mut(convDesc, "convDesc") }?;
         let mode = match mode {
             AUTODNN_CONVOLUTION => ConvMode::Convolution,
             AUTODNN_CROSS_CORRELATION => ConvMode::CrossCorrelation,
@@ -520,7 +533,7 @@ pub unsafe extern "C" fn autodnnSetConvolutionGroupCount(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let c = unsafe { live(convDesc, "convDesc") }?;
+        let c = unsafe { live_mut(convDesc, "convDesc") }?;
         let g = size("conv.groups", groupCount)?;
         ConvDesc::new(
             Padding::default(),
@@ -603,7 +616,7 @@ pub unsafe extern "C" fn autodnnSetActivationDescriptor(
 ) -> autodnnStatus_t {
     guard(|| {
         // SAFETY: the caller's contract.
-        let a = unsafe { live(activationDesc, "activationDesc") }?;
+        let a = unsafe { live_mut(activationDesc, "activationDesc") }?;
         let act = match mode {
             AUTODNN_ACTIVATION_SIGMOID => Activation::Sigmoid,
             AUTODNN_ACTIVATION_RELU => Activation::Relu,

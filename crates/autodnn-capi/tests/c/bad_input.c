@@ -161,6 +161,8 @@ int main(void) {
     OK(autodnnGetAlgorithmCount(AUTODNN_CONVOLUTION_FWD, &count));
     EXPECT(autodnnGetAlgorithmName(AUTODNN_CONVOLUTION_FWD, count, &name), BAD, "algo");
     EXPECT(autodnnGetAlgorithmName(AUTODNN_CONVOLUTION_FWD, 0, NULL), BAD, "name");
+    EXPECT(autodnnGetConvolutionForwardAlgorithmMaxCount(NULL, &count), BAD, "handle");
+    EXPECT(autodnnGetConvolutionBackwardDataAlgorithmMaxCount(h, NULL), BAD, "count");
 
 #define FWD(hd, alpha, xd, xp, wd, wp, cd, algo, ws, bytes, beta, yd, yp)                  \
     autodnnConvolutionForward(hd, alpha, xd, xp, wd, wp, cd, algo, ws, bytes, beta, yd, yp)

@@ -194,7 +194,7 @@ static void forward_every_algorithm(autodnnHandle_t h, autodnnConvolutionDescrip
     ref_forward(xv, xp, wv, wp, want);
 
     int count = 0, returned = 0, ran = 0;
-    CHECK(autodnnGetAlgorithmCount(AUTODNN_CONVOLUTION_FWD, &count));
+    CHECK(autodnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
     autodnnConvolutionFwdAlgoPerf_t *perf = xmalloc(sizeof(*perf) * (size_t)count);
     CHECK(autodnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, conv, yd, count, &returned, perf));
     REQUIRE(returned >= 1 && returned <= count);
