@@ -214,6 +214,11 @@ typedef int autodnnActivationMode_t;
 typedef int autodnnOperation_t;
 
 /**
+ * How the handle selects an algorithm for `AUTODNN_ALGO_AUTO`.
+ */
+typedef int autodnnSelectionPolicy_t;
+
+/**
  * The forward convolution (`autodnnConvolutionFwdAlgo_t`).
  */
 #define AUTODNN_CONVOLUTION_FWD 0
@@ -327,6 +332,27 @@ typedef int autodnnOperation_t;
  * op(X) = Xᴴ, which is Xᵀ for real matrices.
  */
 #define AUTODNN_OP_C 2
+
+/**
+ * The cost model's ranking: never times, never reads the tuning results.
+ */
+#define AUTODNN_POLICY_HEURISTIC 0
+
+/**
+ * The tuning results; on a miss, a race among the candidates, whose result is kept (the
+ * default).
+ */
+#define AUTODNN_POLICY_BENCHMARK 1
+
+/**
+ * The tuning results; on a miss, the heuristic (never times).
+ */
+#define AUTODNN_POLICY_CACHED_ONLY 2
+
+/**
+ * Every candidate timed to the end, every time; the result is kept.
+ */
+#define AUTODNN_POLICY_EXHAUSTIVE 3
 
 /**
  * The call succeeded.
@@ -824,9 +850,9 @@ autodnnStatus_t autodnnCreateWithThreads(autodnnHandle_t *handle, int threads);
 autodnnStatus_t autodnnDestroy(autodnnHandle_t handle);
 
 /**
- * Restarts the handle's worker pool with `threads` threads (at least 1). The workspace limit
- * and the determinism setting are kept; tuning results measured so far are dropped. Calls
- * already running finish on the old threads.
+ * Restarts the handle's worker pool with `threads` threads (at least 1). The settings and
+ * the tuning results (and the file they were loaded from) are kept. Calls already running
+ * finish on the old threads.
  */
 autodnnStatus_t autodnnSetThreads(autodnnHandle_t handle, int threads);
 
@@ -847,6 +873,25 @@ autodnnStatus_t autodnnSetWorkspaceLimit(autodnnHandle_t handle, size_t bytes);
  * algorithms (output bits independent of thread scheduling). 0, the default: all of them.
  */
 autodnnStatus_t autodnnSetDeterministic(autodnnHandle_t handle, int deterministic);
+
+/**
+ * Sets the selection policy of `AUTODNN_ALGO_AUTO`.
+ */
+autodnnStatus_t autodnnSetSelectionPolicy(autodnnHandle_t handle, autodnnSelectionPolicy_t policy);
+
+/**
+ * Loads the handle's tuning results from the file `path` (NULL: the library's default
+ * path, as the `autodnn` command uses), so that shapes measured by an earlier process are
+ * not timed again; a missing file is an empty cache. The path is remembered for
+ * `autodnnSaveTuningCache`.
+ */
+autodnnStatus_t autodnnLoadTuningCache(autodnnHandle_t handle, const char *path);
+
+/**
+ * Writes the handle's tuning results to the file they were loaded from (else the default
+ * path), merged with what other processes wrote there meanwhile.
+ */
+autodnnStatus_t autodnnSaveTuningCache(autodnnHandle_t handle);
 
 /**
  * The library's version as `MAJOR * 10000 + MINOR * 100 + PATCHLEVEL` (cuDNN's encoding).

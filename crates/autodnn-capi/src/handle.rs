@@ -1,8 +1,10 @@
 //! The handle (cuDNN's `cudnnHandle_t`): the library's worker threads and settings.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use dnn::select::Policy;
 use dnn::Handle;
 
 use crate::ptr::{is_live, out, register, unregister};
@@ -29,8 +31,10 @@ pub type autodnnHandle_t = *mut autodnnContext;
 /// The library handle behind `h`.
 ///
 /// # Safety
-/// `h` is null or a handle from `autodnnCreate` not yet destroyed.
+/// `h` is not destroyed by another thread meanwhile (NULL, destroyed handles and other
+/// pointers are refused).
 pub(crate) unsafe fn live_handle(h: autodnnHandle_t) -> R<Arc<Handle>> {
+    // SAFETY: forwarded.
     Ok(unsafe { context(h) }?
         .inner
         .read()
@@ -115,9 +119,9 @@ pub unsafe extern "C" fn autodnnDestroy(handle: autodnnHandle_t) -> autodnnStatu
     })
 }
 
-/// Restarts the handle's worker pool with `threads` threads (at least 1). The workspace limit
-/// and the determinism setting are kept; tuning results measured so far are dropped. Calls
-/// already running finish on the old threads.
+/// Restarts the handle's worker pool with `threads` threads (at least 1). The settings and
+/// the tuning results (and the file they were loaded from) are kept. Calls already running
+/// finish on the old threads.
 #[no_mangle]
 pub unsafe extern "C" fn autodnnSetThreads(
     handle: autodnnHandle_t,
@@ -132,6 +136,10 @@ pub unsafe extern "C" fn autodnnSetThreads(
         new.set_workspace_limit(slot.workspace_limit());
         new.set_deterministic(slot.deterministic());
         new.set_policy(slot.policy());
+        if let Some(path) = slot.tuning_cache_path() {
+            new.load_tuning_cache(&path)?;
+        }
+        new.set_tuning_cache(slot.tuning_cache());
         *slot = Arc::new(new);
         Ok(())
     })
@@ -180,6 +188,84 @@ pub unsafe extern "C" fn autodnnSetDeterministic(
         // SAFETY: the caller's contract.
         let h = unsafe { live_handle(handle) }?;
         h.set_deterministic(deterministic != 0);
+        Ok(())
+    })
+}
+
+/// How the handle selects an algorithm for `AUTODNN_ALGO_AUTO`.
+pub type autodnnSelectionPolicy_t = c_int;
+/// The cost model's ranking: never times, never reads the tuning results.
+pub const AUTODNN_POLICY_HEURISTIC: autodnnSelectionPolicy_t = 0;
+/// The tuning results; on a miss, a race among the candidates, whose result is kept (the
+/// default).
+pub const AUTODNN_POLICY_BENCHMARK: autodnnSelectionPolicy_t = 1;
+/// The tuning results; on a miss, the heuristic (never times).
+pub const AUTODNN_POLICY_CACHED_ONLY: autodnnSelectionPolicy_t = 2;
+/// Every candidate timed to the end, every time; the result is kept.
+pub const AUTODNN_POLICY_EXHAUSTIVE: autodnnSelectionPolicy_t = 3;
+
+/// Sets the selection policy of `AUTODNN_ALGO_AUTO`.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnSetSelectionPolicy(
+    handle: autodnnHandle_t,
+    policy: autodnnSelectionPolicy_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        let p = match policy {
+            AUTODNN_POLICY_HEURISTIC => Policy::Heuristic,
+            AUTODNN_POLICY_BENCHMARK => Policy::Benchmark,
+            AUTODNN_POLICY_CACHED_ONLY => Policy::CachedOnly,
+            AUTODNN_POLICY_EXHAUSTIVE => Policy::Exhaustive,
+            _ => {
+                return Err(bad(
+                    "policy",
+                    policy,
+                    "must be one of the AUTODNN_POLICY_* values",
+                ))
+            }
+        };
+        h.set_policy(p);
+        Ok(())
+    })
+}
+
+/// Loads the handle's tuning results from the file `path` (NULL: the library's default
+/// path, as the `autodnn` command uses), so that shapes measured by an earlier process are
+/// not timed again; a missing file is an empty cache. The path is remembered for
+/// `autodnnSaveTuningCache`.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnLoadTuningCache(
+    handle: autodnnHandle_t,
+    path: *const c_char,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        let path = if path.is_null() {
+            dnn::default_cache_path()
+        } else {
+            // SAFETY: non-null; the caller gives a NUL-terminated string.
+            let s = unsafe { CStr::from_ptr(path) };
+            PathBuf::from(
+                s.to_str()
+                    .map_err(|_| bad("path", s.to_string_lossy(), "must be UTF-8"))?,
+            )
+        };
+        h.load_tuning_cache(&path)?;
+        Ok(())
+    })
+}
+
+/// Writes the handle's tuning results to the file they were loaded from (else the default
+/// path), merged with what other processes wrote there meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnSaveTuningCache(handle: autodnnHandle_t) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        h.save_tuning_cache()?;
         Ok(())
     })
 }
@@ -242,6 +328,35 @@ mod tests {
             assert_eq!(inner.workspace_limit(), Some(1024));
             assert!(inner.deterministic());
             assert_eq!(autodnnSetThreads(h, 0), AUTODNN_STATUS_BAD_PARAM);
+            assert_eq!(autodnnSetSelectionPolicy(h, 9), AUTODNN_STATUS_BAD_PARAM);
+            assert_eq!(
+                autodnnSetSelectionPolicy(h, AUTODNN_POLICY_HEURISTIC),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!(live_handle(h).unwrap().policy(), Policy::Heuristic);
+            // The tuning file is remembered across a change of threads.
+            let dir = std::env::temp_dir().join(format!("autodnn-capi-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("cache.json");
+            let c_path = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+            assert_eq!(
+                autodnnLoadTuningCache(h, c_path.as_ptr()),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!(autodnnSetThreads(h, 1), AUTODNN_STATUS_SUCCESS);
+            assert_eq!(
+                live_handle(h).unwrap().tuning_cache_path(),
+                Some(file.clone())
+            );
+            assert_eq!(live_handle(h).unwrap().policy(), Policy::Heuristic);
+            assert_eq!(autodnnSaveTuningCache(h), AUTODNN_STATUS_SUCCESS);
+            assert!(file.is_file());
+            let missing = std::ffi::CString::new("/no/such/folder/cache.json").unwrap();
+            assert_eq!(
+                autodnnLoadTuningCache(h, missing.as_ptr()),
+                AUTODNN_STATUS_BAD_PARAM
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
             assert_eq!(
                 autodnnGetThreads(h, std::ptr::null_mut()),
                 AUTODNN_STATUS_BAD_PARAM
