@@ -371,8 +371,9 @@ typedef int autodnnSelectionPolicy_t;
 #define AUTODNN_STATUS_ALLOC_FAILED 2
 
 /**
- * An argument is wrong: a null pointer, a bad value, mismatched descriptors, a buffer or
- * workspace too small, an unknown algorithm.
+ * An argument is wrong: a NULL, misaligned or overlapping buffer, a bad value, mismatched
+ * descriptors, a NULL or destroyed handle or descriptor, a workspace too small, an unknown
+ * algorithm.
  */
 #define AUTODNN_STATUS_BAD_PARAM 3
 

@@ -16,8 +16,9 @@ pub const AUTODNN_STATUS_NOT_INITIALIZED: autodnnStatus_t = 1;
 /// Memory (a workspace, a scratch buffer, worker threads) could not be had, or the handle's
 /// workspace limit would be exceeded.
 pub const AUTODNN_STATUS_ALLOC_FAILED: autodnnStatus_t = 2;
-/// An argument is wrong: a null pointer, a bad value, mismatched descriptors, a buffer or
-/// workspace too small, an unknown algorithm.
+/// An argument is wrong: a NULL, misaligned or overlapping buffer, a bad value, mismatched
+/// descriptors, a NULL or destroyed handle or descriptor, a workspace too small, an unknown
+/// algorithm.
 pub const AUTODNN_STATUS_BAD_PARAM: autodnnStatus_t = 3;
 /// A bug in the library (a caught panic).
 pub const AUTODNN_STATUS_INTERNAL_ERROR: autodnnStatus_t = 4;

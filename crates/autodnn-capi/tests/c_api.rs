@@ -34,11 +34,15 @@ fn library_dir() -> PathBuf {
     );
 }
 
-fn cc() -> String {
-    std::env::var("CC")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "cc".into())
+/// The C compiler and its leading arguments (`CC` may hold flags, as in `CC="gcc -m64"`).
+fn cc() -> Vec<String> {
+    let cc = std::env::var("CC").unwrap_or_default();
+    let words: Vec<String> = cc.split_whitespace().map(String::from).collect();
+    if words.is_empty() {
+        vec!["cc".into()]
+    } else {
+        words
+    }
 }
 
 enum Link {
@@ -55,25 +59,27 @@ fn build(name: &str, link: Link) -> PathBuf {
         Link::Static => format!("{name}-static"),
         Link::Shared => format!("{name}-shared"),
     });
-    let mut cmd = Command::new(cc());
-    cmd.args([
-        "-std=c11",
-        "-O2",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-pedantic",
-    ])
-    .arg("-I")
-    .arg(crate_dir().join("include"))
-    .arg(
-        crate_dir()
-            .join("tests")
-            .join("c")
-            .join(format!("{name}.c")),
-    )
-    .arg("-o")
-    .arg(&exe);
+    let cc = cc();
+    let mut cmd = Command::new(&cc[0]);
+    cmd.args(&cc[1..])
+        .args([
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+        ])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(
+            crate_dir()
+                .join("tests")
+                .join("c")
+                .join(format!("{name}.c")),
+        )
+        .arg("-o")
+        .arg(&exe);
     match link {
         Link::Static => {
             cmd.arg(lib.join("libautodnn.a"))
@@ -90,7 +96,7 @@ fn build(name: &str, link: Link) -> PathBuf {
     let output = cmd.output().unwrap_or_else(|e| {
         panic!(
             "cannot run the C compiler {:?} ({e}): a C compiler is required (set CC)",
-            cc()
+            cc.join(" ")
         )
     });
     assert!(
