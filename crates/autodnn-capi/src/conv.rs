@@ -1209,6 +1209,68 @@ mod tests {
                 .collect();
             assert!(names.contains(&"direct"), "{names:?}");
             assert!(perf[..returned as usize].iter().all(|r| r.time == -1.0));
+
+            // One handle and one set of descriptors used by four threads at once, each
+            // with every listed algorithm and its own output and workspace.
+            let addr = |p: *mut c_void| p as usize;
+            let (hv, xv, wv, cv, yv) = (
+                addr(h.cast()),
+                addr(xd.cast()),
+                addr(wd.cast()),
+                addr(cd.cast()),
+                addr(yd.cast()),
+            );
+            let algos: Vec<(c_int, f32)> = perf[..returned as usize]
+                .iter()
+                .filter(|r| r.status == AUTODNN_STATUS_SUCCESS)
+                .map(|r| (r.algo, r.tolerance))
+                .collect();
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        for &(algo, tol) in &algos {
+                            let mut y = vec![f32::NAN; want.len()];
+                            let mut bytes = 0usize;
+                            // SAFETY: the handle and descriptors outlive the scope and no
+                            // thread sets or destroys them meanwhile.
+                            let st = autodnnGetConvolutionForwardWorkspaceSize(
+                                hv as _, xv as _, wv as _, cv as _, yv as _, algo, &mut bytes,
+                            );
+                            assert_eq!(st, AUTODNN_STATUS_SUCCESS);
+                            let mut ws = vec![0u8; bytes];
+                            // SAFETY: as above; the buffers have their descriptors' spans.
+                            let st = autodnnConvolutionForward(
+                                hv as _,
+                                &1.0,
+                                xv as _,
+                                x.as_ptr().cast(),
+                                wv as _,
+                                w.as_ptr().cast(),
+                                cv as _,
+                                algo,
+                                ws.as_mut_ptr().cast(),
+                                bytes,
+                                &0.0,
+                                yv as _,
+                                y.as_mut_ptr().cast(),
+                            );
+                            assert_eq!(st, AUTODNN_STATUS_SUCCESS);
+                            let max_ref = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                            let err = y.iter().zip(&want).fold(0.0f64, |m, (a, b)| {
+                                let d = (*a as f64 - b).abs();
+                                // A NaN (an element not written) is kept as the error.
+                                if d.is_nan() || d > m {
+                                    d
+                                } else {
+                                    m
+                                }
+                            });
+                            assert!(err <= tol as f64 * max_ref, "algo {algo}: error {err}");
+                        }
+                    });
+                }
+            });
+
             autodnnDestroyTensorDescriptor(xd);
             autodnnDestroyTensorDescriptor(yd);
             autodnnDestroyFilterDescriptor(wd);
