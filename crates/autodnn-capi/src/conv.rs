@@ -285,7 +285,36 @@ unsafe fn backward_data_problem(
             tensor(dxDesc, "dxDesc")?,
         )
     };
-    Ok(ConvProblem::forward(dx, w, conv, dy)?.for_op(OpKind::ConvBackwardData)?)
+    ConvProblem::forward(dx, w, conv, dy)
+        .and_then(|p| p.for_op(OpKind::ConvBackwardData))
+        .map_err(|e| renamed(e, &[("x", "dx"), ("y", "dy")]).into())
+}
+
+/// The error with the problem's field names as the backward call names its tensors
+/// (`y.h` → `dy.h`).
+fn renamed(e: Error, names: &[(&str, &str)]) -> Error {
+    let rename = |field: String| {
+        for (from, to) in names {
+            if let Some(rest) = field.strip_prefix(from) {
+                if rest.is_empty() || rest.starts_with('.') {
+                    return format!("{to}{rest}");
+                }
+            }
+        }
+        field
+    };
+    match e {
+        Error::BadParam {
+            field,
+            value,
+            reason,
+        } => Error::BadParam {
+            field: rename(field),
+            value,
+            reason,
+        },
+        e => e,
+    }
 }
 
 /// # Safety
@@ -305,7 +334,9 @@ unsafe fn backward_filter_problem(
             filter(dwDesc, "dwDesc")?,
         )
     };
-    Ok(ConvProblem::forward(x, dw, conv, dy)?.for_op(OpKind::ConvBackwardFilter)?)
+    ConvProblem::forward(x, dw, conv, dy)
+        .and_then(|p| p.for_op(OpKind::ConvBackwardFilter))
+        .map_err(|e| renamed(e, &[("w", "dw"), ("y", "dy")]).into())
 }
 
 fn heuristic<O: Registry>(h: &Handle, p: &ConvProblem) -> R<Vec<autodnnConvolutionAlgoPerf_t>> {

@@ -258,7 +258,7 @@ int main(void) {
            BAD, "dx");
     EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y_bad, yb, conv, direct, NULL, 0, &zero,
                                           x, xb),
-           BAD, "y.h");
+           BAD, "dy.h");
     EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y, yb, conv, 9999, NULL, 0, &zero, x, xb),
            BAD, "algo");
     OK(autodnnConvolutionBackwardData(h, &one, w, wb, y, yb, conv, AUTODNN_ALGO_AUTO, NULL, 0,
@@ -266,6 +266,9 @@ int main(void) {
     EXPECT(autodnnConvolutionBackwardFilter(h, &one, x, xb, y, yb, conv, AUTODNN_ALGO_AUTO, NULL,
                                             0, &zero, w, NULL),
            BAD, "dw");
+    EXPECT(autodnnConvolutionBackwardFilter(h, &one, x, xb, y, yb, conv, AUTODNN_ALGO_AUTO, NULL,
+                                            0, &zero, half_w, wb),
+           BAD, "dw.dtype");
     EXPECT(autodnnConvolutionBackwardFilter(h, &one, x, xb, y, yb, conv, AUTODNN_ALGO_AUTO, NULL,
                                             0, &zero, w, yb),
            BAD, "overlaps dy");
