@@ -129,7 +129,8 @@ typedef struct {
    */
   autodnnStatus_t status;
   /**
-   * Median milliseconds measured; -1 when not timed (always from the heuristic).
+   * Median milliseconds measured (for one stopped early as clearly slower than the best,
+   * over the runs it got); -1 when not timed (always from the heuristic).
    */
   float time;
   /**

@@ -67,7 +67,8 @@ pub struct autodnnConvolutionAlgoPerf_t {
     /// limit, or not deterministic when determinism is asked for); from a measurement,
     /// `AUTODNN_STATUS_EXECUTION_FAILED` when it failed or its workspace could not be had.
     pub status: autodnnStatus_t,
-    /// Median milliseconds measured; -1 when not timed (always from the heuristic).
+    /// Median milliseconds measured (for one stopped early as clearly slower than the best,
+    /// over the runs it got); -1 when not timed (always from the heuristic).
     pub time: f32,
     /// Workspace bytes it needs.
     pub memory: usize,
