@@ -8,8 +8,9 @@
 //!   message of this thread's last call, naming the field at fault, is kept for
 //!   [`autodnnGetLastErrorString`];
 //! - handles and descriptors are opaque pointers made by `autodnnCreate*` and freed by
-//!   `autodnnDestroy*`; a null or unset descriptor, or one of another kind, is a status, not a
-//!   crash (a destroyed one cannot be detected in general: do not use it);
+//!   `autodnnDestroy*`; a null, unset or destroyed descriptor, or one of another kind, is a
+//!   status, not a crash (the library keeps the set of live ones; only an address reused by a
+//!   newer descriptor of the same kind cannot be told from it);
 //! - tensors are passed as `const void *` / `void *` whose element type and extent come from
 //!   their descriptors; the library computes `AUTODNN_DATA_FLOAT` and answers
 //!   `AUTODNN_STATUS_NOT_SUPPORTED` for the other types;

@@ -373,7 +373,7 @@ int main(void) {
     compare("forward", "AUTODNN_ALGO_AUTO", y, nchw(K, OH, OW), want, ydims, worst);
     free(perf);
 
-    /* y = relu(conv(x, w) + z + bias): z separate, then z in place in y. */
+    /* y = relu(2 conv(x, w) - z + bias): z separate, then z in place in y. */
     {
         autodnnTensorDescriptor_t bd;
         autodnnActivationDescriptor_t act;
@@ -384,16 +384,17 @@ int main(void) {
         float bias[K];
         for (int k = 0; k < K; k++) bias[k] = (float)(k % 5 - 2);
         for (size_t i = 0; i < yn; i++) {
-            double v = ref[i] + z[i] + bias[(i / (OH * OW)) % K];
+            double v = 2 * ref[i] - z[i] + bias[(i / (OH * OW)) % K];
             want[i] = v > 0 ? v : 0;
         }
+        const float two = 2, minus_one = -1;
         fill_value(y, yn, NAN);
-        CHECK(autodnnConvolutionBiasActivationForward(h, &one, xd, x, wd, w, conv, direct, NULL, 0,
-                                                      &one, yd, z, bd, bias, act, yd, y));
+        CHECK(autodnnConvolutionBiasActivationForward(h, &two, xd, x, wd, w, conv, direct, NULL, 0,
+                                                      &minus_one, yd, z, bd, bias, act, yd, y));
         compare("bias + residual + relu", "direct", y, nchw(K, OH, OW), want, ydims, 0);
         memcpy(y, z, sizeof(float) * yn);
-        CHECK(autodnnConvolutionBiasActivationForward(h, &one, xd, x, wd, w, conv, direct, NULL, 0,
-                                                      &one, yd, y, bd, bias, act, yd, y));
+        CHECK(autodnnConvolutionBiasActivationForward(h, &two, xd, x, wd, w, conv, direct, NULL, 0,
+                                                      &minus_one, yd, y, bd, bias, act, yd, y));
         compare("bias + residual in y + relu", "direct", y, nchw(K, OH, OW), want, ydims, 0);
         CHECK(autodnnDestroyActivationDescriptor(act));
         CHECK(autodnnDestroyTensorDescriptor(bd));
