@@ -7,8 +7,9 @@
 //! (h mod s, w mod s) into s² stride-1 forward problems, each over the taps that reach it
 //! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), each computed
 //! into a packed buffer and added into the strided view of dx its residue is (no zero
-//! insertion). Residues no tap reaches get beta · dx. Leading padding the forward would need negative is a view of dy
-//! that starts later.
+//! insertion). Residues no tap reaches get beta · dx. Leading padding the
+//! forward would need negative is a view of dy that starts later. The scatter runs one
+//! (image, channel) plane per item on the context's threads.
 //!
 //! [`ViaForward`] wraps one forward algorithm this way; it accepts a problem when that
 //! algorithm accepts every sub-problem. The workspace is the largest sub-filter (transposed
@@ -24,7 +25,9 @@ use crate::desc::{
 use crate::error::{Error, Result};
 use crate::op::conv_bwd::{check_problem, scaled};
 use crate::op::{Accuracy, Algorithm, ConvBackwardData, ConvBwdDataInputs, TensorMut};
+use crate::runtime::parallel::SharedOut;
 use crate::runtime::workspace::Carve;
+use rayon::prelude::*;
 
 /// Backward data through a forward algorithm.
 pub(crate) struct ViaForward {
@@ -241,40 +244,70 @@ fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut 
     }
 }
 
-/// dx = alpha · g + beta · dx over the residue of `sub`, with g read from `tmp` (laid out as
-/// `td`), or 0 where no tap reaches the residue (`tmp` None).
+/// dx = alpha · g + beta · dx for every residue at once, g of residue i read from
+/// `tmp[offs[i]..]` (laid out as its forward output), or 0 where no tap reaches the residue:
+/// one item per (image, channel) plane, each dx row written once, its residues' columns
+/// interleaved while the row is in cache.
+#[allow(clippy::too_many_arguments)]
 fn scatter(
+    ctx: &ExecContext<'_>,
     p: &ConvProblem,
-    sub: &Sub,
-    tmp: Option<(&[f32], &TensorDesc)>,
+    subs: &[Sub],
+    offs: &[usize],
+    tmp: &[f32],
     dx: &mut [f32],
     alpha: f32,
     beta: f32,
 ) {
     let xs = p.x().strides();
     let [sh, sw] = p.conv().stride();
-    let [n, c, _, _] = p.x().dims();
-    let (cols, ws) = (sub.aw.count, sw * xs[3]);
-    for b in 0..n {
-        for ch in 0..c {
-            for i in 0..sub.ah.count {
-                let base = sub.dx_off + b * xs[0] + ch * xs[1] + i * sh * xs[2];
-                let row = &mut dx[base..];
-                match tmp {
-                    None => {
-                        for j in 0..cols {
-                            row[j * ws] = scaled(0.0, row[j * ws], alpha, beta);
-                        }
-                    }
-                    Some((t, td)) => {
-                        let (t0, ts) = (td.offset(b, ch, i, 0), td.strides()[3]);
-                        for j in 0..cols {
-                            row[j * ws] = scaled(t[t0 + j * ts], row[j * ws], alpha, beta);
-                        }
+    let [n, c, h, w] = p.x().dims();
+    let nw = sw.min(w);
+    if n * c * h * w == 0 {
+        return;
+    }
+    let out = SharedOut::new(dx);
+    // The last element of dx lies in the buffer (every element below it then does).
+    assert!(p.x().offset(n - 1, c - 1, h - 1, w - 1) < out.len());
+    let plane = |q: usize| {
+        let (b, ch) = (q / c, q % c);
+        for ih in 0..h {
+            let (rho, i) = (ih % sh, ih / sh);
+            for sigma in 0..nw {
+                let sub = &subs[rho * nw + sigma];
+                let cols = sub.aw.count;
+                let row = out
+                    .as_mut_ptr()
+                    .wrapping_add(b * xs[0] + ch * xs[1] + ih * xs[2] + sigma * xs[3]);
+                let ws = sw * xs[3];
+                let src = sub.fwd.as_ref().map(|f| {
+                    let td = f.y();
+                    let t0 = offs[rho * nw + sigma] + td.offset(b, ch, i, 0);
+                    (t0, td.strides()[3])
+                });
+                for j in 0..cols {
+                    let v = src.map_or(0.0, |(t0, ts)| tmp[t0 + j * ts]);
+                    // SAFETY: element (b, ch, ih, sigma + j·sw) of dx (j < cols, the
+                    // residue's column count) is inside dx (its last element is, asserted
+                    // above) and belongs to plane (b, ch) alone: distinct coordinates of a
+                    // valid descriptor never share memory, and each plane is one item.
+                    unsafe {
+                        let d = row.add(j * ws);
+                        *d = if beta == 0.0 {
+                            alpha * v
+                        } else {
+                            scaled(v, *d, alpha, beta)
+                        };
                     }
                 }
             }
         }
+    };
+    if ctx.threads > 1 && n * c > 1 && n * c * h * w >= 1 << 14 {
+        ctx.pool
+            .install(|| (0..n * c).into_par_iter().for_each(plane));
+    } else {
+        (0..n * c).for_each(plane);
     }
 }
 
@@ -305,7 +338,7 @@ fn sizes_of(
             .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
         z.filter = z.filter.max(f.w().elements());
         if strided {
-            z.output = z.output.max(f.y().span());
+            z.output += f.y().span();
         }
         z.inner = z.inner.max(inner.workspace_bytes(f));
     }
@@ -313,12 +346,9 @@ fn sizes_of(
 }
 
 /// The residues of `p` and the run's buffer sizes, or why not.
-fn plan(
-    inner: &dyn ConvAlgorithm,
-    p: &ConvProblem,
-) -> std::result::Result<(Vec<Sub>, Sizes), String> {
+fn plan(via: &ViaForward, p: &ConvProblem) -> std::result::Result<(Vec<Sub>, Sizes), String> {
     let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
-    let z = sizes_of(inner, p, &subs)?;
+    let z = sizes_of(via.inner, p, &subs)?;
     Ok((subs, z))
 }
 
@@ -331,10 +361,10 @@ impl Algorithm<ConvBackwardData> for ViaForward {
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
         check_problem(p, OpKind::ConvBackwardData)?;
-        plan(self.inner, p).map(|_| ())
+        plan(self, p).map(|_| ())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        let Ok((_, z)) = plan(self.inner, p) else {
+        let Ok((_, z)) = plan(self, p) else {
             return 0;
         };
         // Each of the three buffers may start up to ALIGN − 1 bytes in.
@@ -370,7 +400,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let dy = inputs.dy.f32("dy")?;
         let w = inputs.w.f32("w")?;
         let dx = out.f32("dx")?;
-        let (subs, z) = plan(self.inner, p).map_err(|reason| Error::Declined {
+        let (subs, z) = plan(self, p).map_err(|reason| Error::Declined {
             algo: self.name().into(),
             reason,
         })?;
@@ -380,26 +410,34 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let ws = carve.take_aligned::<u8>(z.inner, ALIGN)?;
         let (alpha, beta) = (inputs.alpha, inputs.beta);
         let strided = p.conv().stride() != [1, 1];
-        for sub in &subs {
-            match &sub.fwd {
-                None => scatter(p, sub, None, dx, alpha, beta),
-                Some(f) => {
-                    let wt = &mut wt[..f.w().elements()];
-                    sub_filter(p, sub, f, w, wt);
-                    let dy = &dy[sub.dy_off..];
-                    let wts = AlgoWeights::Plain(wt);
-                    if strided {
-                        let epi = EpilogueArgs::default();
-                        let t = &mut tmp[..f.y().span()];
-                        self.inner.run(ctx, f, dy, wts, t, ws, &epi)?;
-                        scatter(p, sub, Some((t, f.y())), dx, alpha, beta);
-                    } else {
-                        let epi = EpilogueArgs::new(alpha, beta);
-                        self.inner
-                            .run(ctx, f, dy, wts, &mut dx[sub.dx_off..], ws, &epi)?;
-                    }
-                }
+        // Stride s > 1: residue i's output at tmp[offs[i]..], all combined at the end.
+        let mut offs = crate::alloc::try_vec(subs.len(), 0usize, "backward-data residues")?;
+        let mut at = 0;
+        for (o, sub) in offs.iter_mut().zip(&subs) {
+            *o = at;
+            at += sub.fwd.as_ref().map_or(0, |f| f.y().span());
+        }
+        for (sub, &off) in subs.iter().zip(&offs) {
+            let Some(f) = &sub.fwd else { continue };
+            let wt = &mut wt[..f.w().elements()];
+            sub_filter(p, sub, f, w, wt);
+            let dy = &dy[sub.dy_off..];
+            let wts = AlgoWeights::Plain(wt);
+            if strided {
+                let epi = EpilogueArgs::default();
+                let t = &mut tmp[off..off + f.y().span()];
+                self.inner.run(ctx, f, dy, wts, t, ws, &epi)?;
+            } else {
+                let epi = EpilogueArgs::new(alpha, beta);
+                self.inner
+                    .run(ctx, f, dy, wts, &mut dx[sub.dx_off..], ws, &epi)?;
             }
+        }
+        if strided {
+            scatter(ctx, p, &subs, &offs, tmp, dx, alpha, beta);
+        } else if subs.iter().any(|s| s.fwd.is_none()) {
+            // Stride 1 with no tap reaching dx (a kernel wholly in the padding): beta · dx.
+            scatter(ctx, p, &subs, &offs, tmp, dx, alpha, beta);
         }
         Ok(())
     }

@@ -101,10 +101,11 @@ impl Handle {
     /// let mut dw = vec![0.0f32; p.w().elements()];
     /// h.conv_backward_data_auto(&p, &dy, &w, &mut dx, 1.0, 0.0)?; // dx = conv_bwd_data(dy, w)
     /// h.conv_backward_filter_auto(&p, &x, &dy, &mut dw, 1.0, 1.0)?; // dw += conv_bwd_filter(x, dy)
-    /// // An interior pixel of dx sees all 16 output channels through all 9 taps.
-    /// assert_eq!(dx[5 * 14 + 5], 144.0);
+    /// // An interior pixel of dx sees all 16 output channels through all 9 taps. (The
+    /// // selection may pick a Winograd algorithm: equal within its documented bound.)
+    /// assert!((dx[5 * 14 + 5] - 144.0).abs() < 1e-3);
     /// // Each filter tap sums one image row band: the centre tap sees every pixel of both images.
-    /// assert_eq!(dw[4], 2.0 * 14.0 * 14.0);
+    /// assert!((dw[4] - 2.0 * 14.0 * 14.0).abs() < 1e-3);
     /// # Ok::<(), autodnn::Error>(())
     /// ```
     ///

@@ -115,4 +115,10 @@ impl SharedOut<'_> {
     pub(crate) fn as_mut_ptr(&self) -> *mut f32 {
         self.ptr
     }
+
+    /// Elements of the borrowed slice.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }

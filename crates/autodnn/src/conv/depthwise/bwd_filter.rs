@@ -135,8 +135,11 @@ fn flattened(
                 let base = xd.offset(b, c, ih as usize, 0);
                 let first = base + ((j_lo as i64 * swi + shift) as usize) * xs3;
                 let step = sw * xs3;
+                let len = j_hi - j_lo;
                 if step == 1 {
-                    row[j_lo..j_hi].copy_from_slice(&x[first..first + (j_hi - j_lo)]);
+                    row[j_lo..j_hi].copy_from_slice(&x[first..first + len]);
+                } else if step == 2 {
+                    every_other(&mut row[j_lo..j_hi], &x[first..first + 2 * len - 1]);
                 } else {
                     for (q, d) in row[j_lo..j_hi].iter_mut().enumerate() {
                         *d = x[first + q * step];
@@ -167,6 +170,23 @@ fn flattened(
         }
     }
     lane_sums(&acc)
+}
+
+/// dst\[q\] = src\[2q\] (`src` holds 2·len − 1), in chunks of [`LANES`] that vectorise as
+/// two loads and a permute.
+#[inline(always)]
+fn every_other(dst: &mut [f32], src: &[f32]) {
+    let (dc, _) = dst.as_chunks_mut::<LANES>();
+    let (sc, _) = src.as_chunks::<{ 2 * LANES }>();
+    let full = dc.len().min(sc.len());
+    for (d, s) in dc.iter_mut().zip(sc) {
+        for l in 0..LANES {
+            d[l] = s[2 * l];
+        }
+    }
+    for q in full * LANES..dst.len() {
+        dst[q] = src[2 * q];
+    }
 }
 
 /// Each accumulator's lanes added in order.

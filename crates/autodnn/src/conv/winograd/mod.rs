@@ -66,6 +66,7 @@
 //! 28×28 layers, F(4×4) on 14×14 and F(2×2) on 7×7 with 512 channels.
 
 mod bwd_data;
+mod bwd_filter;
 mod f2x2;
 mod f4x4;
 mod f6x6;
@@ -88,6 +89,7 @@ use crate::simd::Token;
 use simd::{micro_kernel_n, Family, Scalar, Simd, CB, KP};
 
 pub(crate) use bwd_data::{WINOGRAD_2X2_BWD_DATA, WINOGRAD_4X4_BWD_DATA, WINOGRAD_6X6_BWD_DATA};
+pub(crate) use bwd_filter::{WINOGRAD_2X2_BWD_FILTER, WINOGRAD_4X4_BWD_FILTER};
 pub(crate) use f2x2::F2x2;
 pub(crate) use f4x4::F4x4;
 pub(crate) use f6x6::F6x6;
@@ -140,8 +142,8 @@ pub(crate) trait Tile: Send + Sync + 'static {
     const BT: &'static [&'static [f64]];
     /// G, A × 3.
     const G: &'static [[f64; 3]];
-    /// Aᵀ, M × A (the butterflies of `output_1d` compute it; tests check they agree).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Aᵀ, M × A (the butterflies of `output_1d` compute it; tests check they agree; the
+    /// backward filter's dy transform applies its transpose from the data).
     const AT: &'static [&'static [f64]];
     /// Bᵀ·d for the first A entries of `d` (the rest are ignored and returned as anything).
     fn input_1d<S: Simd>(s: S, d: &[S::V; 8]) -> [S::V; 8];
@@ -226,6 +228,12 @@ pub(crate) struct Plan {
 impl Plan {
     /// The plan for a problem `check` accepts; `None` when a size overflows.
     fn new(p: &ConvProblem, m: usize) -> Option<Plan> {
+        Plan::with_block_bytes(p, m, block_bytes())
+    }
+
+    /// As [`Plan::new`], with blocks of tiles whose transformed input and products take about
+    /// `budget` bytes.
+    fn with_block_bytes(p: &ConvProblem, m: usize, budget: usize) -> Option<Plan> {
         let a = m + 2;
         let pos = a * a;
         let (c, k) = (p.c_per_group(), p.k_per_group());
@@ -240,9 +248,7 @@ impl Plan {
         let kpn = k.div_ceil(KP);
         let kpp = kpn.checked_mul(KP)?;
         let per_tile = pos.checked_mul(cp.checked_add(kpp)?)?.checked_mul(4)?;
-        let nb = (block_bytes() / per_tile)
-            .max(MIN_BLOCK_TILES)
-            .min(all_tiles);
+        let nb = (budget / per_tile).max(MIN_BLOCK_TILES).min(all_tiles);
         let nblocks = all_tiles.div_ceil(nb);
         let nb = all_tiles.div_ceil(nblocks);
         let xc_cols = nb.min(tw) * m + a - m;
@@ -329,6 +335,27 @@ impl Plan {
     }
 }
 
+/// The geometry every tile size takes: a 3×3 kernel at stride 1 without dilation.
+fn check_geometry(p: &ConvProblem) -> std::result::Result<(), String> {
+    let (r, s) = (p.w().r(), p.w().s());
+    if (r, s) != (3, 3) {
+        return Err(format!("needs a 3x3 kernel, got {r}x{s}"));
+    }
+    let [sh, sw] = p.conv().stride();
+    if (sh, sw) != (1, 1) {
+        return Err(format!(
+            "needs stride 1 (the transforms take unit-step windows), got {sh}x{sw}"
+        ));
+    }
+    let [dh, dw] = p.conv().dilation();
+    if (dh, dw) != (1, 1) {
+        return Err(format!(
+            "needs a dense kernel (dilation 1), got dilation {dh}x{dw}"
+        ));
+    }
+    Ok(())
+}
+
 impl<T: Tile> Winograd<T> {
     fn plan(&self, p: &ConvProblem) -> Result<Plan> {
         Plan::new(p, T::M).ok_or_else(|| Error::overflow(T::NAME, "workspace size"))
@@ -341,22 +368,7 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
     }
 
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
-        let (r, s) = (p.w().r(), p.w().s());
-        if (r, s) != (3, 3) {
-            return Err(format!("needs a 3x3 kernel, got {r}x{s}"));
-        }
-        let [sh, sw] = p.conv().stride();
-        if (sh, sw) != (1, 1) {
-            return Err(format!(
-                "needs stride 1 (the transforms take unit-step windows), got {sh}x{sw}"
-            ));
-        }
-        let [dh, dw] = p.conv().dilation();
-        if (dh, dw) != (1, 1) {
-            return Err(format!(
-                "needs a dense kernel (dilation 1), got dilation {dh}x{dw}"
-            ));
-        }
+        check_geometry(p)?;
         match Plan::new(p, T::M).and_then(|pl| pl.workspace_bytes()) {
             Some(b) if b <= isize::MAX as usize => Ok(()),
             _ => Err("the workspace size overflows".into()),

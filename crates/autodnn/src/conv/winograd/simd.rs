@@ -11,6 +11,7 @@
 //! an 8-lane family handles a block as two halves. The packed layouts (and so prepared
 //! weights) are therefore the same under every instruction-set cap.
 
+use super::bwd_filter::{self, DyArgs, FilterOutArgs, ProductArgs};
 use super::{self as winograd, FilterArgs, InputArgs, OutputArgs, Tile};
 pub(crate) use crate::simd::Scalar;
 use crate::simd::Token;
@@ -101,6 +102,12 @@ pub(crate) trait Family: Simd {
     fn output_item<T: Tile>(self, a: &OutputArgs<'_>, u: &[f32], kp: usize, m: &mut [f32]);
     /// Transforms the filter of one panel of output channels (plain calls).
     fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]);
+    /// Backward filter: transforms the dy tiles of one chunk of a block.
+    fn bwdw_dy_item<T: Tile>(self, a: &DyArgs<'_>, q: usize, u: &mut [f32], dyc: &mut [f32]);
+    /// Backward filter: the products of one transform position over one block.
+    fn bwdw_product_item(self, a: &ProductArgs<'_>, xi: usize, m: &mut [f32]);
+    /// Backward filter: transforms back and stores one output channel's filters.
+    fn bwdw_filter_item<T: Tile>(self, a: &FilterOutArgs<'_>, k: usize, d: &mut [f32]);
 }
 
 macro_rules! family_entries {
@@ -143,6 +150,42 @@ macro_rules! family_entries {
                 }
                 // SAFETY: as above.
                 unsafe { inner::<T>(self, a, u) }
+            }
+            fn bwdw_dy_item<T: Tile>(
+                self,
+                a: &DyArgs<'_>,
+                q: usize,
+                u: &mut [f32],
+                dyc: &mut [f32],
+            ) {
+                #[target_feature(enable = $features)]
+                fn inner<T: Tile>(
+                    s: $ty,
+                    a: &DyArgs<'_>,
+                    q: usize,
+                    u: &mut [f32],
+                    dyc: &mut [f32],
+                ) {
+                    bwd_filter::dy_item::<$ty, T>(s, a, q, u, dyc)
+                }
+                // SAFETY: as above.
+                unsafe { inner::<T>(self, a, q, u, dyc) }
+            }
+            fn bwdw_product_item(self, a: &ProductArgs<'_>, xi: usize, m: &mut [f32]) {
+                #[target_feature(enable = $features)]
+                fn inner(s: $ty, a: &ProductArgs<'_>, xi: usize, m: &mut [f32]) {
+                    bwd_filter::product_item::<$ty>(s, a, xi, m)
+                }
+                // SAFETY: as above.
+                unsafe { inner(self, a, xi, m) }
+            }
+            fn bwdw_filter_item<T: Tile>(self, a: &FilterOutArgs<'_>, k: usize, d: &mut [f32]) {
+                #[target_feature(enable = $features)]
+                fn inner<T: Tile>(s: $ty, a: &FilterOutArgs<'_>, k: usize, d: &mut [f32]) {
+                    bwd_filter::filter_out_item::<$ty, T>(s, a, k, d)
+                }
+                // SAFETY: as above.
+                unsafe { inner::<T>(self, a, k, d) }
             }
         }
     };
@@ -222,6 +265,15 @@ impl Family for Scalar {
     }
     fn filter_item<T: Tile>(self, a: &FilterArgs<'_>, u: &mut [f32]) {
         winograd::filter_item::<Self, T>(self, a, u)
+    }
+    fn bwdw_dy_item<T: Tile>(self, a: &DyArgs<'_>, q: usize, u: &mut [f32], dyc: &mut [f32]) {
+        bwd_filter::dy_item::<Self, T>(self, a, q, u, dyc)
+    }
+    fn bwdw_product_item(self, a: &ProductArgs<'_>, xi: usize, m: &mut [f32]) {
+        bwd_filter::product_item::<Self>(self, a, xi, m)
+    }
+    fn bwdw_filter_item<T: Tile>(self, a: &FilterOutArgs<'_>, k: usize, d: &mut [f32]) {
+        bwd_filter::filter_out_item::<Self, T>(self, a, k, d)
     }
 }
 
@@ -334,7 +386,8 @@ mod avx512 {
         }
     }
 
-    use super::{winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile, CB};
+    use super::{bwd_filter, winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile, CB};
+    use super::{DyArgs, FilterOutArgs, ProductArgs};
 
     /// Transposes 16 vectors: output q holds element q of every input, in order.
     #[inline(always)]
