@@ -9,8 +9,11 @@
   call of `autodnn.conv2d(x, w, out=y)` against the same Rust call looped in Rust.
 
 Each figure is the median of several runs, the two sides interleaved. Thread counts are set
-for both libraries (torch.set_num_threads and the autodnn handle). Nothing is downloaded
-(random weights).
+for both libraries (torch.set_num_threads and the autodnn handle). `--torch-threads N` runs
+PyTorch's own operators (batch norm, pooling, the loss, ...) on N threads on the autodnn
+side only (default: as many as autodnn's): on a machine with as many cores as threads,
+PyTorch's OpenMP workers spin-wait between operators and take the cores autodnn's workers
+need. Nothing is downloaded (random weights).
 
     python bench/torch_e2e.py                # 224x224, 1 and 2 threads
     python bench/torch_e2e.py --size 64 --runs 3 --threads 1   # a quick check
@@ -50,18 +53,33 @@ def interleaved(fa, fb, runs):
     return statistics.median(ta), statistics.median(tb)
 
 
-def inference(name, size, threads, runs, handle):
+def with_torch_threads(fn, n):
+    """fn run with PyTorch's operators on n threads (None: unchanged)."""
+    if n is None:
+        return fn
+
+    def run():
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        try:
+            fn()
+        finally:
+            torch.set_num_threads(old)
+    return run
+
+
+def inference(name, size, threads, runs, handle, torch_threads=None):
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(weights=None).eval()
     a = at.convert(copy.deepcopy(m), inference=True, handle=handle)
     x = torch.randn(1, 3, size, size)
     with torch.no_grad():
         a(x)  # selection (timed once per layer, then cached)
-        tt, ta = interleaved(lambda: m(x), lambda: a(x), runs)
+        tt, ta = interleaved(lambda: m(x), with_torch_threads(lambda: a(x), torch_threads), runs)
     return tt, ta
 
 
-def training(size, threads, runs, handle, batch=8):
+def training(size, threads, runs, handle, batch=8, torch_threads=None):
     torch.manual_seed(0)
     m = torchvision.models.resnet50(weights=None).train()
     a = at.convert(copy.deepcopy(m), handle=handle)
@@ -78,7 +96,7 @@ def training(size, threads, runs, handle, batch=8):
     om = torch.optim.SGD(m.parameters(), lr=1e-3)
     oa = torch.optim.SGD(a.parameters(), lr=1e-3)
     step(a, oa)()  # selection of every direction's algorithm
-    return interleaved(step(m, om), step(a, oa), runs)
+    return interleaved(step(m, om), with_torch_threads(step(a, oa), torch_threads), runs)
 
 
 def overhead_us(handle, reps=20000):
@@ -110,6 +128,8 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--cache", default=None, help="tuning cache file (default: in memory)")
+    ap.add_argument("--torch-threads", type=int, default=None,
+                    help="PyTorch's threads on the autodnn side (default: the same count)")
     args = ap.parse_args()
 
     rows = []
@@ -117,10 +137,11 @@ def main():
         torch.set_num_threads(t)
         h = autodnn.Handle(threads=t, cache=args.cache)
         for name in ("resnet50", "mobilenet_v2"):
-            tt, ta = inference(name, args.size, t, args.runs, h)
+            tt, ta = inference(name, args.size, t, args.runs, h, args.torch_threads)
             rows.append((f"{name} inference b1 {args.size}px", t, tt, ta))
         if not args.skip_training:
-            tt, ta = training(args.size, t, max(3, args.runs // 2), h)
+            tt, ta = training(args.size, t, max(3, args.runs // 2), h,
+                              torch_threads=args.torch_threads)
             rows.append((f"resnet50 train step b8 {args.size}px", t, tt, ta))
         h.save_cache()
 
