@@ -166,10 +166,33 @@ impl FrameEpilogue<'_> {
     /// (i0 + i, j0 + j); `col(j)` returns column j of the tile as a mutable strided view.
     /// Compiled inside each kernel family's `target_feature` wrapper, so the column loops
     /// vectorise for that family.
+    ///
+    /// The activation is matched once per tile, outside the loops: each common one (none,
+    /// relu, clip) gets loops of its own in which `Activation::apply` folds to a constant
+    /// variant, so that they vectorise (with the match inside, they ran element by element:
+    /// the epilogue took more time than the products on MobileNet v2's 1x1 layers).
     #[inline(always)]
     pub fn apply_tile(&self, tile: &mut TileView<'_>, i0: usize, j0: usize) {
+        match self.act {
+            Activation::None => self.apply_tile_with(tile, i0, j0, |v| Activation::None.apply(v)),
+            Activation::Relu => self.apply_tile_with(tile, i0, j0, |v| Activation::Relu.apply(v)),
+            Activation::Clip { lo, hi } => {
+                self.apply_tile_with(tile, i0, j0, move |v| Activation::Clip { lo, hi }.apply(v))
+            }
+            a => self.apply_tile_with(tile, i0, j0, move |v| a.apply(v)),
+        }
+    }
+
+    /// [`FrameEpilogue::apply_tile`] with the activation `act`.
+    #[inline(always)]
+    fn apply_tile_with(
+        &self,
+        tile: &mut TileView<'_>,
+        i0: usize,
+        j0: usize,
+        act: impl Fn(f32) -> f32 + Copy,
+    ) {
         let (m, n) = (tile.m, tile.n);
-        let act = self.act;
         for j in 0..n {
             let cb = self.col_bias.map_or(0.0, |b| b[j0 + j]);
             let rb = self.row_bias.map(|b| &b[i0..i0 + m]);
@@ -181,28 +204,28 @@ impl FrameEpilogue<'_> {
                 match (rb, res) {
                     (Some(rb), Some((d, base, 1))) => {
                         for ((c, b), r) in col.iter_mut().zip(rb).zip(&d[base..base + m]) {
-                            *c = act.apply(*c + *b + cb + *r);
+                            *c = act(*c + *b + cb + *r);
                         }
                     }
                     (None, Some((d, base, 1))) => {
                         for (c, r) in col.iter_mut().zip(&d[base..base + m]) {
-                            *c = act.apply(*c + cb + *r);
+                            *c = act(*c + cb + *r);
                         }
                     }
                     (Some(rb), None) => {
                         for (c, b) in col.iter_mut().zip(rb) {
-                            *c = act.apply(*c + *b + cb);
+                            *c = act(*c + *b + cb);
                         }
                     }
                     (None, None) => {
                         for c in col.iter_mut() {
-                            *c = act.apply(*c + cb);
+                            *c = act(*c + cb);
                         }
                     }
                     (rb, Some((d, base, rs))) => {
                         for (i, c) in col.iter_mut().enumerate() {
                             let b = rb.map_or(0.0, |rb| rb[i]);
-                            *c = act.apply(*c + b + cb + d[base + i * rs]);
+                            *c = act(*c + b + cb + d[base + i * rs]);
                         }
                     }
                 }
@@ -211,7 +234,7 @@ impl FrameEpilogue<'_> {
                     let b = rb.map_or(0.0, |rb| rb[i]);
                     let r = res.map_or(0.0, |(d, base, rs)| d[base + i * rs]);
                     let c = tile.get_mut(i, j);
-                    *c = act.apply(*c + b + cb + r);
+                    *c = act(*c + b + cb + r);
                 }
             }
         }
