@@ -6,15 +6,15 @@
 //! K/g inputs), padded by d·(R − 1) − pt. For stride s > 1 the outputs split by residue
 //! (h mod s, w mod s) into s² stride-1 forward problems, each over the taps that reach it
 //! (a sub-filter of every (s / gcd(s, d))-th tap, dilation d / gcd(s, d)), each computed
-//! into a packed buffer and added into the strided view of dx its residue is (no zero
-//! insertion). Residues no tap reaches get beta · dx. Leading padding the
-//! forward would need negative is a view of dy that starts later. The scatter runs one
-//! (image, channel) plane per item on the context's threads.
+//! into a packed buffer of its own (no zero insertion); then one pass writes every dx row
+//! once, its residues' columns interleaved while the row is in cache, one (image, channel)
+//! plane per item on the context's threads. Residues no tap reaches get beta · dx. Leading
+//! padding the forward would need negative is a view of dy that starts later.
 //!
 //! [`ViaForward`] wraps one forward algorithm this way; it accepts a problem when that
 //! algorithm accepts every sub-problem. The workspace is the largest sub-filter (transposed
-//! and rotated into it before each sub-problem runs), for stride s > 1 the largest
-//! residue's output, and the largest workspace the forward algorithm needs for a
+//! and rotated into it before each sub-problem runs), for stride s > 1 the sum of the
+//! residues' outputs, and the largest workspace the forward algorithm needs for a
 //! sub-problem.
 
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES};
