@@ -344,6 +344,33 @@ fn heuristic<O: Registry>(h: &Handle, p: &ConvProblem) -> R<Vec<autodnnConvoluti
     Ok(h.get::<O>(p)?.iter().map(record_of_ranked::<O>).collect())
 }
 
+/// Runs `O` with the chosen algorithm on the caller's workspace, or (`None`: AUTO) with the
+/// handle's selection and its own workspace.
+///
+/// # Safety
+/// `ws` is valid for `bytes` bytes, or null with `bytes` 0 (the caller's contract).
+unsafe fn run_chosen<O: Registry>(
+    h: &Handle,
+    p: &ConvProblem,
+    algo: Option<&str>,
+    inputs: &O::Inputs<'_>,
+    out: &mut O::Output<'_>,
+    ws: *mut c_void,
+    bytes: usize,
+) -> R<()> {
+    match algo {
+        None => {
+            h.run::<O>(p, inputs, out)?;
+        }
+        Some(name) => {
+            // SAFETY: the caller's contract for ws and bytes.
+            let ws = unsafe { workspace(ws, bytes)? };
+            h.run_algorithm::<O>(p, name, inputs, out, ws)?;
+        }
+    }
+    Ok(())
+}
+
 fn workspace_size<O: Registry>(h: &Handle, p: &ConvProblem, algo: c_int) -> R<usize> {
     match algo_name::<O>(algo)? {
         None => Ok(0),
@@ -909,16 +936,15 @@ pub unsafe extern "C" fn autodnnConvolutionBackwardData(
             let inputs = ConvBwdDataInputs::new(floats(dy, dys, "dy")?, floats(w, ws_, "w")?)
                 .scaled(alpha, beta);
             let mut dx = TensorMut::F32(floats_mut(dx, dxs, "dx")?);
-            match algo {
-                None => {
-                    h.run::<ConvBackwardData>(&p, &inputs, &mut dx)?;
-                }
-                Some(name) => {
-                    let ws = workspace(workSpace, workSpaceSizeInBytes)?;
-                    h.run_algorithm::<ConvBackwardData>(&p, name, &inputs, &mut dx, ws)?;
-                }
-            }
-            Ok(())
+            run_chosen::<ConvBackwardData>(
+                &h,
+                &p,
+                algo,
+                &inputs,
+                &mut dx,
+                workSpace,
+                workSpaceSizeInBytes,
+            )
         }
     })
 }
@@ -1042,16 +1068,15 @@ pub unsafe extern "C" fn autodnnConvolutionBackwardFilter(
             let inputs = ConvBwdFilterInputs::new(floats(x, xs, "x")?, floats(dy, dys, "dy")?)
                 .scaled(alpha, beta);
             let mut dw = TensorMut::F32(floats_mut(dw, dws, "dw")?);
-            match algo {
-                None => {
-                    h.run::<ConvBackwardFilter>(&p, &inputs, &mut dw)?;
-                }
-                Some(name) => {
-                    let ws = workspace(workSpace, workSpaceSizeInBytes)?;
-                    h.run_algorithm::<ConvBackwardFilter>(&p, name, &inputs, &mut dw, ws)?;
-                }
-            }
-            Ok(())
+            run_chosen::<ConvBackwardFilter>(
+                &h,
+                &p,
+                algo,
+                &inputs,
+                &mut dw,
+                workSpace,
+                workSpaceSizeInBytes,
+            )
         }
     })
 }

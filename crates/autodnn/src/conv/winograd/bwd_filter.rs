@@ -38,7 +38,7 @@ use std::marker::PhantomData;
 use rayon::prelude::*;
 
 use super::simd::{Family, Scalar, Simd, CB};
-use super::{for_chunks2, F2x2, F4x4, InputArgs, Plan, Tile, ALIGN};
+use super::{carve_floats, for_chunks2, F2x2, F4x4, InputArgs, Plan, Tile, ALIGN};
 use crate::conv::{default_cost_features, ExecContext};
 use crate::desc::{ConvMode, ConvProblem, OpKind};
 use crate::error::{Error, Result};
@@ -46,7 +46,6 @@ use crate::op::conv_bwd::{check_problem, scaled};
 use crate::op::{
     Accuracy, Algorithm, ConvBackwardFilter, ConvBwdFilterInputs, TensorMut, COST_FEATURES,
 };
-use crate::runtime::Carve;
 use crate::simd::Token;
 
 /// Bytes of U and V a block of tiles takes while M fits a 1 MiB L2 cache (the forward's
@@ -286,21 +285,7 @@ fn frame<S: Family, T: Tile>(
 ) -> Result<()> {
     let plan = a.plan;
     let fw = &plan.fw;
-    let floats = plan
-        .floats()
-        .ok_or_else(|| Error::overflow("workspace", "size"))?;
-    let need = plan
-        .workspace_bytes()
-        .ok_or_else(|| Error::overflow("workspace", "size"))?;
-    if workspace.len() < need {
-        return Err(Error::BufferTooSmall {
-            field: "workspace".into(),
-            needed: need,
-            got: workspace.len(),
-        });
-    }
-    workspace[need - 1] = 0;
-    let buf = Carve::new(&mut workspace[..need - 1]).take_aligned::<f32>(floats, ALIGN)?;
+    let buf = carve_floats(plan.floats(), plan.workspace_bytes(), workspace)?;
     let (xc, rest) = buf.split_at_mut(fw.xc_len);
     let (v, rest) = rest.split_at_mut(plan.v_len);
     let (u, rest) = rest.split_at_mut(plan.u_len);

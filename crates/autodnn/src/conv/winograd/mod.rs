@@ -463,12 +463,14 @@ fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<&'d [f32]> {
 /// of the reported size as used, so that the high-water mark is the reported size whatever
 /// the alignment of `ws`.
 fn carve<'w>(plan: &Plan, ws: &'w mut [u8]) -> Result<&'w mut [f32]> {
-    let floats = plan
-        .floats()
-        .ok_or_else(|| Error::overflow("workspace", "size"))?;
-    let need = plan
-        .workspace_bytes()
-        .ok_or_else(|| Error::overflow("workspace", "size"))?;
+    carve_floats(plan.floats(), plan.workspace_bytes(), ws)
+}
+
+/// [`carve`] for any frame: `floats` aligned floats out of a workspace of `need` bytes
+/// (`None`: a size overflowed).
+fn carve_floats(floats: Option<usize>, need: Option<usize>, ws: &mut [u8]) -> Result<&mut [f32]> {
+    let floats = floats.ok_or_else(|| Error::overflow("workspace", "size"))?;
+    let need = need.ok_or_else(|| Error::overflow("workspace", "size"))?;
     if ws.len() < need {
         return Err(Error::BufferTooSmall {
             field: "workspace".into(),
