@@ -6,6 +6,7 @@ use autodnn::conv::{self, Accuracy, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, DataType, Error, Handle};
 
+use crate::conv_backward;
 use crate::input::int_data;
 
 /// Problems whose tensors each hold at most this many elements (spans included) are run.
@@ -45,12 +46,14 @@ pub fn is_small(p: &ConvProblem) -> bool {
         && p.flops() <= RUN_MAX_FLOPS
 }
 
-/// Checks, workspace queries, cost features and the heuristic ranking of `p` (for every
-/// problem, however large: they must be cheap), then, for small f32 problems without an
-/// epilogue, runs every accepting algorithm on integer data against `direct` and `direct`
-/// against the f64 reference.
+/// Checks, workspace queries, cost features and the heuristic ranking of `p` in the forward
+/// and the three backward operations (for every problem, however large: they must be cheap),
+/// then, for small f32 problems without an epilogue, runs every accepting algorithm of one
+/// operation (picked by `seed`) on integer data against `direct` and `direct` against the
+/// f64 reference.
 pub fn check_problem(p: &ConvProblem, h: &Handle, seed: u64) {
     let accepted = queries(p, h);
+    conv_backward::queries(p, h);
     if !is_small(p) || !p.epilogue().is_none() {
         return;
     }
@@ -63,7 +66,17 @@ pub fn check_problem(p: &ConvProblem, h: &Handle, seed: u64) {
         assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
         return;
     }
-    run_all(p, h, seed, &accepted);
+    match (seed % 4) as usize {
+        0 => run_all(p, h, seed, &accepted),
+        k => conv_backward::run_all(
+            p,
+            conv_backward::OPS[k - 1],
+            h,
+            seed,
+            (seed >> 8) & 1 == 1,
+            p.flops() <= FULL_RUN_MAX_FLOPS,
+        ),
+    }
 }
 
 /// The names of the algorithms that accept `p`, after checking the queries of every one.

@@ -6,6 +6,7 @@
 //! `fuzz/` call them; `tests/replay.rs` feeds them the committed corpora and regressions.
 
 pub mod cache_file;
+pub mod conv_backward;
 pub mod conv_checks;
 pub mod cost_model_file;
 pub mod descriptors;

@@ -26,7 +26,8 @@
 //!   [`Error::OutOfMemory`] by [`crate::Handle::with_threads`];
 //! - error messages, log lines and names;
 //! - selection bookkeeping sized by the number of registered algorithms or threads
-//!   (rankings, chains, timing records, fallback events, the GEMM split's counters);
+//!   (rankings, chains, timing records, fallback events, the GEMM split's counters), and
+//!   the backward-data residue list (at most 64 entries, made by checks too);
 //! - the tuning cache's entries (one per distinct problem) and the cost model (read once);
 //! - `PreparedWeights::clone` (the `Clone` trait cannot fail; the caller asks for it);
 //! - the f64 [`crate::reference`] (a test oracle) and the command-line tool.

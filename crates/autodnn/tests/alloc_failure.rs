@@ -12,8 +12,12 @@ use autodnn::alloc::FailNth;
 use autodnn::conv::{self, Accuracy, Activation, Epilogue, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
 use autodnn::gemm::GemmDesc;
+use autodnn::op::{
+    Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
+    ConvBwdDataInputs, ConvBwdFilterInputs, Registered, TensorMut,
+};
 use autodnn::select::Policy;
-use autodnn::{reference, ConvProblem, Error, Handle, Layout};
+use autodnn::{reference, ConvProblem, Error, Handle, Layout, OpKind};
 use common::{assert_accurate, int_data, problem};
 
 /// True for an out-of-memory error, or a fallback chain that failed for want of memory only.
@@ -282,6 +286,145 @@ fn conv_sweeps(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals, covered: &
     }
 }
 
+/// One backward operation's sweeps: every accepting algorithm of its registry, then the
+/// automatic call through the fallback chain. `call(algo)` runs it (`None`: automatic) and
+/// returns the output with the algorithm that ran; the output is checked against `want`
+/// (the oracle with beta's share of the prior output added).
+fn backward_sweeps<O>(
+    what: &str,
+    p: &ConvProblem,
+    want: &[f64],
+    t: &mut Totals,
+    covered: &mut Vec<String>,
+    call: impl Fn(Option<&str>) -> autodnn::Result<(Vec<f32>, &'static str)>,
+) where
+    O: Registered<Problem = ConvProblem>,
+{
+    let check = |(out, algo): &(Vec<f32>, &'static str), label: &str| {
+        let a = O::algorithms().iter().find(|a| a.name() == *algo).unwrap();
+        let max = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        let tol = a.accuracy().integer_tolerance() * max;
+        for (o, (&got, &w)) in out.iter().zip(want).enumerate() {
+            let d = (f64::from(got) - w).abs();
+            assert!(
+                d <= tol,
+                "{label} ({algo}): element {o} is {got}, the oracle {w}"
+            );
+        }
+    };
+    // A call that allocates nothing (direct without workspace, beta = 0) has nothing to fail.
+    let swept = |label: String, algo: Option<&str>, t: &mut Totals| {
+        FailNth::count();
+        let out = call(algo).unwrap_or_else(|e| panic!("{label}: {e}"));
+        check(&out, &label);
+        if FailNth::allocations() > 0 {
+            sweep(&label, t, algo.is_none(), || call(algo), check);
+        }
+    };
+    for a in O::algorithms() {
+        if a.check(p).is_err() {
+            continue;
+        }
+        let key = format!("{} {}", O::NAME, a.name());
+        if !covered.contains(&key) {
+            covered.push(key);
+        }
+        swept(format!("{what} {}", a.name()), Some(a.name()), t);
+    }
+    swept(format!("{what} auto"), None, t);
+}
+
+/// The backward operations (data, filter, bias) of every case's geometry, each algorithm and
+/// the automatic call, with beta = the case's (the prior output read back).
+fn backward_all(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals, covered: &mut Vec<String>) {
+    for (i, c) in cases.iter().enumerate() {
+        // The forward case's geometry (backward operations fuse no epilogue).
+        let fwd = c.p.with_epilogue(Epilogue::default());
+        let beta = c.beta;
+        let scaled = |g: Vec<f64>, prior: &[f32]| -> Vec<f64> {
+            g.iter()
+                .zip(prior)
+                .map(|(&g, &o)| g + f64::from(beta) * f64::from(o))
+                .collect()
+        };
+        let dy = int_data(fwd.y().span(), 40 + i as u64);
+        let what = format!("{tag} case {i}");
+
+        let p = fwd.for_op(OpKind::ConvBackwardData).unwrap();
+        let prior = int_data(p.x().span(), 50 + i as u64);
+        let want = scaled(
+            reference::conv_backward_data(&p, &dy, &c.w).unwrap(),
+            &prior,
+        );
+        backward_sweeps::<ConvBackwardData>(&format!("{what} bwd_d"), &p, &want, t, covered, |a| {
+            let mut dx = prior.clone();
+            let inputs = ConvBwdDataInputs::new(&dy, &c.w).scaled(1.0, beta);
+            let mut out = TensorMut::F32(&mut dx);
+            let algo = match a {
+                Some(a) => {
+                    h.run_algorithm::<ConvBackwardData>(&p, a, &inputs, &mut out, None)?;
+                    a
+                }
+                None => h.run::<ConvBackwardData>(&p, &inputs, &mut out)?.algo,
+            };
+            Ok((dx, find::<ConvBackwardData>(algo)))
+        });
+
+        let p = fwd.for_op(OpKind::ConvBackwardFilter).unwrap();
+        let prior = int_data(p.w().elements(), 60 + i as u64);
+        let want = scaled(
+            reference::conv_backward_filter(&p, &c.x, &dy).unwrap(),
+            &prior,
+        );
+        backward_sweeps::<ConvBackwardFilter>(
+            &format!("{what} bwd_w"),
+            &p,
+            &want,
+            t,
+            covered,
+            |a| {
+                let mut dw = prior.clone();
+                let inputs = ConvBwdFilterInputs::new(&c.x, &dy).scaled(1.0, beta);
+                let mut out = TensorMut::F32(&mut dw);
+                let algo = match a {
+                    Some(a) => {
+                        h.run_algorithm::<ConvBackwardFilter>(&p, a, &inputs, &mut out, None)?;
+                        a
+                    }
+                    None => h.run::<ConvBackwardFilter>(&p, &inputs, &mut out)?.algo,
+                };
+                Ok((dw, find::<ConvBackwardFilter>(algo)))
+            },
+        );
+
+        let p = fwd.for_op(OpKind::ConvBackwardBias).unwrap();
+        let prior = int_data(p.w().k(), 70 + i as u64);
+        let want = scaled(reference::conv_backward_bias(&p, &dy).unwrap(), &prior);
+        backward_sweeps::<ConvBackwardBias>(&format!("{what} bwd_b"), &p, &want, t, covered, |a| {
+            let mut db = prior.clone();
+            let inputs = ConvBwdBiasInputs::new(&dy).scaled(1.0, beta);
+            let mut out = TensorMut::F32(&mut db);
+            let algo = match a {
+                Some(a) => {
+                    h.run_algorithm::<ConvBackwardBias>(&p, a, &inputs, &mut out, None)?;
+                    a
+                }
+                None => h.run::<ConvBackwardBias>(&p, &inputs, &mut out)?.algo,
+            };
+            Ok((db, find::<ConvBackwardBias>(algo)))
+        });
+    }
+}
+
+/// The registered name `name` of operation `O`, with the registry's lifetime.
+fn find<O: Registered>(name: &str) -> &'static str {
+    O::algorithms()
+        .iter()
+        .find(|a| a.name() == name)
+        .map(|a| a.name())
+        .unwrap()
+}
+
 /// Handle::gemm (transposed A, padded C) and a strided batch, on integer data: exact. On
 /// several threads, products long enough for every thread to take blocks of C (`split`),
 /// and with `large` one big enough for the threads to share packed B panels.
@@ -403,6 +546,7 @@ fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error()
             let tag = format!("{}x{threads}", isa.name());
             let mut t = Totals::default();
             conv_sweeps(&h, &cases, &tag, &mut t, &mut covered);
+            backward_all(&h, &cases, &tag, &mut t, &mut covered);
             let best = isa == Isa::best_available();
             gemm_sweeps(&h, &tag, &mut t, threads > 1, threads > 1 && best);
             println!(
@@ -430,6 +574,15 @@ fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error()
             a.name()
         );
     }
+    fn all_covered<O: Registered>(covered: &[String]) {
+        for a in O::algorithms() {
+            let key = format!("{} {}", O::NAME, a.name());
+            assert!(covered.contains(&key), "no case exercises {key}");
+        }
+    }
+    all_covered::<ConvBackwardData>(&covered);
+    all_covered::<ConvBackwardFilter>(&covered);
+    all_covered::<ConvBackwardBias>(&covered);
     assert!(all.injected > 0);
     assert_eq!(all.survived + all.typed, all.injected);
 }

@@ -6,7 +6,8 @@ mod common;
 
 use autodnn::conv::{self, Accuracy};
 use autodnn::cpu::Isa;
-use autodnn::{reference, Handle, Layout};
+use autodnn::op::{Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, Registered};
+use autodnn::{reference, ConvProblem, Handle, Layout, OpKind};
 use common::{assert_exact, int_data, max_errors, problem, run_plain, run_prepared};
 use std::alloc::{GlobalAlloc, Layout as StdLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -118,6 +119,59 @@ fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
         largest < 1 << 20,
         "a query allocated {largest} bytes at once"
     );
+}
+
+/// The largest single allocation of the checks, workspace queries, cost features and the
+/// ranking of every algorithm of operation `O` on `p`.
+fn largest_query_allocation<O>(h: &Handle, p: &ConvProblem) -> usize
+where
+    O: Registered<Problem = ConvProblem>,
+{
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    LARGEST.store(0, Ordering::SeqCst);
+    for a in O::algorithms() {
+        if a.check(p).is_err() {
+            continue;
+        }
+        let _ = h.workspace_size::<O>(p, a.name()).unwrap();
+        let _ = a.cost_features(p);
+    }
+    let _ = h.get::<O>(p).unwrap();
+    LARGEST.load(Ordering::SeqCst)
+}
+
+/// The backward operations' queries of a kernel of 10^8 rows, and of a stride of 1000 × 1000
+/// on a 1000 × 1000 image: backward data via forward built one residue problem per stride
+/// phase, 10^6 of them (a few hundred MB), in every check. It declines past 64 residues now.
+#[test]
+fn backward_queries_of_huge_kernels_and_strides_allocate_nothing_large() {
+    let h = Handle::with_threads(1).unwrap();
+    for spec in [
+        "mb1ic1oc1ih1iw1kh100000000kw1oh1ow1",
+        "mb1ic1oc1ih1000iw1000kh1kw1sh1000sw1000oh1ow1ph0pw0",
+    ] {
+        let fwd = problem(spec, Layout::Nchw);
+        let largest = [
+            largest_query_allocation::<ConvBackwardData>(
+                &h,
+                &fwd.for_op(OpKind::ConvBackwardData).unwrap(),
+            ),
+            largest_query_allocation::<ConvBackwardFilter>(
+                &h,
+                &fwd.for_op(OpKind::ConvBackwardFilter).unwrap(),
+            ),
+            largest_query_allocation::<ConvBackwardBias>(
+                &h,
+                &fwd.for_op(OpKind::ConvBackwardBias).unwrap(),
+            ),
+        ];
+        for (dir, l) in ["bwd_d", "bwd_w", "bwd_b"].iter().zip(largest) {
+            assert!(
+                l < 1 << 20,
+                "{spec} {dir}: a query allocated {l} bytes at once"
+            );
+        }
+    }
 }
 
 /// Checks, workspace queries, cost features and the ranking of `spec` in both layouts: none

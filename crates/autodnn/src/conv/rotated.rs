@@ -124,7 +124,12 @@ struct Sub {
     dx_off: usize,
 }
 
-/// The residues of `p` in order.
+/// At most this many residues (stride 8 × 8): larger strides are left to `gemm` and
+/// `direct`, so that checks and workspace queries stay O(1) in memory.
+const MAX_RESIDUES: usize = 64;
+
+/// The residues of `p` in order. A short list of bookkeeping ([`MAX_RESIDUES`] at most),
+/// made by checks and queries too, so it is not counted as a problem-sized allocation.
 fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     let (xd, wd, yd, cd) = (p.x(), p.w(), p.y(), p.conv());
     let [n, c, h, w] = xd.dims();
@@ -136,7 +141,15 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     let ys = yd.strides();
     let nh = sh.min(h);
     let nw = sw.min(w);
-    let mut out = crate::alloc::try_vec_with_capacity(nh * nw, "backward-data residues")?;
+    if nh * nw > MAX_RESIDUES {
+        return Err(Error::Unsupported {
+            what: format!(
+                "a stride of {sh}x{sw} ({} residues, more than {MAX_RESIDUES})",
+                nh * nw
+            ),
+        });
+    }
+    let mut out = Vec::with_capacity(nh * nw);
     let filter_layout = if xs[1] < xs[3] {
         FilterLayout::Krsc
     } else {
@@ -202,7 +215,13 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
 
 /// Writes the sub-filter of `sub` (rotated, channels transposed) into `dst`, laid out as
 /// the sub-problem's filter descriptor.
-fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut [f32]) {
+fn sub_filter(
+    p: &ConvProblem,
+    sub: &Sub,
+    f: &ConvProblem,
+    w: &[f32],
+    dst: &mut [f32],
+) -> Result<()> {
     let (wd, fd) = (p.w(), f.w());
     let (ws, fs) = (wd.strides(), fd.strides());
     let [r, s] = [wd.r(), wd.s()];
@@ -210,7 +229,7 @@ fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut 
     let conv_mode = p.conv().mode() == ConvMode::Convolution;
     let [_, _, th, tw] = fd.dims();
     // Source offset of each sub-filter tap (j, l) within one (k, c) block.
-    let mut taps = Vec::with_capacity(th * tw);
+    let mut taps = crate::alloc::try_vec_with_capacity(th * tw, "sub-filter taps")?;
     for j in 0..th {
         let u = sub.ah.r0 + (th - 1 - j) * sub.ah.step;
         for l in 0..tw {
@@ -242,6 +261,7 @@ fn sub_filter(p: &ConvProblem, sub: &Sub, f: &ConvProblem, w: &[f32], dst: &mut 
             }
         }
     }
+    Ok(())
 }
 
 /// dx = alpha · g + beta · dx for every residue at once, g of residue i read from
@@ -347,7 +367,7 @@ fn sizes_of(
 
 /// The residues of `p` and the run's buffer sizes, or why not.
 fn plan(via: &ViaForward, p: &ConvProblem) -> std::result::Result<(Vec<Sub>, Sizes), String> {
-    let subs = subs(p).map_err(|e| format!("a residue's forward problem is invalid: {e}"))?;
+    let subs = subs(p).map_err(|e| format!("no residue problems: {e}"))?;
     let z = sizes_of(via.inner, p, &subs)?;
     Ok((subs, z))
 }
@@ -420,7 +440,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         for (sub, &off) in subs.iter().zip(&offs) {
             let Some(f) = &sub.fwd else { continue };
             let wt = &mut wt[..f.w().elements()];
-            sub_filter(p, sub, f, w, wt);
+            sub_filter(p, sub, f, w, wt)?;
             let dy = &dy[sub.dy_off..];
             let wts = AlgoWeights::Plain(wt);
             if strided {
