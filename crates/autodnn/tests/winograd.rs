@@ -43,7 +43,7 @@ fn accepts_every_dense_3x3_stride_1_problem() {
         "mb1ic512ih7oc512oh7kh3ph1",
         "mb2ic3ih13oc5oh11kh3ph0",
         "g2mb1ic8ih9oc6kh3ph1",
-        "g32mb1ic32ih10oc32kh3ph1",
+        "g16mb1ic32ih10oc32kh3ph1",
         "mb1ic1ih1oc1kh3ph1",
         "mb1ic17ih5iw23oc33kh3ph2",
         "mb1ic20ih3iw40oc40oh1ow38kh3ph0",
@@ -84,6 +84,7 @@ fn declines_other_windows_with_reasons() {
             "mb1ic8ih9oc8kh3dh1ph2",
             "needs a dense kernel (dilation 1), got dilation 2x2",
         ),
+        ("g32mb1ic32ih10oc32kh3ph1", "a depthwise convolution"),
     ];
     for (s, why) in cases {
         let p = problem(s, Layout::Nchw);

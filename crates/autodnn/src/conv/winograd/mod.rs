@@ -356,6 +356,11 @@ fn check_geometry(p: &ConvProblem) -> std::result::Result<(), String> {
             "needs a dense kernel (dilation 1), got dilation {dh}x{dw}"
         ));
     }
+    // One channel per group leaves the transformed products nothing to sum over: the
+    // transforms are the whole cost, several times the direct definition's (`depthwise`).
+    if p.groups() > 1 && p.c_per_group() == 1 && p.k_per_group() == 1 {
+        return Err("a depthwise convolution (one channel per group): depthwise's".into());
+    }
     Ok(())
 }
 
