@@ -19,6 +19,9 @@ while autodnn computes.
 Errors are :class:`Error` subclasses: :class:`InvalidArgumentError` (a ``ValueError`` whose
 message and ``argument`` name the argument at fault), :class:`OutOfMemoryError` (a
 ``MemoryError``), :class:`NotSupportedError`, :class:`ExecutionError`, :class:`CacheError`.
+An argument of the wrong type or range (a string for ``alpha``, an array for a flag, an int
+beyond 2**62, text that is not valid Unicode) is an :class:`InvalidArgumentError` too, never a
+``TypeError`` or ``OverflowError``.
 """
 
 import atexit as _atexit

@@ -1,8 +1,12 @@
 """The functional API: argument normalisation (padding forms, pairs, layouts, the default
 handle) in Python, the work in the extension module."""
 
+import numbers
+import operator
 import threading
 from collections import namedtuple
+
+import numpy as np
 
 from . import _autodnn as _ext
 from ._errors import InvalidArgumentError
@@ -45,10 +49,71 @@ def _bad(name, message):
     return InvalidArgumentError(f"{name}: {message}", name)
 
 
+# The largest int a geometry value, shape or size may be (the extension's descriptors check
+# the arithmetic from there).
+_INT_MAX = 2**62
+
+
 def _int(v, name):
-    if isinstance(v, bool) or not hasattr(v, "__index__"):
+    if isinstance(v, bool):
         raise _bad(name, f"expected an int, got {v!r}")
-    return v.__index__()
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise _bad(name, f"expected an int, got {_short(v)}") from None
+    if abs(i) > _INT_MAX:
+        raise _bad(name, f"{i} is out of range (at most 2**62 in magnitude)")
+    return i
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _real(v, name):
+    """A real number (int, float, NumPy scalar) as a Python float."""
+    if isinstance(v, numbers.Real):
+        try:
+            return float(v)
+        except (OverflowError, TypeError, ValueError):
+            pass
+    raise _bad(name, f"expected a real number, got {_short(v)}")
+
+
+def _flag(v, name):
+    """A boolean: True, False, NumPy booleans, 0 or 1."""
+    if isinstance(v, (bool, np.bool_, numbers.Integral)):
+        if v in (0, 1):
+            return bool(v)
+    raise _bad(name, f"expected a bool, got {_short(v)}")
+
+
+def _text(v, name, optional=True):
+    """A str (or None when optional) the extension can read (UTF-8 encodable)."""
+    if v is None and optional:
+        return None
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _bad(name, f"is not valid text: {_short(v)}") from None
+        return v
+    raise _bad(name, f"expected a str{' or None' if optional else ''}, got {_short(v)}")
+
+
+def _shape(v, name, ndim=4):
+    """A shape of `ndim` positive ints (a tuple or list of ints)."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or not hasattr(v, "__iter__"):
+        raise _bad(name, f"expected {ndim} positive ints, got {_short(v)}")
+    try:
+        items = list(v)
+    except Exception:  # noqa: BLE001 - any failure to iterate is a bad shape
+        raise _bad(name, f"expected {ndim} positive ints, got {_short(v)}") from None
+    shape = tuple(_int(i, name) for i in items)
+    if len(shape) != ndim or min(shape) < 1:
+        raise _bad(name, f"expected {ndim} positive ints, got {_short(v)}")
+    return shape
 
 
 def _pair(v, name, least):
@@ -65,27 +130,38 @@ def _pair(v, name, least):
 
 
 def _nhwc(layout):
-    if layout == "nchw":
-        return False
-    if layout == "nhwc":
-        return True
-    raise _bad("layout", f'expected "nchw" or "nhwc", got {layout!r}')
+    if isinstance(layout, str):
+        if layout == "nchw":
+            return False
+        if layout == "nhwc":
+            return True
+    raise _bad("layout", f'expected "nchw" or "nhwc", got {_short(layout)}')
 
 
-def _kernel(w):
+def _kernel(w, name="w"):
     """(R, S) of a filter given as an array, prepared weights or a shape."""
-    shape = w.shape if hasattr(w, "shape") else tuple(w)
+    try:
+        if hasattr(w, "shape"):
+            shape = tuple(w.shape)
+        elif isinstance(w, (tuple, list)) and all(isinstance(i, numbers.Integral) for i in w):
+            shape = tuple(w)
+        else:
+            shape = np.shape(w)  # an array-like (nested lists)
+    except Exception:  # noqa: BLE001 - whatever it is, it is not a filter
+        raise _bad(name, f"expected a 4-D filter (K, C/groups, R, S), got {_short(w)}") from None
     if len(shape) != 4:
-        raise _bad("w", f"expected a 4-D filter (K, C/groups, R, S), got shape {tuple(shape)}")
-    return shape[2], shape[3]
+        raise _bad(name, f"expected a 4-D filter (K, C/groups, R, S), got shape {_short(shape)}")
+    return _int(shape[2], name), _int(shape[3], name)
 
 
 _PLAIN = ((1, 1), (0, 0, 0, 0), (1, 1), 1)
 
 
-def _geometry(w, stride, padding, dilation, groups):
+def _geometry(w, stride, padding, dilation, groups, w_name="w"):
     """((sh, sw), (top, bottom, left, right), (dh, dw), groups)."""
-    if stride == 1 and padding == 0 and dilation == 1 and groups == 1:
+    if (type(stride) is int and type(padding) is int and type(dilation) is int
+            and type(groups) is int and stride == 1 and padding == 0 and dilation == 1
+            and groups == 1):
         return _PLAIN
     s = _pair(stride, "stride", 1)
     d = _pair(dilation, "dilation", 1)
@@ -98,7 +174,7 @@ def _geometry(w, stride, padding, dilation, groups):
         elif padding == "same":
             if s != (1, 1):
                 raise _bad("padding", '"same" needs stride 1 (as in PyTorch)')
-            r, sk = _kernel(w)
+            r, sk = _kernel(w, w_name)
             th, tw = d[0] * (r - 1), d[1] * (sk - 1)
             # As PyTorch: an odd total puts the extra row and column at the bottom and right.
             pad = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
@@ -120,8 +196,29 @@ def _geometry(w, stride, padding, dilation, groups):
     return (s, pad, d, g)
 
 
+def _present(v, name):
+    """A flag of get_algorithms: a bool, None (absent) or an array (present)."""
+    if v is None:
+        return False
+    if hasattr(v, "shape"):
+        return True
+    return _flag(v, name)
+
+
 def _handle(handle):
-    return default_handle() if handle is None else handle
+    if handle is None:
+        return default_handle()
+    if not isinstance(handle, _ext.Handle):
+        raise _bad("handle", f"expected an autodnn.Handle or None, got {_short(handle)}")
+    return handle
+
+
+def _algo(algo):
+    return _text(algo, "algo")
+
+
+def _act(activation):
+    return _text(activation, "activation")
 
 
 def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo=None,
@@ -141,7 +238,8 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo=N
     ``out`` itself when given.
     """
     return _ext.conv2d(_handle(handle), x, w, bias, _geometry(w, stride, padding, dilation, groups),
-                       algo, activation, residual, alpha, beta, out, _nhwc(layout))
+                       _algo(algo), _act(activation), residual, _real(alpha, "alpha"),
+                       _real(beta, "beta"), out, _nhwc(layout))
 
 
 def get_algorithms(x, w, stride=1, padding=0, dilation=1, groups=1, *, bias=False,
@@ -150,7 +248,8 @@ def get_algorithms(x, w, stride=1, padding=0, dilation=1, groups=1, *, bias=Fals
     AlgoRecords; nothing runs. x and w are arrays or shapes. op: "forward", "backward_data",
     "backward_weight" or "backward_bias" (the gradients of the same convolution)."""
     recs = _ext.get_algorithms(_handle(handle), x, w, _geometry(w, stride, padding, dilation, groups),
-                               bool(bias), bool(residual), activation, _nhwc(layout), op)
+                               _present(bias, "bias"), _present(residual, "residual"),
+                               _act(activation), _nhwc(layout), _text(op, "op", optional=False))
     return [AlgoRecord(*r) for r in recs]
 
 
@@ -161,8 +260,9 @@ def find_algorithms(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     algorithms timed (raced, or every one to the end under policy "exhaustive"), the ranking
     stored in the handle's tuning cache; AlgoRecords, fastest first."""
     recs = _ext.find_algorithms(_handle(handle), x, w, bias,
-                                _geometry(w, stride, padding, dilation, groups), activation,
-                                residual, alpha, beta, _nhwc(layout))
+                                _geometry(w, stride, padding, dilation, groups), _act(activation),
+                                residual, _real(alpha, "alpha"), _real(beta, "beta"),
+                                _nhwc(layout))
     return [AlgoRecord(*r) for r in recs]
 
 
@@ -172,7 +272,7 @@ def prepare_weights(w, x, stride=1, padding=0, dilation=1, groups=1, *, algo=Non
     on the problem of input ``x`` (an array or a shape; the batch size is part of the
     problem). Pass the result to conv2d as ``w``."""
     return _ext.prepare_weights(_handle(handle), w, x,
-                                _geometry(w, stride, padding, dilation, groups), algo,
+                                _geometry(w, stride, padding, dilation, groups), _algo(algo),
                                 _nhwc(layout))
 
 
@@ -180,9 +280,10 @@ def conv2d_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups
                          algo=None, alpha=1.0, beta=0.0, out=None, handle=None, layout="nchw"):
     """dx = alpha * conv2d_backward_data(dy, w) + beta * out: the gradient of conv2d's input
     of shape ``x_shape`` (as ``torch.nn.grad.conv2d_input``)."""
-    return _ext.conv2d_backward_data(_handle(handle), dy, w, tuple(x_shape),
-                                     _geometry(w, stride, padding, dilation, groups), algo,
-                                     alpha, beta, out, _nhwc(layout))
+    return _ext.conv2d_backward_data(_handle(handle), dy, w, _shape(x_shape, "x_shape"),
+                                     _geometry(w, stride, padding, dilation, groups), _algo(algo),
+                                     _real(alpha, "alpha"), _real(beta, "beta"), out,
+                                     _nhwc(layout))
 
 
 def conv2d_backward_weight(x, dy, w_shape, stride=1, padding=0, dilation=1, groups=1, *,
@@ -190,25 +291,26 @@ def conv2d_backward_weight(x, dy, w_shape, stride=1, padding=0, dilation=1, grou
                            layout="nchw"):
     """dw = alpha * conv2d_backward_weight(x, dy) + beta * out: the gradient of the filter of
     shape ``w_shape`` = (K, C/groups, R, S) (as ``torch.nn.grad.conv2d_weight``)."""
-    ws = tuple(_int(v, "w_shape") for v in w_shape)
-    if len(ws) != 4 or min(ws) < 1:
-        raise _bad("w_shape", f"expected 4 positive ints, got {w_shape!r}")
+    ws = _shape(w_shape, "w_shape")
     return _ext.conv2d_backward_weight(_handle(handle), x, dy, ws,
-                                       _geometry(ws, stride, padding, dilation, groups), algo,
-                                       alpha, beta, out, _nhwc(layout))
+                                       _geometry(ws, stride, padding, dilation, groups, "w_shape"),
+                                       _algo(algo), _real(alpha, "alpha"), _real(beta, "beta"),
+                                       out, _nhwc(layout))
 
 
 def conv2d_backward_bias(dy, *, algo=None, alpha=1.0, beta=0.0, out=None, handle=None,
                          layout="nchw"):
     """db[k] = alpha * sum of dy[:, k] + beta * out[k]: the gradient of a per-channel bias."""
-    return _ext.conv2d_backward_bias(_handle(handle), dy, algo, alpha, beta, out, _nhwc(layout))
+    return _ext.conv2d_backward_bias(_handle(handle), dy, _algo(algo), _real(alpha, "alpha"),
+                                     _real(beta, "beta"), out, _nhwc(layout))
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, *, handle=None):
     """C = alpha * op(a) @ op(b) + beta * c, op transposing when asked (cuBLAS's Sgemm).
     a, b: 2-D arrays (any positive strides read in place). c: None (a new array) or a float32
     (M, N) array, updated in place. Returns c."""
-    return _ext.gemm(_handle(handle), a, b, c, alpha, beta, bool(trans_a), bool(trans_b))
+    return _ext.gemm(_handle(handle), a, b, c, _real(alpha, "alpha"), _real(beta, "beta"),
+                     _flag(trans_a, "trans_a"), _flag(trans_b, "trans_b"))
 
 
 def gemm_strided_batched(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, *,
@@ -216,5 +318,6 @@ def gemm_strided_batched(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans
     """C[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i] (cuBLAS's SgemmStridedBatched).
     a, b: 3-D (batch, rows, columns), or 2-D to share one matrix across the batch. c: None or
     a float32 (batch, M, N) array, updated in place. Returns c."""
-    return _ext.gemm_strided_batched(_handle(handle), a, b, c, alpha, beta, bool(trans_a),
-                                     bool(trans_b))
+    return _ext.gemm_strided_batched(_handle(handle), a, b, c, _real(alpha, "alpha"),
+                                     _real(beta, "beta"), _flag(trans_a, "trans_a"),
+                                     _flag(trans_b, "trans_b"))

@@ -112,14 +112,61 @@ fn argument_of(field: &str) -> &'static str {
     }
 }
 
+/// The call a library error comes from: the problem's tensors are different Python arguments
+/// in each (backward data's x is `x_shape` and its y is `dy`, ...).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Forward,
+    BackwardData,
+    BackwardFilter,
+    BackwardBias,
+    Gemm,
+}
+
+/// The Python argument of `call` a library error's field belongs to.
+fn argument_in(field: &str, call: Call) -> &'static str {
+    let head = field.split(['.', '[', ' ']).next().unwrap_or("");
+    let arg = match (call, head) {
+        // An empty output comes from the input's size (as for the forward call).
+        (Call::BackwardData, "x") => "x_shape",
+        (Call::BackwardData, "y") if field == "y.h" || field == "y.w" => "x_shape",
+        (Call::BackwardData, "y") => "dy",
+        (Call::BackwardFilter, "w" | "prepared") => "w_shape",
+        (Call::BackwardFilter, "y") if field == "y.h" || field == "y.w" => "x",
+        (Call::BackwardFilter, "y") => "dy",
+        (Call::BackwardBias, "x" | "y" | "w" | "prepared" | "conv") => "dy",
+        (Call::Gemm, "stride_a") => "a",
+        (Call::Gemm, "stride_b") => "b",
+        (Call::Gemm, "stride_c") => "c",
+        (Call::Gemm, "batch" | "m" | "k") => "a",
+        (Call::Gemm, "n") => "b",
+        _ => argument_of(field),
+    };
+    if arg != "arguments" {
+        return arg;
+    }
+    // A field of no argument of its own (a tensor span, a workspace size): the sizes come
+    // from the call's first array.
+    match call {
+        Call::Forward | Call::BackwardFilter => "x",
+        Call::BackwardData | Call::BackwardBias => "dy",
+        Call::Gemm => "a",
+    }
+}
+
 /// Maps every library error to a Python exception of `autodnn._errors`.
 fn lib_err(py: Python<'_>, e: Error) -> PyErr {
+    lib_err_in(py, e, Call::Forward)
+}
+
+/// As `lib_err`, naming the arguments of `call`.
+fn lib_err_in(py: Python<'_>, e: Error, call: Call) -> PyErr {
     let msg = e.to_string();
     match &e {
         Error::BadParam { field, .. }
         | Error::Overflow { field, .. }
         | Error::BufferTooSmall { field, .. } => {
-            let arg = argument_of(field);
+            let arg = argument_in(field, call);
             raise(
                 py,
                 "InvalidArgumentError",
@@ -151,10 +198,14 @@ fn lib_err(py: Python<'_>, e: Error) -> PyErr {
 
 trait OrPy<T> {
     fn py(self, py: Python<'_>) -> PyResult<T>;
+    fn py_in(self, py: Python<'_>, call: Call) -> PyResult<T>;
 }
 impl<T> OrPy<T> for autodnn::Result<T> {
     fn py(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| lib_err(py, e))
+    }
+    fn py_in(self, py: Python<'_>, call: Call) -> PyResult<T> {
+        self.map_err(|e| lib_err_in(py, e, call))
     }
 }
 
@@ -245,13 +296,25 @@ fn as_f32<'py>(
     Ok((c.cast_into::<PyArrayDyn<f32>>()?, true))
 }
 
+/// A new C-contiguous copy of `arr`, in memory NumPy allocates (so aligned, even when `arr` is
+/// a misaligned view, which `ascontiguousarray` would return as it is).
 fn contiguous_copy<'py>(
     py: Python<'py>,
     arr: &Bound<'py, PyArrayDyn<f32>>,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-    Ok(numpy_mod(py)?
-        .call_method1("ascontiguousarray", (arr,))?
-        .cast_into::<PyArrayDyn<f32>>()?)
+    let kw = PyDict::new(py);
+    kw.set_item("order", "C")?;
+    kw.set_item("copy", true)?;
+    match numpy_mod(py)?.call_method("array", (arr,), Some(&kw)) {
+        Ok(a) => Ok(a.cast_into::<PyArrayDyn<f32>>()?),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) => Err(raise(
+            py,
+            "OutOfMemoryError",
+            None,
+            format!("out of memory: a copy of shape {:?} ({e})", arr.shape()),
+        )),
+        Err(e) => Err(e),
+    }
 }
 
 fn borrow_ro<'py>(
@@ -328,9 +391,16 @@ fn same_steps(dims: [usize; 4], strides: [usize; 4], want: [usize; 4]) -> bool {
 }
 
 /// The tensor descriptor of logical dims and strides; a packed layout's own strides where the
-/// stepping dimensions match one (so that extent-1 dimensions do not hide the layout).
-fn tensor_desc(dims: [usize; 4], strides: [usize; 4]) -> autodnn::Result<TensorDesc> {
-    for l in [Layout::Nchw, Layout::Nhwc] {
+/// stepping dimensions match one (so that extent-1 dimensions do not hide the layout). Where
+/// both match (C or H and W of extent 1), the call's layout wins, as for a shape (so that
+/// weights prepared on a shape serve the array of that shape).
+fn tensor_desc(dims: [usize; 4], strides: [usize; 4], nhwc: bool) -> autodnn::Result<TensorDesc> {
+    let order = if nhwc {
+        [Layout::Nhwc, Layout::Nchw]
+    } else {
+        [Layout::Nchw, Layout::Nhwc]
+    };
+    for l in order {
         if same_steps(dims, strides, packed(dims, l)) {
             return TensorDesc::new(DataType::F32, l, dims);
         }
@@ -347,7 +417,7 @@ fn tensor_input<'py>(
 ) -> PyResult<(Input<'py>, TensorDesc)> {
     let inp = input(py, obj, name, 4)?;
     let (d, s) = nchw_view(&inp.dims, &inp.strides, nhwc);
-    match tensor_desc(d, s) {
+    match tensor_desc(d, s, nhwc) {
         Ok(t) => Ok((inp, t)),
         Err(e) => {
             if d.contains(&0) {
@@ -357,7 +427,7 @@ fn tensor_input<'py>(
             drop(inp);
             let inp = input(py, arr.as_any(), name, 4)?;
             let (d, s) = nchw_view(&inp.dims, &inp.strides, nhwc);
-            let t = tensor_desc(d, s).map_err(|e| bad_arg(py, name, e))?;
+            let t = tensor_desc(d, s, nhwc).map_err(|e| bad_arg(py, name, e))?;
             Ok((
                 Input {
                     copied: true,
@@ -414,7 +484,14 @@ fn vector_input<'py>(
             format!("expected {len} elements, got {}", inp.dims[0]),
         ));
     }
-    Ok(inp)
+    if inp.strides[0] == 1 {
+        return Ok(inp);
+    }
+    // The library reads a vector packed: copy a strided view.
+    let arr = contiguous_copy(py, &inp.arr)?;
+    drop(inp);
+    let i = input(py, arr.as_any(), name, 1)?;
+    Ok(Input { copied: true, ..i })
 }
 
 /// Where an output goes: a packed float32 array written in place (the caller's or a new
@@ -536,7 +613,15 @@ fn tensor_output<'py>(
             }
             if let Some(s) = usable_strides(arr) {
                 let (d, s) = nchw_view(arr.shape(), &s, nhwc);
-                for l in [Layout::Nchw, Layout::Nhwc] {
+                // Where both layouts fit (extent-1 dimensions), the one a new output would
+                // have (as prepared weights expect).
+                let first = if nhwc { Layout::Nhwc } else { mem };
+                let second = if first == Layout::Nhwc {
+                    Layout::Nchw
+                } else {
+                    Layout::Nhwc
+                };
+                for l in [first, second] {
                     if same_steps(d, s, packed(d, l)) {
                         let desc = TensorDesc::new(DataType::F32, l, d).py(py)?;
                         let target = arr.try_readwrite().map_err(|e| {
@@ -696,6 +781,67 @@ impl Drop for PyHandle {
     }
 }
 
+/// An optional int argument (None: absent); an int beyond i64 saturates (range checks follow).
+fn opt_int(py: Python<'_>, v: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<i64>> {
+    let Some(v) = v else { return Ok(None) };
+    if v.is_none() {
+        return Ok(None);
+    }
+    if v.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(bad_arg(py, name, "expected an int, got a bool"));
+    }
+    let i = v
+        .call_method0("__index__")
+        .map_err(|_| bad_arg(py, name, "expected an int"))?;
+    match i.extract::<i64>() {
+        Ok(i) => Ok(Some(i)),
+        Err(_) => {
+            let negative = i.lt(0).unwrap_or(false);
+            Ok(Some(if negative { i64::MIN } else { i64::MAX }))
+        }
+    }
+}
+
+/// A path argument (str, bytes or os.PathLike). Not PyO3's PathBuf extraction: that panics on
+/// a str the file system encoding cannot encode (a lone surrogate).
+fn path_arg(py: Python<'_>, v: &Bound<'_, PyAny>, name: &str) -> PyResult<std::path::PathBuf> {
+    let bad = || bad_arg(py, name, "expected a path, True (the default file) or None");
+    let p = py
+        .import("os")?
+        .call_method1("fspath", (v,))
+        .map_err(|_| bad())?;
+    if let Ok(s) = p.cast::<pyo3::types::PyString>() {
+        let s: String = s
+            .extract()
+            .map_err(|_| bad_arg(py, name, "is not valid text"))?;
+        return Ok(s.into());
+    }
+    let b = p.cast::<pyo3::types::PyBytes>().map_err(|_| bad())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(std::ffi::OsStr::from_bytes(b.as_bytes()).into())
+    }
+    #[cfg(not(unix))]
+    {
+        let s = String::from_utf8(b.as_bytes().to_vec())
+            .map_err(|_| bad_arg(py, name, "is not valid UTF-8"))?;
+        Ok(s.into())
+    }
+}
+
+/// A str argument (valid Unicode).
+fn text(py: Python<'_>, v: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    v.extract::<String>()
+        .map_err(|_| bad_arg(py, name, "expected a str"))
+}
+
+/// A bool argument (True, False or a NumPy bool).
+fn flag(py: Python<'_>, v: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    v.extract::<bool>()
+        .map_err(|_| bad_arg(py, name, "expected a bool"))
+}
+
 impl PyHandle {
     fn get(&self, py: Python<'_>) -> PyResult<Arc<Handle>> {
         self.inner
@@ -709,30 +855,35 @@ impl PyHandle {
 #[pymethods]
 impl PyHandle {
     #[new]
-    #[pyo3(signature = (threads=None, policy="benchmark", workspace_limit=None, cache=None, deterministic=false))]
+    #[pyo3(signature = (threads=None, policy=None, workspace_limit=None, cache=None, deterministic=None))]
     fn new(
         py: Python<'_>,
-        threads: Option<i64>,
-        policy: &str,
-        workspace_limit: Option<i64>,
+        threads: Option<&Bound<'_, PyAny>>,
+        policy: Option<&Bound<'_, PyAny>>,
+        workspace_limit: Option<&Bound<'_, PyAny>>,
         cache: Option<&Bound<'_, PyAny>>,
-        deterministic: bool,
+        deterministic: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
+        let threads = opt_int(py, threads, "threads")?;
+        let policy = match policy {
+            None => "benchmark".to_string(),
+            Some(p) => text(py, p, "policy")?,
+        };
+        let policy = policy.as_str();
+        let workspace_limit = opt_int(py, workspace_limit, "workspace_limit")?;
+        let deterministic = match deterministic {
+            None => false,
+            Some(d) => flag(py, d, "deterministic")?,
+        };
         let cache: Option<std::path::PathBuf> = match cache {
             None => None,
             Some(c) => match c.extract::<bool>() {
                 Ok(true) => Some(autodnn::default_cache_path()),
                 Ok(false) => None,
-                Err(_) => Some(c.extract().map_err(|_| {
-                    bad_arg(
-                        py,
-                        "cache",
-                        "expected a path, True (the default file) or None",
-                    )
-                })?),
+                Err(_) => Some(path_arg(py, c, "cache")?),
             },
         };
-        let policy = Policy::parse(policy).py(py)?;
+        let policy = Policy::parse(policy).map_err(|e| bad_arg(py, "policy", e))?;
         let limit = match workspace_limit {
             None => None,
             Some(b) if b < 0 => return Err(bad_arg(py, "workspace_limit", "must be at least 0")),
@@ -770,8 +921,9 @@ impl PyHandle {
         Ok(self.get(py)?.policy().name())
     }
     #[setter]
-    fn set_policy(&self, py: Python<'_>, policy: &str) -> PyResult<()> {
-        let p = Policy::parse(policy).py(py)?;
+    fn set_policy(&self, py: Python<'_>, policy: &Bound<'_, PyAny>) -> PyResult<()> {
+        let p =
+            Policy::parse(&text(py, policy, "policy")?).map_err(|e| bad_arg(py, "policy", e))?;
         self.get(py)?.set_policy(p);
         Ok(())
     }
@@ -781,7 +933,8 @@ impl PyHandle {
         Ok(self.get(py)?.deterministic())
     }
     #[setter]
-    fn set_deterministic(&self, py: Python<'_>, on: bool) -> PyResult<()> {
+    fn set_deterministic(&self, py: Python<'_>, on: &Bound<'_, PyAny>) -> PyResult<()> {
+        let on = flag(py, on, "deterministic")?;
         self.get(py)?.set_deterministic(on);
         Ok(())
     }
@@ -791,7 +944,15 @@ impl PyHandle {
         Ok(self.get(py)?.workspace_limit())
     }
     #[setter]
-    fn set_workspace_limit(&self, py: Python<'_>, bytes: Option<i64>) -> PyResult<()> {
+    fn set_workspace_limit(
+        &self,
+        py: Python<'_>,
+        bytes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let bytes = match bytes {
+            Some(b) if b.is_none() => None,
+            b => opt_int(py, b, "workspace_limit")?,
+        };
         let b = match bytes {
             Some(b) if b < 0 => return Err(bad_arg(py, "workspace_limit", "must be at least 0")),
             b => b.map(|b| b as usize),
@@ -983,8 +1144,18 @@ fn shape_desc(
     TensorDesc::new(DataType::F32, layout, dims).map_err(|e| bad_arg(py, name, e))
 }
 
+/// A shape is a flat tuple or list of ints; a nested list is an array.
 fn is_shape(obj: &Bound<'_, PyAny>) -> bool {
-    obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<pyo3::types::PyList>()
+    let items = if let Ok(t) = obj.cast::<PyTuple>() {
+        t.iter().collect::<Vec<_>>()
+    } else if let Ok(l) = obj.cast::<pyo3::types::PyList>() {
+        l.iter().collect::<Vec<_>>()
+    } else {
+        return false;
+    };
+    items
+        .iter()
+        .all(|i| i.is_instance_of::<pyo3::types::PyInt>() || i.extract::<i64>().is_ok())
 }
 
 /// y = act(alpha · conv(x, w) + bias + beta · z).
@@ -1057,22 +1228,25 @@ fn conv2d<'py>(
             if zd.strides() == yd.strides() {
                 Some(zi)
             } else {
-                let (zo, _) = tensor_output(
-                    py,
-                    None,
-                    "residual",
-                    yd.dims(),
-                    mem_layout(&yd),
-                    nhwc,
-                    false,
-                )?;
-                let dst = zo.result.clone();
+                // A packed copy in the output's memory layout (which, with out=, need not be
+                // the call's layout), viewed in the call's dimension order.
+                let [n, c, hh, ww] = yd.dims();
+                let y_nhwc = mem_layout(&yd) == Layout::Nhwc;
+                let base = if y_nhwc {
+                    zeros(py, &[n, hh, ww, c])?
+                } else {
+                    zeros(py, &[n, c, hh, ww])?
+                };
+                let view = match (y_nhwc, nhwc) {
+                    (true, false) => base.call_method1("transpose", ((0, 3, 1, 2),))?,
+                    (false, true) => base.call_method1("transpose", ((0, 2, 3, 1),))?,
+                    _ => base.clone().into_any(),
+                };
                 let src = zi.arr.as_any().clone();
                 drop(zi);
-                drop(zo);
-                numpy_mod(py)?.call_method1("copyto", (&dst, &src))?;
-                let (zi, _) = tensor_input(py, &dst, "residual", nhwc)?;
-                Some(zi)
+                numpy_mod(py)?.call_method1("copyto", (&view, &src))?;
+                // Read as the whole packed buffer: its layout is the output's by construction.
+                Some(input(py, base.as_any(), "residual", 4)?)
             }
         }
         None => None,
@@ -1411,7 +1585,7 @@ fn conv2d_backward_data<'py>(
         nhwc,
         beta != 0.0,
     )?;
-    let p = ConvProblem::forward(dxd, wd, conv, dyd).py(py)?;
+    let p = ConvProblem::forward(dxd, wd, conv, dyd).py_in(py, Call::BackwardData)?;
     let (dys, ws, dxs) = (dyi.slice(), wi.slice(), dxo.slice());
     let r = py.detach(|| match algo {
         Some(a) => h.conv_backward_data(&p, a, dys, ws, dxs, alpha, beta),
@@ -1419,7 +1593,7 @@ fn conv2d_backward_data<'py>(
             .conv_backward_data_auto(&p, dys, ws, dxs, alpha, beta)
             .map(|_| ()),
     });
-    r.py(py)?;
+    r.py_in(py, Call::BackwardData)?;
     drop((dyi, wi));
     dxo.finish(py)
 }
@@ -1456,7 +1630,7 @@ fn conv2d_backward_weight<'py>(
         ));
     }
     let mut dwo = plain_output(py, out, "out", &[k, c, r, s], beta != 0.0)?;
-    let p = ConvProblem::forward(xd, wd, conv, dyd).py(py)?;
+    let p = ConvProblem::forward(xd, wd, conv, dyd).py_in(py, Call::BackwardFilter)?;
     let (xs, dys, dws) = (xi.slice(), dyi.slice(), dwo.slice());
     let res = py.detach(|| match algo {
         Some(a) => h.conv_backward_filter(&p, a, xs, dys, dws, alpha, beta),
@@ -1464,7 +1638,7 @@ fn conv2d_backward_weight<'py>(
             .conv_backward_filter_auto(&p, xs, dys, dws, alpha, beta)
             .map(|_| ()),
     });
-    res.py(py)?;
+    res.py_in(py, Call::BackwardFilter)?;
     drop((xi, dyi));
     dwo.finish(py)
 }
@@ -1488,7 +1662,8 @@ fn conv2d_backward_bias<'py>(
     let k = dyd.c();
     // The bias gradient depends on dy alone: describe it as the depthwise 1x1 convolution
     // whose output dy is.
-    let wd = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [k, 1, 1, 1]).py(py)?;
+    let wd = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [k, 1, 1, 1])
+        .py_in(py, Call::BackwardBias)?;
     let conv = ConvDesc::new(
         Padding::default(),
         [1, 1],
@@ -1496,8 +1671,8 @@ fn conv2d_backward_bias<'py>(
         k,
         ConvMode::CrossCorrelation,
     )
-    .py(py)?;
-    let p = ConvProblem::forward(dyd, wd, conv, dyd).py(py)?;
+    .py_in(py, Call::BackwardBias)?;
+    let p = ConvProblem::forward(dyd, wd, conv, dyd).py_in(py, Call::BackwardBias)?;
     if beta != 0.0 && out.is_none() {
         return Err(bad_arg(
             py,
@@ -1513,7 +1688,7 @@ fn conv2d_backward_bias<'py>(
             .conv_backward_bias_auto(&p, dys, dbs, alpha, beta)
             .map(|_| ()),
     });
-    r.py(py)?;
+    r.py_in(py, Call::BackwardBias)?;
     drop(dyi);
     dbo.finish(py)
 }
@@ -1575,7 +1750,7 @@ fn gemm<'py>(
     let mut co = plain_output(py, c, "c", &[m, n], beta != 0.0)?;
     let (as_, bs, cs) = (ai.slice(), bi.slice(), co.slice());
     let r = py.detach(|| h.gemm(&desc, alpha, as_, bs, beta, cs));
-    r.py(py)?;
+    r.py_in(py, Call::Gemm)?;
     drop((ai, bi));
     co.finish(py)
 }
@@ -1597,8 +1772,14 @@ fn gemm_strided_batched<'py>(
     trans_b: bool,
 ) -> PyResult<Py<PyAny>> {
     let h = handle.get().get(py)?;
-    let a_nd: usize = a.getattr("ndim").and_then(|d| d.extract()).unwrap_or(3);
-    let b_nd: usize = b.getattr("ndim").and_then(|d| d.extract()).unwrap_or(3);
+    // Dimensions of arrays and array-likes (nested lists) alike.
+    let np = numpy_mod(py)?;
+    let ndim = |o: &Bound<'py, PyAny>| -> usize {
+        np.call_method1("ndim", (o,))
+            .and_then(|d| d.extract())
+            .unwrap_or(3)
+    };
+    let (a_nd, b_nd) = (ndim(a), ndim(b));
     let ai = matrix_input(py, a, "a", if a_nd == 2 { 2 } else { 3 })?;
     let bi = matrix_input(py, b, "b", if b_nd == 2 { 2 } else { 3 })?;
     // (batch, batch stride, rows, cols, row stride, col stride)
@@ -1665,7 +1846,7 @@ fn gemm_strided_batched<'py>(
     let (as_, bs, cs) = (ai.slice(), bi.slice(), co.slice());
     let r =
         py.detach(|| h.gemm_strided_batched(&desc, alpha, as_, sa, bs, sb, beta, cs, m * n, batch));
-    r.py(py)?;
+    r.py_in(py, Call::Gemm)?;
     drop((ai, bi));
     co.finish(py)
 }
