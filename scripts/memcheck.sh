@@ -64,8 +64,8 @@ for line in sys.stdin:
 asan)
   RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
-    cargo +nightly test --workspace --target x86_64-unknown-linux-gnu --target-dir target/asan \
-    --lib --bins --tests "$@"
+    cargo +nightly test --workspace --release --target x86_64-unknown-linux-gnu \
+    --target-dir target/asan --lib --bins --tests "$@"
   ;;
 *)
   sed -n '2,15p' "$0" >&2

@@ -1,4 +1,5 @@
-//! One handle shared by eight threads: mixed problems (3x3, 1x1, strided, grouped,
+//! One handle shared by eight threads (forward calls, and a training mix of forward and the
+//! three backward operations): mixed problems (3x3, 1x1, strided, grouped,
 //! depthwise, 5x5; both layouts), every registered algorithm that accepts each one plus the
 //! handle's own selection, and mixed workspaces (the handle's pool under different budgets
 //! through clones that share it, and caller-owned workspaces of different sizes). Every
@@ -266,4 +267,162 @@ fn settings_change_from_another_thread_while_calls_run() {
         done.store(true, Ordering::Relaxed);
     });
     assert!(changes.into_inner() > 0);
+}
+
+/// A training step's calls from eight threads on one handle (as data-parallel workers share
+/// one): forward, backward data, backward filter and backward bias, each by a named algorithm
+/// of its registry or by the handle's selection, with alpha = 1 and beta = 0 or 1 (the
+/// accumulating form frameworks use), every output checked against the f64 oracle.
+#[test]
+fn training_calls_from_eight_threads_on_one_handle() {
+    use autodnn::op::{
+        Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
+        ConvBwdDataInputs, ConvBwdFilterInputs, Registered, TensorMut,
+    };
+    use autodnn::OpKind;
+
+    /// The registered algorithms of `O` accepting `p`, with their integer-data bounds.
+    fn accepting<O: Registered<Problem = ConvProblem>>(
+        p: &ConvProblem,
+    ) -> Vec<(&'static str, f64)> {
+        O::algorithms()
+            .iter()
+            .filter(|a| a.check(p).is_ok())
+            .map(|a| (a.name(), a.accuracy().integer_tolerance()))
+            .collect()
+    }
+    fn tolerance<O: Registered>(name: &str) -> f64 {
+        O::algorithms()
+            .iter()
+            .find(|a| a.name() == name)
+            .map(|a| a.accuracy().integer_tolerance())
+            .unwrap()
+    }
+    fn check_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let max = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        for (o, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(g) - w).abs() <= tol * max,
+                "{what}: element {o} is {g}, the oracle {w}"
+            );
+        }
+    }
+    /// The oracle's gradient plus beta times the prior output.
+    fn scaled(g: &[f64], prior: &[f32], beta: f32) -> Vec<f64> {
+        g.iter()
+            .zip(prior)
+            .map(|(&g, &o)| g + f64::from(beta) * f64::from(o))
+            .collect()
+    }
+
+    let cases = cases();
+    let dys: Vec<Vec<f32>> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| int_data(c.p.y().span(), 300 + i as u64))
+        .collect();
+    let handle = Handle::with_threads(2).unwrap();
+    let counts: [AtomicUsize; 4] = Default::default();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (cases, dys, handle, counts) = (&cases, &dys, &handle, &counts);
+            s.spawn(move || {
+                let mut rng = Rng(0x7a11 + t as u64);
+                for i in 0..ITERATIONS / 2 {
+                    let ci = rng.next_u64() as usize % cases.len();
+                    let (c, dy) = (&cases[ci], &dys[ci]);
+                    let beta = rng.range(0, 1) as f32;
+                    let auto = rng.range(0, 3) == 0;
+                    let op = rng.range(0, 3) as usize;
+                    let what = format!("thread {t} iteration {i} {} op {op} beta {beta}", c.name);
+                    counts[op].fetch_add(1, Ordering::Relaxed);
+                    let pick = |algos: &[(&'static str, f64)], rng: &mut Rng| {
+                        algos[rng.next_u64() as usize % algos.len()]
+                    };
+                    match op {
+                        0 => {
+                            let (algo, _) = c.algos[rng.next_u64() as usize % c.algos.len()];
+                            let mut y = vec![f32::NAN; c.p.y().span()];
+                            handle
+                                .conv_forward(&c.p, algo, &c.x, &c.w, &mut y)
+                                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                            check(c, algo, &y, &what);
+                        }
+                        1 => {
+                            let p = c.p.for_op(OpKind::ConvBackwardData).unwrap();
+                            let prior = int_data(p.x().span(), i as u64);
+                            let g = reference::conv_backward_data(&p, dy, &c.w).unwrap();
+                            let want = scaled(&g, &prior, beta);
+                            let mut dx = prior.clone();
+                            let inputs = ConvBwdDataInputs::new(dy, &c.w).scaled(1.0, beta);
+                            let mut out = TensorMut::F32(&mut dx);
+                            let (algo, tol) = if auto {
+                                let r = handle
+                                    .run::<ConvBackwardData>(&p, &inputs, &mut out)
+                                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                                (r.algo, tolerance::<ConvBackwardData>(r.algo))
+                            } else {
+                                let (a, tol) = pick(&accepting::<ConvBackwardData>(&p), &mut rng);
+                                handle
+                                    .run_algorithm::<ConvBackwardData>(
+                                        &p, a, &inputs, &mut out, None,
+                                    )
+                                    .unwrap_or_else(|e| panic!("{what} {a}: {e}"));
+                                (a, tol)
+                            };
+                            check_close(&dx, &want, tol, &format!("{what} {algo}"));
+                        }
+                        2 => {
+                            let p = c.p.for_op(OpKind::ConvBackwardFilter).unwrap();
+                            let prior = int_data(p.w().elements(), i as u64);
+                            let g = reference::conv_backward_filter(&p, &c.x, dy).unwrap();
+                            let want = scaled(&g, &prior, beta);
+                            let mut dw = prior.clone();
+                            let inputs = ConvBwdFilterInputs::new(&c.x, dy).scaled(1.0, beta);
+                            let mut out = TensorMut::F32(&mut dw);
+                            let (algo, tol) = if auto {
+                                let r = handle
+                                    .run::<ConvBackwardFilter>(&p, &inputs, &mut out)
+                                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                                (r.algo, tolerance::<ConvBackwardFilter>(r.algo))
+                            } else {
+                                let (a, tol) = pick(&accepting::<ConvBackwardFilter>(&p), &mut rng);
+                                handle
+                                    .run_algorithm::<ConvBackwardFilter>(
+                                        &p, a, &inputs, &mut out, None,
+                                    )
+                                    .unwrap_or_else(|e| panic!("{what} {a}: {e}"));
+                                (a, tol)
+                            };
+                            check_close(&dw, &want, tol, &format!("{what} {algo}"));
+                        }
+                        _ => {
+                            let p = c.p.for_op(OpKind::ConvBackwardBias).unwrap();
+                            let prior = int_data(p.w().k(), i as u64);
+                            let g = reference::conv_backward_bias(&p, dy).unwrap();
+                            let want = scaled(&g, &prior, beta);
+                            let mut db = prior.clone();
+                            let inputs = ConvBwdBiasInputs::new(dy).scaled(1.0, beta);
+                            let mut out = TensorMut::F32(&mut db);
+                            if auto {
+                                handle
+                                    .run::<ConvBackwardBias>(&p, &inputs, &mut out)
+                                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                            } else {
+                                handle
+                                    .run_algorithm::<ConvBackwardBias>(
+                                        &p, "direct", &inputs, &mut out, None,
+                                    )
+                                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                            }
+                            check_close(&db, &want, 0.0, &what);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let counts = counts.map(|c| c.into_inner());
+    assert!(counts.iter().all(|&n| n > 0), "{counts:?}");
 }
