@@ -289,20 +289,7 @@ fn fft_declines_a_grid_far_larger_than_the_output() {
 /// (overflow) although it never steps between columns. Found by the descriptors fuzzer.
 #[test]
 fn a_lone_column_with_a_huge_stride() {
-    use autodnn::TensorDesc;
-    use autodnn::{ConvDesc, ConvMode, ConvProblem, DataType, FilterDesc, FilterLayout, Padding};
-    let x = TensorDesc::with_strides(DataType::F32, [1, 2, 3, 1], [6, 3, 1, 1 << 62]).unwrap();
-    let w = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [3, 2, 2, 1]).unwrap();
-    let pad = Padding {
-        top: 1,
-        bottom: 0,
-        left: 0,
-        right: 0,
-    };
-    let conv = ConvDesc::new(pad, [1, 4], [1, 1], 1, ConvMode::CrossCorrelation).unwrap();
-    let dims = ConvProblem::output_dims(&x, &w, &conv).unwrap();
-    let y = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
-    let p = ConvProblem::forward(x, w, conv, y).unwrap();
+    let p = lone_column_problem();
     let xd = int_data(p.x().span(), 1);
     let wd = int_data(p.w().elements(), 2);
     let r = reference::conv_forward(&p, &xd, &wd).unwrap();
@@ -316,4 +303,68 @@ fn a_lone_column_with_a_huge_stride() {
             }
         }
     }
+}
+
+/// The lone column's backward operations (fuzzing, descriptors): direct's backward filter
+/// multiplied the conv stride by x's column stride (4 · 2^62) for a row of one element,
+/// which never steps; an overflow panic with overflow checks on.
+#[test]
+fn a_lone_column_with_a_huge_stride_backward() {
+    let fwd = lone_column_problem();
+    let x = int_data(fwd.x().span(), 1);
+    let w = int_data(fwd.w().elements(), 2);
+    let dy = int_data(fwd.y().span(), 3);
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let h = Handle::with_threads(1).unwrap();
+        h.set_isa_cap(isa);
+        let p = fwd.for_op(OpKind::ConvBackwardData).unwrap();
+        let want = reference::conv_backward_data(&p, &dy, &w).unwrap();
+        for a in ConvBackwardData::algorithms()
+            .iter()
+            .filter(|a| a.check(&p).is_ok())
+        {
+            let mut dx = vec![0.0; p.x().span()];
+            h.conv_backward_data(&p, a.name(), &dy, &w, &mut dx, 1.0, 0.0)
+                .unwrap();
+            for &o in &[0, 1, 2, 3, 4, 5] {
+                assert_eq!(f64::from(dx[o]), want[o], "{} {isa:?} dx[{o}]", a.name());
+            }
+        }
+        let p = fwd.for_op(OpKind::ConvBackwardFilter).unwrap();
+        let want = reference::conv_backward_filter(&p, &x, &dy).unwrap();
+        for a in ConvBackwardFilter::algorithms()
+            .iter()
+            .filter(|a| a.check(&p).is_ok())
+        {
+            let mut dw = vec![0.0; p.w().elements()];
+            h.conv_backward_filter(&p, a.name(), &x, &dy, &mut dw, 1.0, 0.0)
+                .unwrap();
+            let got: Vec<f64> = dw.iter().map(|&v| f64::from(v)).collect();
+            assert_eq!(got, want, "{} {isa:?}", a.name());
+        }
+        let mut db = vec![0.0; 3];
+        h.conv_backward_bias(&fwd, "direct", &dy, &mut db, 1.0, 0.0)
+            .unwrap();
+        let want = reference::conv_backward_bias(&fwd, &dy).unwrap();
+        assert_eq!(db.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(), want);
+    }
+}
+
+/// x of 2 channels, 3 rows and 1 column whose column stride is 2^62, a 2x1 kernel, stride
+/// 1x4: one output column.
+fn lone_column_problem() -> ConvProblem {
+    use autodnn::TensorDesc;
+    use autodnn::{ConvDesc, ConvMode, DataType, FilterDesc, FilterLayout, Padding};
+    let x = TensorDesc::with_strides(DataType::F32, [1, 2, 3, 1], [6, 3, 1, 1 << 62]).unwrap();
+    let w = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [3, 2, 2, 1]).unwrap();
+    let pad = Padding {
+        top: 1,
+        bottom: 0,
+        left: 0,
+        right: 0,
+    };
+    let conv = ConvDesc::new(pad, [1, 4], [1, 1], 1, ConvMode::CrossCorrelation).unwrap();
+    let dims = ConvProblem::output_dims(&x, &w, &conv).unwrap();
+    let y = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
+    ConvProblem::forward(x, w, conv, y).unwrap()
 }

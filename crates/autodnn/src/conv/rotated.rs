@@ -299,7 +299,8 @@ fn scatter(
                 let row = out
                     .as_mut_ptr()
                     .wrapping_add(b * xs[0] + ch * xs[1] + ih * xs[2] + sigma * xs[3]);
-                let ws = sw * xs[3];
+                // A residue of one column never steps: its step may not fit.
+                let ws = sw.saturating_mul(xs[3]);
                 let src = sub.fwd.as_ref().map(|f| {
                     let td = f.y();
                     let t0 = offs[rho * nw + sigma] + td.offset(b, ch, i, 0);

@@ -134,7 +134,7 @@ fn flattened(
                 }
                 let base = xd.offset(b, c, ih as usize, 0);
                 let first = base + ((j_lo as i64 * swi + shift) as usize) * xs3;
-                let step = sw * xs3;
+                let step = sw.saturating_mul(xs3); // a lone column never steps
                 let len = j_hi - j_lo;
                 if step == 1 {
                     row[j_lo..j_hi].copy_from_slice(&x[first..first + len]);

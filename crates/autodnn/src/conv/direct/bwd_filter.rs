@@ -132,7 +132,9 @@ fn filter_row(
                             *e = dy[yrow + (j0 as usize + t) * qs];
                         }
                         let xb = (x0 + (j0 - j_lo) * sw * xs as i64) as usize;
-                        acc += dot_strided(&row[..len], x, xb, sw as usize * xs);
+                        // A lone column never steps: its step may not fit (stride × stride).
+                        let step = (sw as usize).saturating_mul(xs);
+                        acc += dot_strided(&row[..len], x, xb, step);
                     }
                 }
             }

@@ -108,7 +108,8 @@ fn col2im(
                     }
                     let src = &col[t * jj + il * ow..][..ow];
                     let base = xd.offset(b, g * cg + c, ih as usize, 0) as i64;
-                    let step = sw as usize * xs3;
+                    // A lone column never steps: its step may not fit.
+                    let step = (sw as usize).saturating_mul(xs3);
                     let first = (base + (j_lo as i64 * sw + shift) * xs3 as i64) as usize;
                     for (k, &v) in src[j_lo..j_hi].iter().enumerate() {
                         let o = first + k * step;

@@ -192,7 +192,7 @@ fn im2col(ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], g: usize, bk: Block
                 dst[..j_lo].fill(0.0);
                 dst[j_hi..].fill(0.0);
                 let base = xd.offset(n0 + b, g * p.c_per_group() + c, ih as usize, 0) as i64;
-                let step = sw as usize * xs[3];
+                let step = (sw as usize).saturating_mul(xs[3]); // a lone column never steps
                 let first = (base + (j_lo as i64 * sw + shift) * xs[3] as i64) as usize;
                 if step == 1 {
                     dst[j_lo..j_hi].copy_from_slice(&x[first..first + (j_hi - j_lo)]);
