@@ -79,6 +79,11 @@ fn plans_corpus() {
     replay_nonempty("plans");
 }
 
+#[test]
+fn capi_corpus() {
+    replay_nonempty("capi");
+}
+
 /// Every corpus folder belongs to a harness (a renamed target leaves none behind).
 #[test]
 fn every_corpus_folder_has_a_harness() {

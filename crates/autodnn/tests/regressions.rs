@@ -120,6 +120,41 @@ fn workspace_queries_of_a_huge_kernel_allocate_nothing_large() {
     );
 }
 
+/// Strides of 50000 on an image of 10^5 x 10^5 (fuzzing, the C API's backward-data list): the
+/// backward-data algorithms that run residues through a forward one planned one residue per
+/// stride phase in their check, 2.5·10^9 of them (a 60 GB allocation, then as many forward
+/// checks). They now decline over 1024 residues; checks and queries allocate nothing large.
+#[test]
+fn backward_data_check_of_huge_strides_plans_no_residues() {
+    use autodnn::op::{ConvBackwardData, Registered};
+    use autodnn::OpKind;
+    let p = problem(
+        "mb1ic1oc1ih100000iw100000kh1kw1sh50000sw50000ph0pw0",
+        Layout::Nchw,
+    )
+    .for_op(OpKind::ConvBackwardData)
+    .unwrap();
+    let h = Handle::with_threads(1).unwrap();
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    LARGEST.store(0, Ordering::SeqCst);
+    let mut accepted = Vec::new();
+    for a in ConvBackwardData::algorithms() {
+        if a.check(&p).is_ok() {
+            let _ = a.workspace_bytes(&p);
+            let _ = a.cost_features(&p);
+            accepted.push(a.name());
+        }
+    }
+    let ranked = h.get::<ConvBackwardData>(&p).unwrap();
+    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(
+        largest < 1 << 20,
+        "a query allocated {largest} bytes at once"
+    );
+    assert!(accepted.contains(&"direct"), "{accepted:?}");
+    assert_eq!(ranked.len(), accepted.len());
+}
+
 /// Checks, workspace queries, cost features and the ranking of `spec` in both layouts: none
 /// may panic, every algorithm that accepts it reports a workspace, `direct` accepts it.
 fn queries_hold(spec: &str) {

@@ -124,6 +124,11 @@ struct Sub {
     dx_off: usize,
 }
 
+/// Most residues (stride_h · stride_w, each within the image) a problem is split into. Each
+/// is a forward problem of its own, planned and checked on every query: more would make a
+/// check cost time and memory in proportion to the strides.
+const MAX_RESIDUES: usize = 1024;
+
 /// The residues of `p` in order.
 fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     let (xd, wd, yd, cd) = (p.x(), p.w(), p.y(), p.conv());
@@ -136,7 +141,15 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     let ys = yd.strides();
     let nh = sh.min(h);
     let nw = sw.min(w);
-    let mut out = crate::alloc::try_vec_with_capacity(nh * nw, "backward-data residues")?;
+    let residues = nh.saturating_mul(nw);
+    if residues > MAX_RESIDUES {
+        return Err(Error::bad(
+            "conv.stride",
+            format!("{sh}x{sw}"),
+            format!("splits the problem into {residues} residues, more than {MAX_RESIDUES}"),
+        ));
+    }
+    let mut out = crate::alloc::try_vec_with_capacity(residues, "backward-data residues")?;
     let filter_layout = if xs[1] < xs[3] {
         FilterLayout::Krsc
     } else {
