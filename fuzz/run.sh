@@ -17,7 +17,7 @@ runs=${1:-1000000}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans)
+    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans capi)
 fi
 cargo +nightly fuzz build
 for t in "${targets[@]}"; do

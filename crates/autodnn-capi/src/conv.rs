@@ -593,9 +593,11 @@ pub unsafe extern "C" fn autodnnGetConvolutionForwardWorkspaceSize(
         // SAFETY: the caller's contract, for each argument.
         unsafe {
             let h = live_handle(handle)?;
+            // A NULL output is refused whatever the algorithm makes of the problem.
+            let size = out(sizeInBytes, "sizeInBytes")?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
             let n = workspace_size::<ConvForward>(&h, &p, algo)?;
-            *out(sizeInBytes, "sizeInBytes")? = n;
+            *size = n;
             Ok(())
         }
     })
@@ -892,9 +894,11 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardDataWorkspaceSize(
         // SAFETY: the caller's contract, for each argument.
         unsafe {
             let h = live_handle(handle)?;
+            // A NULL output is refused whatever the algorithm makes of the problem.
+            let size = out(sizeInBytes, "sizeInBytes")?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
             let n = workspace_size::<ConvBackwardData>(&h, &p, algo)?;
-            *out(sizeInBytes, "sizeInBytes")? = n;
+            *size = n;
             Ok(())
         }
     })
@@ -1023,9 +1027,11 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardFilterWorkspaceSize(
         // SAFETY: the caller's contract, for each argument.
         unsafe {
             let h = live_handle(handle)?;
+            // A NULL output is refused whatever the algorithm makes of the problem.
+            let size = out(sizeInBytes, "sizeInBytes")?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, gradDesc)?;
             let n = workspace_size::<ConvBackwardFilter>(&h, &p, algo)?;
-            *out(sizeInBytes, "sizeInBytes")? = n;
+            *size = n;
             Ok(())
         }
     })

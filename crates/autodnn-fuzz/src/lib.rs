@@ -6,6 +6,7 @@
 //! `fuzz/` call them; `tests/replay.rs` feeds them the committed corpora and regressions.
 
 pub mod cache_file;
+pub mod capi;
 pub mod conv_backward;
 pub mod conv_checks;
 pub mod cost_model_file;
@@ -17,6 +18,7 @@ pub mod plans;
 pub mod problem_string;
 
 pub use cache_file::cache_file;
+pub use capi::capi;
 pub use cost_model_file::cost_model_file;
 pub use descriptors::descriptors;
 pub use gemm::gemm;
@@ -28,7 +30,7 @@ pub use problem_string::problem_string;
 pub type Harness = fn(&[u8]);
 
 /// Every harness by name, as the fuzz targets and the corpus folders call them.
-pub const HARNESSES: [(&str, Harness); 7] = [
+pub const HARNESSES: [(&str, Harness); 8] = [
     ("problem_string", problem_string),
     ("descriptors", descriptors),
     ("cache_file", cache_file),
@@ -36,4 +38,5 @@ pub const HARNESSES: [(&str, Harness); 7] = [
     ("gemm", gemm),
     ("npy", npy),
     ("plans", plans),
+    ("capi", capi),
 ];

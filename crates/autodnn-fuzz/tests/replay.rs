@@ -79,6 +79,15 @@ fn plans_corpus() {
     replay_nonempty("plans");
 }
 
+#[test]
+fn capi_corpus() {
+    replay_nonempty("capi");
+}
+
+/// The corpora of the Python harnesses (`fuzz/python/`), replayed by
+/// `python/tests/test_fuzz_corpus.py`.
+const PYTHON_HARNESSES: [&str; 1] = ["python_functional"];
+
 /// Every corpus folder belongs to a harness (a renamed target leaves none behind).
 #[test]
 fn every_corpus_folder_has_a_harness() {
@@ -89,7 +98,8 @@ fn every_corpus_folder_has_a_harness() {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             assert!(
-                autodnn_fuzz::HARNESSES.iter().any(|(h, _)| *h == name),
+                autodnn_fuzz::HARNESSES.iter().any(|(h, _)| *h == name)
+                    || PYTHON_HARNESSES.contains(&name.as_str()),
                 "fuzz/{kind}/{name} has no harness"
             );
         }

@@ -140,15 +140,18 @@ where
     LARGEST.load(Ordering::SeqCst)
 }
 
-/// The backward operations' queries of a kernel of 10^8 rows, and of a stride of 1000 × 1000
-/// on a 1000 × 1000 image: backward data via forward built one residue problem per stride
-/// phase, 10^6 of them (a few hundred MB), in every check. It declines past 64 residues now.
+/// The backward operations' queries of a kernel of 10^8 rows, of a stride of 1000 × 1000 on
+/// a 1000 × 1000 image, and of 50000 × 50000 on 10^5 × 10^5 (fuzzing, the C API's
+/// backward-data list): backward data via forward built one residue problem per stride
+/// phase in every check, 10^6 of them (448 MB) and 2.5·10^9 (60 GB). It declines past 64
+/// residues now.
 #[test]
 fn backward_queries_of_huge_kernels_and_strides_allocate_nothing_large() {
     let h = Handle::with_threads(1).unwrap();
     for spec in [
         "mb1ic1oc1ih1iw1kh100000000kw1oh1ow1",
         "mb1ic1oc1ih1000iw1000kh1kw1sh1000sw1000oh1ow1ph0pw0",
+        "mb1ic1oc1ih100000iw100000kh1kw1sh50000sw50000ph0pw0",
     ] {
         let fwd = problem(spec, Layout::Nchw);
         let largest = [

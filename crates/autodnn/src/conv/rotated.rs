@@ -141,15 +141,13 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     let ys = yd.strides();
     let nh = sh.min(h);
     let nw = sw.min(w);
-    if nh * nw > MAX_RESIDUES {
+    let residues = nh.saturating_mul(nw);
+    if residues > MAX_RESIDUES {
         return Err(Error::Unsupported {
-            what: format!(
-                "a stride of {sh}x{sw} ({} residues, more than {MAX_RESIDUES})",
-                nh * nw
-            ),
+            what: format!("a stride of {sh}x{sw} ({residues} residues, more than {MAX_RESIDUES})"),
         });
     }
-    let mut out = Vec::with_capacity(nh * nw);
+    let mut out = Vec::with_capacity(residues);
     let filter_layout = if xs[1] < xs[3] {
         FilterLayout::Krsc
     } else {
