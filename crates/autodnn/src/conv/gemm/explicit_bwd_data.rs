@@ -60,7 +60,7 @@ fn block_rows(p: &ConvProblem) -> usize {
     if ys[2] != ow * ys[3] {
         return 1;
     }
-    let by_bytes = MAX_COL_BYTES / (taps(p) * ow * 4).max(1);
+    let by_bytes = MAX_COL_BYTES / taps(p).saturating_mul(ow).saturating_mul(4).max(1);
     (TARGET_POSITIONS.div_ceil(ow)).min(by_bytes).clamp(1, oh)
 }
 
@@ -128,18 +128,32 @@ fn col2im(
     }
 }
 
+/// The column buffer of one block (none when dx is the column buffer); `None` when the
+/// size overflows.
+fn workspace(p: &ConvProblem) -> Option<usize> {
+    if dx_is_col(p) {
+        return Some(0);
+    }
+    taps(p)
+        .checked_mul(block_rows(p))?
+        .checked_mul(p.y().w())?
+        .checked_mul(4)?
+        .checked_add(64)
+}
+
 impl Algorithm<ConvBackwardData> for GemmBwdData {
     fn name(&self) -> &'static str {
         "gemm"
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
-        check_problem(p, OpKind::ConvBackwardData)
+        check_problem(p, OpKind::ConvBackwardData)?;
+        match workspace(p) {
+            Some(b) if b <= isize::MAX as usize => Ok(()),
+            _ => Err("the workspace size overflows".into()),
+        }
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        if dx_is_col(p) {
-            return 0;
-        }
-        64 + taps(p) * block_rows(p) * p.y().w() * 4
+        workspace(p).unwrap_or(usize::MAX)
     }
     fn deterministic(&self) -> bool {
         true

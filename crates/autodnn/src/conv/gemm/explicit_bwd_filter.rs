@@ -79,7 +79,7 @@ fn path(p: &ConvProblem) -> Path {
         let rows = (TARGET_POSITIONS / ow).clamp(1, oh);
         return Path::Blocks { nb: 1, rows };
     }
-    let row = (taps(p) + p.k_per_group()) * 4;
+    let row = taps(p).saturating_add(p.k_per_group()).saturating_mul(4);
     let by_bytes = (MAX_BLOCK_BYTES / row.max(1) / positions.max(1)).max(1);
     let nb = TARGET_POSITIONS
         .div_ceil(positions)
@@ -238,6 +238,28 @@ fn copy_dy(p: &ConvProblem, dy: &[f32], g: usize, bk: Block, dst: &mut [f32]) {
     }
 }
 
+/// The workspace: the column and dy blocks, and the swapped product's buffer; `None` when
+/// the size overflows.
+fn workspace(p: &ConvProblem) -> Option<usize> {
+    let (taps, kg) = (taps(p), p.k_per_group());
+    let blocks = match path(p) {
+        Path::Batch | Path::PerImage => 0,
+        Path::Blocks { nb, rows } => {
+            let jj = nb * rows * p.y().w();
+            taps.checked_add(kg)?
+                .checked_mul(jj)?
+                .checked_mul(4)?
+                .checked_add(2 * ALIGN)?
+        }
+    };
+    let product = if swapped(p) {
+        taps.checked_mul(kg)?.checked_mul(4)?.checked_add(ALIGN)?
+    } else {
+        0
+    };
+    blocks.checked_add(product)
+}
+
 impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
     fn name(&self) -> &'static str {
         "gemm"
@@ -247,22 +269,13 @@ impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
         if p.conv().mode() == ConvMode::Convolution {
             return Err("convolution mode: the flipped taps are not one strided matrix".into());
         }
-        Ok(())
+        match workspace(p) {
+            Some(b) if b <= isize::MAX as usize => Ok(()),
+            _ => Err("the workspace size overflows".into()),
+        }
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        let blocks = match path(p) {
-            Path::Batch | Path::PerImage => 0,
-            Path::Blocks { nb, rows } => {
-                let jj = nb * rows * p.y().w();
-                2 * ALIGN + (taps(p) + p.k_per_group()) * jj * 4
-            }
-        };
-        blocks
-            + if swapped(p) {
-                ALIGN + taps(p) * p.k_per_group() * 4
-            } else {
-                0
-            }
+        workspace(p).unwrap_or(usize::MAX)
     }
     fn deterministic(&self) -> bool {
         true
