@@ -374,3 +374,47 @@ fn lone_column_problem() -> ConvProblem {
     let y = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
     ConvProblem::forward(x, w, conv, y).unwrap()
 }
+
+/// A stride of 10^5 × 10^5 on a 2 × 1 image (fuzzing, the C API's backward filter): the
+/// depthwise backward filter sized its per-thread stride-phase planes by sh · sw · rows,
+/// 214 GB of mostly empty phases for a few bytes of tensors. It declines such problems now;
+/// every backward-filter algorithm that accepts it runs in small allocations.
+#[test]
+fn depthwise_backward_filter_of_a_huge_stride_allocates_nothing_large() {
+    let p = problem(
+        "mb1g1ic1oc1ih2iw1kh1kw1sh100000sw100000oh1ow1ph0pw0",
+        Layout::Nchw,
+    )
+    .for_op(OpKind::ConvBackwardFilter)
+    .unwrap();
+    let h = Handle::with_threads(1).unwrap();
+    let x = int_data(p.x().span(), 1);
+    let dy = int_data(p.y().span(), 2);
+    let want = reference::conv_backward_filter(&p, &x, &dy).unwrap();
+    let e = ConvBackwardFilter::algorithms()
+        .iter()
+        .find(|a| a.name() == "depthwise")
+        .unwrap()
+        .check(&p)
+        .unwrap_err();
+    assert!(e.contains("stride phases"), "{e}");
+    for a in ConvBackwardFilter::algorithms() {
+        if a.check(&p).is_err() {
+            continue;
+        }
+        let mut dw = vec![f32::NAN; p.w().elements()];
+        let largest = {
+            let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+            LARGEST.store(0, Ordering::SeqCst);
+            h.conv_backward_filter(&p, a.name(), &x, &dy, &mut dw, 1.0, 0.0)
+                .unwrap();
+            LARGEST.load(Ordering::SeqCst)
+        };
+        assert!(
+            largest < 1 << 20,
+            "{}: an allocation of {largest} bytes",
+            a.name()
+        );
+        assert_eq!(f64::from(dw[0]), want[0], "{}", a.name());
+    }
+}

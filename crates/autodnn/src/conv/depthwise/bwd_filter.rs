@@ -84,7 +84,28 @@ fn planes_len(p: &ConvProblem) -> usize {
     }
     let [sh, sw] = c.stride();
     let (rows, wp) = planes(p);
-    (sh * sw * rows + p.y().h()) * wp
+    // Saturating: a size this large is declined ([`planes_fit`]).
+    sh.saturating_mul(sw)
+        .saturating_mul(rows)
+        .saturating_add(p.y().h())
+        .saturating_mul(wp)
+}
+
+/// Planes per thread of at most four times an image's x and dy planes (and 64 Ki elements
+/// for tiny ones): large strides over small images make mostly empty phases (a stride of
+/// 10^5 × 10^5 asked for 214 GB on a 2-pixel image), better served by `gemm` or `direct`.
+fn planes_fit(p: &ConvProblem) -> std::result::Result<(), String> {
+    let [_, _, h, w] = p.x().dims();
+    let [_, _, oh, ow] = p.y().dims();
+    let bound = (h * w + oh * ow).saturating_mul(4).saturating_add(1 << 16);
+    let len = planes_len(p);
+    if len > bound {
+        return Err(format!(
+            "its zero-padded stride phases would take {len} elements per thread, more than \
+             four image planes"
+        ));
+    }
+    Ok(())
 }
 
 /// No dilation: per image, x is split into its sh·sw stride phases, each copied into a
@@ -354,7 +375,7 @@ impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
         if p.w().r() * p.w().s() > MAX_TAPS {
             return Err(format!("needs at most {MAX_TAPS} kernel taps"));
         }
-        Ok(())
+        planes_fit(p)
     }
     fn workspace_bytes(&self, _: &ConvProblem) -> usize {
         0
