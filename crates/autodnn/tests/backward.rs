@@ -28,35 +28,11 @@ fn handles() -> Vec<(Isa, usize, Handle)> {
 
 /// Offsets of the output tensor's elements (dx like x, dw like w, db 0..K).
 fn out_offsets(p: &ConvProblem, op: OpKind) -> Vec<usize> {
-    let mut v = Vec::new();
     match op {
-        OpKind::ConvBackwardData => {
-            let [n, c, h, w] = p.x().dims();
-            for b in 0..n {
-                for ci in 0..c {
-                    for i in 0..h {
-                        for j in 0..w {
-                            v.push(p.x().offset(b, ci, i, j));
-                        }
-                    }
-                }
-            }
-        }
-        OpKind::ConvBackwardFilter => {
-            let [k, c, r, s] = p.w().dims();
-            for ki in 0..k {
-                for ci in 0..c {
-                    for u in 0..r {
-                        for t in 0..s {
-                            v.push(p.w().offset(ki, ci, u, t));
-                        }
-                    }
-                }
-            }
-        }
-        _ => v.extend(0..p.w().k()),
+        OpKind::ConvBackwardData => p.x().offsets().collect(),
+        OpKind::ConvBackwardFilter => p.w().offsets().collect(),
+        _ => (0..p.w().k()).collect(),
     }
-    v
 }
 
 /// Checks `got` against `want` (the oracle, already scaled) at the output's elements.

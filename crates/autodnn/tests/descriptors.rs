@@ -565,3 +565,40 @@ fn good_descriptors() {
         1,
     );
 }
+
+#[test]
+fn offsets_list_every_element_in_logical_order() {
+    let dims = [2, 3, 2, 4];
+    let tensors = [
+        TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap(),
+        TensorDesc::new(DataType::F32, Layout::Nhwc, dims).unwrap(),
+        TensorDesc::with_strides(DataType::F32, dims, [100, 1, 40, 5]).unwrap(),
+    ];
+    for t in &tensors {
+        let mut want = Vec::new();
+        for n in 0..2 {
+            for c in 0..3 {
+                for h in 0..2 {
+                    for w in 0..4 {
+                        want.push(t.offset(n, c, h, w));
+                    }
+                }
+            }
+        }
+        assert_eq!(t.offsets().collect::<Vec<_>>(), want, "{t:?}");
+    }
+    for layout in [FilterLayout::Kcrs, FilterLayout::Krsc] {
+        let f = FilterDesc::new(DataType::F32, layout, dims).unwrap();
+        let mut want = Vec::new();
+        for k in 0..2 {
+            for c in 0..3 {
+                for r in 0..2 {
+                    for s in 0..4 {
+                        want.push(f.offset(k, c, r, s));
+                    }
+                }
+            }
+        }
+        assert_eq!(f.offsets().collect::<Vec<_>>(), want, "{layout:?}");
+    }
+}

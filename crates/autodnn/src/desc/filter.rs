@@ -110,4 +110,14 @@ impl FilterDesc {
         let st = self.strides();
         k * st[0] + c * st[1] + r * st[2] + s * st[3]
     }
+    /// The offsets of all elements, in logical (k, c, r, s) order whatever the layout.
+    ///
+    /// ```
+    /// use autodnn::{DataType, FilterDesc, FilterLayout};
+    /// let f = FilterDesc::new(DataType::F32, FilterLayout::Krsc, [1, 2, 1, 2]).unwrap();
+    /// assert_eq!(f.offsets().collect::<Vec<_>>(), [0, 2, 1, 3]);
+    /// ```
+    pub fn offsets(&self) -> impl Iterator<Item = usize> {
+        super::offsets_of(self.dims, self.strides())
+    }
 }

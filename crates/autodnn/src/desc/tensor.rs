@@ -213,6 +213,17 @@ impl TensorDesc {
     pub fn offset(&self, n: usize, c: usize, h: usize, w: usize) -> usize {
         n * self.strides[0] + c * self.strides[1] + h * self.strides[2] + w * self.strides[3]
     }
+    /// The offsets of all elements, in logical (n, c, h, w) order whatever the layout: the
+    /// i-th is the offset of the i-th element of the NCHW-packed tensor.
+    ///
+    /// ```
+    /// use autodnn::{DataType, Layout, TensorDesc};
+    /// let t = TensorDesc::new(DataType::F32, Layout::Nhwc, [1, 2, 1, 3]).unwrap();
+    /// assert_eq!(t.offsets().collect::<Vec<_>>(), [0, 2, 4, 1, 3, 5]);
+    /// ```
+    pub fn offsets(&self) -> impl Iterator<Item = usize> {
+        super::offsets_of(self.dims, self.strides)
+    }
     /// The same tensor with a different batch size.
     pub fn with_batch(&self, n: usize) -> Result<TensorDesc> {
         let mut dims = self.dims;
