@@ -418,3 +418,59 @@ fn depthwise_backward_filter_of_a_huge_stride_allocates_nothing_large() {
         assert_eq!(f64::from(dw[0]), want[0], "{}", a.name());
     }
 }
+
+/// An NHWC image of 8192 × 6 × 8192 × 2^21 with a 3 × 3 filter of 16384 outputs in two
+/// groups (descriptors fuzzing): every size fits, but Winograd's backward-filter cost
+/// features multiplied groups × blocks × the per-block size in usize and overflowed (a panic
+/// with overflow checks on). The cost features are computed in f64 now, here and wherever
+/// they multiply sizes.
+#[test]
+fn cost_queries_of_a_huge_grouped_image_do_not_overflow() {
+    use autodnn::{ConvDesc, ConvMode, DataType, FilterDesc, FilterLayout, Padding, TensorDesc};
+    let x = TensorDesc::new(DataType::F32, Layout::Nhwc, [8192, 6, 8192, 2097152]).unwrap();
+    let w = FilterDesc::new(DataType::F32, FilterLayout::Krsc, [16384, 3, 3, 3]).unwrap();
+    let y = TensorDesc::with_strides(
+        DataType::F32,
+        [8192, 16384, 8190, 2097150],
+        [281406257266688, 17175674882, 2097152, 1],
+    )
+    .unwrap();
+    let conv = ConvDesc::new(
+        Padding::symmetric(0, 0),
+        [1, 1],
+        [1, 1],
+        2,
+        ConvMode::Convolution,
+    )
+    .unwrap();
+    let fwd = ConvProblem::forward(x, w, conv, y).unwrap();
+    let h = Handle::with_threads(1).unwrap();
+    let largest = [
+        largest_query_allocation::<autodnn::op::ConvForward>(&h, &fwd),
+        largest_query_allocation::<ConvBackwardData>(
+            &h,
+            &fwd.for_op(OpKind::ConvBackwardData).unwrap(),
+        ),
+        largest_query_allocation::<ConvBackwardFilter>(
+            &h,
+            &fwd.for_op(OpKind::ConvBackwardFilter).unwrap(),
+        ),
+    ];
+    assert!(largest.iter().all(|&l| l < 1 << 20), "{largest:?}");
+    for op in [OpKind::ConvBackwardFilter, OpKind::ConvBackwardData] {
+        let p = fwd.for_op(op).unwrap();
+        let feats: Vec<[f64; autodnn::op::COST_FEATURES]> = match op {
+            OpKind::ConvBackwardFilter => ConvBackwardFilter::algorithms()
+                .iter()
+                .map(|a| a.cost_features(&p))
+                .collect(),
+            _ => ConvBackwardData::algorithms()
+                .iter()
+                .map(|a| a.cost_features(&p))
+                .collect(),
+        };
+        for f in feats.iter().flatten() {
+            assert!(f.is_finite() && *f >= 0.0, "{op:?}: {f}");
+        }
+    }
+}

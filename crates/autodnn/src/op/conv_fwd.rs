@@ -322,7 +322,7 @@ pub fn default_cost_features(
 ) -> [f64; COST_FEATURES] {
     let gflop = problem.flops() / 1e9;
     let w = problem.w();
-    let reduction = (problem.c_per_group() * w.r() * w.s()) as f64;
+    let reduction = problem.c_per_group() as f64 * (w.r() * w.s()) as f64;
     let strided = problem.conv().stride() != [1, 1];
     let [n, k, _, _] = problem.y().dims();
     [
@@ -332,7 +332,7 @@ pub fn default_cost_features(
         workspace_bytes as f64 / 1e6,
         gflop * 16.0 / (16.0 + reduction),
         if strided { gflop } else { 0.0 },
-        (n * k) as f64 / 1e3,
+        n as f64 * k as f64 / 1e3,
         gflop * 8.0 / (8.0 + problem.k_per_group() as f64),
         (problem.w().elements() * problem.w().dtype().size()) as f64 / 1e6,
         lowered_mb(problem),
@@ -352,7 +352,8 @@ fn lowered_mb(problem: &ConvProblem) -> f64 {
     }
     let [n, _, oh, ow] = problem.y().dims();
     let elem = problem.x().dtype().size() as f64;
-    (n * problem.x().c() * w.r() * w.s()) as f64 * (oh * ow) as f64 * elem / 1e6
+    // In f64: the product of valid sizes need not fit in usize.
+    n as f64 * problem.x().c() as f64 * (w.r() * w.s()) as f64 * (oh * ow) as f64 * elem / 1e6
 }
 
 /// The filter as an algorithm receives it.

@@ -174,11 +174,11 @@ impl Spectral {
     /// a plain call, transforming the filter.
     pub(crate) fn model_cycles(&self, plain: bool) -> f64 {
         let tiles = self.tiles() as f64;
-        let bins = (self.nh * self.v) as f64;
+        let bins = self.nh as f64 * self.v as f64;
         let (c, k, kc) = (
             self.c() as f64,
             self.k() as f64,
-            (self.k() * self.cg) as f64,
+            self.k() as f64 * self.cg as f64,
         );
         let passes = (tiles / self.per_pass as f64).ceil();
         let log = (self.nh.max(self.nw) as f64).log2();

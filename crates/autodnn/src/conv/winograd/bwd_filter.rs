@@ -157,12 +157,14 @@ impl BwdPlan {
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         let d = default_cost_features(p, 0);
         let fw = &self.fw;
-        let tiles = (fw.groups * fw.all_tiles * fw.p) as f64;
+        // In f64: the products of the plan's sizes need not fit in usize (only each size
+        // does), and a cost query must not overflow.
+        let tiles = fw.groups as f64 * fw.all_tiles as f64 * fw.p as f64;
         let mut f = [0.0; COST_FEATURES];
         f[0] = d[0];
         f[1] = 2.0 * tiles * self.cpe as f64 * fw.k as f64 / 1e9;
         f[2] = d[2];
-        f[3] = (fw.groups * fw.nblocks * self.m_len) as f64 * 4.0 / 1e6;
+        f[3] = fw.groups as f64 * fw.nblocks as f64 * self.m_len as f64 * 4.0 / 1e6;
         f[9] = tiles * (fw.cp + self.kp) as f64 * 4.0 / 1e6;
         f
     }

@@ -324,8 +324,10 @@ impl Plan {
     /// the calibration set's 3x3 problems.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         let d = default_cost_features(p, 0);
-        let kpp = (self.kpn * KP) as f64;
-        let tiles = (self.groups * self.all_tiles * self.p) as f64;
+        // In f64: the products of the plan's sizes need not fit in usize (only each size
+        // does), and a cost query must not overflow.
+        let kpp = self.kpn as f64 * KP as f64;
+        let tiles = self.groups as f64 * self.all_tiles as f64 * self.p as f64;
         let mut f = [0.0; COST_FEATURES];
         f[0] = d[0];
         f[1] = 2.0 * tiles * self.cp as f64 * kpp / 1e9;
