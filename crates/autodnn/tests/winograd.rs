@@ -85,6 +85,14 @@ fn declines_other_windows_with_reasons() {
             "needs a dense kernel (dilation 1), got dilation 2x2",
         ),
         ("g32mb1ic32ih10oc32kh3ph1", "a depthwise convolution"),
+        (
+            "g16mb1ic16ih10oc32kh3ph1",
+            "one channel per group on one side",
+        ),
+        (
+            "g16mb1ic32ih10oc16kh3ph1",
+            "one channel per group on one side",
+        ),
     ];
     for (s, why) in cases {
         let p = problem(s, Layout::Nchw);
