@@ -5,8 +5,8 @@ use std::io::Write;
 use std::time::Instant;
 
 use autodnn::cpu::Isa;
-use autodnn::gemm::GemmDesc;
-use autodnn::Handle;
+use autodnn::gemm::{GemmDesc, GemmInput};
+use autodnn::{bf16, f16, DataType, Handle, MathMode};
 use clap::Args;
 use serde::Serialize;
 
@@ -47,6 +47,12 @@ pub struct GemmArgs {
     /// Cap the instruction set: scalar, avx2 or avx512 [default: AUTODNN_ISA, else the widest]
     #[arg(long, value_name = "NAME")]
     pub isa: Option<String>,
+    /// Element type of A and B: f32, bf16 or f16 (C is f32)
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
+    pub dtype: String,
+    /// What f32 operands may be computed in: strict or allow_bf16
+    #[arg(long, value_name = "MODE", default_value = "strict")]
+    pub math: String,
     /// One JSON object instead of text
     #[arg(long)]
     pub json: bool,
@@ -61,6 +67,9 @@ pub struct GemmReport {
     batch: usize,
     threads: usize,
     isa: &'static str,
+    dtype: &'static str,
+    math: &'static str,
+    kernel: &'static str,
     ms: f64,
     gflops: f64,
 }
@@ -81,6 +90,18 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     if let Some(name) = &args.isa {
         handle.set_isa_cap(Isa::parse("--isa", name)?);
     }
+    let dtype = match args.dtype.trim().to_ascii_lowercase().as_str() {
+        "f32" => DataType::F32,
+        "bf16" => DataType::Bf16,
+        "f16" => DataType::F16,
+        other => {
+            return Err(CliError::bad(format!(
+                "bad --dtype = {other}: expected f32, bf16 or f16"
+            )))
+        }
+    };
+    let math = MathMode::parse("--math", &args.math)?;
+    handle.set_math_mode(math);
     let desc = GemmDesc::new(args.m, args.n, args.k)
         .with_transa(args.transa)
         .with_transb(args.transb);
@@ -106,16 +127,32 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         }));
         Ok(v)
     };
-    let a = alloc(sa, "A")?;
-    let b = alloc(sb, "B")?;
+    let a = Operand::new(alloc(sa, "A")?, dtype);
+    let b = Operand::new(alloc(sb, "B")?, dtype);
     let mut c = alloc(sc, "C")?;
-    let call = |c: &mut [f32]| -> CliResult {
-        if args.batch == 1 {
-            handle.gemm(&desc, 1.0, &a, &b, 0.0, c)?;
+    fn one<T: GemmInput>(
+        h: &Handle,
+        d: &GemmDesc,
+        (a, sa): (&[T], usize),
+        (b, sb): (&[T], usize),
+        (c, sc): (&mut [f32], usize),
+        batch: usize,
+    ) -> CliResult {
+        if batch == 1 {
+            h.gemm(d, 1.0, a, b, 0.0, c)?;
         } else {
-            handle.gemm_strided_batched(&desc, 1.0, &a, sa, &b, sb, 0.0, c, sc, args.batch)?;
+            h.gemm_strided_batched(d, 1.0, a, sa, b, sb, 0.0, c, sc, batch)?;
         }
         Ok(())
+    }
+    let call = |c: &mut [f32]| -> CliResult {
+        let (h, d, n) = (&handle, &desc, args.batch);
+        match (&a, &b) {
+            (Operand::F32(a), Operand::F32(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
+            (Operand::Bf16(a), Operand::Bf16(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
+            (Operand::F16(a), Operand::F16(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
+            _ => Err(CliError::fail("operands of two types")),
+        }
     };
     let warm = Instant::now();
     call(&mut c)?;
@@ -137,6 +174,9 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         batch: args.batch,
         threads: handle.threads(),
         isa: handle.isa().name(),
+        dtype: dtype.name(),
+        math: math.name(),
+        kernel: autodnn::gemm::kernel_name_for(handle.isa(), dtype, math),
         ms,
         gflops: if ms > 0.0 { flops / ms / 1e6 } else { 0.0 },
     };
@@ -147,7 +187,7 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     } else {
         writeln!(
             out,
-            "gemm m={} n={} k={}{}{} batch={} threads={} isa={} ({}): {:.4} ms, {:.1} GFLOP/s",
+            "gemm m={} n={} k={}{}{} batch={} threads={} isa={} dtype={} math={} ({}): {:.4} ms, {:.1} GFLOP/s",
             report.m,
             report.n,
             report.k,
@@ -156,13 +196,33 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
             report.batch,
             report.threads,
             report.isa,
-            autodnn::gemm::kernel_name(handle.isa()),
+            report.dtype,
+            report.math,
+            report.kernel,
             report.ms,
             report.gflops
         )?;
     }
     out.flush()?;
     Ok(())
+}
+
+/// A or B in the element type of the call.
+enum Operand {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+}
+
+impl Operand {
+    /// `v` in `dtype`, rounded to nearest even.
+    fn new(v: Vec<f32>, dtype: DataType) -> Operand {
+        match dtype {
+            DataType::F32 => Operand::F32(v),
+            DataType::Bf16 => Operand::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+            DataType::F16 => Operand::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+        }
+    }
 }
 
 /// The median (mean of the middle two for an even count).

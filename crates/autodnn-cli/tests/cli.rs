@@ -980,6 +980,9 @@ fn gemm_json_reports_the_call() {
         &[][..],
         &["--transa", "--transb"],
         &["--batch", "3", "--isa", "scalar"],
+        &["--dtype", "bf16"],
+        &["--dtype", "f16", "--transa"],
+        &["--math", "allow_bf16"],
     ] {
         let mut args = vec!["gemm", "--m", "7", "--n", "5", "--k", "3", "--threads", "2"];
         args.extend_from_slice(&["--reps", "3", "--json"]);
@@ -988,7 +991,29 @@ fn gemm_json_reports_the_call() {
         let v = &lines[0];
         assert_eq!(
             keys(v),
-            sorted(&["m", "n", "k", "batch", "threads", "isa", "ms", "gflops"])
+            sorted(&[
+                "m", "n", "k", "batch", "threads", "isa", "dtype", "math", "kernel", "ms", "gflops"
+            ])
+        );
+        let dtype = ["bf16", "f16"]
+            .into_iter()
+            .find(|t| extra.contains(t))
+            .unwrap_or("f32");
+        assert_eq!(v["dtype"].as_str(), Some(dtype));
+        let math = if extra.contains(&"allow_bf16") {
+            "allow_bf16"
+        } else {
+            "strict"
+        };
+        assert_eq!(v["math"].as_str(), Some(math));
+        let kernel = v["kernel"].as_str().unwrap();
+        let bf16_unit = autodnn::cpu::Features::detected()
+            .contains(autodnn::cpu::Feature::Avx512Bf16)
+            && !extra.contains(&"scalar");
+        assert_eq!(
+            kernel.contains("bf16"),
+            bf16_unit && (dtype == "bf16" || math == "allow_bf16"),
+            "{extra:?}: {kernel}"
         );
         assert_eq!(
             (v["m"].as_u64(), v["n"].as_u64(), v["k"].as_u64()),
@@ -1003,6 +1028,12 @@ fn gemm_json_reports_the_call() {
     }
     let text = ok(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--reps", "1"]);
     assert!(text.contains("GFLOP/s"), "{text}");
+    for wrong in [["--dtype", "f64"], ["--math", "fast"]] {
+        let mut args = vec!["gemm", "--m", "4", "--n", "4", "--k", "4"];
+        args.extend_from_slice(&wrong);
+        let err = bad(&args);
+        assert!(err.contains(wrong[0]), "{err}");
+    }
 }
 
 #[test]

@@ -151,7 +151,6 @@ pub(crate) fn run(
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
 ) -> Result<()> {
-    let threads = ctx.threads;
     assert!(c.rows == g.m && c.cols == g.n);
     if g.m == 0 || g.n == 0 {
         return Ok(());
@@ -160,6 +159,31 @@ pub(crate) fn run(
         scale(ks, g, c);
         return Ok(());
     }
+    // A bf16-pair family reads panels converted after packing.
+    if let (Some(a), Some(b)) = (
+        super::pairs::Pairs::for_family(ks, g.a),
+        super::pairs::Pairs::for_family(ks, g.b),
+    ) {
+        let g = Gemm {
+            a: &a,
+            b: &b,
+            epilogue: g.epilogue,
+            ..*g
+        };
+        return frame_for(ks, ctx, &g, c);
+    }
+    frame_for(ks, ctx, g, c)
+}
+
+/// [`run`] past the trivial cases and the operands' wrapping: the thread count, then the
+/// frame.
+fn frame_for(
+    ks: &KernelSet,
+    ctx: &crate::runtime::ExecContext<'_>,
+    g: &Gemm<'_>,
+    c: &OutMatrix<'_>,
+) -> Result<()> {
+    let threads = ctx.threads;
     let fmas = g.m.saturating_mul(g.n).saturating_mul(g.k);
     let (mr, nr) = (ks.blocking.mr, ks.blocking.nr);
     let most = g.m.div_ceil(mr).max(g.n.div_ceil(nr));

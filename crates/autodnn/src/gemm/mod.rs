@@ -45,6 +45,7 @@ mod epilogue;
 mod kernels;
 mod loops;
 mod pack;
+mod pairs;
 mod peak;
 
 pub use desc::{GemmDesc, MatrixOrder, Transpose};
@@ -57,7 +58,7 @@ use rayon::prelude::*;
 use crate::cpu::{Features, Isa};
 use crate::desc::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::ExecContext;
+use crate::runtime::{ExecContext, MathMode};
 use epilogue::FrameEpilogue;
 pub(crate) use kernels::Transposer;
 pub(crate) use loops::depth_block;
@@ -66,6 +67,8 @@ use loops::{Gemm, OutMatrix};
 mod sealed {
     pub trait Sealed {}
     impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
 }
 
 /// An element type GEMM accepts for A and B. Packing converts it to f32 and every kernel
@@ -89,6 +92,53 @@ impl GemmInput for f32 {
     fn as_f32(s: &[f32]) -> Option<&[f32]> {
         Some(s)
     }
+}
+
+/// bf16 operands: computed with bf16 products and f32 sums in every math mode (on the
+/// AVX512-BF16 kernels where the CPU has them, else converted to f32 while packing, which
+/// gives the same exact products).
+impl GemmInput for half::bf16 {
+    const DTYPE: DataType = DataType::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[half::bf16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// f16 operands: converted to f32 while packing (exactly) and computed by the f32 kernels.
+impl GemmInput for half::f16 {
+    const DTYPE: DataType = DataType::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self.to_f32()
+    }
+    fn as_f32(_: &[half::f16]) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// Whether operands of type `T` may run on bf16-pair kernels under `math`: bf16 data
+/// always (its products are the same), f32 data under [`MathMode::AllowBf16`].
+fn computes_in_bf16<T: GemmInput>(math: MathMode) -> bool {
+    match T::DTYPE {
+        DataType::Bf16 => true,
+        DataType::F32 => math == MathMode::AllowBf16,
+        DataType::F16 => false,
+    }
+}
+
+/// The name of the micro-kernel family a GEMM of `dtype` operands runs under an ISA cap and
+/// a math mode, e.g. `avx512bf16-32x14`.
+pub fn kernel_name_for(isa: Isa, dtype: DataType, math: MathMode) -> &'static str {
+    let bf16 = match dtype {
+        DataType::F32 => computes_in_bf16::<f32>(math),
+        DataType::Bf16 => computes_in_bf16::<half::bf16>(math),
+        DataType::F16 => computes_in_bf16::<half::f16>(math),
+    };
+    kernels::kernel_set_for(isa.usable(), bf16).name
 }
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
@@ -158,7 +208,7 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let ks = kernels::kernel_set(ctx.features);
+    let ks = kernels::kernel_set_for(ctx.features, computes_in_bf16::<T>(ctx.math));
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);

@@ -17,6 +17,7 @@ use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
+use crate::runtime::MathMode;
 use crate::select::heuristic::Machine;
 use crate::select::{
     self, AlgoPerf, ConvPlan, CostModel, Env, FailAlloc, Mode, Plan, Policy, Ranked, RunReport,
@@ -76,6 +77,8 @@ struct Config {
     isa: Isa,
     /// The detected features within the cap's mask: what kernels may use.
     features: Features,
+    /// The precision f32 operands may be computed in.
+    math: MathMode,
     workspace_limit: Option<usize>,
     settings: Arc<Settings>,
 }
@@ -171,6 +174,7 @@ impl Handle {
             config: RwLock::new(Arc::new(Config {
                 isa,
                 features,
+                math: MathMode::Strict,
                 workspace_limit: None,
                 settings: Arc::new(settings),
             })),
@@ -201,6 +205,14 @@ impl Handle {
             c.features = cap.usable();
             c.isa = Isa::widest_within(c.features);
         });
+    }
+    /// The precision f32 operands may be computed in ([`MathMode::Strict`] unless set).
+    pub fn math_mode(&self) -> MathMode {
+        self.config().math
+    }
+    /// Lets f32 operands be computed in reduced precision (or not): see [`MathMode`].
+    pub fn set_math_mode(&self, mode: MathMode) {
+        self.update(|c| c.math = mode);
     }
     /// Most workspace bytes one call may allocate; `None` means no limit.
     pub fn workspace_limit(&self) -> Option<usize> {
@@ -250,6 +262,7 @@ impl Handle {
             threads: self.threads,
             isa: c.isa,
             features: c.features,
+            math: c.math,
         }
     }
 

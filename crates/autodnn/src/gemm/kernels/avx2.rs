@@ -27,6 +27,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &[],
+        to_pairs: None,
         packs_a: false,
     }
 }

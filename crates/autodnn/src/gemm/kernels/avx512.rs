@@ -29,11 +29,12 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &B_IN_PLACE,
+        to_pairs: None,
         packs_a: true,
     }
 }
 
-fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
+pub(super) fn epilogue(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
     #[target_feature(enable = "avx512f")]
     fn inner(e: &FrameEpilogue<'_>, t: &mut TileView<'_>, i0: usize, j0: usize) {
         e.apply_tile(t, i0, j0)
@@ -178,6 +179,23 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
         }
     }
     steps!(tail);
+    // SAFETY: the contract of `run`, which `store` shares.
+    unsafe { store::<MVN, NRN>(&acc, t) }
+}
+
+/// Writes the accumulators of an MR × NRN tile (`acc[j][v]`: column j, rows 16·v ..
+/// 16·v + 16) into C as `C = alpha·acc + beta·C` (C unread when beta is 0), for any strides:
+/// the store of every AVX-512 family (once per kernel call: whether it is inlined makes no
+/// measurable difference).
+///
+/// # Safety
+/// The C tile of `t` as in [`super::UKernel`]'s contract, with m ≤ 16·MVN, n ≤ NRN.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
+    acc: &[[__m512; MVN]; NRN],
+    t: &Tile,
+) {
     if t.rs_c == 1 {
         let alpha = _mm512_set1_ps(t.alpha);
         let beta = _mm512_set1_ps(t.beta);
@@ -225,7 +243,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
         }
     } else {
         let mut flat = [[[0f32; 16]; MVN]; NRN];
-        for (f, acc) in flat.iter_mut().zip(&acc) {
+        for (f, acc) in flat.iter_mut().zip(acc) {
             for (f, x) in f.iter_mut().zip(acc) {
                 // SAFETY: f is 16 writable floats.
                 unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };

@@ -19,6 +19,8 @@ pub(crate) mod scalar;
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512bf16;
 
 use std::sync::OnceLock;
 
@@ -97,11 +99,21 @@ pub(crate) struct Transposer {
 /// How a family's packed A and B panels hold their elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PackFormat {
-    /// f32 micro-panels: A's `MR` rows and B's `NR` columns contiguous per depth step. (A
-    /// bf16 format with depth pairs interleaved, as AVX512-BF16 and AMX dot products read,
-    /// would be a second variant.)
+    /// f32 micro-panels: A's `MR` rows and B's `NR` columns contiguous per depth step.
     F32Panels,
+    /// bf16 pairs along the depth, as AVX512-BF16 (and AMX) dot products read them: the
+    /// panel of the f32 format, its depth steps 2q and 2q + 1 rounded to bf16 and held
+    /// together in the 32-bit slot of step q (low half 2q), `ceil(kc / 2)` steps. The frame
+    /// packs f32 panels and the family's [`KernelSet::to_pairs`] converts them in place.
+    Bf16Pairs,
 }
+
+/// Converts a packed f32 panel of `kc` depth steps of `w` elements into
+/// [`PackFormat::Bf16Pairs`] in place.
+///
+/// # Safety
+/// The CPU has the family's features; `buf` is readable and writable for `kc·w` floats.
+pub(crate) type PairsFn = unsafe fn(buf: *mut f32, w: usize, kc: usize);
 
 /// A kernel family: the features it needs, its types and packing, the micro-kernel, its
 /// block sizes, the epilogue for the same features.
@@ -137,6 +149,8 @@ pub(crate) struct KernelSet {
     /// Whether the kernels store the A micro-panel they read where [`Tile::a_pack`] says
     /// (the others ignore it).
     pub packs_a: bool,
+    /// For [`PackFormat::Bf16Pairs`]: the conversion of packed f32 panels into pairs.
+    pub to_pairs: Option<PairsFn>,
 }
 
 /// This build's kernel families, most preferred first; the last, the portable family, needs
@@ -145,6 +159,8 @@ pub(crate) fn table() -> &'static [KernelSet] {
     static SETS: OnceLock<Vec<KernelSet>> = OnceLock::new();
     SETS.get_or_init(|| {
         let sets = [
+            #[cfg(target_arch = "x86_64")]
+            avx512bf16::kernel_set(),
             #[cfg(target_arch = "x86_64")]
             avx512::kernel_set(),
             #[cfg(target_arch = "x86_64")]
@@ -175,6 +191,26 @@ pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
     sets.iter()
         .find(|s| f32_frame(s) && usable.contains_all(s.requires))
         .unwrap_or(&sets[sets.len() - 1])
+}
+
+/// The kernel family for operands that may be computed in bf16 (`bf16`: bf16 data, or f32
+/// data under [`crate::MathMode::AllowBf16`]): the first bf16-pair family the usable
+/// `features` run, else the f32 family of [`kernel_set`] (which computes the same products
+/// from the operands converted to f32).
+pub(crate) fn kernel_set_for(features: Features, bf16: bool) -> &'static KernelSet {
+    let usable = features.intersection(Features::detected());
+    let pairs = bf16
+        .then(|| {
+            table().iter().find(|s| {
+                s.operand == DataType::Bf16
+                    && s.accumulator == DataType::F32
+                    && s.packing == PackFormat::Bf16Pairs
+                    && s.to_pairs.is_some()
+                    && usable.contains_all(s.requires)
+            })
+        })
+        .flatten();
+    pairs.unwrap_or_else(|| kernel_set(features))
 }
 
 /// Updates C from an accumulator tile stored column-major with leading dimension `mr`
@@ -216,8 +252,10 @@ mod tests {
             let usable = isa.usable();
             let ks = kernel_set(usable);
             assert!(usable.contains_all(ks.requires));
-            // The first usable entry of the table, never one it lists later.
-            let first = sets.iter().position(|s| usable.contains_all(s.requires));
+            // The first usable f32 entry of the table, never one it lists later.
+            let first = sets.iter().position(|s| {
+                s.packing == PackFormat::F32Panels && usable.contains_all(s.requires)
+            });
             assert_eq!(first.map(|i| sets[i].name), Some(ks.name));
         }
         // Features this CPU lacks never choose a family it cannot run.

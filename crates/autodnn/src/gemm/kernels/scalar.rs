@@ -25,6 +25,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: None,
         b_in_place: &[],
+        to_pairs: None,
         packs_a: false,
     }
 }

@@ -1,0 +1,278 @@
+//! Reduced-precision GEMM: bf16 and f16 operands, and f32 operands under
+//! `MathMode::AllowBf16`, against the f64 reference, on every ISA this machine runs and 1 and
+//! 2 threads. Each test prints which kernel family ran (the AVX512-BF16 one where the CPU
+//! has it, else the f32 kernels on operands converted while packing).
+
+mod common;
+
+use autodnn::cpu::Isa;
+use autodnn::gemm::{kernel_name_for, GemmDesc};
+use autodnn::{bf16, f16, DataType, Handle, MathMode};
+use common::Rng;
+
+fn isas() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.is_available()).collect()
+}
+
+fn handle(isa: Isa, threads: usize, math: MathMode) -> Handle {
+    let h = Handle::with_threads(threads).unwrap();
+    h.set_isa_cap(isa);
+    h.set_math_mode(math);
+    h
+}
+
+/// An integer in [-4, 4].
+fn int(r: &mut Rng) -> f32 {
+    r.range(-4, 4) as f32
+}
+
+/// A real in [-1, 1] on a grid of 2^-22, mostly not a bf16 value.
+fn real(r: &mut Rng) -> f32 {
+    r.range(-(1 << 22), 1 << 22) as f32 / (1 << 22) as f32
+}
+
+/// C = A·B in f64 for row-major or transposed operands as `d` describes them (alpha 1,
+/// beta 0), from the operands as f64.
+fn reference(d: &GemmDesc, a: &[f64], b: &[f64]) -> Vec<f64> {
+    let (m, n, k) = (d.m(), d.n(), d.k());
+    let [ars, acs] = d.a_strides();
+    let [brs, bcs] = d.b_strides();
+    let at = |i: usize, p: usize| {
+        if d.transa() == autodnn::gemm::Transpose::Yes {
+            a[p * ars + i * acs]
+        } else {
+            a[i * ars + p * acs]
+        }
+    };
+    let bt = |p: usize, j: usize| {
+        if d.transb() == autodnn::gemm::Transpose::Yes {
+            b[j * brs + p * bcs]
+        } else {
+            b[p * brs + j * bcs]
+        }
+    };
+    let [crs, ccs] = d.c_strides();
+    let mut c = vec![0.0; (m - 1) * crs + (n - 1) * ccs + 1];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * crs + j * ccs] = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
+        }
+    }
+    c
+}
+
+/// Shapes with ragged edges, several depth blocks (some of odd depth) and both orders.
+fn cases() -> Vec<GemmDesc> {
+    let mut out = Vec::new();
+    for &(m, n, k) in &[
+        (1, 1, 1),
+        (33, 15, 7),
+        (64, 28, 1000),
+        (100, 37, 2051),
+        (5, 300, 96),
+    ] {
+        out.push(GemmDesc::new(m, n, k));
+        out.push(
+            GemmDesc::new(m, n, k)
+                .with_transa(true)
+                .with_a_strides(m, 1),
+        );
+        out.push(
+            GemmDesc::new(m, n, k)
+                .with_transb(true)
+                .with_b_strides(k, 1)
+                .with_c_strides(1, m),
+        );
+    }
+    out
+}
+
+/// Elements a strided operand needs.
+fn span(rows: usize, cols: usize, [rs, cs]: [usize; 2]) -> usize {
+    (rows - 1) * rs + (cols - 1) * cs + 1
+}
+
+fn operand_spans(d: &GemmDesc) -> (usize, usize) {
+    let (ar, ac) = if d.transa() == autodnn::gemm::Transpose::Yes {
+        (d.k(), d.m())
+    } else {
+        (d.m(), d.k())
+    };
+    let (br, bc) = if d.transb() == autodnn::gemm::Transpose::Yes {
+        (d.n(), d.k())
+    } else {
+        (d.k(), d.n())
+    };
+    (span(ar, ac, d.a_strides()), span(br, bc, d.b_strides()))
+}
+
+/// Integers in [-4, 4] are exact in bf16 and f16 and so are their products and sums (below
+/// 2^24): bf16 and f16 operands give the f64 result exactly, as do f32 operands under
+/// `allow_bf16`.
+#[test]
+fn integer_operands_are_exact_in_every_type_and_mode() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for isa in isas() {
+        for threads in [1, 2] {
+            for math in MathMode::ALL {
+                let h = handle(isa, threads, math);
+                eprintln!(
+                    "{isa:?} x{threads} {}: bf16 on {}, f16 on {}, f32 on {}",
+                    math.name(),
+                    kernel_name_for(isa, DataType::Bf16, math),
+                    kernel_name_for(isa, DataType::F16, math),
+                    kernel_name_for(isa, DataType::F32, math)
+                );
+                for d in cases() {
+                    let (la, lb) = operand_spans(&d);
+                    let a: Vec<f32> = (0..la).map(|_| int(&mut rng)).collect();
+                    let b: Vec<f32> = (0..lb).map(|_| int(&mut rng)).collect();
+                    let want = reference(
+                        &d,
+                        &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                        &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                    );
+                    let check = |got: &[f32], what: &str| {
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(*g as f64, *w, "{what} {d:?} {isa:?} x{threads} c[{i}]");
+                        }
+                    };
+                    let mut c = vec![0.0f32; want.len()];
+                    let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+                    let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+                    h.gemm(&d, 1.0, &ab, &bb, 0.0, &mut c).unwrap();
+                    check(&c, "bf16");
+                    let ah: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+                    let bh: Vec<f16> = b.iter().map(|&x| f16::from_f32(x)).collect();
+                    c.fill(f32::NAN);
+                    h.gemm(&d, 1.0, &ah, &bh, 0.0, &mut c).unwrap();
+                    check(&c, "f16");
+                    c.fill(f32::NAN);
+                    h.gemm(&d, 1.0, &a, &b, 0.0, &mut c).unwrap();
+                    check(&c, "f32");
+                    // alpha and beta on a prior C: C = 2·A·B − C.
+                    let prior: Vec<f32> = (0..want.len()).map(|_| int(&mut rng)).collect();
+                    c.copy_from_slice(&prior);
+                    h.gemm(&d, 2.0, &ab, &bb, -1.0, &mut c).unwrap();
+                    for (i, ((g, w), p)) in c.iter().zip(&want).zip(&prior).enumerate() {
+                        assert_eq!(*g as f64, 2.0 * w - *p as f64, "beta {d:?} {isa:?} c[{i}]");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// On real data: f32 operands under `allow_bf16` give the f64 product of the operands
+/// rounded to bf16 (to nearest even) within the f32 summation bound, k·2^-24·Σ|a·b| (the
+/// documented bound of the bf16 GEMM); where a bf16 family runs, the result is then not the
+/// strict one. bf16 operands meet the same bound in every mode.
+#[test]
+fn allow_bf16_rounds_f32_operands_and_sums_in_f32() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for isa in isas() {
+        for threads in [1, 2] {
+            let h = handle(isa, threads, MathMode::AllowBf16);
+            let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16);
+            eprintln!("{isa:?} x{threads}: f32 under allow_bf16 on {family}");
+            for d in cases() {
+                let (la, lb) = operand_spans(&d);
+                let a: Vec<f32> = (0..la).map(|_| real(&mut rng)).collect();
+                let b: Vec<f32> = (0..lb).map(|_| real(&mut rng)).collect();
+                let rounded = |v: &[f32]| -> Vec<f64> {
+                    v.iter().map(|&x| bf16::from_f32(x).to_f64()).collect()
+                };
+                let (ar, br) = (rounded(&a), rounded(&b));
+                let want = reference(&d, &ar, &br);
+                let abs = reference(
+                    &d,
+                    &ar.iter().map(|x| x.abs()).collect::<Vec<_>>(),
+                    &br.iter().map(|x| x.abs()).collect::<Vec<_>>(),
+                );
+                let exact = reference(
+                    &d,
+                    &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                    &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                );
+                let bound = |i: usize| d.k() as f64 * 2f64.powi(-24) * abs[i] + 1e-30;
+                let mut c = vec![0.0f32; want.len()];
+                h.gemm(&d, 1.0, &a, &b, 0.0, &mut c).unwrap();
+                let mut away = 0;
+                for i in 0..want.len() {
+                    if family.contains("bf16") {
+                        let e = (c[i] as f64 - want[i]).abs();
+                        assert!(e <= bound(i), "{d:?} {isa:?} c[{i}]: {e} > {}", bound(i));
+                        if (c[i] as f64 - exact[i]).abs() > bound(i) {
+                            away += 1;
+                        }
+                    } else {
+                        let e = (c[i] as f64 - exact[i]).abs();
+                        assert!(e <= bound(i), "{d:?} {isa:?} c[{i}] strict: {e}");
+                    }
+                }
+                if family.contains("bf16") && d.k() > 8 {
+                    assert!(away > 0, "{d:?}: no element shows the bf16 rounding");
+                }
+                // bf16 operands: the same bound, in strict mode too.
+                let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+                let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+                let hs = handle(isa, threads, MathMode::Strict);
+                hs.gemm(&d, 1.0, &ab, &bb, 0.0, &mut c).unwrap();
+                for i in (0..want.len()).filter(|&i| want[i] != 0.0 || abs[i] != 0.0) {
+                    let e = (c[i] as f64 - want[i]).abs();
+                    assert!(
+                        e <= bound(i),
+                        "bf16 {d:?} {isa:?} c[{i}]: {e} > {}",
+                        bound(i)
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The conversion of f32 operands under `allow_bf16` rounds to nearest even, at ties, and
+/// keeps infinities and NaN; subnormal inputs (and products below the normal range) become
+/// zero on the AVX512-BF16 kernels, as the instructions treat them. Read through C = A·1
+/// with k = 1, whose single product is exact.
+#[test]
+fn allow_bf16_conversion_rounds_to_nearest_even() {
+    let ulp = 2f32.powi(-7); // bf16's unit in the last place at 1
+    let cases: [(f32, f32); 9] = [
+        (1.0 + ulp / 2.0, 1.0),                        // a tie: to even (down)
+        (1.0 + ulp + ulp / 2.0, 1.0 + 2.0 * ulp),      // a tie: to even (up)
+        (1.0 + ulp / 2.0 + 2f32.powi(-20), 1.0 + ulp), // past the tie: up
+        (1.0 + ulp / 4.0, 1.0),                        // below the tie: down
+        (-(1.0 + ulp / 2.0), -1.0),
+        (f32::MAX, f32::INFINITY), // rounds past bf16's largest finite value
+        (f32::INFINITY, f32::INFINITY),
+        (f32::NEG_INFINITY, f32::NEG_INFINITY),
+        (3.0e38, bf16::from_f32(3.0e38).to_f32()),
+    ];
+    for isa in isas() {
+        let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16);
+        let h = handle(isa, 1, MathMode::AllowBf16);
+        let d = GemmDesc::new(cases.len() + 2, 1, 1);
+        let mut a: Vec<f32> = cases.iter().map(|c| c.0).collect();
+        a.push(f32::NAN);
+        a.push(1e-40); // subnormal
+        let mut c = vec![0.0f32; a.len()];
+        h.gemm(&d, 1.0, &a, &[1.0], 0.0, &mut c).unwrap();
+        eprintln!("{isa:?}: {family}");
+        let bf16_family = family.contains("bf16");
+        for (i, &(x, want)) in cases.iter().enumerate() {
+            let want = if bf16_family { want } else { x };
+            assert_eq!(c[i], want, "{isa:?} {x:e}");
+            if bf16_family {
+                assert_eq!(want, bf16::from_f32(x).to_f32(), "half's rounding of {x:e}");
+            }
+        }
+        assert!(c[cases.len()].is_nan(), "{isa:?}: NaN");
+        let sub = c[cases.len() + 1];
+        assert_eq!(
+            sub,
+            if bf16_family { 0.0 } else { 1e-40 },
+            "{isa:?}: subnormal"
+        );
+    }
+}
