@@ -180,7 +180,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
     }
     steps!(tail);
     // SAFETY: the contract of `run`, which `store` shares.
-    unsafe { store::<MVN, NRN>(&acc, t) }
+    unsafe { store::<MVN, NRN>(acc, t) }
 }
 
 /// Writes the accumulators of an MR × NRN tile (`acc[j][v]`: column j, rows 16·v ..
@@ -193,7 +193,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
-    acc: &[[__m512; MVN]; NRN],
+    acc: [[__m512; MVN]; NRN],
     t: &Tile,
 ) {
     if t.rs_c == 1 {
@@ -243,7 +243,7 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
         }
     } else {
         let mut flat = [[[0f32; 16]; MVN]; NRN];
-        for (f, acc) in flat.iter_mut().zip(acc) {
+        for (f, acc) in flat.iter_mut().zip(&acc) {
             for (f, x) in f.iter_mut().zip(acc) {
                 // SAFETY: f is 16 writable floats.
                 unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };

@@ -95,7 +95,7 @@ unsafe fn kernel<const NRN: usize>(t: &Tile) {
         b = b.wrapping_add(NR);
     }
     // SAFETY: the C tile is the caller's contract, with m ≤ MR and n ≤ NRN.
-    unsafe { super::avx512::store::<MV, NRN>(&acc, t) }
+    unsafe { super::avx512::store::<MV, NRN>(acc, t) }
 }
 
 /// 32 bf16 values (16 pairs) from their bits.
