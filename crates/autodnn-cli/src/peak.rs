@@ -23,6 +23,9 @@ pub struct PeakArgs {
     /// Cap the instruction set: scalar, avx2 or avx512 [default: AUTODNN_ISA, else the widest]
     #[arg(long, value_name = "NAME")]
     pub isa: Option<String>,
+    /// Which peak: f32 (fused multiply-adds) or bf16 (AVX512-BF16 dot products)
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
+    pub dtype: String,
     /// One JSON object instead of text
     #[arg(long)]
     pub json: bool,
@@ -31,6 +34,7 @@ pub struct PeakArgs {
 /// What `autodnn peak` reports.
 #[derive(Debug, Serialize)]
 pub struct PeakReport {
+    dtype: &'static str,
     isa: &'static str,
     threads: usize,
     gflops: f64,
@@ -57,14 +61,34 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
         Some(name) => Isa::parse("--isa", name)?.min(Isa::from_env()?),
         None => Isa::from_env()?,
     };
+    let bf16 = match args.dtype.trim().to_ascii_lowercase().as_str() {
+        "f32" => false,
+        "bf16" => true,
+        other => {
+            return Err(CliError::bad(format!(
+                "bad --dtype = {other}: expected f32 or bf16"
+            )))
+        }
+    };
     let mut best = (cap, 0.0f64);
     for _ in 0..TRIES {
-        let (isa, g) = autodnn::gemm::fma_peak(cap, threads, ITERS);
+        let (isa, g) = if bf16 {
+            let g = autodnn::gemm::bf16_dot_peak(cap, threads, ITERS).ok_or_else(|| {
+                CliError::bad(format!(
+                    "bad --dtype = bf16: no AVX512-BF16 under the {} cap on this CPU",
+                    cap.name()
+                ))
+            })?;
+            (Isa::widest_within(cap.usable()), g)
+        } else {
+            autodnn::gemm::fma_peak(cap, threads, ITERS)
+        };
         if g > best.1 {
             best = (isa, g);
         }
     }
     let report = PeakReport {
+        dtype: if bf16 { "bf16" } else { "f32" },
         isa: best.0.name(),
         threads,
         gflops: best.1,
@@ -76,8 +100,11 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
     } else {
         writeln!(
             out,
-            "f32 FMA peak: {:.1} GFLOP/s ({} threads, {}, best of {TRIES})",
-            report.gflops, report.threads, report.isa
+            "{} peak: {:.1} GFLOP/s ({} threads, {}, best of {TRIES})",
+            if bf16 { "bf16 dot-product" } else { "f32 FMA" },
+            report.gflops,
+            report.threads,
+            report.isa
         )?;
     }
     out.flush()?;

@@ -1058,10 +1058,25 @@ fn gemm_and_peak_refuse_bad_input() {
 fn peak_json_reports_gflops() {
     let out = ok(&["peak", "--threads", "1", "--isa", "avx2", "--json"]);
     let v = &json_lines(&out)[0];
-    assert_eq!(keys(v), sorted(&["isa", "threads", "gflops"]));
+    assert_eq!(keys(v), sorted(&["dtype", "isa", "threads", "gflops"]));
+    assert_eq!(v["dtype"].as_str(), Some("f32"));
     assert_eq!(v["threads"].as_u64(), Some(1));
     assert!(matches!(v["isa"].as_str(), Some("scalar" | "avx2")), "{v}");
     assert!(v["gflops"].as_f64().unwrap() > 0.0);
+    // The bf16 dot-product peak: measured where the CPU has AVX512-BF16, refused naming
+    // --dtype elsewhere and under a cap that excludes it.
+    let e = bad(&["peak", "--threads", "1", "--isa", "avx2", "--dtype", "bf16"]);
+    assert!(e.contains("--dtype") && e.contains("AVX512-BF16"), "{e}");
+    let e = bad(&["peak", "--dtype", "f64"]);
+    assert!(e.contains("--dtype"), "{e}");
+    let args = ["peak", "--threads", "1", "--dtype", "bf16", "--json"];
+    if autodnn::cpu::Features::detected().contains(autodnn::cpu::Feature::Avx512Bf16) {
+        let v = &json_lines(&ok(&args))[0];
+        assert_eq!(v["dtype"].as_str(), Some("bf16"));
+        assert!(v["gflops"].as_f64().unwrap() > 0.0);
+    } else {
+        assert!(bad(&args).contains("AVX512-BF16"));
+    }
 }
 
 /// One failing algorithm never hides the others: with the first of the library's own

@@ -51,7 +51,7 @@ mod peak;
 pub use desc::{GemmDesc, MatrixOrder, Transpose};
 pub use epilogue::{Activation, Bias, Epilogue, Residual};
 pub use pack::{PackA, PackB, StridedMatrix};
-pub use peak::fma_peak;
+pub use peak::{bf16_dot_peak, fma_peak};
 
 use rayon::prelude::*;
 

@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use crate::cpu::{Features, Isa};
+use crate::cpu::{Feature, Features, Isa};
 
 /// Measures the f32 FMA peak in GFLOP/s (2 flops per multiply-add and lane) of `threads`
 /// threads running at once, each doing `iters` rounds of its chains, with the widest kernel
@@ -33,6 +33,37 @@ pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
     });
     let secs = start.elapsed().as_secs_f64();
     (isa, flops as f64 / secs / 1e9)
+}
+
+/// Measures the bf16 dot-product peak in GFLOP/s (4 flops per lane and instruction: two
+/// products and two sums) of `threads` threads running `vdpbf16ps` chains at once, as
+/// [`fma_peak`] does for f32; `None` where the usable features under `isa` have no
+/// AVX512-BF16.
+///
+/// # Examples
+/// ```
+/// use autodnn::cpu::{Feature, Isa};
+/// let peak = autodnn::gemm::bf16_dot_peak(Isa::Avx512, 1, 10_000);
+/// assert_eq!(peak.is_some(), Isa::Avx512.usable().contains(Feature::Avx512Bf16));
+/// assert_eq!(autodnn::gemm::bf16_dot_peak(Isa::Avx2, 1, 10_000), None);
+/// ```
+pub fn bf16_dot_peak(isa: Isa, threads: usize, iters: u64) -> Option<f64> {
+    let features = isa.usable();
+    #[cfg(target_arch = "x86_64")]
+    if features.contains_all(Features::of(&[Feature::Avx512F, Feature::Avx512Bf16])) {
+        let threads = threads.max(1);
+        let start = Instant::now();
+        let flops: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                // SAFETY: the features are detected ones (`Isa::usable`).
+                .map(|_| s.spawn(move || unsafe { x86::avx512_bf16(black_box(iters)) }))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        return Some(flops as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    let _ = (features, threads, iters);
+    None
 }
 
 /// Runs one thread's chains; returns the flops done.
@@ -89,6 +120,26 @@ mod x86 {
         }
         black_box(x);
         iters * (CHAINS * 16 * 2) as u64
+    }
+
+    /// # Safety
+    /// The CPU supports AVX-512F and AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn avx512_bf16(iters: u64) -> u64 {
+        const CHAINS: usize = 16;
+        // Pairs of 2^-13 (bf16 0x3900): each instruction adds 2^-25 to every lane, normal
+        // numbers throughout (the sum stays below 1 for 2^25 iterations).
+        let pairs = _mm512_set1_epi32(black_box(0x3900_3900));
+        // SAFETY: both are 64-byte vectors of plain bits.
+        let a = unsafe { std::mem::transmute::<__m512i, __m512bh>(pairs) };
+        let mut x = [_mm512_setzero_ps(); CHAINS];
+        for _ in 0..iters {
+            for v in x.iter_mut() {
+                *v = _mm512_dpbf16_ps(*v, a, a);
+            }
+        }
+        black_box(x);
+        iters * (CHAINS * 16 * 4) as u64
     }
 
     /// # Safety
