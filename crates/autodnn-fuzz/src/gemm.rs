@@ -1,8 +1,9 @@
 //! GEMM: shapes, transposes, strides, alpha and beta, batches, from bytes; small products
-//! against a naive f64 loop on integer data (exact), everything else an error or a no-op.
+//! against a naive f64 loop on integer data (exact), also with bf16 and f16 operands and under
+//! `allow_bf16`; everything else an error or a no-op.
 
 use autodnn::gemm::{GemmDesc, MatrixOrder};
-use autodnn::Error;
+use autodnn::{bf16, f16, Error, MathMode};
 
 use crate::conv_checks::handle;
 use crate::input::{int_data, Bytes};
@@ -265,12 +266,51 @@ fn single(
             let want = p.expect(&a, &bm, &c0);
             check_c(&c, &want, 0, "gemm");
             check_gaps(&c, &matrix_offsets(desc, 0), "gemm");
+            reduced_precision(desc, p, h, (&a, &bm, &c0), &want, seed);
         }
         Err(e) => {
             assert!(short, "a valid call failed: {e} ({desc:?})");
             assert!(matches!(e, Error::BufferTooSmall { .. }), "{e:?}");
         }
     }
+}
+
+/// The same product with bf16 and f16 operands, and with f32 operands under
+/// `MathMode::AllowBf16` (the bf16 kernels where the CPU has them): the data are integers in
+/// [-4, 4], exact in both types, so the result is the f64 one exactly in every case.
+fn reduced_precision(
+    desc: &GemmDesc,
+    p: &Product<'_>,
+    h: &autodnn::Handle,
+    (a, b, c0): (&[f32], &[f32], &[f32]),
+    want: &[(usize, f64)],
+    seed: u64,
+) {
+    let mut c = c0.to_vec();
+    match seed % 3 {
+        0 => {
+            let a: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+            let b: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+            h.gemm(desc, p.alpha, &a, &b, p.beta, &mut c)
+                .expect("a valid bf16 call");
+            check_c(&c, want, 0, "bf16 gemm");
+        }
+        1 => {
+            let a: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+            let b: Vec<f16> = b.iter().map(|&x| f16::from_f32(x)).collect();
+            h.gemm(desc, p.alpha, &a, &b, p.beta, &mut c)
+                .expect("a valid f16 call");
+            check_c(&c, want, 0, "f16 gemm");
+        }
+        _ => {
+            let hb = h.clone();
+            hb.set_math_mode(MathMode::AllowBf16);
+            hb.gemm(desc, p.alpha, a, b, p.beta, &mut c)
+                .expect("a valid allow_bf16 call");
+            check_c(&c, want, 0, "allow_bf16 gemm");
+        }
+    }
+    check_gaps(&c, &matrix_offsets(desc, 0), "reduced-precision gemm");
 }
 
 #[allow(clippy::too_many_arguments)]
