@@ -27,6 +27,22 @@ pub struct Info {
     pub cpu_model: String,
     /// Registered forward-convolution algorithms, in preference order.
     pub algorithms: Vec<&'static str>,
+    /// The reduced-precision units and what GEMM runs on them.
+    pub reduced_precision: ReducedPrecision,
+}
+
+/// The reduced-precision units of this CPU (within `AUTODNN_ISA`'s cap) and the GEMM kernel
+/// family bf16 operands run on.
+#[derive(Debug, Serialize)]
+pub struct ReducedPrecision {
+    /// AVX512-BF16 dot products (`vdpbf16ps`).
+    pub avx512_bf16: bool,
+    /// AVX512-FP16 arithmetic.
+    pub avx512_fp16: bool,
+    /// AMX tiles: absent, refused (by the operating system) or granted.
+    pub amx: &'static str,
+    /// The GEMM kernel family of bf16 operands.
+    pub bf16_gemm_kernel: &'static str,
 }
 
 /// Gathers the report.
@@ -46,6 +62,21 @@ pub fn gather() -> CliResult<Info> {
         calibrated: autodnn::select::heuristic::default_cost_model_path().exists(),
         cpu_model: autodnn::select::cache::cpu_model(),
         algorithms: autodnn::conv::names(),
+        reduced_precision: {
+            use autodnn::cpu::{AmxState, Feature, Isa};
+            let cap = Isa::cap_from_env()?;
+            let usable = cap.usable();
+            ReducedPrecision {
+                avx512_bf16: usable.contains(Feature::Avx512Bf16),
+                avx512_fp16: usable.contains(Feature::Avx512Fp16),
+                amx: AmxState::detected().name(),
+                bf16_gemm_kernel: autodnn::gemm::kernel_name_for(
+                    Isa::from_env()?,
+                    autodnn::DataType::Bf16,
+                    autodnn::MathMode::Strict,
+                ),
+            }
+        },
     })
 }
 
@@ -71,6 +102,16 @@ pub fn run(json: bool, out: &mut impl Write) -> CliResult {
         writeln!(out, "threads:      {}", info.threads)?;
         writeln!(out, "cpu features: {}", none(&info.cpu_features))?;
         writeln!(out, "isa:          {}", info.isa)?;
+        let rp = &info.reduced_precision;
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        writeln!(
+            out,
+            "reduced precision: avx512_bf16 {}, avx512_fp16 {}, amx {}; bf16 gemm on {}",
+            yes(rp.avx512_bf16),
+            yes(rp.avx512_fp16),
+            rp.amx,
+            rp.bf16_gemm_kernel
+        )?;
         writeln!(out, "cpu model:    {}", info.cpu_model)?;
         writeln!(out, "cache path:   {}", info.cache_path)?;
         writeln!(

@@ -110,8 +110,34 @@ fn info_json_has_every_key() {
             "cost_model_path",
             "calibrated",
             "cpu_model",
-            "algorithms"
+            "algorithms",
+            "reduced_precision"
         ])
+    );
+    let rp = &v["reduced_precision"];
+    assert_eq!(
+        keys(rp),
+        sorted(&["avx512_bf16", "avx512_fp16", "amx", "bf16_gemm_kernel"])
+    );
+    let detected = autodnn::cpu::Features::detected();
+    use autodnn::cpu::Feature;
+    assert_eq!(
+        rp["avx512_bf16"].as_bool(),
+        Some(detected.contains(Feature::Avx512Bf16))
+    );
+    assert_eq!(
+        rp["avx512_fp16"].as_bool(),
+        Some(detected.contains(Feature::Avx512Fp16))
+    );
+    assert_eq!(
+        rp["amx"].as_str(),
+        Some(autodnn::cpu::AmxState::detected().name())
+    );
+    let kernel = rp["bf16_gemm_kernel"].as_str().unwrap();
+    assert_eq!(
+        kernel.contains("bf16"),
+        detected.contains(Feature::Avx512Bf16),
+        "{kernel}"
     );
     assert_eq!(v["version"], autodnn::VERSION);
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));

@@ -254,6 +254,44 @@ fn detect() -> Features {
     Features::EMPTY
 }
 
+/// Whether this process may use AMX tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AmxState {
+    /// The CPU has no AMX tiles.
+    Absent,
+    /// The CPU has them but the operating system did not grant this process the tile state.
+    Refused,
+    /// The CPU has them and the tile state is granted: AMX features count as detected.
+    Granted,
+}
+
+impl AmxState {
+    /// Lower-case name: `absent`, `refused`, `granted`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AmxState::Absent => "absent",
+            AmxState::Refused => "refused",
+            AmxState::Granted => "granted",
+        }
+    }
+
+    /// This process's state (the permission is requested once, by [`Features::detected`]).
+    pub fn detected() -> AmxState {
+        if Features::detected().contains(Feature::AmxTile) {
+            return AmxState::Granted;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let leaf0 = std::arch::x86_64::__cpuid(0);
+            if leaf0.eax >= 7 && std::arch::x86_64::__cpuid_count(7, 0).edx >> 24 & 1 == 1 {
+                return AmxState::Refused;
+            }
+        }
+        AmxState::Absent
+    }
+}
+
 /// The operating system's permission for the AMX tile state.
 #[cfg(target_arch = "x86_64")]
 mod amx {
