@@ -127,8 +127,7 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         }));
         Ok(v)
     };
-    let a = Operand::new(alloc(sa, "A")?, dtype);
-    let b = Operand::new(alloc(sb, "B")?, dtype);
+    let ops = Operands::new(alloc(sa, "A")?, alloc(sb, "B")?, dtype);
     let mut c = alloc(sc, "C")?;
     fn one<T: GemmInput>(
         h: &Handle,
@@ -147,11 +146,10 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     }
     let call = |c: &mut [f32]| -> CliResult {
         let (h, d, n) = (&handle, &desc, args.batch);
-        match (&a, &b) {
-            (Operand::F32(a), Operand::F32(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
-            (Operand::Bf16(a), Operand::Bf16(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
-            (Operand::F16(a), Operand::F16(b)) => one(h, d, (a, sa), (b, sb), (c, sc), n),
-            _ => Err(CliError::fail("operands of two types")),
+        match &ops {
+            Operands::F32(a, b) => one(h, d, (a, sa), (b, sb), (c, sc), n),
+            Operands::Bf16(a, b) => one(h, d, (a, sa), (b, sb), (c, sc), n),
+            Operands::F16(a, b) => one(h, d, (a, sa), (b, sb), (c, sc), n),
         }
     };
     let warm = Instant::now();
@@ -207,20 +205,23 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     Ok(())
 }
 
-/// A or B in the element type of the call.
-enum Operand {
-    F32(Vec<f32>),
-    Bf16(Vec<bf16>),
-    F16(Vec<f16>),
+/// A and B in the element type of the call.
+enum Operands {
+    F32(Vec<f32>, Vec<f32>),
+    Bf16(Vec<bf16>, Vec<bf16>),
+    F16(Vec<f16>, Vec<f16>),
 }
 
-impl Operand {
-    /// `v` in `dtype`, rounded to nearest even.
-    fn new(v: Vec<f32>, dtype: DataType) -> Operand {
+impl Operands {
+    /// `a` and `b` in `dtype`, rounded to nearest even.
+    fn new(a: Vec<f32>, b: Vec<f32>, dtype: DataType) -> Operands {
+        fn to<T>(v: &[f32], f: fn(f32) -> T) -> Vec<T> {
+            v.iter().map(|&x| f(x)).collect()
+        }
         match dtype {
-            DataType::F32 => Operand::F32(v),
-            DataType::Bf16 => Operand::Bf16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-            DataType::F16 => Operand::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+            DataType::F32 => Operands::F32(a, b),
+            DataType::Bf16 => Operands::Bf16(to(&a, bf16::from_f32), to(&b, bf16::from_f32)),
+            DataType::F16 => Operands::F16(to(&a, f16::from_f32), to(&b, f16::from_f32)),
         }
     }
 }

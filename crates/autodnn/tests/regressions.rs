@@ -457,20 +457,14 @@ fn cost_queries_of_a_huge_grouped_image_do_not_overflow() {
         ),
     ];
     assert!(largest.iter().all(|&l| l < 1 << 20), "{largest:?}");
-    for op in [OpKind::ConvBackwardFilter, OpKind::ConvBackwardData] {
-        let p = fwd.for_op(op).unwrap();
-        let feats: Vec<[f64; autodnn::op::COST_FEATURES]> = match op {
-            OpKind::ConvBackwardFilter => ConvBackwardFilter::algorithms()
-                .iter()
-                .map(|a| a.cost_features(&p))
-                .collect(),
-            _ => ConvBackwardData::algorithms()
-                .iter()
-                .map(|a| a.cost_features(&p))
-                .collect(),
-        };
-        for f in feats.iter().flatten() {
-            assert!(f.is_finite() && *f >= 0.0, "{op:?}: {f}");
+    // Every algorithm's cost features, accepting or not, are finite.
+    fn all_finite<O: Registered<Problem = ConvProblem>>(p: &ConvProblem) {
+        for a in O::algorithms() {
+            for f in a.cost_features(p) {
+                assert!(f.is_finite() && f >= 0.0, "{} {}: {f}", O::NAME, a.name());
+            }
         }
     }
+    all_finite::<ConvBackwardFilter>(&fwd.for_op(OpKind::ConvBackwardFilter).unwrap());
+    all_finite::<ConvBackwardData>(&fwd.for_op(OpKind::ConvBackwardData).unwrap());
 }

@@ -120,10 +120,10 @@ impl GemmInput for half::f16 {
     }
 }
 
-/// Whether operands of type `T` may run on bf16-pair kernels under `math`: bf16 data
-/// always (its products are the same), f32 data under [`MathMode::AllowBf16`].
-fn computes_in_bf16<T: GemmInput>(math: MathMode) -> bool {
-    match T::DTYPE {
+/// Whether operands of `dtype` may run on bf16-pair kernels under `math`: bf16 data always
+/// (its products are the same), f32 data under [`MathMode::AllowBf16`].
+fn computes_in_bf16(dtype: DataType, math: MathMode) -> bool {
+    match dtype {
         DataType::Bf16 => true,
         DataType::F32 => math == MathMode::AllowBf16,
         DataType::F16 => false,
@@ -133,12 +133,7 @@ fn computes_in_bf16<T: GemmInput>(math: MathMode) -> bool {
 /// The name of the micro-kernel family a GEMM of `dtype` operands runs under an ISA cap and
 /// a math mode, e.g. `avx512bf16-32x14`.
 pub fn kernel_name_for(isa: Isa, dtype: DataType, math: MathMode) -> &'static str {
-    let bf16 = match dtype {
-        DataType::F32 => computes_in_bf16::<f32>(math),
-        DataType::Bf16 => computes_in_bf16::<half::bf16>(math),
-        DataType::F16 => computes_in_bf16::<half::f16>(math),
-    };
-    kernels::kernel_set_for(isa.usable(), bf16).name
+    kernels::kernel_set_for(isa.usable(), computes_in_bf16(dtype, math)).name
 }
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
@@ -208,7 +203,7 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let ks = kernels::kernel_set_for(ctx.features, computes_in_bf16::<T>(ctx.math));
+    let ks = kernels::kernel_set_for(ctx.features, computes_in_bf16(T::DTYPE, ctx.math));
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);

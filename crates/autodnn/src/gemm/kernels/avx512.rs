@@ -293,7 +293,7 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
     }
 }
 
-static TRANSPOSER: Transposer = Transposer {
+pub(super) static TRANSPOSER: Transposer = Transposer {
     strip: 16,
     max_w: 16,
     run: transpose,

@@ -43,7 +43,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         ukr: kernel::<NR>,
         edge: &EDGE,
         epilogue: super::avx512::epilogue,
-        transposer: super::avx512::kernel_set().transposer,
+        transposer: Some(&super::avx512::TRANSPOSER),
         b_in_place: &[],
         packs_a: false,
         to_pairs: Some(to_pairs),

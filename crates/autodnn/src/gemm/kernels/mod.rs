@@ -199,18 +199,17 @@ pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
 /// from the operands converted to f32).
 pub(crate) fn kernel_set_for(features: Features, bf16: bool) -> &'static KernelSet {
     let usable = features.intersection(Features::detected());
-    let pairs = bf16
-        .then(|| {
-            table().iter().find(|s| {
-                s.operand == DataType::Bf16
-                    && s.accumulator == DataType::F32
-                    && s.packing == PackFormat::Bf16Pairs
-                    && s.to_pairs.is_some()
-                    && usable.contains_all(s.requires)
-            })
-        })
-        .flatten();
-    pairs.unwrap_or_else(|| kernel_set(features))
+    let pairs = |s: &&KernelSet| {
+        s.operand == DataType::Bf16
+            && s.accumulator == DataType::F32
+            && s.packing == PackFormat::Bf16Pairs
+            && s.to_pairs.is_some()
+            && usable.contains_all(s.requires)
+    };
+    match bf16.then(|| table().iter().find(pairs)).flatten() {
+        Some(s) => s,
+        None => kernel_set(features),
+    }
 }
 
 /// Updates C from an accumulator tile stored column-major with leading dimension `mr`
