@@ -5,6 +5,7 @@
 //! `direct` on small problems, GEMM against a naive loop). The cargo-fuzz targets under
 //! `fuzz/` call them; `tests/replay.rs` feeds them the committed corpora and regressions.
 
+pub mod alloc_cap;
 pub mod cache_file;
 pub mod capi;
 pub mod conv_backward;
