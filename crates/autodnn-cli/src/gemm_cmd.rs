@@ -53,6 +53,10 @@ pub struct GemmArgs {
     /// What f32 operands may be computed in: strict or allow_bf16
     #[arg(long, value_name = "MODE", default_value = "strict")]
     pub math: String,
+    /// Which units compute products of bf16 values: auto (the bf16 units where measured
+    /// faster than f32), always or never
+    #[arg(long, value_name = "UNITS", default_value = "auto")]
+    pub bf16_units: String,
     /// One JSON object instead of text
     #[arg(long)]
     pub json: bool,
@@ -69,6 +73,7 @@ pub struct GemmReport {
     isa: &'static str,
     dtype: &'static str,
     math: &'static str,
+    bf16_units: &'static str,
     kernel: &'static str,
     ms: f64,
     gflops: f64,
@@ -102,6 +107,8 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     };
     let math = MathMode::parse("--math", &args.math)?;
     handle.set_math_mode(math);
+    let units = autodnn::Bf16Units::parse("--bf16-units", &args.bf16_units)?;
+    handle.set_bf16_units(units);
     let desc = GemmDesc::new(args.m, args.n, args.k)
         .with_transa(args.transa)
         .with_transb(args.transb);
@@ -174,7 +181,8 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         isa: handle.isa().name(),
         dtype: dtype.name(),
         math: math.name(),
-        kernel: autodnn::gemm::kernel_name_for(handle.isa(), dtype, math),
+        bf16_units: units.name(),
+        kernel: autodnn::gemm::kernel_name_for(handle.isa(), dtype, math, units),
         ms,
         gflops: if ms > 0.0 { flops / ms / 1e6 } else { 0.0 },
     };

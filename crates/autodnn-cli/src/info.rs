@@ -41,8 +41,11 @@ pub struct ReducedPrecision {
     pub avx512_fp16: bool,
     /// AMX tiles: absent, refused (by the operating system) or granted.
     pub amx: &'static str,
-    /// The GEMM kernel family of bf16 operands.
+    /// The GEMM kernel family of bf16 operands (with the default choice of units, `auto`).
     pub bf16_gemm_kernel: &'static str,
+    /// One core's bf16 dot-product throughput over its f32 multiply-add throughput, as
+    /// measured for that choice (`null` without AVX512-BF16).
+    pub bf16_unit_speedup: Option<f64>,
 }
 
 /// Gathers the report.
@@ -74,7 +77,10 @@ pub fn gather() -> CliResult<Info> {
                     Isa::from_env()?,
                     autodnn::DataType::Bf16,
                     autodnn::MathMode::Strict,
+                    autodnn::Bf16Units::Auto,
                 ),
+                bf16_unit_speedup: autodnn::gemm::bf16_unit_speedup()
+                    .filter(|_| usable.contains(Feature::Avx512Bf16)),
             }
         },
     })
@@ -106,11 +112,15 @@ pub fn run(json: bool, out: &mut impl Write) -> CliResult {
         let yes = |b: bool| if b { "yes" } else { "no" };
         writeln!(
             out,
-            "reduced precision: avx512_bf16 {}, avx512_fp16 {}, amx {}; bf16 gemm on {}",
+            "reduced precision: avx512_bf16 {}, avx512_fp16 {}, amx {}; bf16 gemm on {}{}",
             yes(rp.avx512_bf16),
             yes(rp.avx512_fp16),
             rp.amx,
-            rp.bf16_gemm_kernel
+            rp.bf16_gemm_kernel,
+            match rp.bf16_unit_speedup {
+                Some(s) => format!(" (bf16 units measured at {s:.2}x the f32 rate)"),
+                None => String::new(),
+            }
         )?;
         writeln!(out, "cpu model:    {}", info.cpu_model)?;
         writeln!(out, "cache path:   {}", info.cache_path)?;

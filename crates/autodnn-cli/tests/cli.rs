@@ -117,7 +117,13 @@ fn info_json_has_every_key() {
     let rp = &v["reduced_precision"];
     assert_eq!(
         keys(rp),
-        sorted(&["avx512_bf16", "avx512_fp16", "amx", "bf16_gemm_kernel"])
+        sorted(&[
+            "avx512_bf16",
+            "avx512_fp16",
+            "amx",
+            "bf16_gemm_kernel",
+            "bf16_unit_speedup"
+        ])
     );
     let detected = autodnn::cpu::Features::detected();
     use autodnn::cpu::Feature;
@@ -133,11 +139,17 @@ fn info_json_has_every_key() {
         rp["amx"].as_str(),
         Some(autodnn::cpu::AmxState::detected().name())
     );
+    // The default choice of units: the bf16 kernels only where measured faster.
     let kernel = rp["bf16_gemm_kernel"].as_str().unwrap();
+    let speedup = autodnn::gemm::bf16_unit_speedup();
+    assert_eq!(
+        rp["bf16_unit_speedup"].is_f64(),
+        detected.contains(Feature::Avx512Bf16)
+    );
     assert_eq!(
         kernel.contains("bf16"),
-        detected.contains(Feature::Avx512Bf16),
-        "{kernel}"
+        speedup.is_some_and(|s| s >= autodnn::gemm::BF16_UNITS_MIN_SPEEDUP),
+        "{kernel}, bf16 units at {speedup:?}"
     );
     assert_eq!(v["version"], autodnn::VERSION);
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
@@ -1009,6 +1021,8 @@ fn gemm_json_reports_the_call() {
         &["--dtype", "bf16"],
         &["--dtype", "f16", "--transa"],
         &["--math", "allow_bf16"],
+        &["--math", "allow_bf16", "--bf16-units", "always"],
+        &["--dtype", "bf16", "--bf16-units", "never"],
     ] {
         let mut args = vec!["gemm", "--m", "7", "--n", "5", "--k", "3", "--threads", "2"];
         args.extend_from_slice(&["--reps", "3", "--json"]);
@@ -1018,7 +1032,18 @@ fn gemm_json_reports_the_call() {
         assert_eq!(
             keys(v),
             sorted(&[
-                "m", "n", "k", "batch", "threads", "isa", "dtype", "math", "kernel", "ms", "gflops"
+                "m",
+                "n",
+                "k",
+                "batch",
+                "threads",
+                "isa",
+                "dtype",
+                "math",
+                "bf16_units",
+                "kernel",
+                "ms",
+                "gflops"
             ])
         );
         let dtype = ["bf16", "f16"]
@@ -1032,10 +1057,21 @@ fn gemm_json_reports_the_call() {
             "strict"
         };
         assert_eq!(v["math"].as_str(), Some(math));
+        let units = ["always", "never"]
+            .into_iter()
+            .find(|u| extra.contains(u))
+            .unwrap_or("auto");
+        assert_eq!(v["bf16_units"].as_str(), Some(units));
         let kernel = v["kernel"].as_str().unwrap();
-        let bf16_unit = autodnn::cpu::Features::detected()
-            .contains(autodnn::cpu::Feature::Avx512Bf16)
+        let has = autodnn::cpu::Features::detected().contains(autodnn::cpu::Feature::Avx512Bf16)
             && !extra.contains(&"scalar");
+        let faster = autodnn::gemm::bf16_unit_speedup()
+            .is_some_and(|s| s >= autodnn::gemm::BF16_UNITS_MIN_SPEEDUP);
+        let bf16_unit = match units {
+            "always" => has,
+            "never" => false,
+            _ => has && faster,
+        };
         assert_eq!(
             kernel.contains("bf16"),
             bf16_unit && (dtype == "bf16" || math == "allow_bf16"),
@@ -1054,7 +1090,11 @@ fn gemm_json_reports_the_call() {
     }
     let text = ok(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--reps", "1"]);
     assert!(text.contains("GFLOP/s"), "{text}");
-    for wrong in [["--dtype", "f64"], ["--math", "fast"]] {
+    for wrong in [
+        ["--dtype", "f64"],
+        ["--math", "fast"],
+        ["--bf16-units", "some"],
+    ] {
         let mut args = vec!["gemm", "--m", "4", "--n", "4", "--k", "4"];
         args.extend_from_slice(&wrong);
         let err = bad(&args);

@@ -3,7 +3,7 @@
 //! `allow_bf16`; everything else an error or a no-op.
 
 use autodnn::gemm::{GemmDesc, MatrixOrder};
-use autodnn::{bf16, f16, Error, MathMode};
+use autodnn::{bf16, f16, Bf16Units, Error, MathMode};
 
 use crate::conv_checks::handle;
 use crate::input::{int_data, Bytes};
@@ -276,8 +276,9 @@ fn single(
 }
 
 /// The same product with bf16 and f16 operands, and with f32 operands under
-/// `MathMode::AllowBf16` (the bf16 kernels where the CPU has them): the data are integers in
-/// [-4, 4], exact in both types, so the result is the f64 one exactly in every case.
+/// `MathMode::AllowBf16`, with each choice of units (`always`: the bf16 kernels where the CPU
+/// has them): the data are integers in [-4, 4], exact in both types, so the result is the
+/// f64 one exactly in every case.
 fn reduced_precision(
     desc: &GemmDesc,
     p: &Product<'_>,
@@ -287,6 +288,8 @@ fn reduced_precision(
     seed: u64,
 ) {
     let mut c = c0.to_vec();
+    let h = h.clone();
+    h.set_bf16_units(Bf16Units::ALL[(seed / 3 % 3) as usize]);
     match seed % 3 {
         0 => {
             let a: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
@@ -303,9 +306,8 @@ fn reduced_precision(
             check_c(&c, want, 0, "f16 gemm");
         }
         _ => {
-            let hb = h.clone();
-            hb.set_math_mode(MathMode::AllowBf16);
-            hb.gemm(desc, p.alpha, a, b, p.beta, &mut c)
+            h.set_math_mode(MathMode::AllowBf16);
+            h.gemm(desc, p.alpha, a, b, p.beta, &mut c)
                 .expect("a valid allow_bf16 call");
             check_c(&c, want, 0, "allow_bf16 gemm");
         }

@@ -57,7 +57,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use half::{bf16, f16};
 pub use handle::{Backend, Handle};
 pub use problem_string::{parse_problem_list, read_problems, ProblemSpec};
-pub use runtime::MathMode;
+pub use runtime::{Bf16Units, MathMode};
 pub use select::cache::default_cache_path;
 
 /// The library's version (`x.y.z`).

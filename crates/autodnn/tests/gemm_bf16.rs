@@ -1,23 +1,25 @@
 //! Reduced-precision GEMM: bf16 and f16 operands, and f32 operands under
 //! `MathMode::AllowBf16`, against the f64 reference, on every ISA this machine runs and 1 and
-//! 2 threads. Each test prints which kernel family ran (the AVX512-BF16 one where the CPU
-//! has it, else the f32 kernels on operands converted while packing).
+//! 2 threads, with every choice of units (`Bf16Units`). Each test prints which kernel family
+//! ran (the AVX512-BF16 one where the CPU has it and the choice lets it, else the f32 kernels
+//! on operands converted while packing).
 
 mod common;
 
-use autodnn::cpu::Isa;
-use autodnn::gemm::{kernel_name_for, GemmDesc};
-use autodnn::{bf16, f16, DataType, Handle, MathMode};
+use autodnn::cpu::{Feature, Isa};
+use autodnn::gemm::{bf16_unit_speedup, kernel_name_for, GemmDesc, BF16_UNITS_MIN_SPEEDUP};
+use autodnn::{bf16, f16, Bf16Units, DataType, Handle, MathMode};
 use common::Rng;
 
 fn isas() -> Vec<Isa> {
     Isa::ALL.into_iter().filter(|i| i.is_available()).collect()
 }
 
-fn handle(isa: Isa, threads: usize, math: MathMode) -> Handle {
+fn handle(isa: Isa, threads: usize, math: MathMode, units: Bf16Units) -> Handle {
     let h = Handle::with_threads(threads).unwrap();
     h.set_isa_cap(isa);
     h.set_math_mode(math);
+    h.set_bf16_units(units);
     h
 }
 
@@ -114,14 +116,18 @@ fn integer_operands_are_exact_in_every_type_and_mode() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for isa in isas() {
         for threads in [1, 2] {
-            for math in MathMode::ALL {
-                let h = handle(isa, threads, math);
+            for (math, units) in MathMode::ALL
+                .into_iter()
+                .flat_map(|m| Bf16Units::ALL.map(|u| (m, u)))
+            {
+                let h = handle(isa, threads, math, units);
                 eprintln!(
-                    "{isa:?} x{threads} {}: bf16 on {}, f16 on {}, f32 on {}",
+                    "{isa:?} x{threads} {} {}: bf16 on {}, f16 on {}, f32 on {}",
                     math.name(),
-                    kernel_name_for(isa, DataType::Bf16, math),
-                    kernel_name_for(isa, DataType::F16, math),
-                    kernel_name_for(isa, DataType::F32, math)
+                    units.name(),
+                    kernel_name_for(isa, DataType::Bf16, math, units),
+                    kernel_name_for(isa, DataType::F16, math, units),
+                    kernel_name_for(isa, DataType::F32, math, units)
                 );
                 for d in cases() {
                     let (la, lb) = operand_spans(&d);
@@ -170,11 +176,17 @@ fn integer_operands_are_exact_in_every_type_and_mode() {
 #[test]
 fn allow_bf16_rounds_f32_operands_and_sums_in_f32() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for isa in isas() {
+    for (isa, units) in isas()
+        .into_iter()
+        .flat_map(|i| Bf16Units::ALL.map(|u| (i, u)))
+    {
         for threads in [1, 2] {
-            let h = handle(isa, threads, MathMode::AllowBf16);
-            let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16);
-            eprintln!("{isa:?} x{threads}: f32 under allow_bf16 on {family}");
+            let h = handle(isa, threads, MathMode::AllowBf16, units);
+            let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16, units);
+            eprintln!(
+                "{isa:?} x{threads} {}: f32 under allow_bf16 on {family}",
+                units.name()
+            );
             for d in cases() {
                 let (la, lb) = operand_spans(&d);
                 let a: Vec<f32> = (0..la).map(|_| real(&mut rng)).collect();
@@ -216,7 +228,7 @@ fn allow_bf16_rounds_f32_operands_and_sums_in_f32() {
                 // bf16 operands: the same bound, in strict mode too.
                 let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
                 let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
-                let hs = handle(isa, threads, MathMode::Strict);
+                let hs = handle(isa, threads, MathMode::Strict, units);
                 hs.gemm(&d, 1.0, &ab, &bb, 0.0, &mut c).unwrap();
                 for i in (0..want.len()).filter(|&i| want[i] != 0.0 || abs[i] != 0.0) {
                     let e = (c[i] as f64 - want[i]).abs();
@@ -249,16 +261,19 @@ fn allow_bf16_conversion_rounds_to_nearest_even() {
         (f32::NEG_INFINITY, f32::NEG_INFINITY),
         (3.0e38, bf16::from_f32(3.0e38).to_f32()),
     ];
-    for isa in isas() {
-        let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16);
-        let h = handle(isa, 1, MathMode::AllowBf16);
+    for (isa, units) in isas()
+        .into_iter()
+        .flat_map(|i| Bf16Units::ALL.map(|u| (i, u)))
+    {
+        let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16, units);
+        let h = handle(isa, 1, MathMode::AllowBf16, units);
         let d = GemmDesc::new(cases.len() + 2, 1, 1);
         let mut a: Vec<f32> = cases.iter().map(|c| c.0).collect();
         a.push(f32::NAN);
         a.push(1e-40); // subnormal
         let mut c = vec![0.0f32; a.len()];
         h.gemm(&d, 1.0, &a, &[1.0], 0.0, &mut c).unwrap();
-        eprintln!("{isa:?}: {family}");
+        eprintln!("{isa:?} {}: {family}", units.name());
         let bf16_family = family.contains("bf16");
         for (i, &(x, want)) in cases.iter().enumerate() {
             let want = if bf16_family { want } else { x };
@@ -274,5 +289,52 @@ fn allow_bf16_conversion_rounds_to_nearest_even() {
             if bf16_family { 0.0 } else { 1e-40 },
             "{isa:?}: subnormal"
         );
+    }
+}
+
+/// Which family computes products of bf16 values: `never` the f32 kernels, `always` the
+/// AVX512-BF16 ones wherever the CPU (within the cap) has them, `auto` those only where
+/// their measured speed-up over f32 reaches the threshold. f16 and strict f32 operands
+/// never run on them.
+#[test]
+fn bf16_units_follow_the_choice_and_the_measured_speedup() {
+    let speedup = bf16_unit_speedup();
+    eprintln!("bf16 units: {speedup:?} times the f32 multiply-add rate");
+    let faster = speedup.is_some_and(|s| s >= BF16_UNITS_MIN_SPEEDUP);
+    for isa in Isa::ALL {
+        let has = isa.usable().contains(Feature::Avx512Bf16);
+        assert_eq!(
+            speedup.is_some(),
+            Isa::Avx512.usable().contains(Feature::Avx512Bf16)
+        );
+        let f32_family = autodnn::gemm::kernel_name(isa);
+        for units in Bf16Units::ALL {
+            let on_bf16 = match units {
+                Bf16Units::Never => false,
+                Bf16Units::Always => has,
+                Bf16Units::Auto => has && faster,
+            };
+            for (dtype, math) in [
+                (DataType::Bf16, MathMode::Strict),
+                (DataType::Bf16, MathMode::AllowBf16),
+                (DataType::F32, MathMode::AllowBf16),
+            ] {
+                let family = kernel_name_for(isa, dtype, math, units);
+                assert_eq!(
+                    family.contains("bf16"),
+                    on_bf16,
+                    "{isa:?} {units:?} {dtype:?}"
+                );
+                if !on_bf16 {
+                    assert_eq!(family, f32_family, "{isa:?} {units:?} {dtype:?}");
+                }
+            }
+            for (dtype, math) in [
+                (DataType::F32, MathMode::Strict),
+                (DataType::F16, MathMode::AllowBf16),
+            ] {
+                assert_eq!(kernel_name_for(isa, dtype, math, units), f32_family);
+            }
+        }
     }
 }

@@ -51,14 +51,14 @@ mod peak;
 pub use desc::{GemmDesc, MatrixOrder, Transpose};
 pub use epilogue::{Activation, Bias, Epilogue, Residual};
 pub use pack::{PackA, PackB, StridedMatrix};
-pub use peak::{bf16_dot_peak, fma_peak};
+pub use peak::{bf16_dot_peak, bf16_unit_speedup, fma_peak, BF16_UNITS_MIN_SPEEDUP};
 
 use rayon::prelude::*;
 
 use crate::cpu::{Features, Isa};
 use crate::desc::DataType;
 use crate::error::{Error, Result};
-use crate::runtime::{ExecContext, MathMode};
+use crate::runtime::{Bf16Units, ExecContext, MathMode};
 use epilogue::FrameEpilogue;
 pub(crate) use kernels::Transposer;
 pub(crate) use loops::depth_block;
@@ -81,6 +81,15 @@ pub trait GemmInput: Copy + Send + Sync + 'static + sealed::Sealed {
     fn to_f32(self) -> f32;
     /// The slice as f32 when this type is f32 (lets the engine read it in place).
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    /// Converts `src` into `dst` (of the same length) element by element, as
+    /// [`GemmInput::to_f32`] does, in vectors where the CPU has them (packing converts
+    /// contiguous runs through it).
+    #[inline]
+    fn to_f32_slice(src: &[Self], dst: &mut [f32]) {
+        for (o, s) in dst.iter_mut().zip(src) {
+            *o = s.to_f32();
+        }
+    }
 }
 
 impl GemmInput for f32 {
@@ -106,6 +115,11 @@ impl GemmInput for half::bf16 {
     fn as_f32(_: &[half::bf16]) -> Option<&[f32]> {
         None
     }
+    #[inline]
+    fn to_f32_slice(src: &[half::bf16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst);
+    }
 }
 
 /// f16 operands: converted to f32 while packing (exactly) and computed by the f32 kernels.
@@ -117,6 +131,12 @@ impl GemmInput for half::f16 {
     }
     fn as_f32(_: &[half::f16]) -> Option<&[f32]> {
         None
+    }
+    #[inline]
+    fn to_f32_slice(src: &[half::f16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        // F16C's vcvtph2ps where the CPU has it (half detects it at run time).
+        src.convert_to_f32_slice(dst);
     }
 }
 
@@ -130,10 +150,24 @@ fn computes_in_bf16(dtype: DataType, math: MathMode) -> bool {
     }
 }
 
-/// The name of the micro-kernel family a GEMM of `dtype` operands runs under an ISA cap and
-/// a math mode, e.g. `avx512bf16-32x14`.
-pub fn kernel_name_for(isa: Isa, dtype: DataType, math: MathMode) -> &'static str {
-    kernels::kernel_set_for(isa.usable(), computes_in_bf16(dtype, math)).name
+/// The name of the micro-kernel family a GEMM of `dtype` operands runs under an ISA cap, a
+/// math mode and a choice of units, e.g. `avx512bf16-32x14`.
+///
+/// ```
+/// use autodnn::{cpu::Isa, gemm::kernel_name_for, Bf16Units, DataType, MathMode};
+/// let strict = kernel_name_for(Isa::Avx512, DataType::F32, MathMode::Strict, Bf16Units::Always);
+/// assert_eq!(strict, autodnn::gemm::kernel_name(Isa::Avx512));
+/// // Never the bf16 units: bf16 operands run on the f32 kernels.
+/// let never = kernel_name_for(Isa::Avx512, DataType::Bf16, MathMode::Strict, Bf16Units::Never);
+/// assert_eq!(never, strict);
+/// ```
+pub fn kernel_name_for(
+    isa: Isa,
+    dtype: DataType,
+    math: MathMode,
+    units: Bf16Units,
+) -> &'static str {
+    kernels::kernel_set_for(isa.usable(), computes_in_bf16(dtype, math), units).name
 }
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
@@ -203,7 +237,8 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let ks = kernels::kernel_set_for(ctx.features, computes_in_bf16(T::DTYPE, ctx.math));
+    let bf16 = computes_in_bf16(T::DTYPE, ctx.math);
+    let ks = kernels::kernel_set_for(ctx.features, bf16, ctx.bf16_units);
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);
@@ -289,7 +324,15 @@ pub(crate) fn gemm_engine(
         b,
         epilogue: fe,
     };
-    loops::run(kernels::kernel_set(ctx.features), ctx, &g, &out)
+    // f32 operands, packed by the caller's packers: on the bf16 units under `AllowBf16` where
+    // the units choice lets them (their panels rounded into pairs after packing).
+    let bf16 = computes_in_bf16(DataType::F32, ctx.math);
+    loops::run(
+        kernels::kernel_set_for(ctx.features, bf16, ctx.bf16_units),
+        ctx,
+        &g,
+        &out,
+    )
 }
 
 /// Runs checked products (a, b, c) of one descriptor: across the batch, one product per

@@ -40,6 +40,10 @@ const PREFETCH_AHEAD: usize = 2;
 /// 64-byte line of f32: the rows are far apart, each its own stream).
 const TRANSPOSE_PREFETCH_STRIPS: usize = 4;
 
+/// The widest transposer strip whose converted copy (operands of other types than f32)
+/// packing keeps on the stack: W rows of this many floats.
+const MAX_CONVERTED_STRIP: usize = 16;
+
 /// Packs blocks of the vector-side operand A (`m × k` in the engine's frame).
 pub trait PackA: Sync {
     /// Writes rows `i0 .. i0 + mc` and depth `p0 .. p0 + kc` into `dst` as `ceil(mc / mr)`
@@ -274,11 +278,7 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
             }
             for (c, out) in dst.chunks_exact_mut(W).enumerate() {
                 let start = r0 + (c0 + c) * self.cs;
-                let src: &[T; W] = d[start..start + W].try_into().unwrap();
-                let out: &mut [f32; W] = out.try_into().unwrap();
-                for (o, s) in out.iter_mut().zip(src) {
-                    *o = s.to_f32();
-                }
+                T::to_f32_slice(&d[start..start + W], out);
             }
         } else if self.cs == 1 {
             // A transpose: W source rows read side by side, in strips of S columns (one
@@ -290,28 +290,57 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                 &d[start..start + len]
             });
             let mut c = 0;
-            if let (Some(tr), Some(d32)) = (self.transposer, T::as_f32(d)) {
-                if W <= tr.max_w {
-                    let base = r0 * self.rs + c0;
-                    let last = base + (W - 1) * self.rs;
-                    let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
-                    while c + tr.strip <= len {
-                        if c + ahead + tr.strip <= len {
-                            for row in &rows {
-                                prefetch(&row[c + ahead]);
-                            }
+            let transposer = self.transposer.filter(|tr| W <= tr.max_w);
+            let converting = transposer.filter(|tr| tr.strip <= MAX_CONVERTED_STRIP);
+            if let (Some(tr), None) = (converting, T::as_f32(d)) {
+                // Other element types: each strip of the W rows converted to f32 (contiguous
+                // runs, in vectors), then transposed from that copy.
+                let mut tmp = [[0f32; MAX_CONVERTED_STRIP]; W];
+                let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
+                while c + tr.strip <= len {
+                    if c + ahead + tr.strip <= len {
+                        for row in &rows {
+                            prefetch(&row[c + ahead]);
                         }
-                        // Bounds: every row's strip lies in d (last row checked by slicing);
-                        // the destination is a checked slice.
-                        let _ = &d32[last + c..last + c + tr.strip];
-                        let out = &mut dst[c * W..(c + tr.strip) * W];
-                        // SAFETY: the family's features are this CPU's (kernel_set caps them);
-                        // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
-                        // inside d (the last row is checked above and rows are evenly spaced
-                        // from the first); `out` holds W·strip floats.
-                        unsafe { (tr.run)(d32[base + c..].as_ptr(), self.rs, W, out.as_mut_ptr()) };
-                        c += tr.strip;
                     }
+                    for (t, row) in tmp.iter_mut().zip(&rows) {
+                        T::to_f32_slice(&row[c..c + tr.strip], &mut t[..tr.strip]);
+                    }
+                    let out = &mut dst[c * W..(c + tr.strip) * W];
+                    // SAFETY: the family's features are this CPU's (kernel_set caps them);
+                    // W ≤ max_w; row r < W of the copy holds strip ≤ MAX_CONVERTED_STRIP
+                    // floats at r·MAX_CONVERTED_STRIP; `out` holds W·strip floats.
+                    unsafe {
+                        (tr.run)(
+                            tmp.as_ptr().cast::<f32>(),
+                            MAX_CONVERTED_STRIP,
+                            W,
+                            out.as_mut_ptr(),
+                        )
+                    };
+                    c += tr.strip;
+                }
+            }
+            if let (Some(tr), Some(d32)) = (transposer, T::as_f32(d)) {
+                let base = r0 * self.rs + c0;
+                let last = base + (W - 1) * self.rs;
+                let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
+                while c + tr.strip <= len {
+                    if c + ahead + tr.strip <= len {
+                        for row in &rows {
+                            prefetch(&row[c + ahead]);
+                        }
+                    }
+                    // Bounds: every row's strip lies in d (last row checked by slicing);
+                    // the destination is a checked slice.
+                    let _ = &d32[last + c..last + c + tr.strip];
+                    let out = &mut dst[c * W..(c + tr.strip) * W];
+                    // SAFETY: the family's features are this CPU's (kernel_set caps them);
+                    // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
+                    // inside d (the last row is checked above and rows are evenly spaced
+                    // from the first); `out` holds W·strip floats.
+                    unsafe { (tr.run)(d32[base + c..].as_ptr(), self.rs, W, out.as_mut_ptr()) };
+                    c += tr.strip;
                 }
             }
             while c + S <= len {

@@ -66,6 +66,53 @@ pub fn bf16_dot_peak(isa: Isa, threads: usize, iters: u64) -> Option<f64> {
     None
 }
 
+/// The least [`bf16_unit_speedup`] at which [`crate::Bf16Units::Auto`] runs products of bf16
+/// values on the bf16 units: their kernels also round the packed panels into pairs and reach
+/// a smaller share of their peak than the f32 kernels of theirs, so a CPU whose bf16 units
+/// are only a little faster is better served by the f32 kernels.
+pub const BF16_UNITS_MIN_SPEEDUP: f64 = 1.25;
+
+/// One core's bf16 dot-product throughput over its f32 multiply-add throughput, in flops
+/// (2.0 on AMD Zen 4 and Zen 5, about 0.5 on some Intel Xeons), measured once per process
+/// on the calling thread: five interleaved rounds of each peak loop of about 0.1 ms, the
+/// best of each. `None` where the CPU has no AVX512-BF16.
+///
+/// # Examples
+/// ```
+/// use autodnn::cpu::{Feature, Isa};
+/// let speedup = autodnn::gemm::bf16_unit_speedup();
+/// assert_eq!(speedup.is_some(), Isa::Avx512.usable().contains(Feature::Avx512Bf16));
+/// assert!(speedup.map_or(true, |s| s > 0.0));
+/// ```
+pub fn bf16_unit_speedup() -> Option<f64> {
+    static SPEEDUP: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
+    *SPEEDUP.get_or_init(measure_bf16_unit_speedup)
+}
+
+fn measure_bf16_unit_speedup() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx512
+        .usable()
+        .contains_all(Features::of(&[Feature::Avx512F, Feature::Avx512Bf16]))
+    {
+        const ITERS: u64 = 20_000;
+        let rate = |f: &dyn Fn() -> u64| {
+            let start = Instant::now();
+            let flops = f();
+            flops as f64 / start.elapsed().as_secs_f64().max(1e-9)
+        };
+        let (mut f32_best, mut bf16_best) = (0.0f64, 0.0f64);
+        for _ in 0..5 {
+            // SAFETY: both features were detected (`Isa::usable`) just above.
+            f32_best = f32_best.max(rate(&|| unsafe { x86::avx512(black_box(ITERS)) }));
+            // SAFETY: as above.
+            bf16_best = bf16_best.max(rate(&|| unsafe { x86::avx512_bf16(black_box(ITERS)) }));
+        }
+        return Some(bf16_best / f32_best.max(1.0));
+    }
+    None
+}
+
 /// Runs one thread's chains; returns the flops done.
 fn chains(features: Features, iters: u64) -> u64 {
     #[cfg(target_arch = "x86_64")]

@@ -17,7 +17,7 @@ use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
-use crate::runtime::MathMode;
+use crate::runtime::{Bf16Units, MathMode};
 use crate::select::heuristic::Machine;
 use crate::select::{
     self, AlgoPerf, ConvPlan, CostModel, Env, FailAlloc, Mode, Plan, Policy, Ranked, RunReport,
@@ -79,6 +79,8 @@ struct Config {
     features: Features,
     /// The precision f32 operands may be computed in.
     math: MathMode,
+    /// Which units compute products of bf16 values.
+    bf16_units: Bf16Units,
     workspace_limit: Option<usize>,
     settings: Arc<Settings>,
 }
@@ -175,6 +177,7 @@ impl Handle {
                 isa,
                 features,
                 math: MathMode::Strict,
+                bf16_units: Bf16Units::Auto,
                 workspace_limit: None,
                 settings: Arc::new(settings),
             })),
@@ -213,6 +216,14 @@ impl Handle {
     /// Lets f32 operands be computed in reduced precision (or not): see [`MathMode`].
     pub fn set_math_mode(&self, mode: MathMode) {
         self.update(|c| c.math = mode);
+    }
+    /// Which units compute products of bf16 values ([`Bf16Units::Auto`] unless set).
+    pub fn bf16_units(&self) -> Bf16Units {
+        self.config().bf16_units
+    }
+    /// Chooses the units that compute products of bf16 values: see [`Bf16Units`].
+    pub fn set_bf16_units(&self, units: Bf16Units) {
+        self.update(|c| c.bf16_units = units);
     }
     /// Most workspace bytes one call may allocate; `None` means no limit.
     pub fn workspace_limit(&self) -> Option<usize> {
@@ -263,6 +274,7 @@ impl Handle {
             isa: c.isa,
             features: c.features,
             math: c.math,
+            bf16_units: c.bf16_units,
         }
     }
 

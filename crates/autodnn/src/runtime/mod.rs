@@ -30,13 +30,17 @@ pub struct ExecContext<'a> {
     pub(crate) features: Features,
     /// The precision f32 operands may be computed in.
     pub(crate) math: MathMode,
+    /// Which units compute products of bf16 values.
+    pub(crate) bf16_units: Bf16Units,
 }
 
 /// The precision an f32 problem may be computed in: cuDNN's math type, oneDNN's
 /// `fpmath_mode`, PyTorch's `float32_matmul_precision`.
 ///
 /// Reduced-precision operands (bf16) are computed with bf16 products and f32 sums in every
-/// mode; the mode decides only what f32 operands may become.
+/// mode; the mode decides only what f32 operands may become. In convolution it applies to the
+/// algorithms whose products run on the GEMM engine (explicit and implicit GEMM); the others
+/// compute in f32 whatever the mode. Where the bf16 units run is [`Bf16Units`]' choice.
 ///
 /// ```
 /// use autodnn::{gemm::GemmDesc, Handle, MathMode};
@@ -88,6 +92,66 @@ impl MathMode {
     }
 }
 
+/// Which units compute products of bf16 values (bf16 operands, and f32 operands under
+/// [`MathMode::AllowBf16`]) on a CPU with bf16 dot-product units (AVX512-BF16).
+///
+/// Those units are not faster everywhere: on AMD Zen 4 and Zen 5 one `vdpbf16ps` does
+/// twice the multiply-adds of an f32 FMA in the same time, on some Intel Xeons it takes
+/// twice as long, which leaves it at half the f32 rate. [`Bf16Units::Auto`] measures it.
+/// The f32 kernels compute the same products of bf16 values exactly (the operands are
+/// converted to f32 while packing), with one rounding per multiply-add, so bf16 operands
+/// and `AllowBf16` give results within the same documented bound on either.
+///
+/// ```
+/// use autodnn::{Bf16Units, Handle};
+/// let h = Handle::with_threads(1)?;
+/// assert_eq!(h.bf16_units(), Bf16Units::Auto);
+/// h.set_bf16_units(Bf16Units::Always);
+/// assert_eq!(Bf16Units::parse("--bf16-units", "never")?, Bf16Units::Never);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bf16Units {
+    /// The bf16 units where one core's measured bf16 dot-product throughput is at least
+    /// [`crate::gemm::BF16_UNITS_MIN_SPEEDUP`] times its f32 multiply-add throughput
+    /// ([`crate::gemm::bf16_unit_speedup`], measured once per process in about a
+    /// millisecond), else the f32 kernels. The default.
+    #[default]
+    Auto,
+    /// The bf16 units wherever the CPU has them (to reproduce their rounding, or to test
+    /// them): f32 operands under `AllowBf16` are then always rounded to bf16.
+    Always,
+    /// Never the bf16 units: bf16 operands run on the f32 kernels, and f32 operands stay
+    /// f32 whatever the math mode.
+    Never,
+}
+
+impl Bf16Units {
+    /// Every choice, the default first.
+    pub const ALL: [Bf16Units; 3] = [Bf16Units::Auto, Bf16Units::Always, Bf16Units::Never];
+
+    /// The name the command uses: `auto`, `always`, `never`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bf16Units::Auto => "auto",
+            Bf16Units::Always => "always",
+            Bf16Units::Never => "never",
+        }
+    }
+
+    /// Parses [`Bf16Units::name`].
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `field` for any other text.
+    pub fn parse(field: &str, s: &str) -> Result<Bf16Units> {
+        Bf16Units::ALL
+            .into_iter()
+            .find(|u| u.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| Error::bad(field, s, "expected auto, always or never"))
+    }
+}
+
 impl ExecContext<'_> {
     /// Worker threads available.
     pub fn threads(&self) -> usize {
@@ -104,5 +168,19 @@ impl ExecContext<'_> {
     /// The precision f32 operands may be computed in.
     pub fn math(&self) -> MathMode {
         self.math
+    }
+    /// Which units compute products of bf16 values.
+    pub fn bf16_units(&self) -> Bf16Units {
+        self.bf16_units
+    }
+    /// The math mode as tuning-cache keys and the decision log name it: `strict`, or
+    /// `allow_bf16` with `+always` or `+never` when the units choice is not `auto` (f32
+    /// operands under strict math never meet the bf16 units, whatever the choice).
+    pub fn math_key(&self) -> String {
+        match (self.math, self.bf16_units) {
+            (MathMode::Strict, _) => MathMode::Strict.name().into(),
+            (m, Bf16Units::Auto) => m.name().into(),
+            (m, u) => format!("{}+{}", m.name(), u.name()),
+        }
     }
 }

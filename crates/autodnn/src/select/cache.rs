@@ -119,6 +119,13 @@ impl CacheKey {
         }
     }
 
+    /// The key with another math mode ([`crate::runtime::ExecContext::math_key`]; `new` names
+    /// [`STRICT_MATH`]).
+    pub fn with_math(mut self, math: impl Into<String>) -> CacheKey {
+        self.math = math.into();
+        self
+    }
+
     /// The problem as a value of `P` (the operation's problem type), when it is one.
     pub fn problem_as<P: OpProblem>(&self) -> Option<P> {
         serde_json::from_value(self.problem.clone()).ok()

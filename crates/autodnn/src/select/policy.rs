@@ -158,7 +158,12 @@ pub(crate) fn plan<O: Operation>(
     let mut log = Vec::new();
     let (ranked, declined) = rank::<O>(env, algos, p);
     if settings.log {
-        log.push(format!("problem {}", p.describe()));
+        let math = env.ctx.math_key();
+        if math == crate::select::cache::STRICT_MATH {
+            log.push(format!("problem {}", p.describe()));
+        } else {
+            log.push(format!("problem {} (math {math})", p.describe()));
+        }
         for d in &declined {
             log.push(format!("  declined {}: {}", d.algo, d.reason));
         }
@@ -245,7 +250,7 @@ pub(crate) fn plan<O: Operation>(
             Mode::Find => super::Policy::Benchmark,
             Mode::Policy => settings.policy,
         };
-        let key = CacheKey::new(p, env.ctx.threads(), env.ctx.isa());
+        let key = CacheKey::new(p, env.ctx.threads(), env.ctx.isa()).with_math(env.ctx.math_key());
         let use_cache = matches!(policy, super::Policy::Benchmark | super::Policy::CachedOnly)
             && mode == Mode::Policy;
         let cached = if use_cache {

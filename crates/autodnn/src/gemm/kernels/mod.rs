@@ -28,6 +28,7 @@ use super::blocking::Blocking;
 use super::epilogue::{FrameEpilogue, TileView};
 use crate::cpu::Features;
 use crate::desc::DataType;
+use crate::runtime::Bf16Units;
 
 /// The arguments of one micro-kernel call.
 #[derive(Debug, Clone, Copy)]
@@ -195,9 +196,21 @@ pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
 
 /// The kernel family for operands that may be computed in bf16 (`bf16`: bf16 data, or f32
 /// data under [`crate::MathMode::AllowBf16`]): the first bf16-pair family the usable
-/// `features` run, else the f32 family of [`kernel_set`] (which computes the same products
-/// from the operands converted to f32).
-pub(crate) fn kernel_set_for(features: Features, bf16: bool) -> &'static KernelSet {
+/// `features` run, where `units` lets it (for [`Bf16Units::Auto`]: where the bf16 units are
+/// measured faster, [`super::bf16_unit_speedup`]), else the f32 family of [`kernel_set`]
+/// (which computes the same products from the operands converted to f32).
+pub(crate) fn kernel_set_for(
+    features: Features,
+    bf16: bool,
+    units: Bf16Units,
+) -> &'static KernelSet {
+    let wanted = match units {
+        Bf16Units::Never => false,
+        Bf16Units::Always => bf16,
+        Bf16Units::Auto => {
+            bf16 && super::bf16_unit_speedup().is_some_and(|s| s >= super::BF16_UNITS_MIN_SPEEDUP)
+        }
+    };
     let usable = features.intersection(Features::detected());
     let pairs = |s: &&KernelSet| {
         s.operand == DataType::Bf16
@@ -206,7 +219,7 @@ pub(crate) fn kernel_set_for(features: Features, bf16: bool) -> &'static KernelS
             && s.to_pairs.is_some()
             && usable.contains_all(s.requires)
     };
-    match bf16.then(|| table().iter().find(pairs)).flatten() {
+    match wanted.then(|| table().iter().find(pairs)).flatten() {
         Some(s) => s,
         None => kernel_set(features),
     }
