@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use autodnn::cpu::Isa;
 use autodnn::gemm::{GemmDesc, GemmInput};
-use autodnn::{bf16, f16, DataType, Handle, MathMode};
+use autodnn::{bf16, f16, DataType, Handle};
 use clap::Args;
 use serde::Serialize;
 
@@ -50,13 +50,8 @@ pub struct GemmArgs {
     /// Element type of A and B: f32, bf16 or f16 (C is f32)
     #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub dtype: String,
-    /// What f32 operands may be computed in: strict or allow_bf16
-    #[arg(long, value_name = "MODE", default_value = "strict")]
-    pub math: String,
-    /// Which units compute products of bf16 values: auto (the bf16 units where measured
-    /// faster than f32), always or never
-    #[arg(long, value_name = "UNITS", default_value = "auto")]
-    pub bf16_units: String,
+    #[command(flatten)]
+    pub precision: crate::math_args::MathArgs,
     /// One JSON object instead of text
     #[arg(long)]
     pub json: bool,
@@ -105,10 +100,7 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
             )))
         }
     };
-    let math = MathMode::parse("--math", &args.math)?;
-    handle.set_math_mode(math);
-    let units = autodnn::Bf16Units::parse("--bf16-units", &args.bf16_units)?;
-    handle.set_bf16_units(units);
+    let (math, units) = args.precision.apply(&handle)?;
     let desc = GemmDesc::new(args.m, args.n, args.k)
         .with_transa(args.transa)
         .with_transb(args.transb);

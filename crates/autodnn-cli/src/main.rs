@@ -11,6 +11,7 @@ mod data;
 mod error;
 mod gemm_cmd;
 mod info;
+mod math_args;
 mod npy;
 mod peak;
 mod tune_cmd;

@@ -49,6 +49,8 @@ pub struct TuneArgs {
     /// Select only algorithms whose results do not depend on thread scheduling
     #[arg(long)]
     pub deterministic: bool,
+    #[command(flatten)]
+    pub precision: crate::math_args::MathArgs,
     /// Memory order of x and y
     #[arg(long, value_enum, default_value_t = LayoutArg::Nchw)]
     pub layout: LayoutArg,
@@ -186,6 +188,7 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     handle.set_policy(policy);
     handle.set_deterministic(args.deterministic);
     handle.set_workspace_limit(args.workspace_limit);
+    args.precision.apply(&handle)?;
     let cache_path = args
         .cache
         .clone()

@@ -300,6 +300,55 @@ fn conv_json_schema_with_check() {
     assert!((tg - expect).abs() <= 1e-9 * expect, "{t}");
 }
 
+/// `conv --math allow_bf16` (the bf16 units forced where the CPU has them) in every
+/// direction: the command's integer data are exact in bf16, so every algorithm still matches
+/// the f64 reference exactly or within its own bound; bad values are refused naming the option.
+#[test]
+fn conv_under_allow_bf16_stays_exact_on_integer_data() {
+    for dir in ["fwd", "bwd_d", "bwd_w"] {
+        let lines = ok_json(
+            &[
+                "conv",
+                "mb2ic32ih9oc24oh9kh3ph1",
+                "--dir",
+                dir,
+                "--json",
+                "--check",
+                "--reps",
+                "1",
+                "--threads",
+                "1",
+                "--math",
+                "allow_bf16",
+                "--bf16-units",
+                "always",
+            ],
+            2,
+        );
+        let results = lines[0]["results"].as_array().expect("results");
+        for r in results.iter().filter(|r| r["status"] != "declined") {
+            assert_eq!(r["status"], "ok", "{dir}: {r}");
+            let name = r["algo"].as_str().unwrap();
+            let err = r["max_rel_err"].as_f64().unwrap();
+            if name.starts_with("gemm") || name.starts_with("implicit_gemm") || name == "direct" {
+                assert_eq!(err, 0.0, "{dir} {name}: {r}");
+            } else {
+                assert!(err <= 1e-3, "{dir} {name}: {r}");
+            }
+        }
+        assert!(
+            results
+                .iter()
+                .any(|r| r["algo"] == "gemm" && r["status"] == "ok"),
+            "{dir}"
+        );
+    }
+    for (opt, value) in [("--math", "fast"), ("--bf16-units", "sometimes")] {
+        let err = bad(&["conv", TINY, opt, value]);
+        assert!(err.contains(opt), "{err}");
+    }
+}
+
 #[test]
 fn conv_json_without_check_has_null_error_and_named_algo() {
     let lines = ok_json(

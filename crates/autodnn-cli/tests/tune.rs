@@ -574,3 +574,37 @@ fn calibrate_fits_every_algorithm_and_reports_the_error() {
     let v: Value = serde_json::from_str(&info).unwrap();
     assert_eq!(v["calibrated"], true);
 }
+
+/// `--math` and `--bf16-units` on `tune`: entries tuned under allow_bf16 are keyed apart from
+/// the strict ones (a strict run after an allow_bf16 one hits nothing), the cache file names
+/// both modes, and a bad value is refused naming its option.
+#[test]
+fn tune_keys_the_cache_by_the_math_mode() {
+    let dir = TempDir::new("math");
+    let allow = ["--math", "allow_bf16", "--bf16-units", "always"];
+    let (layers, total) = tune_json(&dir, &allow);
+    check_schema(&layers, &total);
+    assert_eq!(total["cache_hits"], 0);
+    let (_, again) = tune_json(&dir, &allow);
+    assert_eq!(again["cache_hits"], 3, "{again}");
+    let (_, strict) = tune_json(&dir, &[]);
+    assert_eq!(
+        strict["cache_hits"], 0,
+        "the strict run reused allow_bf16 entries: {strict}"
+    );
+    let text = std::fs::read_to_string(dir.cache()).unwrap();
+    let file: Value = serde_json::from_str(&text).unwrap();
+    let mut maths: Vec<String> = file["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["key"]["math"].as_str().unwrap().to_string())
+        .collect();
+    maths.sort();
+    maths.dedup();
+    assert_eq!(maths, ["allow_bf16+always", "strict"], "{text}");
+    for (opt, value) in [("--math", "fast"), ("--bf16-units", "sometimes")] {
+        let err = bad(&dir, &["tune", A, opt, value], &[]);
+        assert!(err.contains(opt), "{err}");
+    }
+}

@@ -54,6 +54,8 @@ pub struct ConvArgs {
     /// Memory order of x and y (filters: KCRS with nchw, KRSC with nhwc)
     #[arg(long, value_enum, default_value_t = LayoutArg::Nchw)]
     pub layout: LayoutArg,
+    #[command(flatten)]
+    pub precision: crate::math_args::MathArgs,
     /// Batch size [default: each problem's own; 1 with --model]
     #[arg(long, value_name = "N")]
     pub mb: Option<usize>,

@@ -79,6 +79,7 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
             )));
         }
         let handle = make_handle(args.threads)?;
+        args.precision.apply(&handle)?;
         return match (paths, algos[0][0]) {
             (RealPaths::Fwd { x, w, y }, dir::AnyAlgo::Fwd(a)) => {
                 run_real_data(args, &handle, &jobs[0], a, [&x, &w, &y], out)
@@ -87,6 +88,7 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
         };
     }
     let handle = make_handle(args.threads)?;
+    args.precision.apply(&handle)?;
     // Cores at full speed before the first problem is timed.
     handle.wake_cores();
     bench(args, &handle, &jobs, &dirs, &algos, out)
