@@ -39,7 +39,18 @@ fn rounded(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
 }
 
-/// Whether `algo` of operation `op` runs its products on the GEMM engine.
+/// Whether f32 products under allow_bf16 with the units forced run on the bf16 units here.
+fn bf16_units_run() -> bool {
+    kernel_name_for(
+        Isa::best_available(),
+        DataType::F32,
+        MathMode::AllowBf16,
+        Bf16Units::Always,
+    )
+    .contains("bf16")
+}
+
+/// Whether `algo` runs its products on the GEMM engine.
 fn on_gemm_engine(algo: &str) -> bool {
     algo.starts_with("gemm") || algo.starts_with("implicit_gemm")
 }
@@ -155,13 +166,7 @@ fn normwise(got: &[f32], want: &[f64]) -> f64 {
 
 #[test]
 fn allow_bf16_rounds_the_gemm_engine_algorithms_and_no_other() {
-    let bf16_units = kernel_name_for(
-        Isa::best_available(),
-        DataType::F32,
-        MathMode::AllowBf16,
-        Bf16Units::Always,
-    )
-    .contains("bf16");
+    let bf16_units = bf16_units_run();
     eprintln!("bf16 units in use under allow_bf16 + always: {bf16_units}");
     let (strict, allow) = (handle(MathMode::Strict), handle(MathMode::AllowBf16));
     for (i, s) in [
@@ -235,13 +240,7 @@ fn prepared_weights_follow_the_math_mode() {
     let want = reference::conv_forward(&p, &rounded(&x), &rounded(&w)).unwrap();
     let exact = reference::conv_forward(&p, &x, &w).unwrap();
     let allow = handle(MathMode::AllowBf16);
-    let bf16_units = kernel_name_for(
-        Isa::best_available(),
-        DataType::F32,
-        MathMode::AllowBf16,
-        Bf16Units::Always,
-    )
-    .contains("bf16");
+    let bf16_units = bf16_units_run();
     for algo in ["gemm", "implicit_gemm"] {
         let prepared = allow.prepare_weights(&p, algo, &w).unwrap();
         let mut y = vec![f32::NAN; p.y().span()];

@@ -85,10 +85,7 @@ impl MathMode {
     /// # Errors
     /// [`Error::BadParam`] naming `field` for any other text.
     pub fn parse(field: &str, s: &str) -> Result<MathMode> {
-        MathMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| Error::bad(field, s, "expected strict or allow_bf16"))
+        parse_named(&MathMode::ALL, MathMode::name, field, s)
     }
 }
 
@@ -145,11 +142,21 @@ impl Bf16Units {
     /// # Errors
     /// [`Error::BadParam`] naming `field` for any other text.
     pub fn parse(field: &str, s: &str) -> Result<Bf16Units> {
-        Bf16Units::ALL
-            .into_iter()
-            .find(|u| u.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| Error::bad(field, s, "expected auto, always or never"))
+        parse_named(&Bf16Units::ALL, Bf16Units::name, field, s)
     }
+}
+
+/// The value among `all` whose `name` is `s` (trimmed, any case), else
+/// [`Error::BadParam`] naming `field` and listing the names.
+fn parse_named<T: Copy>(all: &[T], name: fn(T) -> &'static str, field: &str, s: &str) -> Result<T> {
+    let wanted = s.trim().to_ascii_lowercase();
+    all.iter()
+        .copied()
+        .find(|v| name(*v) == wanted)
+        .ok_or_else(|| {
+            let names: Vec<&str> = all.iter().map(|v| name(*v)).collect();
+            Error::bad(field, s, format!("expected one of {}", names.join(", ")))
+        })
 }
 
 impl ExecContext<'_> {
