@@ -127,7 +127,10 @@ impl ConvAlgorithm for SplitForward {
         self.inner.check(&q)
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        part_problem(p).map_or(0, |(s, q)| s * self.inner.workspace_bytes(&q))
+        part_problem(p).map_or(0, |(s, q)| {
+            // Saturating: a size past usize is more than any budget or allocator grants.
+            s.saturating_mul(self.inner.workspace_bytes(&q))
+        })
     }
     fn deterministic(&self) -> bool {
         self.inner.deterministic()
@@ -188,7 +191,10 @@ impl Algorithm<ConvBackwardData> for SplitBwdData {
         self.inner.check(&q)
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        part_problem(p).map_or(0, |(s, q)| s * self.inner.workspace_bytes(&q))
+        part_problem(p).map_or(0, |(s, q)| {
+            // Saturating: a size past usize is more than any budget or allocator grants.
+            s.saturating_mul(self.inner.workspace_bytes(&q))
+        })
     }
     fn deterministic(&self) -> bool {
         self.inner.deterministic()
