@@ -140,16 +140,6 @@ impl GemmInput for half::f16 {
     }
 }
 
-/// Whether operands of `dtype` may run on bf16-pair kernels under `math`: bf16 data always
-/// (its products are the same), f32 data under [`MathMode::AllowBf16`].
-fn computes_in_bf16(dtype: DataType, math: MathMode) -> bool {
-    match dtype {
-        DataType::Bf16 => true,
-        DataType::F32 => math == MathMode::AllowBf16,
-        DataType::F16 => false,
-    }
-}
-
 /// The name of the micro-kernel family a GEMM of `dtype` operands runs under an ISA cap, a
 /// math mode and a choice of units, e.g. `avx512bf16-32x14`.
 ///
@@ -167,7 +157,7 @@ pub fn kernel_name_for(
     math: MathMode,
     units: Bf16Units,
 ) -> &'static str {
-    kernels::kernel_set_for(isa.usable(), computes_in_bf16(dtype, math), units).name
+    kernels::kernel_set_for(isa.usable(), dtype, math, units).name
 }
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
@@ -237,8 +227,7 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let bf16 = computes_in_bf16(T::DTYPE, ctx.math);
-    let ks = kernels::kernel_set_for(ctx.features, bf16, ctx.bf16_units);
+    let ks = kernels::kernel_set_for(ctx.features, T::DTYPE, ctx.math, ctx.bf16_units);
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);
@@ -326,13 +315,8 @@ pub(crate) fn gemm_engine(
     };
     // f32 operands, packed by the caller's packers: on the bf16 units under `AllowBf16` where
     // the units choice lets them (their panels rounded into pairs after packing).
-    let bf16 = computes_in_bf16(DataType::F32, ctx.math);
-    loops::run(
-        kernels::kernel_set_for(ctx.features, bf16, ctx.bf16_units),
-        ctx,
-        &g,
-        &out,
-    )
+    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units);
+    loops::run(ks, ctx, &g, &out)
 }
 
 /// Runs checked products (a, b, c) of one descriptor: across the batch, one product per

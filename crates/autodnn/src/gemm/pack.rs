@@ -290,40 +290,16 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                 &d[start..start + len]
             });
             let mut c = 0;
-            let transposer = self.transposer.filter(|tr| W <= tr.max_w);
-            let converting = transposer.filter(|tr| tr.strip <= MAX_CONVERTED_STRIP);
-            if let (Some(tr), None) = (converting, T::as_f32(d)) {
-                // Other element types: each strip of the W rows converted to f32 (contiguous
-                // runs, in vectors), then transposed from that copy.
-                let mut tmp = [[0f32; MAX_CONVERTED_STRIP]; W];
-                let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
-                while c + tr.strip <= len {
-                    if c + ahead + tr.strip <= len {
-                        for row in &rows {
-                            prefetch(&row[c + ahead]);
-                        }
-                    }
-                    for (t, row) in tmp.iter_mut().zip(&rows) {
-                        T::to_f32_slice(&row[c..c + tr.strip], &mut t[..tr.strip]);
-                    }
-                    let out = &mut dst[c * W..(c + tr.strip) * W];
-                    // SAFETY: the family's features are this CPU's (kernel_set caps them);
-                    // W ≤ max_w; row r < W of the copy holds strip ≤ MAX_CONVERTED_STRIP
-                    // floats at r·MAX_CONVERTED_STRIP; `out` holds W·strip floats.
-                    unsafe {
-                        (tr.run)(
-                            tmp.as_ptr().cast::<f32>(),
-                            MAX_CONVERTED_STRIP,
-                            W,
-                            out.as_mut_ptr(),
-                        )
-                    };
-                    c += tr.strip;
-                }
-            }
-            if let (Some(tr), Some(d32)) = (transposer, T::as_f32(d)) {
+            // Other element types than f32: each strip of the W rows converted to f32
+            // (contiguous runs, in vectors) into a copy on the stack, transposed from there.
+            let d32 = T::as_f32(d);
+            let transposer = self
+                .transposer
+                .filter(|tr| W <= tr.max_w && (d32.is_some() || tr.strip <= MAX_CONVERTED_STRIP));
+            if let Some(tr) = transposer {
                 let base = r0 * self.rs + c0;
                 let last = base + (W - 1) * self.rs;
+                let mut copy: Option<[[f32; MAX_CONVERTED_STRIP]; W]> = None;
                 let ahead = TRANSPOSE_PREFETCH_STRIPS * tr.strip;
                 while c + tr.strip <= len {
                     if c + ahead + tr.strip <= len {
@@ -331,15 +307,30 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                             prefetch(&row[c + ahead]);
                         }
                     }
-                    // Bounds: every row's strip lies in d (last row checked by slicing);
-                    // the destination is a checked slice.
-                    let _ = &d32[last + c..last + c + tr.strip];
+                    let (src, ld) = match d32 {
+                        Some(d32) => {
+                            // Bounds: every row's strip lies in d (last row checked by
+                            // slicing).
+                            let _ = &d32[last + c..last + c + tr.strip];
+                            (d32[base + c..].as_ptr(), self.rs)
+                        }
+                        None => {
+                            // Lazily, once: f32 operands never pay for zeroing the copy.
+                            #[allow(clippy::unnecessary_lazy_evaluations)]
+                            let copy = copy.get_or_insert_with(|| [[0f32; MAX_CONVERTED_STRIP]; W]);
+                            for (t, row) in copy.iter_mut().zip(&rows) {
+                                T::to_f32_slice(&row[c..c + tr.strip], &mut t[..tr.strip]);
+                            }
+                            (copy.as_ptr().cast::<f32>(), MAX_CONVERTED_STRIP)
+                        }
+                    };
                     let out = &mut dst[c * W..(c + tr.strip) * W];
                     // SAFETY: the family's features are this CPU's (kernel_set caps them);
-                    // W ≤ max_w; rows r < W of the strip are at base + r·rs + c .. + strip,
-                    // inside d (the last row is checked above and rows are evenly spaced
-                    // from the first); `out` holds W·strip floats.
-                    unsafe { (tr.run)(d32[base + c..].as_ptr(), self.rs, W, out.as_mut_ptr()) };
+                    // W ≤ max_w; rows r < W of the strip are at src + r·ld .. + strip: in d
+                    // (the last row is checked above and rows are evenly spaced from the
+                    // first) or in the copy (strip ≤ MAX_CONVERTED_STRIP floats a row);
+                    // `out` is a checked slice of W·strip floats.
+                    unsafe { (tr.run)(src, ld, W, out.as_mut_ptr()) };
                     c += tr.strip;
                 }
             }

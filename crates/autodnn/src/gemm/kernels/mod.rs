@@ -28,7 +28,7 @@ use super::blocking::Blocking;
 use super::epilogue::{FrameEpilogue, TileView};
 use crate::cpu::Features;
 use crate::desc::DataType;
-use crate::runtime::Bf16Units;
+use crate::runtime::{Bf16Units, MathMode};
 
 /// The arguments of one micro-kernel call.
 #[derive(Debug, Clone, Copy)]
@@ -194,16 +194,23 @@ pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
         .unwrap_or(&sets[sets.len() - 1])
 }
 
-/// The kernel family for operands that may be computed in bf16 (`bf16`: bf16 data, or f32
-/// data under [`crate::MathMode::AllowBf16`]): the first bf16-pair family the usable
-/// `features` run, where `units` lets it (for [`Bf16Units::Auto`]: where the bf16 units are
-/// measured faster, [`super::bf16_unit_speedup`]), else the f32 family of [`kernel_set`]
-/// (which computes the same products from the operands converted to f32).
+/// The kernel family for operands of `dtype` under `math` and `units`: where the operands
+/// may be computed in bf16 (bf16 data always, f32 data under [`MathMode::AllowBf16`]), the
+/// first bf16-pair family the usable `features` run, if `units` lets it (for
+/// [`Bf16Units::Auto`]: where the bf16 units are measured faster,
+/// [`super::bf16_unit_speedup`]); else the f32 family of [`kernel_set`] (which computes the
+/// same products from the operands converted to f32).
 pub(crate) fn kernel_set_for(
     features: Features,
-    bf16: bool,
+    dtype: DataType,
+    math: MathMode,
     units: Bf16Units,
 ) -> &'static KernelSet {
+    let bf16 = match dtype {
+        DataType::Bf16 => true,
+        DataType::F32 => math == MathMode::AllowBf16,
+        DataType::F16 => false,
+    };
     let wanted = match units {
         Bf16Units::Never => false,
         Bf16Units::Always => bf16,
