@@ -377,7 +377,8 @@ def get_handle(r, params):
     return h, True
 
 
-HANDLE_PARAMS = {"threads", "policy", "workspace_limit", "cache", "deterministic"}
+HANDLE_PARAMS = {"threads", "policy", "workspace_limit", "cache", "deterministic", "math",
+                 "bf16_units"}
 
 
 def fuzz_handle(r):
@@ -387,7 +388,9 @@ def fuzz_handle(r):
                                                          "exhaustive", "Heuristic"]),
                        ("workspace_limit", [None, 0, 1 << 30]),
                        ("deterministic", [False, True]),
-                       ("cache", [None, False])):
+                       ("cache", [None, False]),
+                       ("math", ["strict", "allow_bf16", "Strict"]),
+                       ("bf16_units", ["auto", "always", "never", "ALWAYS"])):
         sel = r.byte()
         if sel < 128:
             continue
@@ -405,7 +408,7 @@ def fuzz_handle(r):
         h = autodnn.Handle(threads=1, policy="heuristic")
         _HANDLES[key] = h
     for _ in range(r.int(0, 3)):
-        which = r.byte() % 3
+        which = r.byte() % 5
         val = junk_value(r) if r.junk() else None
         if which == 0:
             v = val if val is not None else r.pick(["heuristic", "benchmark"])
@@ -413,13 +416,21 @@ def fuzz_handle(r):
         elif which == 1:
             call(lambda: setattr(h, "workspace_limit", val), {"workspace_limit"},
                  "Handle.workspace_limit")
-        else:
+        elif which == 2:
             v = val if val is not None else False
             call(lambda: setattr(h, "deterministic", v), {"deterministic"},
                  "Handle.deterministic")
+        elif which == 3:
+            v = val if val is not None else r.pick(["strict", "allow_bf16"])
+            call(lambda: setattr(h, "math", v), {"math"}, "Handle.math")
+        else:
+            v = val if val is not None else r.pick(["auto", "always", "never"])
+            call(lambda: setattr(h, "bf16_units", v), {"bf16_units"}, "Handle.bf16_units")
     h.policy = "heuristic"
     h.workspace_limit = None
     h.deterministic = False
+    h.math = "strict"
+    h.bf16_units = "auto"
     repr(h)
 
 

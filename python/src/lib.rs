@@ -15,8 +15,8 @@ use autodnn::gemm::GemmDesc;
 use autodnn::op::{ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvForward};
 use autodnn::select::{AlgoPerf, PerfStatus, Policy, Ranked};
 use autodnn::{
-    Activation, ConvDesc, ConvMode, ConvProblem, DataType, Error, FilterDesc, FilterLayout, Handle,
-    Layout, OpKind, Padding, TensorDesc,
+    Activation, Bf16Units, ConvDesc, ConvMode, ConvProblem, DataType, Error, FilterDesc,
+    FilterLayout, Handle, Layout, MathMode, OpKind, Padding, TensorDesc,
 };
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use numpy::{PyReadonlyArrayDyn, PyReadwriteArrayDyn};
@@ -739,7 +739,9 @@ fn plain_output<'py>(
 // ---------------------------------------------------------------------------------------------
 // The handle
 
-/// A library context: worker threads, selection policy, workspace budget, tuning cache.
+/// A library context: worker threads, selection policy, workspace budget, tuning cache, and
+/// the math mode: `Handle(threads=None, policy="benchmark", workspace_limit=None, cache=None,
+/// deterministic=False, math="strict", bf16_units="auto")`.
 #[pyclass(name = "Handle", module = "autodnn._autodnn", frozen, weakref)]
 struct PyHandle {
     inner: RwLock<Option<Arc<Handle>>>,
@@ -842,6 +844,15 @@ fn flag(py: Python<'_>, v: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
         .map_err(|_| bad_arg(py, name, "expected a bool"))
 }
 
+fn math_arg(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<MathMode> {
+    MathMode::parse("math", &text(py, v, "math")?).map_err(|e| bad_arg(py, "math", e))
+}
+
+fn units_arg(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Bf16Units> {
+    Bf16Units::parse("bf16_units", &text(py, v, "bf16_units")?)
+        .map_err(|e| bad_arg(py, "bf16_units", e))
+}
+
 impl PyHandle {
     fn get(&self, py: Python<'_>) -> PyResult<Arc<Handle>> {
         self.inner
@@ -855,7 +866,8 @@ impl PyHandle {
 #[pymethods]
 impl PyHandle {
     #[new]
-    #[pyo3(signature = (threads=None, policy=None, workspace_limit=None, cache=None, deterministic=None))]
+    #[pyo3(signature = (threads=None, policy=None, workspace_limit=None, cache=None, deterministic=None, math=None, bf16_units=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         threads: Option<&Bound<'_, PyAny>>,
@@ -863,7 +875,17 @@ impl PyHandle {
         workspace_limit: Option<&Bound<'_, PyAny>>,
         cache: Option<&Bound<'_, PyAny>>,
         deterministic: Option<&Bound<'_, PyAny>>,
+        math: Option<&Bound<'_, PyAny>>,
+        bf16_units: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
+        let math = match math {
+            None => MathMode::Strict,
+            Some(m) => math_arg(py, m)?,
+        };
+        let units = match bf16_units {
+            None => Bf16Units::Auto,
+            Some(u) => units_arg(py, u)?,
+        };
         let threads = opt_int(py, threads, "threads")?;
         let policy = match policy {
             None => "benchmark".to_string(),
@@ -898,6 +920,8 @@ impl PyHandle {
         h.set_policy(policy);
         h.set_workspace_limit(limit);
         h.set_deterministic(deterministic);
+        h.set_math_mode(math);
+        h.set_bf16_units(units);
         let h = Arc::new(h);
         if let Some(p) = cache {
             h.load_tuning_cache(&p).py(py)?;
@@ -936,6 +960,31 @@ impl PyHandle {
     fn set_deterministic(&self, py: Python<'_>, on: &Bound<'_, PyAny>) -> PyResult<()> {
         let on = flag(py, on, "deterministic")?;
         self.get(py)?.set_deterministic(on);
+        Ok(())
+    }
+    /// The precision f32 operands may be computed in: "strict" (f32, the default) or
+    /// "allow_bf16" (operands rounded to bf16 with f32 sums, on bf16 units where they are
+    /// faster; PyTorch's float32 matmul precision "medium").
+    #[getter]
+    fn math(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.get(py)?.math_mode().name())
+    }
+    #[setter]
+    fn set_math(&self, py: Python<'_>, math: &Bound<'_, PyAny>) -> PyResult<()> {
+        let m = math_arg(py, math)?;
+        self.get(py)?.set_math_mode(m);
+        Ok(())
+    }
+    /// Which units compute products of bf16 values: "auto" (where measured faster than the
+    /// f32 ones, the default), "always" or "never".
+    #[getter]
+    fn bf16_units(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(self.get(py)?.bf16_units().name())
+    }
+    #[setter]
+    fn set_bf16_units(&self, py: Python<'_>, units: &Bound<'_, PyAny>) -> PyResult<()> {
+        let u = units_arg(py, units)?;
+        self.get(py)?.set_bf16_units(u);
         Ok(())
     }
     /// Most workspace bytes one call may use (None: no limit).
@@ -1021,11 +1070,13 @@ impl PyHandle {
             .as_ref()
         {
             Some(h) => format!(
-                "Handle(threads={}, policy={:?}, workspace_limit={:?}, deterministic={})",
+                "Handle(threads={}, policy={:?}, workspace_limit={:?}, deterministic={}, math={:?}, bf16_units={:?})",
                 h.threads(),
                 h.policy().name(),
                 h.workspace_limit(),
-                h.deterministic()
+                h.deterministic(),
+                h.math_mode().name(),
+                h.bf16_units().name()
             ),
             None => "Handle(closed)".into(),
         }
@@ -1874,6 +1925,25 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("cost_model_path", cm.display().to_string())?;
     d.set_item("calibrated", cm.exists())?;
     d.set_item("algorithms", autodnn::conv::names())?;
+    // The reduced-precision units within AUTODNN_ISA's cap, as `autodnn info` reports them.
+    let rp = PyDict::new(py);
+    {
+        use autodnn::cpu::{AmxState, Feature, Isa};
+        let usable = Isa::cap_from_env().py(py)?.usable();
+        let isa = Isa::from_env().py(py)?;
+        rp.set_item("avx512_bf16", usable.contains(Feature::Avx512Bf16))?;
+        rp.set_item("avx512_fp16", usable.contains(Feature::Avx512Fp16))?;
+        rp.set_item("amx", AmxState::detected().name())?;
+        rp.set_item(
+            "bf16_gemm_kernel",
+            autodnn::gemm::kernel_name_for(isa, DataType::Bf16, MathMode::Strict, Bf16Units::Auto),
+        )?;
+        rp.set_item(
+            "bf16_unit_speedup",
+            autodnn::gemm::bf16_unit_speedup().filter(|_| usable.contains(Feature::Avx512Bf16)),
+        )?;
+    }
+    d.set_item("reduced_precision", rp)?;
     Ok(d)
 }
 

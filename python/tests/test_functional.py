@@ -315,6 +315,62 @@ def test_handle_and_info(tmp_path):
         autodnn.conv2d(x, w, handle=h1)
 
 
+def test_math_mode_on_the_handle():
+    """allow_bf16 with the bf16 units forced: exact on integer data (exact in bf16) for every
+    exact algorithm, forward, backward and GEMM; on real data within the bf16 bound of the f64
+    result, and different from strict where the CPU has the units."""
+    strict = autodnn.Handle(threads=1, policy="heuristic")
+    assert (strict.math, strict.bf16_units) == ("strict", "auto")
+    h = autodnn.Handle(threads=1, policy="heuristic", math="allow_bf16", bf16_units="always")
+    assert (h.math, h.bf16_units) == ("allow_bf16", "always")
+    assert "math='allow_bf16'" in repr(h) or 'math="allow_bf16"' in repr(h)
+    rng = np.random.default_rng(5)
+    x = rng.integers(-4, 5, (2, 16, 9, 9)).astype(np.float32)
+    w = rng.integers(-4, 5, (24, 16, 3, 3)).astype(np.float32)
+    ref = ref_conv(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 1).astype(np.float32)
+    for algo in EXACT:
+        assert np.array_equal(autodnn.conv2d(x, w, padding=1, algo=algo, handle=h), ref), algo
+    dy = rng.integers(-4, 5, ref.shape).astype(np.float32)
+    for algo in ("gemm", "direct"):
+        assert np.array_equal(
+            autodnn.conv2d_backward_data(dy, w, x.shape, padding=1, algo=algo, handle=h),
+            autodnn.conv2d_backward_data(dy, w, x.shape, padding=1, algo="direct", handle=strict))
+        assert np.array_equal(
+            autodnn.conv2d_backward_weight(x, dy, w.shape, padding=1, algo=algo, handle=h),
+            autodnn.conv2d_backward_weight(x, dy, w.shape, padding=1, algo="direct", handle=strict))
+    a = rng.integers(-4, 5, (33, 70)).astype(np.float32)
+    b = rng.integers(-4, 5, (70, 17)).astype(np.float32)
+    assert np.array_equal(autodnn.gemm(a, b, handle=h), a @ b)
+    # real data: within the bound of operands rounded to bf16 (2^-8 relative each)
+    a = rng.standard_normal((64, 256)).astype(np.float32)
+    b = rng.standard_normal((256, 48)).astype(np.float32)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = 2.0 ** -7 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    got = autodnn.gemm(a, b, handle=h)
+    assert np.all(np.abs(got - exact) <= bound + 1e-5)
+    units = autodnn.info()["reduced_precision"]
+    assert set(units) >= {"avx512_bf16", "avx512_fp16", "amx", "bf16_gemm_kernel", "bf16_unit_speedup"}
+    if units["avx512_bf16"]:
+        assert units["bf16_unit_speedup"] > 0
+        assert not np.array_equal(got, autodnn.gemm(a, b, handle=strict))
+    else:
+        assert units["bf16_unit_speedup"] is None
+        assert np.array_equal(got, autodnn.gemm(a, b, handle=strict))
+    # settable, and checked
+    h.math = "strict"
+    h.bf16_units = "never"
+    assert (h.math, h.bf16_units) == ("strict", "never")
+    for arg, make in [("math", lambda: autodnn.Handle(math="tf32")),
+                      ("bf16_units", lambda: autodnn.Handle(bf16_units="sometimes")),
+                      ("math", lambda: autodnn.Handle(math=3))]:
+        with pytest.raises(autodnn.InvalidArgumentError) as e:
+            make()
+        assert e.value.argument == arg
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        h.math = "fast"
+    assert e.value.argument == "math"
+
+
 def test_bad_arguments_raise_documented_exceptions(handle):
     x = np.ones((1, 4, 8, 8), np.float32)
     w = np.ones((8, 4, 3, 3), np.float32)

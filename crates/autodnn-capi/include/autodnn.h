@@ -204,6 +204,14 @@ typedef int autodnnDataType_t;
 typedef int autodnnConvolutionMode_t;
 
 /**
+ * The precision f32 operands may be computed in (cuDNN's `cudnnMathType_t`, oneDNN's
+ * fpmath mode). The handle's mode (`autodnnSetMathType`) serves `autodnnSgemm` and every
+ * convolution whose descriptor leaves it at `AUTODNN_DEFAULT_MATH`; a convolution
+ * descriptor's own (`autodnnSetConvolutionMathType`) serves the calls given that descriptor.
+ */
+typedef int autodnnMathType_t;
+
+/**
  * The activation of `autodnnConvolutionBiasActivationForward` (cuDNN's
  * `cudnnActivationMode_t`; the values shared with cuDNN are cuDNN's).
  */
@@ -218,6 +226,13 @@ typedef int autodnnOperation_t;
  * How the handle selects an algorithm for `AUTODNN_ALGO_AUTO`.
  */
 typedef int autodnnSelectionPolicy_t;
+
+/**
+ * Which units compute products of bf16 values (f32 operands under
+ * `AUTODNN_ALLOW_BF16_MATH`): on some CPUs the bf16 dot-product units run at half the f32
+ * rate.
+ */
+typedef int autodnnBf16Units_t;
 
 /**
  * The forward convolution (`autodnnConvolutionFwdAlgo_t`).
@@ -354,6 +369,41 @@ typedef int autodnnSelectionPolicy_t;
  * Every candidate timed to the end, every time; the result is kept.
  */
 #define AUTODNN_POLICY_EXHAUSTIVE 3
+
+/**
+ * On a convolution descriptor: the handle's mode (the default). On a handle: strict.
+ */
+#define AUTODNN_DEFAULT_MATH 0
+
+/**
+ * f32 problems compute in f32.
+ */
+#define AUTODNN_STRICT_MATH 1
+
+/**
+ * f32 problems may run with their operands rounded to bf16 (round to nearest even) and f32
+ * sums, on bf16 dot-product units where the CPU has them and they are faster
+ * (`autodnnSetBf16Units`); cuDNN's `CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION`. The algorithms
+ * that run in bf16 are the GEMM-based ones; results stay within their documented bound for
+ * the rounded operands.
+ */
+#define AUTODNN_ALLOW_BF16_MATH 2
+
+/**
+ * The bf16 units where they are measured faster than the f32 ones (the default; the
+ * measurement takes about a millisecond, once per process).
+ */
+#define AUTODNN_BF16_UNITS_AUTO 0
+
+/**
+ * The bf16 units wherever the CPU has them.
+ */
+#define AUTODNN_BF16_UNITS_ALWAYS 1
+
+/**
+ * Never: f32 operands stay f32 whatever the math type.
+ */
+#define AUTODNN_BF16_UNITS_NEVER 2
 
 /**
  * The call succeeded.
@@ -756,6 +806,22 @@ autodnnStatus_t autodnnSetConvolutionGroupCount(autodnnConvolutionDescriptor_t c
                                                 int groupCount);
 
 /**
+ * Sets the math type of the calls given this descriptor (cuDNN's
+ * `cudnnSetConvolutionMathType`): `AUTODNN_DEFAULT_MATH` (the handle's, the initial value),
+ * `AUTODNN_STRICT_MATH` or `AUTODNN_ALLOW_BF16_MATH`. Selection, tuning results and the
+ * workspace queries follow it.
+ */
+autodnnStatus_t autodnnSetConvolutionMathType(autodnnConvolutionDescriptor_t convDesc,
+                                              autodnnMathType_t mathType);
+
+/**
+ * Stores the descriptor's math type, as set (`AUTODNN_DEFAULT_MATH` unless set), in
+ * `*mathType`.
+ */
+autodnnStatus_t autodnnGetConvolutionMathType(autodnnConvolutionDescriptor_t convDesc,
+                                              autodnnMathType_t *mathType);
+
+/**
  * Frees a convolution descriptor (NULL is accepted and ignored).
  */
 autodnnStatus_t autodnnDestroyConvolutionDescriptor(autodnnConvolutionDescriptor_t convDesc);
@@ -894,6 +960,27 @@ autodnnStatus_t autodnnLoadTuningCache(autodnnHandle_t handle, const char *path)
  * path), merged with what other processes wrote there meanwhile.
  */
 autodnnStatus_t autodnnSaveTuningCache(autodnnHandle_t handle);
+
+/**
+ * Sets the handle's math type (`AUTODNN_DEFAULT_MATH` is strict).
+ */
+autodnnStatus_t autodnnSetMathType(autodnnHandle_t handle, autodnnMathType_t mathType);
+
+/**
+ * Stores the handle's math type (`AUTODNN_STRICT_MATH` or `AUTODNN_ALLOW_BF16_MATH`) in
+ * `*mathType`.
+ */
+autodnnStatus_t autodnnGetMathType(autodnnHandle_t handle, autodnnMathType_t *mathType);
+
+/**
+ * Chooses the units that compute products of bf16 values.
+ */
+autodnnStatus_t autodnnSetBf16Units(autodnnHandle_t handle, autodnnBf16Units_t units);
+
+/**
+ * Stores the handle's bf16 units choice in `*units`.
+ */
+autodnnStatus_t autodnnGetBf16Units(autodnnHandle_t handle, autodnnBf16Units_t *units);
 
 /**
  * The library's version as `MAJOR * 10000 + MINOR * 100 + PATCHLEVEL` (cuDNN's encoding).

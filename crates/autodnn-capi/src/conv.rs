@@ -17,7 +17,7 @@ use crate::desc::{
     activation, autodnnActivationDescriptor_t, autodnnConvolutionDescriptor_t,
     autodnnFilterDescriptor_t, autodnnTensorDescriptor_t, convolution, filter, tensor,
 };
-use crate::handle::{autodnnHandle_t, live_handle};
+use crate::handle::{autodnnHandle_t, conv_handle, live_handle};
 use crate::ptr::{check_disjoint, floats, floats_mut, out, value, workspace, Extent};
 use crate::status::{
     autodnnStatus_t, bad, guard, Failure, AUTODNN_STATUS_EXECUTION_FAILED,
@@ -535,7 +535,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionForwardAlgorithm_v7(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
             let recs = heuristic::<ConvForward>(&h, &p)?;
             fill(&recs, requestedAlgoCount, returnedAlgoCount, perfResults)
@@ -562,7 +562,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionForwardAlgorithm(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
             require_f32(&p)?;
             let x = zeros(p.x().span(), "x")?;
@@ -592,7 +592,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionForwardWorkspaceSize(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             // A NULL output is refused whatever the algorithm makes of the problem.
             let size = out(sizeInBytes, "sizeInBytes")?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
@@ -638,6 +638,7 @@ impl Forward<'_> {
 #[allow(clippy::too_many_arguments)]
 unsafe fn forward_call<'a>(
     handle: autodnnHandle_t,
+    convDesc: autodnnConvolutionDescriptor_t,
     p: ConvProblem,
     x: *const c_void,
     w: *const c_void,
@@ -649,7 +650,7 @@ unsafe fn forward_call<'a>(
 ) -> R<Forward<'a>> {
     // SAFETY: the caller's contract, for each argument.
     unsafe {
-        let h = live_handle(handle)?;
+        let h = conv_handle(handle, convDesc)?;
         require_f32(&p)?;
         let algo = algo_name::<ConvForward>(algo)?;
         let (xs, ws_, ys) = (p.x().span(), p.w().elements(), p.y().span());
@@ -704,6 +705,7 @@ pub unsafe extern "C" fn autodnnConvolutionForward(
             let beta = value(beta, "beta")?;
             let call = forward_call(
                 handle,
+                convDesc,
                 p,
                 x,
                 w,
@@ -799,6 +801,7 @@ pub unsafe extern "C" fn autodnnConvolutionBiasActivationForward(
             });
             let call = forward_call(
                 handle,
+                convDesc,
                 p,
                 x,
                 w,
@@ -837,7 +840,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardDataAlgorithm_v7(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
             let recs = heuristic::<ConvBackwardData>(&h, &p)?;
             fill(&recs, requestedAlgoCount, returnedAlgoCount, perfResults)
@@ -863,7 +866,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionBackwardDataAlgorithm(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
             require_f32(&p)?;
             let dy = zeros(p.y().span(), "dy")?;
@@ -893,7 +896,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardDataWorkspaceSize(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             // A NULL output is refused whatever the algorithm makes of the problem.
             let size = out(sizeInBytes, "sizeInBytes")?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
@@ -926,7 +929,7 @@ pub unsafe extern "C" fn autodnnConvolutionBackwardData(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
             require_f32(&p)?;
             let alpha = value(alpha, "alpha")?;
@@ -970,7 +973,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardFilterAlgorithm_v7(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, dwDesc)?;
             let recs = heuristic::<ConvBackwardFilter>(&h, &p)?;
             fill(&recs, requestedAlgoCount, returnedAlgoCount, perfResults)
@@ -996,7 +999,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionBackwardFilterAlgorithm(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, dwDesc)?;
             require_f32(&p)?;
             let x = zeros(p.x().span(), "x")?;
@@ -1026,7 +1029,7 @@ pub unsafe extern "C" fn autodnnGetConvolutionBackwardFilterWorkspaceSize(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             // A NULL output is refused whatever the algorithm makes of the problem.
             let size = out(sizeInBytes, "sizeInBytes")?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, gradDesc)?;
@@ -1060,7 +1063,7 @@ pub unsafe extern "C" fn autodnnConvolutionBackwardFilter(
     guard(|| {
         // SAFETY: the caller's contract, for each argument.
         unsafe {
-            let h = live_handle(handle)?;
+            let h = conv_handle(handle, convDesc)?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, dwDesc)?;
             require_f32(&p)?;
             let alpha = value(alpha, "alpha")?;

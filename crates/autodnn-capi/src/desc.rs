@@ -8,6 +8,7 @@ use dnn::{
     Padding, TensorDesc,
 };
 
+use crate::handle::{autodnnMathType_t, math_mode, AUTODNN_DEFAULT_MATH};
 use crate::ptr::{is_live, out, register, unregister};
 use crate::status::{autodnnStatus_t, bad, guard, not_set, Failure, R};
 
@@ -73,6 +74,8 @@ pub struct autodnnConvolutionStruct {
     /// (padding, stride, dilation, mode) once set.
     geometry: Option<(Padding, [usize; 2], [usize; 2], ConvMode)>,
     groups: usize,
+    /// `AUTODNN_DEFAULT_MATH` (the handle's) unless set.
+    math: autodnnMathType_t,
 }
 /// A pointer to a convolution descriptor, made by `autodnnCreateConvolutionDescriptor`.
 pub type autodnnConvolutionDescriptor_t = *mut autodnnConvolutionStruct;
@@ -108,6 +111,7 @@ impl Descriptor for autodnnConvolutionStruct {
         autodnnConvolutionStruct {
             geometry: None,
             groups: 1,
+            math: AUTODNN_DEFAULT_MATH,
         }
     }
 }
@@ -219,6 +223,19 @@ pub(crate) unsafe fn convolution(d: autodnnConvolutionDescriptor_t, field: &str)
         .geometry
         .ok_or_else(|| not_set(field, "autodnnSetConvolution2dDescriptor"))?;
     Ok(ConvDesc::new(pad, stride, dilation, c.groups, mode)?)
+}
+
+/// The math type the convolution descriptor `d` asks for; `None` for the handle's.
+///
+/// # Safety
+/// As [`live`].
+pub(crate) unsafe fn convolution_math(
+    d: autodnnConvolutionDescriptor_t,
+    field: &str,
+) -> R<Option<dnn::MathMode>> {
+    // SAFETY: forwarded.
+    let c = unsafe { live(d, field) }?;
+    math_mode(field, c.math)
 }
 
 /// The activation of descriptor `d`; identity when `d` is NULL.
@@ -543,6 +560,41 @@ pub unsafe extern "C" fn autodnnSetConvolutionGroupCount(
             ConvMode::CrossCorrelation,
         )?;
         c.groups = g;
+        Ok(())
+    })
+}
+
+/// Sets the math type of the calls given this descriptor (cuDNN's
+/// `cudnnSetConvolutionMathType`): `AUTODNN_DEFAULT_MATH` (the handle's, the initial value),
+/// `AUTODNN_STRICT_MATH` or `AUTODNN_ALLOW_BF16_MATH`. Selection, tuning results and the
+/// workspace queries follow it.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnSetConvolutionMathType(
+    convDesc: autodnnConvolutionDescriptor_t,
+    mathType: autodnnMathType_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { live_mut(convDesc, "convDesc") }?;
+        math_mode("mathType", mathType)?;
+        c.math = mathType;
+        Ok(())
+    })
+}
+
+/// Stores the descriptor's math type, as set (`AUTODNN_DEFAULT_MATH` unless set), in
+/// `*mathType`.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetConvolutionMathType(
+    convDesc: autodnnConvolutionDescriptor_t,
+    mathType: *mut autodnnMathType_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let c = unsafe { live(convDesc, "convDesc") }?;
+        // SAFETY: the caller gives a writable int.
+        let t = unsafe { out(mathType, "mathType") }?;
+        *t = c.math;
         Ok(())
     })
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use dnn::select::Policy;
-use dnn::Handle;
+use dnn::{Bf16Units, Handle, MathMode};
 
 use crate::ptr::{is_live, out, register, unregister};
 use crate::status::{autodnnStatus_t, bad, guard, Failure, R};
@@ -136,6 +136,8 @@ pub unsafe extern "C" fn autodnnSetThreads(
         new.set_workspace_limit(slot.workspace_limit());
         new.set_deterministic(slot.deterministic());
         new.set_policy(slot.policy());
+        new.set_math_mode(slot.math_mode());
+        new.set_bf16_units(slot.bf16_units());
         if let Some(path) = slot.tuning_cache_path() {
             new.load_tuning_cache(&path)?;
         }
@@ -270,6 +272,160 @@ pub unsafe extern "C" fn autodnnSaveTuningCache(handle: autodnnHandle_t) -> auto
     })
 }
 
+/// The precision f32 operands may be computed in (cuDNN's `cudnnMathType_t`, oneDNN's
+/// fpmath mode). The handle's mode (`autodnnSetMathType`) serves `autodnnSgemm` and every
+/// convolution whose descriptor leaves it at `AUTODNN_DEFAULT_MATH`; a convolution
+/// descriptor's own (`autodnnSetConvolutionMathType`) serves the calls given that descriptor.
+pub type autodnnMathType_t = c_int;
+/// On a convolution descriptor: the handle's mode (the default). On a handle: strict.
+pub const AUTODNN_DEFAULT_MATH: autodnnMathType_t = 0;
+/// f32 problems compute in f32.
+pub const AUTODNN_STRICT_MATH: autodnnMathType_t = 1;
+/// f32 problems may run with their operands rounded to bf16 (round to nearest even) and f32
+/// sums, on bf16 dot-product units where the CPU has them and they are faster
+/// (`autodnnSetBf16Units`); cuDNN's `CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION`. The algorithms
+/// that run in bf16 are the GEMM-based ones; results stay within their documented bound for
+/// the rounded operands.
+pub const AUTODNN_ALLOW_BF16_MATH: autodnnMathType_t = 2;
+
+/// The mode a math type names; `None` for `AUTODNN_DEFAULT_MATH` (whoever holds it decides).
+pub(crate) fn math_mode(field: &str, t: autodnnMathType_t) -> R<Option<MathMode>> {
+    match t {
+        AUTODNN_DEFAULT_MATH => Ok(None),
+        AUTODNN_STRICT_MATH => Ok(Some(MathMode::Strict)),
+        AUTODNN_ALLOW_BF16_MATH => Ok(Some(MathMode::AllowBf16)),
+        _ => Err(bad(
+            field,
+            t,
+            "must be AUTODNN_DEFAULT_MATH, AUTODNN_STRICT_MATH or AUTODNN_ALLOW_BF16_MATH",
+        )),
+    }
+}
+
+/// The math type of a mode.
+pub(crate) fn math_type(m: MathMode) -> autodnnMathType_t {
+    match m {
+        MathMode::Strict => AUTODNN_STRICT_MATH,
+        MathMode::AllowBf16 => AUTODNN_ALLOW_BF16_MATH,
+    }
+}
+
+/// Sets the handle's math type (`AUTODNN_DEFAULT_MATH` is strict).
+#[no_mangle]
+pub unsafe extern "C" fn autodnnSetMathType(
+    handle: autodnnHandle_t,
+    mathType: autodnnMathType_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        h.set_math_mode(math_mode("mathType", mathType)?.unwrap_or_default());
+        Ok(())
+    })
+}
+
+/// Stores the handle's math type (`AUTODNN_STRICT_MATH` or `AUTODNN_ALLOW_BF16_MATH`) in
+/// `*mathType`.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetMathType(
+    handle: autodnnHandle_t,
+    mathType: *mut autodnnMathType_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        // SAFETY: the caller gives a writable int.
+        let t = unsafe { out(mathType, "mathType") }?;
+        *t = math_type(h.math_mode());
+        Ok(())
+    })
+}
+
+/// Which units compute products of bf16 values (f32 operands under
+/// `AUTODNN_ALLOW_BF16_MATH`): on some CPUs the bf16 dot-product units run at half the f32
+/// rate.
+pub type autodnnBf16Units_t = c_int;
+/// The bf16 units where they are measured faster than the f32 ones (the default; the
+/// measurement takes about a millisecond, once per process).
+pub const AUTODNN_BF16_UNITS_AUTO: autodnnBf16Units_t = 0;
+/// The bf16 units wherever the CPU has them.
+pub const AUTODNN_BF16_UNITS_ALWAYS: autodnnBf16Units_t = 1;
+/// Never: f32 operands stay f32 whatever the math type.
+pub const AUTODNN_BF16_UNITS_NEVER: autodnnBf16Units_t = 2;
+
+/// Chooses the units that compute products of bf16 values.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnSetBf16Units(
+    handle: autodnnHandle_t,
+    units: autodnnBf16Units_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        let u = match units {
+            AUTODNN_BF16_UNITS_AUTO => Bf16Units::Auto,
+            AUTODNN_BF16_UNITS_ALWAYS => Bf16Units::Always,
+            AUTODNN_BF16_UNITS_NEVER => Bf16Units::Never,
+            _ => {
+                return Err(bad(
+                    "units",
+                    units,
+                    "must be one of the AUTODNN_BF16_UNITS_* values",
+                ))
+            }
+        };
+        h.set_bf16_units(u);
+        Ok(())
+    })
+}
+
+/// Stores the handle's bf16 units choice in `*units`.
+#[no_mangle]
+pub unsafe extern "C" fn autodnnGetBf16Units(
+    handle: autodnnHandle_t,
+    units: *mut autodnnBf16Units_t,
+) -> autodnnStatus_t {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { live_handle(handle) }?;
+        // SAFETY: the caller gives a writable int.
+        let u = unsafe { out(units, "units") }?;
+        *u = match h.bf16_units() {
+            Bf16Units::Auto => AUTODNN_BF16_UNITS_AUTO,
+            Bf16Units::Always => AUTODNN_BF16_UNITS_ALWAYS,
+            Bf16Units::Never => AUTODNN_BF16_UNITS_NEVER,
+        };
+        Ok(())
+    })
+}
+
+/// The handle a convolution call given `convDesc` runs on: `handle`'s, or (when the
+/// descriptor names a math type that differs from the handle's) a copy of it with that
+/// type, sharing its threads and tuning results.
+///
+/// # Safety
+/// As [`live_handle`]; `convDesc` is null or live.
+pub(crate) unsafe fn conv_handle(
+    handle: autodnnHandle_t,
+    convDesc: crate::desc::autodnnConvolutionDescriptor_t,
+) -> R<Arc<Handle>> {
+    // SAFETY: forwarded.
+    let (h, mode) = unsafe {
+        (
+            live_handle(handle)?,
+            crate::desc::convolution_math(convDesc, "convDesc")?,
+        )
+    };
+    match mode {
+        Some(m) if m != h.math_mode() => {
+            let copy = Handle::clone(&h);
+            copy.set_math_mode(m);
+            Ok(Arc::new(copy))
+        }
+        _ => Ok(h),
+    }
+}
+
 /// The library's version as `MAJOR * 10000 + MINOR * 100 + PATCHLEVEL` (cuDNN's encoding).
 #[no_mangle]
 pub extern "C" fn autodnnGetVersion() -> usize {
@@ -295,6 +451,58 @@ mod tests {
             + AUTODNN_PATCHLEVEL as usize;
         assert_eq!(autodnnGetVersion(), want);
         assert_eq!(version_number("1.2.3"), 10203);
+    }
+
+    #[test]
+    fn convolutions_run_with_the_descriptors_math_type_else_the_handles() {
+        use crate::desc::{
+            autodnnConvolutionDescriptor_t, autodnnCreateConvolutionDescriptor,
+            autodnnDestroyConvolutionDescriptor, autodnnSetConvolutionMathType,
+        };
+        let mut h: autodnnHandle_t = std::ptr::null_mut();
+        let mut cd: autodnnConvolutionDescriptor_t = std::ptr::null_mut();
+        // SAFETY: valid slots; both objects are used only while live.
+        unsafe {
+            assert_eq!(autodnnCreateWithThreads(&mut h, 1), AUTODNN_STATUS_SUCCESS);
+            assert_eq!(
+                autodnnCreateConvolutionDescriptor(&mut cd),
+                AUTODNN_STATUS_SUCCESS
+            );
+            let mode = |h, cd| conv_handle(h, cd).unwrap().math_mode();
+            assert_eq!(mode(h, cd), MathMode::Strict);
+            let set = |cd, t| autodnnSetConvolutionMathType(cd, t);
+            assert_eq!(set(cd, AUTODNN_ALLOW_BF16_MATH), AUTODNN_STATUS_SUCCESS);
+            assert_eq!(mode(h, cd), MathMode::AllowBf16);
+            // The descriptor's mode is the call's only: the handle keeps its own.
+            assert_eq!(live_handle(h).unwrap().math_mode(), MathMode::Strict);
+            assert_eq!(
+                autodnnSetMathType(h, AUTODNN_ALLOW_BF16_MATH),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!(set(cd, AUTODNN_DEFAULT_MATH), AUTODNN_STATUS_SUCCESS);
+            assert_eq!(mode(h, cd), MathMode::AllowBf16);
+            assert_eq!(set(cd, AUTODNN_STRICT_MATH), AUTODNN_STATUS_SUCCESS);
+            assert_eq!(mode(h, cd), MathMode::Strict);
+            // A copy keeps the handle's other settings and shares its tuning results.
+            assert_eq!(
+                autodnnSetBf16Units(h, AUTODNN_BF16_UNITS_NEVER),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!(autodnnSetDeterministic(h, 1), AUTODNN_STATUS_SUCCESS);
+            let copy = conv_handle(h, cd).unwrap();
+            assert_eq!(copy.bf16_units(), Bf16Units::Never);
+            assert!(copy.deterministic());
+            // Mode and units survive a change of threads.
+            assert_eq!(autodnnSetThreads(h, 2), AUTODNN_STATUS_SUCCESS);
+            let inner = live_handle(h).unwrap();
+            assert_eq!(inner.math_mode(), MathMode::AllowBf16);
+            assert_eq!(inner.bf16_units(), Bf16Units::Never);
+            assert_eq!(
+                autodnnDestroyConvolutionDescriptor(cd),
+                AUTODNN_STATUS_SUCCESS
+            );
+            assert_eq!(autodnnDestroy(h), AUTODNN_STATUS_SUCCESS);
+        }
     }
 
     #[test]

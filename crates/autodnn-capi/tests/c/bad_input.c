@@ -58,6 +58,13 @@ int main(void) {
     EXPECT(autodnnSetThreads(h, 0), BAD, "threads");
     EXPECT(autodnnGetThreads(h, NULL), BAD, "threads");
     OK(autodnnDestroy(NULL));
+    EXPECT(autodnnSetMathType(NULL, AUTODNN_STRICT_MATH), BAD, "handle");
+    EXPECT(autodnnSetMathType(h, 3), BAD, "mathType");
+    EXPECT(autodnnSetMathType(h, -1), BAD, "mathType");
+    EXPECT(autodnnGetMathType(h, NULL), BAD, "mathType");
+    EXPECT(autodnnSetBf16Units(h, 3), BAD, "units");
+    EXPECT(autodnnSetBf16Units(NULL, AUTODNN_BF16_UNITS_AUTO), BAD, "handle");
+    EXPECT(autodnnGetBf16Units(h, NULL), BAD, "units");
 
     /* Tensor descriptors. */
     autodnnTensorDescriptor_t x, y, y_bad, half_x, half_y, unset, gone;
@@ -121,6 +128,9 @@ int main(void) {
                                              AUTODNN_DATA_HALF),
            BAD, "computeType");
     EXPECT(autodnnSetConvolutionGroupCount(conv, 0), BAD, "conv.groups");
+    EXPECT(autodnnSetConvolutionMathType(conv, 7), BAD, "mathType");
+    EXPECT(autodnnSetConvolutionMathType(NULL, AUTODNN_STRICT_MATH), BAD, "convDesc");
+    EXPECT(autodnnGetConvolutionMathType(conv, NULL), BAD, "mathType");
     OK(autodnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, AUTODNN_CROSS_CORRELATION,
                                          AUTODNN_DATA_FLOAT));
     OK(autodnnSetConvolution2dDescriptor(conv1, 0, 0, 1, 1, 1, 1, AUTODNN_CROSS_CORRELATION,

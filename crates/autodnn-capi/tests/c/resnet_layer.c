@@ -2,7 +2,8 @@
  * ResNet-50's res2a_branch2b (64 -> 64 channels, 3x3, pad 1, stride 1, batch 1) at 14x14
  * through the C API, checked against naive loops: every forward algorithm the heuristic
  * lists, on NCHW, NHWC and row-padded (explicit strides) tensors; the measured selection and
- * AUTODNN_ALGO_AUTO; the fused bias, residual and ReLU; every backward-data and
+ * AUTODNN_ALGO_AUTO; the math types (strict and allow_bf16, on the handle and the
+ * convolution descriptor); the fused bias, residual and ReLU; every backward-data and
  * backward-filter algorithm; the bias gradient; and column-major GEMM.
  *
  * The data are small integers, so every sum is exact in float: algorithms that sum like the
@@ -322,6 +323,45 @@ int main(void) {
                                          (int)ys.s[1], (int)ys.s[2], (int)ys.s[3]));
     forward_every_algorithm(h, conv, "nchw+pad", xd, xs, wd, nchw(C, R, S), yd, ys,
                             at(ys, N - 1, K - 1, OH - 1, OW - 1) + 1);
+
+    /* Math types: the descriptor's starts as the handle's, which starts strict. Under
+     * AUTODNN_ALLOW_BF16_MATH with the bf16 units forced, f32 operands round to bf16 where
+     * the CPU has the units; these integers are exact in bf16, so every algorithm must still
+     * match the loops. */
+    {
+        autodnnMathType_t mt = -1;
+        CHECK(autodnnGetConvolutionMathType(conv, &mt));
+        REQUIRE(mt == AUTODNN_DEFAULT_MATH);
+        CHECK(autodnnGetMathType(h, &mt));
+        REQUIRE(mt == AUTODNN_STRICT_MATH);
+        autodnnBf16Units_t units = -1;
+        CHECK(autodnnGetBf16Units(h, &units));
+        REQUIRE(units == AUTODNN_BF16_UNITS_AUTO);
+        CHECK(autodnnSetBf16Units(h, AUTODNN_BF16_UNITS_ALWAYS));
+        CHECK(autodnnGetBf16Units(h, &units));
+        REQUIRE(units == AUTODNN_BF16_UNITS_ALWAYS);
+        CHECK(autodnnSetConvolutionMathType(conv, AUTODNN_ALLOW_BF16_MATH));
+        CHECK(autodnnGetConvolutionMathType(conv, &mt));
+        REQUIRE(mt == AUTODNN_ALLOW_BF16_MATH);
+        forward_every_algorithm(h, conv, "nchw+pad allow_bf16", xd, xs, wd, nchw(C, R, S), yd,
+                                ys, at(ys, N - 1, K - 1, OH - 1, OW - 1) + 1);
+        /* The handle's type, through a descriptor left at the default. */
+        CHECK(autodnnSetConvolutionMathType(conv, AUTODNN_DEFAULT_MATH));
+        CHECK(autodnnSetMathType(h, AUTODNN_ALLOW_BF16_MATH));
+        CHECK(autodnnGetMathType(h, &mt));
+        REQUIRE(mt == AUTODNN_ALLOW_BF16_MATH);
+        forward_every_algorithm(h, conv, "nchw+pad handle allow_bf16", xd, xs, wd, nchw(C, R, S),
+                                yd, ys, at(ys, N - 1, K - 1, OH - 1, OW - 1) + 1);
+        /* A descriptor's strict overrides the handle's. */
+        CHECK(autodnnSetConvolutionMathType(conv, AUTODNN_STRICT_MATH));
+        forward_every_algorithm(h, conv, "nchw+pad strict", xd, xs, wd, nchw(C, R, S), yd, ys,
+                                at(ys, N - 1, K - 1, OH - 1, OW - 1) + 1);
+        CHECK(autodnnSetConvolutionMathType(conv, AUTODNN_DEFAULT_MATH));
+        CHECK(autodnnSetMathType(h, AUTODNN_DEFAULT_MATH));
+        CHECK(autodnnGetMathType(h, &mt));
+        REQUIRE(mt == AUTODNN_STRICT_MATH);
+        CHECK(autodnnSetBf16Units(h, AUTODNN_BF16_UNITS_AUTO));
+    }
 
     /* Back to packed NCHW for the rest. */
     CHECK(autodnnSetTensor4dDescriptor(xd, AUTODNN_TENSOR_NCHW, AUTODNN_DATA_FLOAT, N, C, H, W));
