@@ -203,6 +203,26 @@ impl StepHandle {
                 let want = if (0..=3).contains(&p) { OK } else { BAD };
                 expect(c::autodnnSetSelectionPolicy(h, p), want, "policy");
             }
+            // The math type and the bf16 units: the data are integers exact in bf16, so
+            // results stay exact under either.
+            if self.fresh && b.below(4) == 0 {
+                let t = int(b, 3);
+                let want = if (0..=2).contains(&t) { OK } else { BAD };
+                expect(c::autodnnSetMathType(h, t), want, "math type");
+                let mut got = -1;
+                expect(c::autodnnGetMathType(h, &mut got), OK, "get math type");
+                assert_eq!(got == c::AUTODNN_ALLOW_BF16_MATH, want == OK && t == 2);
+            }
+            if self.fresh && b.below(4) == 0 {
+                let u = int(b, 3);
+                let want = if (0..=2).contains(&u) { OK } else { BAD };
+                expect(c::autodnnSetBf16Units(h, u), want, "bf16 units");
+                let mut got = -1;
+                expect(c::autodnnGetBf16Units(h, &mut got), OK, "get bf16 units");
+                if want == OK {
+                    assert_eq!(got, u);
+                }
+            }
         }
     }
 }
@@ -1155,6 +1175,21 @@ fn conv(b: &mut Bytes<'_>) {
     };
     if !groups_first {
         set_groups(&mut groups_now);
+    }
+    // The descriptor's math type, for the calls given it.
+    if b.below(8) == 0 {
+        let t = int(b, 3);
+        // SAFETY: a live descriptor, a writable int.
+        let (s_set, s_get, got) = unsafe {
+            let s_set = st(c::autodnnSetConvolutionMathType(d.c, t), "math type");
+            let mut got = -1;
+            (s_set, c::autodnnGetConvolutionMathType(d.c, &mut got), got)
+        };
+        assert_eq!(s_set == OK, (0..=2).contains(&t), "math type {t}");
+        assert_eq!(s_get, OK, "get math type");
+        if s_set == OK {
+            assert_eq!(got, t);
+        }
     }
     // What the C layer builds at use: the geometry with the groups of now.
     let cd = geometry.map(|(m, st_, dl)| ConvDesc::new(padding, st_, dl, groups_now, m));
