@@ -260,17 +260,19 @@ typedef int autodnnBf16Units_t;
 #define AUTODNN_DETERMINISTIC 1
 
 /**
- * 32-bit IEEE float: the type the library computes.
+ * 32-bit IEEE float: every call computes it.
  */
 #define AUTODNN_DATA_FLOAT 0
 
 /**
- * 16-bit IEEE float: descriptors can be made; calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
+ * 16-bit IEEE float (`uint16_t` bits): the forward convolution takes x and w of this type
+ * with y of the same type or float (f32 sums, y rounded once to nearest even); the other
+ * calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
  */
 #define AUTODNN_DATA_HALF 2
 
 /**
- * bfloat16: descriptors can be made; calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
+ * bfloat16 (`uint16_t` bits): as `AUTODNN_DATA_HALF`.
  */
 #define AUTODNN_DATA_BFLOAT16 9
 

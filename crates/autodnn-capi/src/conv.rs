@@ -8,7 +8,8 @@ use dnn::op::epilogue::{Epilogue, EpilogueArgs};
 use dnn::op::prepared::Weights;
 use dnn::op::{
     Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvBwdBiasInputs,
-    ConvBwdDataInputs, ConvBwdFilterInputs, ConvForward, ConvFwdInputs, Registered, TensorMut,
+    ConvBwdDataInputs, ConvBwdFilterInputs, ConvForward, ConvFwdInputs, Registered, Tensor,
+    TensorBuf, TensorMut,
 };
 use dnn::select::{AlgoPerf, PerfStatus, Ranked};
 use dnn::{ConvDesc, ConvProblem, DataType, Error, FilterDesc, FilterLayout, Handle, OpKind};
@@ -18,7 +19,9 @@ use crate::desc::{
     autodnnFilterDescriptor_t, autodnnTensorDescriptor_t, convolution, filter, tensor,
 };
 use crate::handle::{autodnnHandle_t, conv_handle, live_handle};
-use crate::ptr::{check_disjoint, floats, floats_mut, out, value, workspace, Extent};
+use crate::ptr::{
+    check_disjoint, floats, floats_mut, out, tensor_in, tensor_out, value, workspace, Extent,
+};
 use crate::status::{
     autodnnStatus_t, bad, guard, Failure, AUTODNN_STATUS_EXECUTION_FAILED,
     AUTODNN_STATUS_INTERNAL_ERROR, AUTODNN_STATUS_NOT_SUPPORTED, AUTODNN_STATUS_SUCCESS, R,
@@ -564,10 +567,13 @@ pub unsafe extern "C" fn autodnnFindConvolutionForwardAlgorithm(
         unsafe {
             let h = conv_handle(handle, convDesc)?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
-            require_f32(&p)?;
-            let x = zeros(p.x().span(), "x")?;
-            let w = zeros(p.w().elements(), "w")?;
-            let inputs = ConvFwdInputs::new(&x, Weights::Plain(&w), EpilogueArgs::default());
+            let x = TensorBuf::zeros(p.x().dtype(), p.x().span(), "x to time the algorithms on")?;
+            let w = TensorBuf::zeros(p.w().dtype(), p.w().elements(), "w to time on")?;
+            let inputs = ConvFwdInputs {
+                x: x.view(),
+                w: Weights::Tensor(w.view()),
+                epilogue: EpilogueArgs::default(),
+            };
             let perf = h.find::<ConvForward>(&p, &inputs)?;
             let recs: Vec<_> = perf.iter().map(record_of_perf::<ConvForward>).collect();
             fill(&recs, requestedAlgoCount, returnedAlgoCount, perfResults)
@@ -608,16 +614,20 @@ struct Forward<'a> {
     h: std::sync::Arc<Handle>,
     p: ConvProblem,
     algo: Option<&'static str>,
-    x: &'a [f32],
-    w: &'a [f32],
-    y: &'a mut [f32],
+    x: Tensor<'a>,
+    w: Tensor<'a>,
+    y: TensorMut<'a>,
     ws: Option<&'a mut [u8]>,
 }
 
 impl Forward<'_> {
     fn run(self, epi: EpilogueArgs<'_>) -> R<()> {
-        let inputs = ConvFwdInputs::new(self.x, Weights::Plain(self.w), epi);
-        let mut y = TensorMut::F32(self.y);
+        let inputs = ConvFwdInputs {
+            x: self.x,
+            w: Weights::Tensor(self.w),
+            epilogue: epi,
+        };
+        let mut y = self.y;
         match self.algo {
             None => {
                 self.h.run::<ConvForward>(&self.p, &inputs, &mut y)?;
@@ -651,15 +661,18 @@ unsafe fn forward_call<'a>(
     // SAFETY: the caller's contract, for each argument.
     unsafe {
         let h = conv_handle(handle, convDesc)?;
-        require_f32(&p)?;
         let algo = algo_name::<ConvForward>(algo)?;
         let (xs, ws_, ys) = (p.x().span(), p.w().elements(), p.y().span());
-        let mut inputs = vec![Extent::of("x", x, xs), Extent::of("w", w, ws_)];
+        let (xt, wt, yt) = (p.x().dtype(), p.w().dtype(), p.y().dtype());
+        let mut inputs = vec![
+            Extent::of_type("x", x, xs, xt),
+            Extent::of_type("w", w, ws_, wt),
+        ];
         inputs.extend_from_slice(extra);
-        check_disjoint(Extent::of("y", y, ys), &inputs)?;
-        let x = floats(x, xs, "x")?;
-        let w = floats(w, ws_, "w")?;
-        let y = floats_mut(y, ys, "y")?;
+        check_disjoint(Extent::of_type("y", y, ys, yt), &inputs)?;
+        let x = tensor_in(x, xs, xt, "x")?;
+        let w = tensor_in(w, ws_, wt, "w")?;
+        let y = tensor_out(y, ys, yt, "y")?;
         let ws = match algo {
             None => None,
             Some(_) => workspace(workSpace, workSpaceSizeInBytes)?,
@@ -776,9 +789,26 @@ pub unsafe extern "C" fn autodnnConvolutionBiasActivationForward(
                     ));
                 }
             }
+            if residual && p.y().dtype() != DataType::F32 {
+                return Err(Error::Unsupported {
+                    what: format!(
+                        "a separate residual z with a {} y (z = y, and an f32 y with any z, are \
+                         computed)",
+                        p.y().dtype().name()
+                    ),
+                }
+                .into());
+            }
             let has_bias = !bias.is_null();
             if has_bias {
                 let bd = tensor(biasDesc, "biasDesc")?;
+                if bd.dtype() != DataType::F32 {
+                    return Err(bad(
+                        "biasDesc.dataType",
+                        bd.dtype().name(),
+                        "must be AUTODNN_DATA_FLOAT (the epilogue computes in f32)",
+                    ));
+                }
                 if bd.dims() != [1, k, 1, 1] || (k > 1 && bd.strides()[1] != 1) {
                     return Err(bad(
                         "biasDesc",

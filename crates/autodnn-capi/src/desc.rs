@@ -14,11 +14,13 @@ use crate::status::{autodnnStatus_t, bad, guard, not_set, Failure, R};
 
 /// Element type of a tensor (cuDNN's `cudnnDataType_t`; the values are cuDNN's).
 pub type autodnnDataType_t = c_int;
-/// 32-bit IEEE float: the type the library computes.
+/// 32-bit IEEE float: every call computes it.
 pub const AUTODNN_DATA_FLOAT: autodnnDataType_t = 0;
-/// 16-bit IEEE float: descriptors can be made; calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
+/// 16-bit IEEE float (`uint16_t` bits): the forward convolution takes x and w of this type
+/// with y of the same type or float (f32 sums, y rounded once to nearest even); the other
+/// calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
 pub const AUTODNN_DATA_HALF: autodnnDataType_t = 2;
-/// bfloat16: descriptors can be made; calls answer `AUTODNN_STATUS_NOT_SUPPORTED`.
+/// bfloat16 (`uint16_t` bits): as `AUTODNN_DATA_HALF`.
 pub const AUTODNN_DATA_BFLOAT16: autodnnDataType_t = 9;
 
 /// Memory order of a packed 4-D tensor or filter (cuDNN's `cudnnTensorFormat_t`).

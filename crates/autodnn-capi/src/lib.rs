@@ -12,8 +12,9 @@
 //!   status, not a crash (the library keeps the set of live ones; only an address reused by a
 //!   newer descriptor of the same kind cannot be told from it);
 //! - tensors are passed as `const void *` / `void *` whose element type and extent come from
-//!   their descriptors; the library computes `AUTODNN_DATA_FLOAT` and answers
-//!   `AUTODNN_STATUS_NOT_SUPPORTED` for the other types;
+//!   their descriptors; every call computes `AUTODNN_DATA_FLOAT`, the forward convolution
+//!   also `AUTODNN_DATA_BFLOAT16` and `AUTODNN_DATA_HALF` x and w (y of their type or float),
+//!   and the other calls answer `AUTODNN_STATUS_NOT_SUPPORTED` for those types;
 //! - every buffer must be valid for the span its descriptor gives (one past the offset of its
 //!   last element), aligned for its element type, and an output must not overlap the inputs
 //!   (an overlap of the whole buffers is detected and refused);

@@ -5,6 +5,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{LazyLock, Mutex};
 
+use dnn::op::{Tensor, TensorMut};
+use dnn::DataType;
+
 use crate::status::{bad, R};
 
 /// The live handles and descriptors: address → kind. A pointer is dereferenced only when it
@@ -50,10 +53,19 @@ pub(crate) struct Extent {
 
 impl Extent {
     pub(crate) fn of(field: &'static str, p: *const c_void, elements: usize) -> Extent {
+        Extent::of_type(field, p, elements, DataType::F32)
+    }
+    /// `elements` of `dtype` at `p`.
+    pub(crate) fn of_type(
+        field: &'static str,
+        p: *const c_void,
+        elements: usize,
+        dtype: DataType,
+    ) -> Extent {
         Extent {
             field,
             start: p as usize,
-            bytes: elements.saturating_mul(4),
+            bytes: elements.saturating_mul(dtype.size()),
         }
     }
 }
@@ -114,46 +126,136 @@ pub(crate) unsafe fn value<T: Copy>(p: *const T, field: &str) -> R<T> {
     Ok(unsafe { p.read() })
 }
 
-/// `len` f32 elements at `p` (an empty slice when `len` is 0, whatever `p`).
+/// Element types of tensors passed from C: plain numbers, any bit pattern valid.
+pub(crate) trait Element: Copy {
+    /// The C name, for messages.
+    const C_NAME: &'static str;
+}
+impl Element for f32 {
+    const C_NAME: &'static str = "float";
+}
+impl Element for dnn::bf16 {
+    const C_NAME: &'static str = "bfloat16";
+}
+impl Element for dnn::f16 {
+    const C_NAME: &'static str = "half";
+}
+
+/// `len` elements of `T` at `p` (an empty slice when `len` is 0, whatever `p`).
 ///
 /// # Safety
-/// `p` is null or valid for reads of `len` f32 values, not written during the lifetime.
-/// `len · 4` must not exceed `isize::MAX` (the descriptors' constructors guarantee it).
-pub(crate) unsafe fn floats<'a>(p: *const c_void, len: usize, field: &str) -> R<&'a [f32]> {
+/// `p` is null or valid for reads of `len` values of `T`, not written during the lifetime.
+/// `len · size_of::<T>()` must not exceed `isize::MAX` (the descriptors' constructors
+/// guarantee it).
+pub(crate) unsafe fn elements<'a, T: Element>(
+    p: *const c_void,
+    len: usize,
+    field: &str,
+) -> R<&'a [T]> {
     if len == 0 {
         return Ok(&[]);
     }
-    let p = p.cast::<f32>();
+    let p = p.cast::<T>();
     if p.is_null() {
         return Err(bad(field, "NULL", "must point to the data"));
     }
     if !p.is_aligned() {
-        return Err(bad(field, format!("{p:p}"), "is not aligned for float"));
+        return Err(bad(
+            field,
+            format!("{p:p}"),
+            &format!("is not aligned for {}", T::C_NAME),
+        ));
     }
     // SAFETY: non-null and aligned; the caller guarantees `len` readable, unmutated elements,
-    // whose byte size fits in isize.
+    // whose byte size fits in isize; every bit pattern is a value of `T`.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-/// `len` f32 elements at `p`, to be written.
+/// `len` elements of `T` at `p`, to be written.
 ///
 /// # Safety
-/// As [`floats`], for writes, and not aliased by any other reference during the lifetime.
-pub(crate) unsafe fn floats_mut<'a>(p: *mut c_void, len: usize, field: &str) -> R<&'a mut [f32]> {
+/// As [`elements`], for writes, and not aliased by any other reference during the lifetime.
+pub(crate) unsafe fn elements_mut<'a, T: Element>(
+    p: *mut c_void,
+    len: usize,
+    field: &str,
+) -> R<&'a mut [T]> {
     if len == 0 {
         return Ok(&mut []);
     }
-    let p = p.cast::<f32>();
+    let p = p.cast::<T>();
     if p.is_null() {
         return Err(bad(field, "NULL", "must point to the data"));
     }
     if !p.is_aligned() {
-        return Err(bad(field, format!("{p:p}"), "is not aligned for float"));
+        return Err(bad(
+            field,
+            format!("{p:p}"),
+            &format!("is not aligned for {}", T::C_NAME),
+        ));
     }
     // SAFETY: non-null and aligned; the caller guarantees `len` writable elements not
     // aliased elsewhere (overlap with the call's inputs is checked before), whose byte size
     // fits in isize.
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// `len` f32 elements at `p`.
+///
+/// # Safety
+/// As [`elements`].
+pub(crate) unsafe fn floats<'a>(p: *const c_void, len: usize, field: &str) -> R<&'a [f32]> {
+    // SAFETY: forwarded.
+    unsafe { elements(p, len, field) }
+}
+
+/// `len` f32 elements at `p`, to be written.
+///
+/// # Safety
+/// As [`elements_mut`].
+pub(crate) unsafe fn floats_mut<'a>(p: *mut c_void, len: usize, field: &str) -> R<&'a mut [f32]> {
+    // SAFETY: forwarded.
+    unsafe { elements_mut(p, len, field) }
+}
+
+/// `len` elements of `dtype` at `p`, as a typed view.
+///
+/// # Safety
+/// As [`elements`].
+pub(crate) unsafe fn tensor_in<'a>(
+    p: *const c_void,
+    len: usize,
+    dtype: DataType,
+    field: &str,
+) -> R<Tensor<'a>> {
+    // SAFETY: forwarded.
+    unsafe {
+        Ok(match dtype {
+            DataType::F32 => Tensor::F32(elements(p, len, field)?),
+            DataType::Bf16 => Tensor::Bf16(elements(p, len, field)?),
+            DataType::F16 => Tensor::F16(elements(p, len, field)?),
+        })
+    }
+}
+
+/// `len` elements of `dtype` at `p`, to be written, as a typed view.
+///
+/// # Safety
+/// As [`elements_mut`].
+pub(crate) unsafe fn tensor_out<'a>(
+    p: *mut c_void,
+    len: usize,
+    dtype: DataType,
+    field: &str,
+) -> R<TensorMut<'a>> {
+    // SAFETY: forwarded.
+    unsafe {
+        Ok(match dtype {
+            DataType::F32 => TensorMut::F32(elements_mut(p, len, field)?),
+            DataType::Bf16 => TensorMut::Bf16(elements_mut(p, len, field)?),
+            DataType::F16 => TensorMut::F16(elements_mut(p, len, field)?),
+        })
+    }
 }
 
 /// The caller's workspace: `None` (the handle supplies one) when `p` is NULL and `bytes` 0.

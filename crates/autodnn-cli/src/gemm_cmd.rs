@@ -90,16 +90,12 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
     if let Some(name) = &args.isa {
         handle.set_isa_cap(Isa::parse("--isa", name)?);
     }
-    let dtype = match args.dtype.trim().to_ascii_lowercase().as_str() {
-        "f32" => DataType::F32,
-        "bf16" => DataType::Bf16,
-        "f16" => DataType::F16,
-        other => {
-            return Err(CliError::bad(format!(
-                "bad --dtype = {other}: expected f32, bf16 or f16"
-            )))
-        }
-    };
+    let dtype = DataType::parse(&args.dtype).ok_or_else(|| {
+        CliError::bad(format!(
+            "bad --dtype = {}: expected f32, bf16 or f16",
+            args.dtype.trim()
+        ))
+    })?;
     let (math, units) = args.precision.apply(&handle)?;
     let desc = GemmDesc::new(args.m, args.n, args.k)
         .with_transa(args.transa)

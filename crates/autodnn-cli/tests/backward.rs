@@ -103,7 +103,7 @@ fn conv_backward_directions_check_every_algorithm() {
                 let spec = ProblemSpec::parse(p).unwrap();
                 assert_eq!(l["problem"], spec.to_string());
                 assert_eq!(l["dir"], dir, "{l}");
-                let mut expect = vec!["problem", "dir", "count", "flops", "results"];
+                let mut expect = vec!["problem", "dir", "types", "count", "flops", "results"];
                 if dir == "bwd_wb" {
                     expect.push("bias");
                 }

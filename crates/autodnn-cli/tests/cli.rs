@@ -262,9 +262,10 @@ fn conv_json_schema_with_check() {
     let p = &lines[0];
     assert_eq!(
         keys(p),
-        sorted(&["problem", "dir", "count", "flops", "results"])
+        sorted(&["problem", "dir", "types", "count", "flops", "results"])
     );
     assert_eq!(p["dir"], "fwd");
+    assert_eq!(p["types"], "f32");
     assert_eq!(p["problem"], TINY_CANONICAL);
     assert_eq!(p["count"], 3);
     assert_eq!(p["flops"].as_f64(), Some(TINY_FLOPS));
@@ -346,6 +347,63 @@ fn conv_under_allow_bf16_stays_exact_on_integer_data() {
     for (opt, value) in [("--math", "fast"), ("--bf16-units", "sometimes")] {
         let err = bad(&["conv", TINY, opt, value]);
         assert!(err.contains(opt), "{err}");
+    }
+}
+
+#[test]
+fn conv_on_bf16_and_f16_tensors_checks_every_algorithm() {
+    // Integer data exact in both types: the exact algorithms are off by y's one rounding
+    // only (0 with an f32 y), which --check allows for.
+    for (dtype, y_dtype, types, rounding) in [
+        ("bf16", None, "bf16", 2f64.powi(-8)),
+        ("f16", None, "f16", 2f64.powi(-11)),
+        ("bf16", Some("f32"), "bf16>f32", 0.0),
+    ] {
+        let mut args = vec![
+            "conv",
+            "mb2ic16ih9oc24oh9kh3ph1",
+            "--json",
+            "--check",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+            "--dtype",
+            dtype,
+        ];
+        if let Some(y) = y_dtype {
+            args.extend(["--y-dtype", y]);
+        }
+        let lines = ok_json(&args, 2);
+        assert_eq!(lines[0]["types"], types);
+        let results = lines[0]["results"].as_array().expect("results");
+        let mut ok = 0;
+        for r in results.iter().filter(|r| r["status"] != "declined") {
+            assert_eq!(r["status"], "ok", "{types}: {r}");
+            let name = r["algo"].as_str().unwrap();
+            let err = r["max_rel_err"].as_f64().unwrap();
+            if name.starts_with("gemm") || name.starts_with("implicit_gemm") || name == "direct" {
+                assert!(err <= rounding, "{types} {name}: {r}");
+            } else {
+                assert!(err <= 1e-3 + rounding, "{types} {name}: {r}");
+            }
+            ok += 1;
+        }
+        assert!(ok >= 6, "{types}: {results:?}");
+    }
+    for (args, flag) in [
+        (vec!["conv", TINY, "--dtype", "f64"], "--dtype"),
+        (
+            vec!["conv", TINY, "--dtype", "bf16", "--y-dtype", "f16"],
+            "--y-dtype",
+        ),
+        (
+            vec!["conv", TINY, "--dtype", "bf16", "--dir", "bwd_d"],
+            "--dtype",
+        ),
+    ] {
+        let err = bad(&args);
+        assert!(err.contains(flag), "{err}");
     }
 }
 

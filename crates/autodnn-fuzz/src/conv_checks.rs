@@ -77,13 +77,8 @@ pub fn check_problem(p: &ConvProblem, h: &Handle, seed: u64) {
     if !is_small(p) || !p.epilogue().is_none() {
         return;
     }
-    if p.x().dtype() != DataType::F32 {
-        // Descriptors of other element types exist; running them is refused, cleanly.
-        let x = vec![0.0; p.x().span()];
-        let w = vec![0.0; p.w().elements()];
-        let mut y = vec![0.0; p.y().span()];
-        let e = h.conv_forward(p, "direct", &x, &w, &mut y).unwrap_err();
-        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    if !p.is_f32() {
+        run_reduced(p, h, seed, &accepted);
         return;
     }
     match (seed % 4) as usize {
@@ -107,8 +102,10 @@ fn queries(p: &ConvProblem, h: &Handle) -> Vec<&'static str> {
         // The operation's check: the algorithm's own plus the element types it computes.
         match autodnn::op::Algorithm::<autodnn::op::ConvForward>::check(*a, p) {
             Ok(()) => {
-                let ws = a.workspace_bytes(p);
+                // The operation's size: with the f32 copies of bf16 and f16 tensors.
+                let ws = autodnn::op::Algorithm::<autodnn::op::ConvForward>::workspace_bytes(*a, p);
                 assert_eq!(h.conv_workspace_size(p, a.name()), Ok(ws), "{}", a.name());
+                assert!(ws >= a.workspace_bytes(&p.as_f32()), "{}", a.name());
                 for (i, f) in a.cost_features(p).iter().enumerate() {
                     assert!(
                         f.is_finite() && *f >= 0.0,
@@ -146,7 +143,10 @@ fn queries(p: &ConvProblem, h: &Handle) -> Vec<&'static str> {
             r.predicted_ms
         );
         let a = conv::find(r.algo).expect("ranked algorithms are registered");
-        assert_eq!(r.workspace_bytes, a.workspace_bytes(p));
+        assert_eq!(
+            r.workspace_bytes,
+            autodnn::op::Algorithm::<autodnn::op::ConvForward>::workspace_bytes(a, p)
+        );
     }
     accepted
 }
@@ -257,5 +257,57 @@ pub fn assert_named_error(e: &Error) {
             assert!(!field.is_empty(), "an error without a field: {e:?}")
         }
         other => panic!("a descriptor error of an unexpected kind: {other:?}"),
+    }
+}
+
+/// A problem of bf16 or f16 tensors: f32 buffers are refused naming x; on integer data (exact
+/// in both types) one accepting algorithm (picked by `seed`) and `direct` give the f64 result
+/// rounded once to y's type, exactly for the exact algorithms.
+fn run_reduced(p: &ConvProblem, h: &Handle, seed: u64, accepted: &[&'static str]) {
+    use autodnn::op::{ConvForward, ConvFwdInputs, TensorBuf};
+    let xf = int_data(p.x().span(), seed);
+    let wf = int_data(p.w().elements(), seed ^ 0x5a5a);
+    let mut yf = vec![0.0; p.y().span()];
+    let e = h.conv_forward(p, "direct", &xf, &wf, &mut yf).unwrap_err();
+    assert!(
+        matches!(&e, Error::BadParam { field, .. } if field == "x.dtype"),
+        "{e:?}"
+    );
+    if dense_flops(p) > FULL_RUN_MAX_FLOPS || accepted.is_empty() {
+        return;
+    }
+    let r = reference::conv_forward(&p.as_f32(), &xf, &wf).unwrap();
+    let x = TensorBuf::from_f32(&xf, p.x().dtype(), "x").unwrap();
+    let w = TensorBuf::from_f32(&wf, p.w().dtype(), "w").unwrap();
+    let pick = accepted[(seed as usize >> 4) % accepted.len()];
+    let exact: Vec<f32> = r.iter().map(|&v| v as f32).collect();
+    let mut rounded = vec![0.0; exact.len()];
+    TensorBuf::from_f32(&exact, p.y().dtype(), "r")
+        .unwrap()
+        .widen_into(&mut rounded);
+    for name in ["direct", pick] {
+        let mut y = TensorBuf::from_f32(&vec![f32::NAN; p.y().span()], p.y().dtype(), "y").unwrap();
+        let inputs = ConvFwdInputs {
+            x: x.view(),
+            w: Weights::Tensor(w.view()),
+            epilogue: EpilogueArgs::default(),
+        };
+        match h.run_algorithm::<ConvForward>(p, name, &inputs, &mut y.as_mut(), None) {
+            Ok(()) => {}
+            Err(Error::OutOfMemory { .. }) => continue,
+            Err(e) => panic!("{name} on {p:?}: {e:?}"),
+        }
+        let mut got = vec![0.0; p.y().span()];
+        y.widen_into(&mut got);
+        // The exact algorithms equal the reference rounded once to y's type; the others stay
+        // within their bound plus that rounding (2^-8 of max|ref| at most, for bf16).
+        let acc = match conv::find(name).unwrap().accuracy() {
+            Accuracy::Exact => Accuracy::Exact,
+            Accuracy::Normwise { c, int_rel } => Accuracy::Normwise {
+                c,
+                int_rel: int_rel + 2f64.powi(-8),
+            },
+        };
+        compare(p, &got, &rounded, acc, name);
     }
 }

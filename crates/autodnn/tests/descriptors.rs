@@ -427,10 +427,12 @@ fn bad_calls() {
     .unwrap();
     let (xs, ws, ys) = (f16.x().span(), f16.w().elements(), f16.y().span());
     let mut y = vec![0.0f32; ys];
+    // f32 buffers for a problem of f16 tensors: the call names the tensor of the wrong type
+    // (tests/conv_reduced.rs runs them with buffers of their types).
     check(
         "f16 run",
         handle.conv_forward(&f16, "direct", &vec![0.0; xs], &vec![0.0; ws], &mut y),
-        Want::Unsupported,
+        Want::Bad("x.dtype"),
     );
     let bf16 = ConvProblem::forward_packed(
         TensorDesc::new(DataType::Bf16, Layout::Nhwc, [1, 4, 8, 8]).unwrap(),
@@ -442,6 +444,22 @@ fn bad_calls() {
     check(
         "bf16 run",
         handle.conv_forward(&bf16, "direct", &vec![0.0; xs], &vec![0.0; ws], &mut y),
+        Want::Bad("x.dtype"),
+    );
+    // The backward operations compute f32 tensors only.
+    let dy = vec![0.0f32; ys];
+    let mut dx = vec![0.0f32; xs];
+    check(
+        "bf16 backward data",
+        handle.conv_backward_data(
+            &bf16.for_op(autodnn::OpKind::ConvBackwardData).unwrap(),
+            "direct",
+            &dy,
+            &vec![0.0; ws],
+            &mut dx,
+            1.0,
+            0.0,
+        ),
         Want::Unsupported,
     );
 

@@ -2,7 +2,7 @@
  * ResNet-50's res2a_branch2b (64 -> 64 channels, 3x3, pad 1, stride 1, batch 1) at 14x14
  * through the C API, checked against naive loops: every forward algorithm the heuristic
  * lists, on NCHW, NHWC and row-padded (explicit strides) tensors; the measured selection and
- * AUTODNN_ALGO_AUTO; the math types (strict and allow_bf16, on the handle and the
+ * AUTODNN_ALGO_AUTO; bfloat16 x and w with a bfloat16 or float y; the math types (strict and allow_bf16, on the handle and the
  * convolution descriptor); the fused bias, residual and ReLU; every backward-data and
  * backward-filter algorithm; the bias gradient; and column-major GEMM.
  *
@@ -11,6 +11,7 @@
  * within their documented bound.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,102 @@ static void test_gemm(autodnnHandle_t h) {
     printf("gemm checked\n");
 }
 
+/* bfloat16 bits of a float, rounded to nearest even (no NaN here), and back. */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* bfloat16 x and w (exact: small integers), y bfloat16 or float: every forward algorithm of
+ * the heuristic's list, against the loops' result rounded once to y's type (bit for bit for
+ * the algorithms exact on integers, else within their bound plus that rounding). */
+static void forward_bf16(autodnnHandle_t h, autodnnConvolutionDescriptor_t conv,
+                         autodnnDataType_t ytype) {
+    const size_t xn = (size_t)N * C * H * W, wn = (size_t)K * C * R * S, yn = (size_t)N * K * OH * OW;
+    float *xv = xmalloc(sizeof(float) * xn), *wv = xmalloc(sizeof(float) * wn);
+    double *want = xmalloc(sizeof(double) * yn), *rounded = xmalloc(sizeof(double) * yn);
+    uint16_t *x = xmalloc(sizeof(uint16_t) * xn), *w = xmalloc(sizeof(uint16_t) * wn);
+    uint16_t *y16 = xmalloc(sizeof(uint16_t) * yn);
+    float *y32 = xmalloc(sizeof(float) * yn), *got = xmalloc(sizeof(float) * yn);
+    fill(xv, xn, 11);
+    fill(wv, wn, 12);
+    for (size_t i = 0; i < xn; i++) x[i] = to_bf16(xv[i]);
+    for (size_t i = 0; i < wn; i++) w[i] = to_bf16(wv[i]);
+    ref_forward(xv, nchw(C, H, W), wv, nchw(C, R, S), want);
+    for (size_t i = 0; i < yn; i++)
+        rounded[i] = ytype == AUTODNN_DATA_BFLOAT16 ? from_bf16(to_bf16((float)want[i])) : want[i];
+
+    autodnnTensorDescriptor_t xd, yd;
+    autodnnFilterDescriptor_t wd;
+    CHECK(autodnnCreateTensorDescriptor(&xd));
+    CHECK(autodnnCreateTensorDescriptor(&yd));
+    CHECK(autodnnCreateFilterDescriptor(&wd));
+    CHECK(autodnnSetTensor4dDescriptor(xd, AUTODNN_TENSOR_NCHW, AUTODNN_DATA_BFLOAT16, N, C, H, W));
+    CHECK(autodnnSetFilter4dDescriptor(wd, AUTODNN_DATA_BFLOAT16, AUTODNN_TENSOR_NCHW, K, C, R, S));
+    CHECK(autodnnSetTensor4dDescriptor(yd, AUTODNN_TENSOR_NCHW, ytype, N, K, OH, OW));
+    int count = 0, returned = 0, ran = 0;
+    CHECK(autodnnGetConvolutionForwardAlgorithmMaxCount(h, &count));
+    autodnnConvolutionFwdAlgoPerf_t *perf = xmalloc(sizeof(*perf) * (size_t)count);
+    CHECK(autodnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, conv, yd, count, &returned, perf));
+    const int dims[4] = {N, K, OH, OW};
+    const float one = 1, zero = 0;
+    void *y = ytype == AUTODNN_DATA_BFLOAT16 ? (void *)y16 : (void *)y32;
+    for (int i = 0; i < returned; i++) {
+        if (perf[i].status != AUTODNN_STATUS_SUCCESS) continue;
+        size_t bytes = 0;
+        CHECK(autodnnGetConvolutionForwardWorkspaceSize(h, xd, wd, conv, yd, perf[i].algo, &bytes));
+        REQUIRE(bytes == perf[i].memory);
+        /* The widened copies of x and w live in the workspace. */
+        REQUIRE(bytes >= sizeof(float) * (xn + wn));
+        void *workspace = xmalloc(bytes);
+        memset(y16, 0xFF, sizeof(uint16_t) * yn); /* NaN: beta = 0 does not read y */
+        fill_value(y32, yn, NAN);
+        CHECK(autodnnConvolutionForward(h, &one, xd, x, wd, w, conv, perf[i].algo, workspace,
+                                        bytes, &zero, yd, y));
+        for (size_t j = 0; j < yn; j++)
+            got[j] = ytype == AUTODNN_DATA_BFLOAT16 ? from_bf16(y16[j]) : y32[j];
+        const char *name = algo_name(AUTODNN_CONVOLUTION_FWD, perf[i].algo);
+        if (perf[i].tolerance == 0) {
+            compare("forward bf16", name, got, nchw(K, OH, OW), rounded, dims, 0);
+        } else {
+            float tol = perf[i].tolerance + (ytype == AUTODNN_DATA_BFLOAT16 ? 1.0f / 256 : 0);
+            compare("forward bf16", name, got, nchw(K, OH, OW), want, dims, tol);
+        }
+        free(workspace);
+        ran++;
+    }
+    REQUIRE(ran >= 4);
+    /* The handle's own choice, and the measured one. */
+    CHECK(autodnnFindConvolutionForwardAlgorithm(h, xd, wd, conv, yd, count, &returned, perf));
+    REQUIRE(returned >= 1 && perf[0].status == AUTODNN_STATUS_SUCCESS);
+    CHECK(autodnnConvolutionForward(h, &one, xd, x, wd, w, conv, AUTODNN_ALGO_AUTO, NULL, 0,
+                                    &zero, yd, y));
+    printf("forward bf16 -> %s: %d algorithms checked\n",
+           ytype == AUTODNN_DATA_BFLOAT16 ? "bf16" : "float", ran);
+    CHECK(autodnnDestroyTensorDescriptor(xd));
+    CHECK(autodnnDestroyTensorDescriptor(yd));
+    CHECK(autodnnDestroyFilterDescriptor(wd));
+    free(perf);
+    free(xv);
+    free(wv);
+    free(want);
+    free(rounded);
+    free(x);
+    free(w);
+    free(y16);
+    free(y32);
+    free(got);
+}
+
 int main(void) {
     REQUIRE(autodnnGetVersion() ==
             (size_t)(AUTODNN_MAJOR * 10000 + AUTODNN_MINOR * 100 + AUTODNN_PATCHLEVEL));
@@ -362,6 +459,10 @@ int main(void) {
         REQUIRE(mt == AUTODNN_STRICT_MATH);
         CHECK(autodnnSetBf16Units(h, AUTODNN_BF16_UNITS_AUTO));
     }
+
+    /* bfloat16 tensors, y bfloat16 or float. */
+    forward_bf16(h, conv, AUTODNN_DATA_BFLOAT16);
+    forward_bf16(h, conv, AUTODNN_DATA_FLOAT);
 
     /* Back to packed NCHW for the rest. */
     CHECK(autodnnSetTensor4dDescriptor(xd, AUTODNN_TENSOR_NCHW, AUTODNN_DATA_FLOAT, N, C, H, W));

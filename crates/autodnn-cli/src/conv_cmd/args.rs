@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use autodnn::conv::{Activation, Epilogue};
-use autodnn::Layout;
+use autodnn::{DataType, Layout};
 use clap::{Args, ValueEnum};
 
 use super::dir::{Dir, DirArg};
@@ -56,6 +56,13 @@ pub struct ConvArgs {
     pub layout: LayoutArg,
     #[command(flatten)]
     pub precision: crate::math_args::MathArgs,
+    /// Element type of x and w (fwd only): f32, bf16 or f16 (widened to f32 for the kernels,
+    /// y rounded once at the end)
+    #[arg(long, value_name = "TYPE", default_value = "f32")]
+    pub dtype: String,
+    /// Element type of y [default: --dtype's]; f32 with bf16 or f16 inputs is allowed
+    #[arg(long, value_name = "TYPE")]
+    pub y_dtype: Option<String>,
     /// Batch size [default: each problem's own; 1 with --model]
     #[arg(long, value_name = "N")]
     pub mb: Option<usize>,
@@ -269,4 +276,41 @@ pub(super) fn real_data_paths(args: &ConvArgs) -> CliResult<Option<RealPaths>> {
             db: args.output_bias.clone(),
         },
     }))
+}
+
+/// The element types (x and w, y) that `--dtype` and `--y-dtype` ask for.
+///
+/// # Errors
+/// Bad input naming the flag for an unknown type, or reduced types with a backward direction
+/// or `.npy` data.
+pub(super) fn dtypes_of(args: &ConvArgs, real: bool) -> CliResult<(DataType, DataType)> {
+    let parse = |flag: &str, s: &str| {
+        DataType::parse(s)
+            .ok_or_else(|| CliError::bad(format!("bad {flag} = {s}: expected f32, bf16 or f16")))
+    };
+    let dt = parse("--dtype", &args.dtype)?;
+    let ydt = match &args.y_dtype {
+        Some(s) => parse("--y-dtype", s)?,
+        None => dt,
+    };
+    if ydt != dt && ydt != DataType::F32 {
+        return Err(CliError::bad(format!(
+            "bad --y-dtype = {}: must be --dtype's ({}) or f32",
+            ydt.name(),
+            dt.name()
+        )));
+    }
+    if dt != DataType::F32 && args.dir != DirArg::Fwd {
+        return Err(CliError::bad(format!(
+            "bad --dtype = {}: the backward directions compute f32 tensors",
+            dt.name()
+        )));
+    }
+    if dt != DataType::F32 && real {
+        return Err(CliError::bad(format!(
+            "bad --dtype = {}: .npy runs read and write f32 tensors",
+            dt.name()
+        )));
+    }
+    Ok((dt, ydt))
 }

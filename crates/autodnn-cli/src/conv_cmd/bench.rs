@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use autodnn::conv::Epilogue;
 use autodnn::conv::{ConvAlgorithm, Weights};
-use autodnn::{ConvProblem, Error, Handle, OpKind};
+use autodnn::op::{Algorithm, ConvForward, ConvFwdInputs, TensorBuf};
+use autodnn::{ConvProblem, DataType, Error, Handle, OpKind};
 
 use super::args::ConvArgs;
 use super::backward::{bench_bwd_one, BwdInputs, OutBuf};
@@ -66,19 +67,22 @@ fn bench_one(
 ) -> CliResult<AlgoResult> {
     let (reps, check) = (args.reps, args.check);
     let name = a.name();
-    if let Err(reason) = a.check(p) {
+    // The operation's check and workspace: its element types and, for bf16 or f16 tensors,
+    // the f32 copies the kernels compute on.
+    if let Err(reason) = Algorithm::<ConvForward>::check(a, p) {
         return Ok(declined(name, reason));
     }
-    // Weights prepared once, before (and outside) the timed runs.
+    // Weights prepared once, before (and outside) the timed runs; for bf16 or f16 tensors,
+    // for the problem's f32 twin, which serves it.
     let prepared = if args.prepared {
-        match handle.prepare_weights(p, name, &d.w) {
+        match handle.prepare_weights(&p.as_f32(), name, &d.w) {
             Ok(pw) => Some(pw),
             Err(e) => return Ok(failed(name, format!("preparing weights: {e}"), 0)),
         }
     } else {
         None
     };
-    let ws = a.workspace_bytes(p);
+    let ws = Algorithm::<ConvForward>::workspace_bytes(a, p);
     // The workspace is allocated once, outside the timed region, as cuDNN users do.
     let mut workspace = Vec::new();
     if let Err(e) = workspace.try_reserve_exact(ws) {
@@ -91,16 +95,50 @@ fn bench_one(
     workspace.resize(ws, 0u8);
     // Elements an algorithm forgets to write stay NaN, which --check reports.
     d.y.fill(f32::NAN);
+    // Tensors of the problem's element types (the generated small integers are exact in
+    // each); y read back widened for the check.
+    let mut typed = TypedData::new(p, d)?;
     let mut times = Vec::with_capacity(reps);
     for i in 0..=reps {
         let t = Instant::now();
-        let weights = match &prepared {
-            Some(pw) => Weights::Prepared(pw),
-            None => Weights::Plain(&d.w),
-        };
         let epi = ProblemData::epilogue(&d.z, d.alpha, d.beta);
-        let r =
-            handle.conv_forward_ex(p, name, &d.x, weights, &mut d.y, &epi, Some(&mut workspace));
+        let r = match (typed.as_mut(), &prepared) {
+            (None, Some(pw)) => handle.conv_forward_ex(
+                p,
+                name,
+                &d.x,
+                Weights::Prepared(pw),
+                &mut d.y,
+                &epi,
+                Some(&mut workspace),
+            ),
+            (None, None) => handle.conv_forward_ex(
+                p,
+                name,
+                &d.x,
+                Weights::Plain(&d.w),
+                &mut d.y,
+                &epi,
+                Some(&mut workspace),
+            ),
+            (Some(t), pw) => {
+                let inputs = ConvFwdInputs {
+                    x: t.x.view(),
+                    w: match pw {
+                        Some(pw) => Weights::Prepared(pw),
+                        None => Weights::Tensor(t.w.view()),
+                    },
+                    epilogue: epi,
+                };
+                handle.run_algorithm::<ConvForward>(
+                    p,
+                    name,
+                    &inputs,
+                    &mut t.y.as_mut(),
+                    Some(&mut workspace),
+                )
+            }
+        };
         let ms = t.elapsed().as_secs_f64() * 1e3;
         match r {
             Ok(()) if i > 0 => times.push(ms),
@@ -109,12 +147,17 @@ fn bench_one(
             Err(e) => return Ok(failed(name, e.to_string(), ws)),
         }
     }
+    if let Some(t) = &typed {
+        t.y.widen_into(&mut d.y);
+    }
     let max_rel_err = if check {
         let err = d.max_rel_err(p)?;
-        if err.is_nan() || err > CHECK_TOLERANCE {
+        // One rounding of y to its type moves each element by up to half an ulp.
+        let tolerance = CHECK_TOLERANCE + half_ulp(p.y().dtype());
+        if err.is_nan() || err > tolerance {
             return Ok(failed(
                 name,
-                format!("wrong result: max_rel_err = {err:e} exceeds {CHECK_TOLERANCE:e}"),
+                format!("wrong result: max_rel_err = {err:e} exceeds {tolerance:e}"),
                 ws,
             ));
         }
@@ -132,6 +175,36 @@ fn bench_one(
         workspace_bytes: Some(ws),
         max_rel_err,
     })
+}
+
+/// Half an ulp of `dt`, relative: what one rounding to it may move a value by.
+fn half_ulp(dt: DataType) -> f64 {
+    match dt {
+        DataType::F32 => 0.0,
+        DataType::Bf16 => 2f64.powi(-8),
+        DataType::F16 => 2f64.powi(-11),
+    }
+}
+
+/// The generated data in a reduced-precision problem's element types; `None` for an f32
+/// problem (which runs on the f32 data itself).
+struct TypedData {
+    x: TensorBuf,
+    w: TensorBuf,
+    y: TensorBuf,
+}
+
+impl TypedData {
+    fn new(p: &ConvProblem, d: &ProblemData) -> CliResult<Option<TypedData>> {
+        if p.is_f32() {
+            return Ok(None);
+        }
+        Ok(Some(TypedData {
+            x: TensorBuf::from_f32(&d.x, p.x().dtype(), "x")?,
+            w: TensorBuf::from_f32(&d.w, p.w().dtype(), "w")?,
+            y: TensorBuf::from_f32(&d.y, p.y().dtype(), "y")?,
+        }))
+    }
 }
 
 /// The message a panic carried.
@@ -336,6 +409,7 @@ pub(super) fn bench(
                 let report = ProblemReport {
                     problem: job.spec.to_string(),
                     dir: dir.name(),
+                    types: autodnn::op::OpProblem::types(&job.problem),
                     count,
                     flops,
                     results,

@@ -20,7 +20,7 @@ mod real_data;
 
 use std::io::Write;
 
-use autodnn::{Handle, Layout};
+use autodnn::{ConvProblem, Handle, Layout};
 
 use crate::error::{CliError, CliResult};
 
@@ -32,7 +32,7 @@ pub use dir::{Dir, DirArg};
 pub use output::to_json;
 pub use problems::problem_specs;
 
-use args::{epilogue_of, real_data_paths, RealPaths};
+use args::{dtypes_of, epilogue_of, real_data_paths, RealPaths};
 use bench::bench;
 use dir::select_per_dir;
 use problems::{collect_specs, Job};
@@ -55,11 +55,20 @@ pub fn run(args: &ConvArgs, out: &mut impl Write) -> CliResult {
     let algos = select_per_dir(&dirs, &args.algo)?;
     let layout = Layout::from(args.layout);
     let epilogue = epilogue_of(args, real.is_some())?;
+    let (dt, ydt) = dtypes_of(args, real.is_some())?;
     let jobs = collect_specs(args)?
         .into_iter()
         .map(|spec| {
             let problem = spec
                 .to_problem(layout)
+                .and_then(|p| {
+                    ConvProblem::forward(
+                        p.x().with_dtype(dt),
+                        p.w().with_dtype(dt),
+                        *p.conv(),
+                        p.y().with_dtype(ydt),
+                    )
+                })
                 .map_err(|e| CliError::from(e).context(format!("problem {spec}")))?
                 .with_epilogue(epilogue);
             Ok(Job { spec, problem })

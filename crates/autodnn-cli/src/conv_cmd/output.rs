@@ -46,6 +46,8 @@ pub struct AlgoResult {
 pub struct ProblemReport {
     pub(super) problem: String,
     pub(super) dir: &'static str,
+    /// Element types, as cache keys name them (`f32`, `bf16`, `bf16>f32`).
+    pub(super) types: String,
     pub(super) count: usize,
     pub(super) flops: f64,
     pub(super) results: Vec<AlgoResult>,

@@ -357,7 +357,7 @@ fn sizes_of(
             .map_err(|e| format!("the forward {} declines a residue: {e}", inner.name()))?;
         z.filter = z.filter.max(f.w().elements());
         if strided {
-            z.output += f.y().span();
+            z.output = z.output.saturating_add(f.y().span());
         }
         z.inner = z.inner.max(inner.workspace_bytes(f));
     }
@@ -386,8 +386,11 @@ impl Algorithm<ConvBackwardData> for ViaForward {
         let Ok((_, z)) = plan(self, p) else {
             return 0;
         };
-        // Each of the three buffers may start up to ALIGN − 1 bytes in.
-        3 * ALIGN + (z.filter + z.output) * 4 + z.inner
+        // Each of the three buffers may start up to ALIGN − 1 bytes in. Saturating: the
+        // inner algorithm's size of a huge residue may itself be saturated.
+        (3 * ALIGN)
+            .saturating_add(z.filter.saturating_add(z.output).saturating_mul(4))
+            .saturating_add(z.inner)
     }
     fn deterministic(&self) -> bool {
         self.inner.deterministic()

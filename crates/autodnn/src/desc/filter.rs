@@ -68,6 +68,10 @@ impl FilterDesc {
     pub fn dtype(&self) -> DataType {
         self.dtype
     }
+    /// The same layout and dimensions with elements of `dtype`.
+    pub fn with_dtype(&self, dtype: DataType) -> FilterDesc {
+        FilterDesc { dtype, ..*self }
+    }
     /// Memory order.
     pub fn layout(&self) -> FilterLayout {
         self.layout

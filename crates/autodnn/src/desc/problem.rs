@@ -2,7 +2,7 @@ use serde::{Deserialize, Serialize};
 
 use super::conv::ConvDesc;
 use super::filter::FilterDesc;
-use super::tensor::{Layout, TensorDesc};
+use super::tensor::{DataType, Layout, TensorDesc};
 use super::Epilogue;
 use crate::error::{Error, Result};
 
@@ -141,7 +141,8 @@ impl ConvProblem {
     ///
     /// # Errors
     /// As [`ConvProblem::output_dims`], and [`Error::BadParam`] naming the `y` field that
-    /// differs from the inferred output, or a `y` element type that differs from `x`'s.
+    /// differs from the inferred output, or a `y` element type that is neither `x`'s nor f32
+    /// (bf16 or f16 x and w may write an f32 y, as cuDNN allows).
     pub fn forward(
         x: TensorDesc,
         w: FilterDesc,
@@ -149,11 +150,15 @@ impl ConvProblem {
         y: TensorDesc,
     ) -> Result<ConvProblem> {
         let dims = ConvProblem::output_dims(&x, &w, &conv)?;
-        if y.dtype() != x.dtype() {
+        if y.dtype() != x.dtype() && y.dtype() != DataType::F32 {
             return Err(Error::bad(
                 "y.dtype",
                 y.dtype().name(),
-                format!("must equal x's element type ({})", x.dtype().name()),
+                format!(
+                    "must equal x's element type ({}) or be f32 (reduced-precision inputs \
+                     with an f32 output)",
+                    x.dtype().name()
+                ),
             ));
         }
         for (i, name) in ["y.n", "y.c", "y.h", "y.w"].into_iter().enumerate() {
@@ -173,6 +178,22 @@ impl ConvProblem {
             conv,
             epilogue: Epilogue::default(),
         })
+    }
+
+    /// The same problem with every tensor in f32: what the f32 kernels compute for a problem
+    /// of reduced-precision tensors, after converting them.
+    pub fn as_f32(&self) -> ConvProblem {
+        ConvProblem {
+            x: self.x.with_dtype(DataType::F32),
+            w: self.w.with_dtype(DataType::F32),
+            y: self.y.with_dtype(DataType::F32),
+            ..*self
+        }
+    }
+
+    /// True when every tensor is f32.
+    pub fn is_f32(&self) -> bool {
+        [self.x.dtype(), self.w.dtype(), self.y.dtype()] == [DataType::F32; 3]
     }
 
     /// A forward convolution whose output is a packed tensor of `y_layout`.

@@ -35,6 +35,21 @@ impl DataType {
             DataType::Bf16 => "bf16",
         }
     }
+
+    /// Every type, f32 first.
+    pub const ALL: [DataType; 3] = [DataType::F32, DataType::Bf16, DataType::F16];
+
+    /// The type [`DataType::name`] names (trimmed, any case); `None` for any other text.
+    ///
+    /// ```
+    /// use autodnn::DataType;
+    /// assert_eq!(DataType::parse(" BF16"), Some(DataType::Bf16));
+    /// assert_eq!(DataType::parse("f64"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<DataType> {
+        let s = s.trim().to_ascii_lowercase();
+        DataType::ALL.into_iter().find(|t| t.name() == s)
+    }
 }
 
 /// Memory order of a packed 4-D activation tensor.
@@ -166,6 +181,11 @@ impl TensorDesc {
     /// Element type.
     pub fn dtype(&self) -> DataType {
         self.dtype
+    }
+    /// The same dimensions and strides with elements of `dtype` (strides count elements, so
+    /// they stay valid).
+    pub fn with_dtype(&self, dtype: DataType) -> TensorDesc {
+        TensorDesc { dtype, ..*self }
     }
     /// (N, C, H, W).
     pub fn dims(&self) -> [usize; 4] {

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::op::conv_fwd::check_call;
 use crate::op::epilogue::EpilogueArgs;
 use crate::op::prepared::{PreparedWeights, Weights};
-use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
+use crate::op::{Algorithm, ConvForward, ConvFwdInputs, OpProblem, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
@@ -378,6 +378,15 @@ impl Handle {
         w: &[f32],
     ) -> Result<PreparedWeights> {
         let a = find_in::<ConvForward>(ConvForward::algorithms(), algo)?;
+        if !problem.is_f32() {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "preparing weights for {} tensors: prepare them for the problem's f32 twin \
+                     (ConvProblem::as_f32), which serves it",
+                    problem.types()
+                ),
+            });
+        }
         check_call(problem, problem.x().span(), w.len(), problem.y().span())?;
         accept::<ConvForward>(a, problem)?;
         let ctx = self.exec_context();
@@ -876,9 +885,22 @@ impl Handle {
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<RunReport> {
         let plain = match w {
-            Weights::Plain(w) => w,
+            Weights::Plain(w) | Weights::Tensor(Tensor::F32(w)) => w,
+            Weights::Tensor(_) => {
+                let inputs = ConvFwdInputs {
+                    x: Tensor::F32(x),
+                    w,
+                    epilogue: *epilogue,
+                };
+                return self.run_among::<ConvForward>(
+                    algos,
+                    problem,
+                    &inputs,
+                    &mut TensorMut::F32(y),
+                );
+            }
             Weights::Prepared(pw) => {
-                if *pw.problem() != problem.with_epilogue(Default::default()) {
+                if *pw.problem() != problem.as_f32().with_epilogue(Default::default()) {
                     return Err(Error::bad(
                         "prepared.problem",
                         "a different problem",

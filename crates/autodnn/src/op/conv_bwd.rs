@@ -14,7 +14,7 @@
 //! generic [`Algorithm`] directly and receive the checked call; [`check_problem`] is the
 //! check every one of them starts with (the operation and the element type).
 
-use super::{Algorithm, Operation, Tensor, TensorMut};
+use super::{Algorithm, OpProblem, Operation, Tensor, TensorMut};
 use crate::desc::{ConvProblem, DataType, OpKind};
 use crate::error::{Error, Result};
 
@@ -126,8 +126,9 @@ impl<'a> ConvBwdBiasInputs<'a> {
     }
 }
 
-/// The check every backward algorithm starts with: the problem is of operation `op` and its
-/// tensors are f32 (the element type today's kernels compute).
+/// The check every convolution algorithm starts with: the problem is of operation `op`, and
+/// its element types are ones the operation computes (any for the forward, whose bf16 and f16
+/// tensors are widened for the f32 kernels; f32 for the backward operations).
 ///
 /// # Errors
 /// The reason for declining.
@@ -139,11 +140,16 @@ pub fn check_problem(p: &ConvProblem, op: OpKind) -> std::result::Result<(), Str
             p.op().tag()
         ));
     }
-    let dt = p.x().dtype();
-    if dt != DataType::F32 {
+    let (x, y) = (p.x().dtype(), p.y().dtype());
+    if op == OpKind::ConvForward {
+        // bf16 and f16 tensors are widened to f32 for the f32 kernels and the output rounded
+        // once; an f32 y may follow reduced x and w (the descriptors see to w = x).
+        return Ok(());
+    }
+    if x != DataType::F32 || y != DataType::F32 {
         return Err(format!(
             "computes f32 tensors, the problem's are {}",
-            dt.name()
+            p.types()
         ));
     }
     Ok(())

@@ -8,9 +8,11 @@
 
 use super::epilogue::EpilogueArgs;
 use super::prepared::Weights;
+use super::tensor::{narrow, widen, TensorBuf};
 use super::{Accuracy, Algorithm, OpProblem, Operation, Tensor, TensorMut, COST_FEATURES};
 use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, OpKind, TensorDesc};
 use crate::error::{Error, Result};
+use crate::runtime::workspace::Carve;
 use crate::runtime::ExecContext;
 
 /// The forward convolution (cuDNN's `cudnnConvolutionForward`).
@@ -44,7 +46,12 @@ impl OpProblem for ConvProblem {
         self.op().tag()
     }
     fn types(&self) -> String {
-        self.x().dtype().name().to_string()
+        let (x, y) = (self.x().dtype(), self.y().dtype());
+        if x == y {
+            x.name().to_string()
+        } else {
+            format!("{}>{}", x.name(), y.name())
+        }
     }
     fn describe(&self) -> String {
         describe(self)
@@ -79,7 +86,7 @@ impl Operation for ConvForward {
     type Algo<'a> = dyn ConvAlgorithm + 'a;
     type Inputs<'a> = ConvFwdInputs<'a>;
     type Output<'a> = TensorMut<'a>;
-    type Buffer = Vec<f32>;
+    type Buffer = TensorBuf;
 
     fn check_call<'a>(
         p: &ConvProblem,
@@ -88,6 +95,7 @@ impl Operation for ConvForward {
     ) -> Result<Self::Inputs<'a>> {
         let w_len = match inputs.w {
             Weights::Plain(w) => w.len(),
+            Weights::Tensor(w) => w.len(),
             Weights::Prepared(_) => p.w().elements(),
         };
         if p.op() != OpKind::ConvForward {
@@ -98,6 +106,12 @@ impl Operation for ConvForward {
             ));
         }
         check_call(p, inputs.x.len(), w_len, output_len.unwrap_or(p.y().span()))?;
+        same_type("x", p.x().dtype(), inputs.x.dtype())?;
+        match inputs.w {
+            Weights::Plain(_) => same_type("w", p.w().dtype(), DataType::F32)?,
+            Weights::Tensor(w) => same_type("w", p.w().dtype(), w.dtype())?,
+            Weights::Prepared(_) => {}
+        }
         let epilogue = inputs
             .epilogue
             .checked(p.epilogue(), p.w().k(), p.y().span())?;
@@ -109,35 +123,28 @@ impl Operation for ConvForward {
     fn output_len(out: &TensorMut<'_>) -> usize {
         out.len()
     }
-    fn scratch(p: &ConvProblem) -> Result<Vec<f32>> {
-        crate::alloc::try_vec(p.y().span(), 0.0, "a scratch output for timing")
+    fn scratch(p: &ConvProblem) -> Result<TensorBuf> {
+        TensorBuf::zeros(p.y().dtype(), p.y().span(), "a scratch output for timing")
     }
-    fn output(b: &mut Vec<f32>) -> TensorMut<'_> {
-        TensorMut::F32(b)
+    fn output(b: &mut TensorBuf) -> TensorMut<'_> {
+        b.as_mut()
     }
     fn snapshot(
         _p: &ConvProblem,
         inputs: &ConvFwdInputs<'_>,
         out: &TensorMut<'_>,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<TensorBuf>> {
         let e = &inputs.epilogue;
         if e.beta == 0.0 || e.residual.is_some() {
             return Ok(None);
         }
-        match out.as_tensor() {
-            Tensor::F32(y) => Ok(Some(crate::alloc::try_copy(
-                y,
-                "a copy of y for the fallback chain",
-            )?)),
-            other => Err(Error::Unsupported {
-                what: format!("a {} output", other.dtype().name()),
-            }),
-        }
+        Ok(Some(TensorBuf::copy_of(
+            out.as_tensor(),
+            "a copy of y for the fallback chain",
+        )?))
     }
-    fn restore(out: &mut TensorMut<'_>, s: &Vec<f32>) {
-        if let TensorMut::F32(y) = out {
-            y[..s.len()].copy_from_slice(s);
-        }
+    fn restore(out: &mut TensorMut<'_>, s: &TensorBuf) {
+        s.restore_into(out);
     }
 }
 
@@ -150,10 +157,10 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
     }
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
         super::conv_bwd::check_problem(p, OpKind::ConvForward)?;
-        ConvAlgorithm::check(self, p)
+        ConvAlgorithm::check(self, &p.as_f32())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        ConvAlgorithm::workspace_bytes(self, p)
+        ConvAlgorithm::workspace_bytes(self, &p.as_f32()).saturating_add(widened_bytes(p))
     }
     fn deterministic(&self) -> bool {
         ConvAlgorithm::deterministic(self)
@@ -162,7 +169,7 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         ConvAlgorithm::accuracy(self)
     }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
-        ConvAlgorithm::cost_features(self, p)
+        ConvAlgorithm::cost_features(self, &p.as_f32())
     }
     fn run(
         &self,
@@ -172,13 +179,100 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         out: &mut TensorMut<'_>,
         workspace: &mut [u8],
     ) -> Result<()> {
-        let x = inputs.x.f32("x")?;
+        let name = ConvAlgorithm::name(self);
+        if p.is_f32() {
+            let x = inputs.x.f32("x")?;
+            let w = match inputs.w {
+                Weights::Plain(w) | Weights::Tensor(Tensor::F32(w)) => AlgoWeights::Plain(w),
+                Weights::Tensor(t) => return Err(wrong_type("w", DataType::F32, t.dtype())),
+                Weights::Prepared(pw) => pw.for_call(p, name)?,
+            };
+            let y = out.f32("y")?;
+            return ConvAlgorithm::run(self, ctx, p, x, w, y, workspace, &inputs.epilogue);
+        }
+        // Reduced-precision tensors: widened to f32 (exactly) into the workspace, computed by
+        // the f32 kernels with their f32 sums and the epilogue in f32, the output rounded
+        // once (to nearest even) at the end.
+        let p32 = p.as_f32();
+        same_type("x", p.x().dtype(), inputs.x.dtype())?;
+        same_type("y", p.y().dtype(), out.dtype())?;
+        let got = workspace.len();
+        let (head, inner_ws) = workspace
+            .split_at_mut_checked(widened_bytes(p))
+            .ok_or_else(|| Error::WorkspaceTooSmall {
+                algo: name.into(),
+                needed: Algorithm::<ConvForward>::workspace_bytes(self, p),
+                got,
+            })?;
+        let mut carve = Carve::new(head);
+        let xb = carve.take_aligned::<f32>(p.x().span(), WIDEN_ALIGN)?;
+        widen(inputs.x, xb);
+        let wb = carve.take_aligned::<f32>(p.w().elements(), WIDEN_ALIGN)?;
         let w = match inputs.w {
-            Weights::Plain(w) => AlgoWeights::Plain(w),
-            Weights::Prepared(pw) => pw.for_call(p, ConvAlgorithm::name(self))?,
+            Weights::Tensor(t) if t.dtype() == p.w().dtype() => {
+                widen(t, wb);
+                AlgoWeights::Plain(wb)
+            }
+            Weights::Tensor(t) => return Err(wrong_type("w", p.w().dtype(), t.dtype())),
+            Weights::Plain(_) => return Err(wrong_type("w", p.w().dtype(), DataType::F32)),
+            Weights::Prepared(pw) => pw.for_call(&p32, name)?,
         };
-        let y = out.f32("y")?;
-        ConvAlgorithm::run(self, ctx, p, x, w, y, workspace, &inputs.epilogue)
+        let e = &inputs.epilogue;
+        match out {
+            TensorMut::F32(y) => ConvAlgorithm::run(self, ctx, &p32, xb, w, y, inner_ws, e),
+            reduced => {
+                let yb = carve.take_aligned::<f32>(p.y().span(), WIDEN_ALIGN)?;
+                if e.beta != 0.0 && e.residual.is_none() {
+                    widen(reduced.as_tensor(), yb);
+                }
+                ConvAlgorithm::run(self, ctx, &p32, xb, w, yb, inner_ws, e)?;
+                narrow(yb, reduced);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Alignment of the widened copies in the workspace.
+const WIDEN_ALIGN: usize = 64;
+
+/// Workspace bytes for the f32 copies of a reduced-precision problem's x, w and (when not
+/// f32) y, each 64-byte aligned: a multiple of 64, so that the algorithm's own workspace
+/// after them keeps the alignment of the whole. 0 for an f32 problem.
+pub(crate) fn widened_bytes(p: &ConvProblem) -> usize {
+    if p.is_f32() {
+        return 0;
+    }
+    let piece = |n: usize| {
+        n.saturating_mul(4)
+            .saturating_add(2 * WIDEN_ALIGN - 1)
+            .saturating_div(WIDEN_ALIGN)
+            .saturating_mul(WIDEN_ALIGN)
+    };
+    let y = if p.y().dtype() == DataType::F32 {
+        0
+    } else {
+        piece(p.y().span())
+    };
+    piece(p.x().span())
+        .saturating_add(piece(p.w().elements()))
+        .saturating_add(y)
+}
+
+fn wrong_type(field: &str, want: DataType, got: DataType) -> Error {
+    Error::bad(
+        format!("{field}.dtype"),
+        got.name(),
+        format!("the problem's {field} holds {} elements", want.name()),
+    )
+}
+
+/// `Ok` when a call's tensor holds the problem's element type.
+fn same_type(field: &str, want: DataType, got: DataType) -> Result<()> {
+    if want == got {
+        Ok(())
+    } else {
+        Err(wrong_type(field, want, got))
     }
 }
 
@@ -187,12 +281,9 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
 /// # Errors
 /// [`Error::Unsupported`] for element types without kernels, [`Error::BufferTooSmall`].
 pub(crate) fn check_call(problem: &ConvProblem, x: usize, w: usize, y: usize) -> Result<()> {
-    let dt = problem.x().dtype();
-    if dt != DataType::F32 {
-        return Err(Error::Unsupported {
-            what: format!("{} convolution (only f32 has kernels)", dt.name()),
-        });
-    }
+    super::conv_bwd::check_problem(problem, problem.op()).map_err(|what| Error::Unsupported {
+        what: format!("{} ({what})", problem.op().tag()),
+    })?;
     for (field, needed, got) in [
         ("x", problem.x().span(), x),
         ("w", problem.w().elements(), w),

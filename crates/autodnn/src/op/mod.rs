@@ -37,7 +37,7 @@ pub use conv_bwd::{
     ConvBwdFilterInputs,
 };
 pub use conv_fwd::{ConvAlgorithm, ConvForward, ConvFwdInputs};
-pub use tensor::{Tensor, TensorMut};
+pub use tensor::{Tensor, TensorBuf, TensorMut};
 
 /// A problem of some operation: everything that decides which algorithm wins and what it
 /// computes, and nothing else. It is the tuning cache's key, so it hashes and serialises.

@@ -82,8 +82,10 @@ impl PreparedWeights {
 /// The filter of one call: plain, or prepared beforehand.
 #[derive(Debug, Clone, Copy)]
 pub enum Weights<'a> {
-    /// The filter as the problem's descriptor lays it out.
+    /// The f32 filter as the problem's descriptor lays it out.
     Plain(&'a [f32]),
+    /// The filter of any element type (the problem's) as its descriptor lays it out.
+    Tensor(super::Tensor<'a>),
     /// Weights from [`crate::Handle::prepare_weights`] for this problem and algorithm.
     Prepared(&'a PreparedWeights),
 }

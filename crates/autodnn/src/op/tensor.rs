@@ -132,3 +132,110 @@ impl<'a> From<&'a mut [f32]> for TensorMut<'a> {
         TensorMut::F32(v)
     }
 }
+
+/// An owned tensor of any element type: the timer's scratch output, or a snapshot of an
+/// output the call also reads.
+#[derive(Debug, Clone)]
+pub enum TensorBuf {
+    /// 32-bit floats.
+    F32(Vec<f32>),
+    /// bfloat16.
+    Bf16(Vec<bf16>),
+    /// IEEE half precision.
+    F16(Vec<f16>),
+}
+
+impl TensorBuf {
+    /// `n` zeros of `dtype`, or [`Error::OutOfMemory`] naming `what`.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    pub fn zeros(dtype: DataType, n: usize, what: &str) -> Result<TensorBuf> {
+        Ok(match dtype {
+            DataType::F32 => TensorBuf::F32(crate::alloc::try_vec(n, 0.0, what)?),
+            DataType::Bf16 => TensorBuf::Bf16(crate::alloc::try_vec(n, bf16::ZERO, what)?),
+            DataType::F16 => TensorBuf::F16(crate::alloc::try_vec(n, f16::ZERO, what)?),
+        })
+    }
+    /// A copy of `t`.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    pub fn copy_of(t: Tensor<'_>, what: &str) -> Result<TensorBuf> {
+        Ok(match t {
+            Tensor::F32(v) => TensorBuf::F32(crate::alloc::try_copy(v, what)?),
+            Tensor::Bf16(v) => TensorBuf::Bf16(crate::alloc::try_copy(v, what)?),
+            Tensor::F16(v) => TensorBuf::F16(crate::alloc::try_copy(v, what)?),
+        })
+    }
+    /// `v` rounded to `dtype` (to nearest even), or [`Error::OutOfMemory`] naming `what`.
+    ///
+    /// # Errors
+    /// Allocation failures.
+    pub fn from_f32(v: &[f32], dtype: DataType, what: &str) -> Result<TensorBuf> {
+        let mut b = TensorBuf::zeros(dtype, v.len(), what)?;
+        narrow(v, &mut b.as_mut());
+        Ok(b)
+    }
+    /// Widens the elements to f32 into the front of `dst` (as many as both hold).
+    pub fn widen_into(&self, dst: &mut [f32]) {
+        let n = dst.len().min(self.len());
+        widen(self.view(), &mut dst[..n]);
+    }
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        self.view().len()
+    }
+    /// True when it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The elements, read-only.
+    pub fn view(&self) -> Tensor<'_> {
+        match self {
+            TensorBuf::F32(v) => Tensor::F32(v),
+            TensorBuf::Bf16(v) => Tensor::Bf16(v),
+            TensorBuf::F16(v) => Tensor::F16(v),
+        }
+    }
+    /// The buffer as an output.
+    pub fn as_mut(&mut self) -> TensorMut<'_> {
+        match self {
+            TensorBuf::F32(v) => TensorMut::F32(v),
+            TensorBuf::Bf16(v) => TensorMut::Bf16(v),
+            TensorBuf::F16(v) => TensorMut::F16(v),
+        }
+    }
+    /// Writes the buffer back over the front of `out` (same element type; otherwise nothing).
+    pub fn restore_into(&self, out: &mut TensorMut<'_>) {
+        match (self, out) {
+            (TensorBuf::F32(s), TensorMut::F32(o)) => o[..s.len()].copy_from_slice(s),
+            (TensorBuf::Bf16(s), TensorMut::Bf16(o)) => o[..s.len()].copy_from_slice(s),
+            (TensorBuf::F16(s), TensorMut::F16(o)) => o[..s.len()].copy_from_slice(s),
+            _ => {}
+        }
+    }
+}
+
+/// Widens the first `dst.len()` elements of `src` to f32 (exact for every type).
+pub(crate) fn widen(src: Tensor<'_>, dst: &mut [f32]) {
+    use half::slice::HalfFloatSliceExt;
+    let n = dst.len();
+    match src {
+        Tensor::F32(v) => dst.copy_from_slice(&v[..n]),
+        Tensor::Bf16(v) => v[..n].convert_to_f32_slice(dst),
+        Tensor::F16(v) => v[..n].convert_to_f32_slice(dst),
+    }
+}
+
+/// Rounds `src` into the first `src.len()` elements of `dst` (round to nearest even; NaN stays
+/// NaN, values beyond the type's range become infinities).
+pub(crate) fn narrow(src: &[f32], dst: &mut TensorMut<'_>) {
+    use half::slice::HalfFloatSliceExt;
+    let n = src.len();
+    match dst {
+        TensorMut::F32(v) => v[..n].copy_from_slice(src),
+        TensorMut::Bf16(v) => v[..n].convert_from_f32_slice(src),
+        TensorMut::F16(v) => v[..n].convert_from_f32_slice(src),
+    }
+}

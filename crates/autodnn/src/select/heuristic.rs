@@ -186,8 +186,20 @@ impl CostModel {
         p: &O::Problem,
         cfg: &Machine,
     ) -> f64 {
-        let key = fit_key(p.op_tag(), &p.types(), algo.name());
+        let types = p.types();
+        let mut key = fit_key(p.op_tag(), &types, algo.name());
+        if types != "f32" && !self.has_fit(&key, cfg) {
+            // Reduced-precision tensors without a fit of their own run the f32 kernels on
+            // widened copies: the f32 fit predicts them.
+            key = fit_key(p.op_tag(), "f32", algo.name());
+        }
         self.predict_features(&key, &algo.cost_features(p), cfg)
+    }
+
+    /// True when the fit for `cfg` has coefficients under `key`.
+    fn has_fit(&self, key: &str, cfg: &Machine) -> bool {
+        self.fit_for(&cfg.cpu, cfg.isa, cfg.threads)
+            .is_some_and(|(fit, _)| fit.algorithms.contains_key(key))
     }
 
     /// Predicted milliseconds of the fit under `key` ([`fit_key`]) for `f`.

@@ -1,0 +1,515 @@
+//! Forward convolution on bf16 and f16 tensors: x and w of the reduced type, y of the same
+//! type or f32. Every algorithm computes them with f32 sums on f32 copies of its operands
+//! (widening is exact) and the epilogue in f32, and rounds y once, to nearest even, at the
+//! end. So on integer data (exact in both types) the exact algorithms give the f64 result
+//! rounded once to y's type, bit for bit; on real data each stays within its f32 bound plus
+//! half an ulp of y's type.
+
+mod common;
+
+use autodnn::conv::{Accuracy, Epilogue, EpilogueArgs, Weights};
+use autodnn::op::{
+    Algorithm, ConvForward, ConvFwdInputs, OpProblem, Operation, Registered, Tensor, TensorBuf,
+    TensorMut,
+};
+use autodnn::select::Policy;
+use autodnn::{bf16, f16, reference, ConvProblem, DataType, Error, Handle, Layout};
+use common::{int_data, problem, random_padded_problem, random_problem, real_data, Rng};
+
+/// `p` with x and w of `dt` and y of `ydt`.
+fn reduced(p: &ConvProblem, dt: DataType, ydt: DataType) -> ConvProblem {
+    ConvProblem::forward(
+        p.x().with_dtype(dt),
+        p.w().with_dtype(dt),
+        *p.conv(),
+        p.y().with_dtype(ydt),
+    )
+    .unwrap()
+    .with_epilogue(*p.epilogue())
+}
+
+/// f32 values as a buffer of `dt` (exact for the data used here).
+fn buf(v: &[f32], dt: DataType) -> TensorBuf {
+    match dt {
+        DataType::F32 => TensorBuf::F32(v.to_vec()),
+        DataType::Bf16 => TensorBuf::Bf16(v.iter().map(|&a| bf16::from_f32(a)).collect()),
+        DataType::F16 => TensorBuf::F16(v.iter().map(|&a| f16::from_f32(a)).collect()),
+    }
+}
+
+fn view(b: &TensorBuf) -> Tensor<'_> {
+    match b {
+        TensorBuf::F32(v) => Tensor::F32(v),
+        TensorBuf::Bf16(v) => Tensor::Bf16(v),
+        TensorBuf::F16(v) => Tensor::F16(v),
+    }
+}
+
+fn widened(b: &TensorBuf) -> Vec<f32> {
+    match b {
+        TensorBuf::F32(v) => v.clone(),
+        TensorBuf::Bf16(v) => v.iter().map(|a| a.to_f32()).collect(),
+        TensorBuf::F16(v) => v.iter().map(|a| a.to_f32()).collect(),
+    }
+}
+
+/// `v` rounded to `dt` once (round to nearest even), back in f64.
+fn round_to(v: f64, dt: DataType) -> f64 {
+    match dt {
+        DataType::F32 => v as f32 as f64,
+        DataType::Bf16 => bf16::from_f64(v).to_f64(),
+        DataType::F16 => f16::from_f64(v).to_f64(),
+    }
+}
+
+/// Half an ulp of `dt` at `v`, relative: the most one rounding to `dt` moves a value.
+fn half_ulp(dt: DataType) -> f64 {
+    match dt {
+        DataType::F32 => 2f64.powi(-24),
+        DataType::Bf16 => 2f64.powi(-8),
+        DataType::F16 => 2f64.powi(-11),
+    }
+}
+
+/// Runs `algo` on the reduced problem with y starting as `y0` (NaN where beta is 0).
+fn run(
+    h: &Handle,
+    algo: &str,
+    p: &ConvProblem,
+    x: &TensorBuf,
+    w: &TensorBuf,
+    y0: &TensorBuf,
+    epi: &EpilogueArgs<'_>,
+) -> Result<Vec<f32>, Error> {
+    let mut y = y0.clone();
+    let inputs = ConvFwdInputs {
+        x: view(x),
+        w: Weights::Tensor(view(w)),
+        epilogue: *epi,
+    };
+    h.run_algorithm::<ConvForward>(p, algo, &inputs, &mut y.as_mut(), None)?;
+    Ok(widened(&y))
+}
+
+/// Every element of the tensor of `p`'s y.
+fn each_output(p: &ConvProblem, mut f: impl FnMut(usize)) {
+    let [n, k, oh, ow] = p.y().dims();
+    for b in 0..n {
+        for c in 0..k {
+            for i in 0..oh {
+                for j in 0..ow {
+                    f(p.y().offset(b, c, i, j));
+                }
+            }
+        }
+    }
+}
+
+const TYPES: [(DataType, DataType); 4] = [
+    (DataType::Bf16, DataType::Bf16),
+    (DataType::Bf16, DataType::F32),
+    (DataType::F16, DataType::F16),
+    (DataType::F16, DataType::F32),
+];
+
+#[test]
+fn every_algorithm_on_integer_data_is_the_reference_rounded_once() {
+    let h = Handle::with_threads(2).unwrap();
+    let mut rng = Rng(0x05ee_db16);
+    let mut ran = std::collections::BTreeMap::<&str, usize>::new();
+    for case in 0..48 {
+        let base = if case % 2 == 0 {
+            random_problem(&mut rng)
+        } else {
+            random_padded_problem(&mut rng)
+        };
+        let (dt, ydt) = TYPES[case % TYPES.len()];
+        let p = reduced(&base, dt, ydt);
+        let p32 = p.as_f32();
+        let xv = int_data(p.x().span(), case as u64);
+        let wv = int_data(p.w().elements(), 100 + case as u64);
+        let r = reference::conv_forward(&p32, &xv, &wv).unwrap();
+        let (x, w) = (buf(&xv, dt), buf(&wv, dt));
+        let y0 = buf(&vec![f32::NAN; p.y().span()], ydt);
+        for a in ConvForward::algorithms() {
+            if Algorithm::<ConvForward>::check(*a, &p).is_err() {
+                continue;
+            }
+            assert_eq!(
+                Algorithm::<ConvForward>::check(*a, &p),
+                Algorithm::<ConvForward>::check(*a, &p32),
+                "{} checks the f32 twin",
+                a.name()
+            );
+            let y = run(&h, a.name(), &p, &x, &w, &y0, &EpilogueArgs::default()).unwrap();
+            let (mut diff, mut max) = (0f64, 1f64);
+            each_output(&p, |o| {
+                let want = round_to(r[o], ydt);
+                if a.accuracy() == Accuracy::Exact {
+                    assert_eq!(
+                        y[o] as f64,
+                        want,
+                        "{} {}: y[{o}] (reference {})",
+                        a.name(),
+                        p.types(),
+                        r[o]
+                    );
+                }
+                diff = diff.max((y[o] as f64 - r[o]).abs());
+                max = max.max(r[o].abs());
+            });
+            let tol = a.accuracy().integer_tolerance() + half_ulp(ydt);
+            assert!(
+                diff <= tol * max,
+                "{} {}: {diff} > {tol} · {max}",
+                a.name(),
+                p.types()
+            );
+            *ran.entry(a.name()).or_default() += 1;
+        }
+    }
+    for name in [
+        "direct",
+        "gemm",
+        "implicit_gemm",
+        "winograd_4x4",
+        "fft",
+        "depthwise",
+    ] {
+        assert!(
+            ran.get(name).copied().unwrap_or(0) >= 1,
+            "{name} never ran: {ran:?}"
+        );
+    }
+}
+
+#[test]
+fn real_data_stays_within_the_f32_bound_plus_one_rounding() {
+    let h = Handle::with_threads(1).unwrap();
+    for (dt, ydt) in TYPES {
+        for (s, layout) in [
+            ("mb2ic16oc24ih12oh12kh3ph1", Layout::Nchw),
+            ("mb1ic32oc32ih9oh9kh1ph0", Layout::Nhwc),
+            ("mb1ic8oc8ih14oh7kh3sh2ph1", Layout::Nchw),
+        ] {
+            let p = reduced(&problem(s, layout), dt, ydt);
+            let p32 = p.as_f32();
+            let (x, w) = (
+                buf(&real_data(p.x().span(), 1, 1 << 12), dt),
+                buf(&real_data(p.w().elements(), 2, 1 << 12), dt),
+            );
+            // The reference takes the inputs as rounded: widening is exact.
+            let r = reference::conv_forward(&p32, &widened(&x), &widened(&w)).unwrap();
+            let y0 = buf(&vec![f32::NAN; p.y().span()], ydt);
+            let crs = (p.c_per_group() * p.w().r() * p.w().s()) as f64;
+            for a in ConvForward::algorithms() {
+                if Algorithm::<ConvForward>::check(*a, &p).is_err() {
+                    continue;
+                }
+                let y = run(&h, a.name(), &p, &x, &w, &y0, &EpilogueArgs::default()).unwrap();
+                let c = match a.accuracy() {
+                    Accuracy::Exact => 1.0,
+                    Accuracy::Normwise { c, .. } => c,
+                };
+                // |x|, |w| ≤ 1: the f32 bound is c · ε · C·R·S; one rounding adds half an ulp
+                // of the value.
+                let f32_bound = c * 2f64.powi(-24) * crs;
+                each_output(&p, |o| {
+                    let d = (y[o] as f64 - r[o]).abs();
+                    let bound = f32_bound * (1.0 + half_ulp(ydt)) + half_ulp(ydt) * r[o].abs();
+                    assert!(
+                        d <= bound * 1.0001 + 1e-30,
+                        "{} {} {s}: y[{o}] = {} ref {} (bound {bound})",
+                        a.name(),
+                        p.types(),
+                        y[o],
+                        r[o]
+                    );
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn the_output_is_rounded_once_to_nearest_even() {
+    // y = x0·w0 + x1·w1 with exact products whose sums sit halfway between two bf16 values:
+    // 1 + 2^-8 rounds to 1 (even), 1 + 2^-7 + 2^-8 to 1 + 2^-6 (even), -(1 + 2^-8) to -1.
+    let h = Handle::with_threads(1).unwrap();
+    let p = reduced(
+        &problem("mb3ic2oc1ih1oh1kh1ph0", Layout::Nchw),
+        DataType::Bf16,
+        DataType::Bf16,
+    );
+    let x = buf(
+        &[
+            1.0,
+            2f32.powi(-8),
+            1.0 + 2f32.powi(-7),
+            2f32.powi(-8),
+            -1.0,
+            -(2f32.powi(-8)),
+        ],
+        DataType::Bf16,
+    );
+    // NCHW with one pixel: image b's channels at 2b and 2b + 1.
+    let w = buf(&[1.0, 1.0], DataType::Bf16);
+    let y0 = buf(&[f32::NAN; 3], DataType::Bf16);
+    for algo in ["direct", "gemm", "implicit_gemm"] {
+        let y = run(&h, algo, &p, &x, &w, &y0, &EpilogueArgs::default()).unwrap();
+        assert_eq!(y, vec![1.0, 1.0 + 2f32.powi(-6), -1.0], "{algo}");
+    }
+    // An f32 y keeps the sum.
+    let p32y = reduced(&p, DataType::Bf16, DataType::F32);
+    let y0 = buf(&[f32::NAN; 3], DataType::F32);
+    let y = run(&h, "direct", &p32y, &x, &w, &y0, &EpilogueArgs::default()).unwrap();
+    assert_eq!(
+        y,
+        vec![
+            1.0 + 2f32.powi(-8),
+            1.0 + 2f32.powi(-7) + 2f32.powi(-8),
+            -(1.0 + 2f32.powi(-8))
+        ]
+    );
+}
+
+#[test]
+fn the_epilogue_runs_in_f32_and_beta_reads_the_reduced_output() {
+    let h = Handle::with_threads(1).unwrap();
+    h.set_policy(Policy::Heuristic);
+    let base = problem("mb1ic8oc8ih6oh6kh3ph1", Layout::Nchw);
+    for (dt, ydt) in TYPES {
+        let with_bias = reduced(&base, dt, ydt).with_epilogue(Epilogue {
+            bias: true,
+            act: autodnn::Activation::Relu,
+            ..Default::default()
+        });
+        let p32 = with_bias.as_f32();
+        let xv = int_data(with_bias.x().span(), 3);
+        let wv = int_data(with_bias.w().elements(), 4);
+        let bias: Vec<f32> = (0..8).map(|k| k as f32 - 4.0).collect();
+        let prior = int_data(with_bias.y().span(), 5);
+        let r = reference::conv_forward_fused(&p32, &xv, &wv, 2.0, 1.0, Some(&bias), Some(&prior))
+            .unwrap();
+        let (x, w) = (buf(&xv, dt), buf(&wv, dt));
+        let y0 = buf(&prior, ydt);
+        let epi = EpilogueArgs::new(2.0, 1.0).with_bias(&bias);
+        for algo in ["direct", "gemm", "implicit_gemm"] {
+            let y = run(&h, algo, &with_bias, &x, &w, &y0, &epi).unwrap();
+            each_output(&with_bias, |o| {
+                let want = round_to(r[o].max(0.0), ydt);
+                assert_eq!(y[o] as f64, want, "{algo} {}: y[{o}]", with_bias.types());
+            });
+        }
+        // The handle's selection, with its fallback chain's snapshot of y.
+        let mut y = y0.clone();
+        let inputs = ConvFwdInputs {
+            x: view(&x),
+            w: Weights::Tensor(view(&w)),
+            epilogue: epi,
+        };
+        h.run::<ConvForward>(&with_bias, &inputs, &mut y.as_mut())
+            .unwrap();
+        let y = widened(&y);
+        each_output(&with_bias, |o| {
+            assert!(
+                (y[o] as f64 - r[o].max(0.0)).abs()
+                    <= 1e-3 * r[o].abs().max(1.0) + half_ulp(ydt) * r[o].abs()
+            );
+        });
+    }
+}
+
+#[test]
+fn selection_times_reduced_problems_on_their_own_type() {
+    // The race's scratch output and the cache key follow y's type.
+    let h = Handle::with_threads(1).unwrap();
+    h.set_policy(Policy::Benchmark);
+    let base = problem("mb1ic16oc16ih10oh10kh3ph1", Layout::Nchw);
+    for (dt, ydt) in TYPES {
+        let p = reduced(&base, dt, ydt);
+        let scratch = ConvForward::scratch(&p).unwrap();
+        assert_eq!(view(&scratch).dtype(), ydt);
+        let xv = int_data(p.x().span(), 8);
+        let wv = int_data(p.w().elements(), 9);
+        let r = reference::conv_forward(&p.as_f32(), &xv, &wv).unwrap();
+        let (x, w) = (buf(&xv, dt), buf(&wv, dt));
+        let mut y = buf(&vec![f32::NAN; p.y().span()], ydt);
+        let inputs = ConvFwdInputs {
+            x: view(&x),
+            w: Weights::Tensor(view(&w)),
+            epilogue: EpilogueArgs::default(),
+        };
+        let report = h.run::<ConvForward>(&p, &inputs, &mut y.as_mut()).unwrap();
+        let y = widened(&y);
+        let tol = autodnn::conv::find(report.algo)
+            .unwrap()
+            .accuracy()
+            .integer_tolerance();
+        each_output(&p, |o| {
+            let d = (y[o] as f64 - r[o]).abs();
+            assert!(
+                d <= (tol + half_ulp(ydt)) * r[o].abs().max(1.0),
+                "{}: y[{o}]",
+                report.algo
+            );
+        });
+        assert_eq!(
+            p.types(),
+            if dt == ydt {
+                dt.name().to_string()
+            } else {
+                format!("{}>f32", dt.name())
+            }
+        );
+    }
+    let keys: Vec<String> = h
+        .tuning_cache()
+        .entries()
+        .iter()
+        .map(|(k, _)| k.types.clone())
+        .collect();
+    for t in ["bf16", "bf16>f32", "f16", "f16>f32"] {
+        assert!(keys.iter().any(|k| k == t), "no {t} entry in {keys:?}");
+    }
+}
+
+#[test]
+fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
+    let h = Handle::with_threads(1).unwrap();
+    let base = problem("mb1ic8oc16ih9oh9kh3ph1", Layout::Nhwc);
+    let p = reduced(&base, DataType::Bf16, DataType::Bf16);
+    let p32 = p.as_f32();
+    let xv = int_data(p.x().span(), 1);
+    let wv = int_data(p.w().elements(), 2);
+    let (x, w) = (buf(&xv, DataType::Bf16), buf(&wv, DataType::Bf16));
+    let r = reference::conv_forward(&p32, &xv, &wv).unwrap();
+    for a in ConvForward::algorithms() {
+        if Algorithm::<ConvForward>::check(*a, &p).is_err() {
+            continue;
+        }
+        let need = Algorithm::<ConvForward>::workspace_bytes(*a, &p);
+        let widen = 4 * (p.x().span() + p.w().elements() + p.y().span());
+        assert!(
+            need >= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen,
+            "{}",
+            a.name()
+        );
+        assert!(
+            need <= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen + 3 * 128,
+            "{}",
+            a.name()
+        );
+        let inputs = ConvFwdInputs {
+            x: view(&x),
+            w: Weights::Tensor(view(&w)),
+            epilogue: EpilogueArgs::default(),
+        };
+        // Exactly the size asked for (64-byte aligned, as an allocator gives), then one short.
+        let mut storage = vec![0u8; need + 64];
+        let at = storage.as_ptr().align_offset(64);
+        let mut y = buf(&vec![f32::NAN; p.y().span()], DataType::Bf16);
+        h.run_algorithm::<ConvForward>(
+            &p,
+            a.name(),
+            &inputs,
+            &mut y.as_mut(),
+            Some(&mut storage[at..at + need]),
+        )
+        .unwrap();
+        let y = widened(&y);
+        if a.accuracy() == Accuracy::Exact {
+            each_output(&p, |o| {
+                assert_eq!(y[o] as f64, round_to(r[o], DataType::Bf16))
+            });
+        }
+        let mut y = buf(&vec![f32::NAN; p.y().span()], DataType::Bf16);
+        let short = h.run_algorithm::<ConvForward>(
+            &p,
+            a.name(),
+            &inputs,
+            &mut y.as_mut(),
+            Some(&mut storage[at..at + need - 1]),
+        );
+        assert!(
+            matches!(short, Err(Error::WorkspaceTooSmall { .. })),
+            "{}: {short:?}",
+            a.name()
+        );
+    }
+    // Tensors of another type than the problem's, named.
+    let xf = int_data(p.x().span(), 1);
+    let wf = int_data(p.w().elements(), 2);
+    let mut yb = buf(&vec![0.0; p.y().span()], DataType::Bf16);
+    let mut yf = vec![0.0f32; p.y().span()];
+    let cases: [(&str, ConvFwdInputs<'_>, bool); 4] = [
+        (
+            "x.dtype",
+            ConvFwdInputs::new(&xf, Weights::Tensor(view(&w)), EpilogueArgs::default()),
+            false,
+        ),
+        (
+            "w.dtype",
+            ConvFwdInputs {
+                x: view(&x),
+                w: Weights::Plain(&wf),
+                epilogue: EpilogueArgs::default(),
+            },
+            false,
+        ),
+        (
+            "w.dtype",
+            ConvFwdInputs {
+                x: view(&x),
+                w: Weights::Tensor(Tensor::F32(&wf)),
+                epilogue: EpilogueArgs::default(),
+            },
+            false,
+        ),
+        (
+            "y.dtype",
+            ConvFwdInputs {
+                x: view(&x),
+                w: Weights::Tensor(view(&w)),
+                epilogue: EpilogueArgs::default(),
+            },
+            true,
+        ),
+    ];
+    for (field, inputs, f32_out) in cases {
+        let e = if f32_out {
+            h.run_algorithm::<ConvForward>(
+                &p,
+                "direct",
+                &inputs,
+                &mut TensorMut::F32(&mut yf),
+                None,
+            )
+        } else {
+            h.run_algorithm::<ConvForward>(&p, "direct", &inputs, &mut yb.as_mut(), None)
+        }
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::BadParam { field: f, .. } if f == field),
+            "{field}: {e:?}"
+        );
+    }
+    // Prepared weights: made for the f32 twin, they serve the reduced problem.
+    let pw = h.prepare_weights(&p32, "winograd_4x4", &wv).unwrap();
+    let mut y = buf(&vec![f32::NAN; p.y().span()], DataType::Bf16);
+    let inputs = ConvFwdInputs {
+        x: view(&x),
+        w: Weights::Prepared(&pw),
+        epilogue: EpilogueArgs::default(),
+    };
+    h.run_algorithm::<ConvForward>(&p, "winograd_4x4", &inputs, &mut y.as_mut(), None)
+        .unwrap();
+    let y = widened(&y);
+    each_output(&p, |o| {
+        assert!((y[o] as f64 - r[o]).abs() <= 1e-3 * 200.0 + half_ulp(DataType::Bf16) * r[o].abs())
+    });
+    assert!(matches!(
+        h.prepare_weights(&p, "winograd_4x4", &wv),
+        Err(Error::Unsupported { .. })
+    ));
+}
