@@ -188,6 +188,30 @@ fn determinism(d: bool) -> autodnnDeterminism_t {
     }
 }
 
+/// The checks of a Find call's output arguments that need no records, made before timing:
+/// a bad call is refused as such whatever the timing would have found.
+///
+/// # Safety
+/// As [`fill`].
+unsafe fn check_request(
+    requested: c_int,
+    returned: *mut c_int,
+    perf: *mut autodnnConvolutionAlgoPerf_t,
+) -> R<()> {
+    let req = usize::try_from(requested)
+        .map_err(|_| bad("requestedAlgoCount", requested, "must not be negative"))?;
+    // SAFETY: the caller gives a writable int (checked for NULL and alignment only).
+    unsafe { out(returned, "returnedAlgoCount") }?;
+    if req > 0 && perf.is_null() {
+        return Err(bad(
+            "perfResults",
+            "NULL",
+            "must point to requestedAlgoCount records",
+        ));
+    }
+    Ok(())
+}
+
 /// Writes the first `requestedAlgoCount` records.
 ///
 /// # Safety
@@ -567,6 +591,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionForwardAlgorithm(
         unsafe {
             let h = conv_handle(handle, convDesc)?;
             let p = forward_problem(xDesc, wDesc, convDesc, yDesc)?;
+            check_request(requestedAlgoCount, returnedAlgoCount, perfResults)?;
             let x = TensorBuf::zeros(p.x().dtype(), p.x().span(), "x to time the algorithms on")?;
             let w = TensorBuf::zeros(p.w().dtype(), p.w().elements(), "w to time on")?;
             let inputs = ConvFwdInputs {
@@ -899,6 +924,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionBackwardDataAlgorithm(
             let h = conv_handle(handle, convDesc)?;
             let p = backward_data_problem(wDesc, dyDesc, convDesc, dxDesc)?;
             require_f32(&p)?;
+            check_request(requestedAlgoCount, returnedAlgoCount, perfResults)?;
             let dy = zeros(p.y().span(), "dy")?;
             let w = zeros(p.w().elements(), "w")?;
             let perf = h.find::<ConvBackwardData>(&p, &ConvBwdDataInputs::new(&dy, &w))?;
@@ -1032,6 +1058,7 @@ pub unsafe extern "C" fn autodnnFindConvolutionBackwardFilterAlgorithm(
             let h = conv_handle(handle, convDesc)?;
             let p = backward_filter_problem(xDesc, dyDesc, convDesc, dwDesc)?;
             require_f32(&p)?;
+            check_request(requestedAlgoCount, returnedAlgoCount, perfResults)?;
             let x = zeros(p.x().span(), "x")?;
             let dy = zeros(p.y().span(), "dy")?;
             let perf = h.find::<ConvBackwardFilter>(&p, &ConvBwdFilterInputs::new(&x, &dy))?;

@@ -1333,7 +1333,7 @@ fn queries(
             if wants_f32 {
                 assert_eq!(s, UNSUPPORTED, "Find on non-float data");
             } else if want_n.is_none() {
-                assert_eq!(s, BAD, "a negative requested count");
+                assert_eq!(s, BAD, "a negative requested count: {}", last_error());
             } else if null_perf && want_n != Some(0) {
                 assert_eq!(s, BAD, "NULL records");
             } else if s == OK {
