@@ -188,6 +188,17 @@ fn determinism(d: bool) -> autodnnDeterminism_t {
     }
 }
 
+/// The requested count, and where the returned count goes.
+///
+/// # Safety
+/// `returned` is null or writable.
+unsafe fn request<'a>(requested: c_int, returned: *mut c_int) -> R<(usize, &'a mut c_int)> {
+    let req = usize::try_from(requested)
+        .map_err(|_| bad("requestedAlgoCount", requested, "must not be negative"))?;
+    // SAFETY: the caller gives a writable int.
+    Ok((req, unsafe { out(returned, "returnedAlgoCount") }?))
+}
+
 /// The checks of a Find call's output arguments that need no records, made before timing:
 /// a bad call is refused as such whatever the timing would have found.
 ///
@@ -198,10 +209,8 @@ unsafe fn check_request(
     returned: *mut c_int,
     perf: *mut autodnnConvolutionAlgoPerf_t,
 ) -> R<()> {
-    let req = usize::try_from(requested)
-        .map_err(|_| bad("requestedAlgoCount", requested, "must not be negative"))?;
-    // SAFETY: the caller gives a writable int (checked for NULL and alignment only).
-    unsafe { out(returned, "returnedAlgoCount") }?;
+    // SAFETY: forwarded.
+    let (req, _) = unsafe { request(requested, returned) }?;
     if req > 0 && perf.is_null() {
         return Err(bad(
             "perfResults",
@@ -222,10 +231,8 @@ unsafe fn fill(
     returned: *mut c_int,
     perf: *mut autodnnConvolutionAlgoPerf_t,
 ) -> R<()> {
-    let req = usize::try_from(requested)
-        .map_err(|_| bad("requestedAlgoCount", requested, "must not be negative"))?;
-    // SAFETY: the caller gives a writable int.
-    let returned = unsafe { out(returned, "returnedAlgoCount") }?;
+    // SAFETY: forwarded.
+    let (req, returned) = unsafe { request(requested, returned) }?;
     let n = req.min(records.len());
     if n > 0 {
         if perf.is_null() {

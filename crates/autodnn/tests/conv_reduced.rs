@@ -30,27 +30,13 @@ fn reduced(p: &ConvProblem, dt: DataType, ydt: DataType) -> ConvProblem {
 
 /// f32 values as a buffer of `dt` (exact for the data used here).
 fn buf(v: &[f32], dt: DataType) -> TensorBuf {
-    match dt {
-        DataType::F32 => TensorBuf::F32(v.to_vec()),
-        DataType::Bf16 => TensorBuf::Bf16(v.iter().map(|&a| bf16::from_f32(a)).collect()),
-        DataType::F16 => TensorBuf::F16(v.iter().map(|&a| f16::from_f32(a)).collect()),
-    }
-}
-
-fn view(b: &TensorBuf) -> Tensor<'_> {
-    match b {
-        TensorBuf::F32(v) => Tensor::F32(v),
-        TensorBuf::Bf16(v) => Tensor::Bf16(v),
-        TensorBuf::F16(v) => Tensor::F16(v),
-    }
+    TensorBuf::from_f32(v, dt, "test data").unwrap()
 }
 
 fn widened(b: &TensorBuf) -> Vec<f32> {
-    match b {
-        TensorBuf::F32(v) => v.clone(),
-        TensorBuf::Bf16(v) => v.iter().map(|a| a.to_f32()).collect(),
-        TensorBuf::F16(v) => v.iter().map(|a| a.to_f32()).collect(),
-    }
+    let mut v = vec![0.0; b.len()];
+    b.widen_into(&mut v);
+    v
 }
 
 /// `v` rounded to `dt` once (round to nearest even), back in f64.
@@ -83,8 +69,8 @@ fn run(
 ) -> Result<Vec<f32>, Error> {
     let mut y = y0.clone();
     let inputs = ConvFwdInputs {
-        x: view(x),
-        w: Weights::Tensor(view(w)),
+        x: x.view(),
+        w: Weights::Tensor(w.view()),
         epilogue: *epi,
     };
     h.run_algorithm::<ConvForward>(p, algo, &inputs, &mut y.as_mut(), None)?;
@@ -304,8 +290,8 @@ fn the_epilogue_runs_in_f32_and_beta_reads_the_reduced_output() {
         // The handle's selection, with its fallback chain's snapshot of y.
         let mut y = y0.clone();
         let inputs = ConvFwdInputs {
-            x: view(&x),
-            w: Weights::Tensor(view(&w)),
+            x: x.view(),
+            w: Weights::Tensor(w.view()),
             epilogue: epi,
         };
         h.run::<ConvForward>(&with_bias, &inputs, &mut y.as_mut())
@@ -329,15 +315,15 @@ fn selection_times_reduced_problems_on_their_own_type() {
     for (dt, ydt) in TYPES {
         let p = reduced(&base, dt, ydt);
         let scratch = ConvForward::scratch(&p).unwrap();
-        assert_eq!(view(&scratch).dtype(), ydt);
+        assert_eq!(scratch.view().dtype(), ydt);
         let xv = int_data(p.x().span(), 8);
         let wv = int_data(p.w().elements(), 9);
         let r = reference::conv_forward(&p.as_f32(), &xv, &wv).unwrap();
         let (x, w) = (buf(&xv, dt), buf(&wv, dt));
         let mut y = buf(&vec![f32::NAN; p.y().span()], ydt);
         let inputs = ConvFwdInputs {
-            x: view(&x),
-            w: Weights::Tensor(view(&w)),
+            x: x.view(),
+            w: Weights::Tensor(w.view()),
             epilogue: EpilogueArgs::default(),
         };
         let report = h.run::<ConvForward>(&p, &inputs, &mut y.as_mut()).unwrap();
@@ -401,8 +387,8 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
             a.name()
         );
         let inputs = ConvFwdInputs {
-            x: view(&x),
-            w: Weights::Tensor(view(&w)),
+            x: x.view(),
+            w: Weights::Tensor(w.view()),
             epilogue: EpilogueArgs::default(),
         };
         // Exactly the size asked for (64-byte aligned, as an allocator gives), then one short.
@@ -445,13 +431,13 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
     let cases: [(&str, ConvFwdInputs<'_>, bool); 4] = [
         (
             "x.dtype",
-            ConvFwdInputs::new(&xf, Weights::Tensor(view(&w)), EpilogueArgs::default()),
+            ConvFwdInputs::new(&xf, Weights::Tensor(w.view()), EpilogueArgs::default()),
             false,
         ),
         (
             "w.dtype",
             ConvFwdInputs {
-                x: view(&x),
+                x: x.view(),
                 w: Weights::Plain(&wf),
                 epilogue: EpilogueArgs::default(),
             },
@@ -460,7 +446,7 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
         (
             "w.dtype",
             ConvFwdInputs {
-                x: view(&x),
+                x: x.view(),
                 w: Weights::Tensor(Tensor::F32(&wf)),
                 epilogue: EpilogueArgs::default(),
             },
@@ -469,8 +455,8 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
         (
             "y.dtype",
             ConvFwdInputs {
-                x: view(&x),
-                w: Weights::Tensor(view(&w)),
+                x: x.view(),
+                w: Weights::Tensor(w.view()),
                 epilogue: EpilogueArgs::default(),
             },
             true,
@@ -498,7 +484,7 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
     let pw = h.prepare_weights(&p32, "winograd_4x4", &wv).unwrap();
     let mut y = buf(&vec![f32::NAN; p.y().span()], DataType::Bf16);
     let inputs = ConvFwdInputs {
-        x: view(&x),
+        x: x.view(),
         w: Weights::Prepared(&pw),
         epilogue: EpilogueArgs::default(),
     };
