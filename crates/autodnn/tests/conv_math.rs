@@ -262,6 +262,44 @@ fn prepared_weights_follow_the_math_mode() {
             let e = normwise(&y, &exact);
             assert!(e <= 1e-5, "{algo} prepared strict: {e:e}");
         }
+        // The same as the plain filter's call, bit for bit (the same pair panels).
+        let mut plain = vec![f32::NAN; p.y().span()];
+        allow
+            .conv_forward_ex(
+                &p,
+                algo,
+                &x,
+                Weights::Plain(&w),
+                &mut plain,
+                &EpilogueArgs::default(),
+                None,
+            )
+            .unwrap();
+        assert!(
+            y.iter()
+                .zip(&plain)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{algo}"
+        );
+        // Prepared under allow_bf16 (the filter possibly rounded): strict calls refuse them.
+        assert!(prepared.is_bf16());
+        let strict = allow.clone();
+        strict.set_math_mode(MathMode::Strict);
+        let e = strict
+            .conv_forward_ex(
+                &p,
+                algo,
+                &x,
+                Weights::Prepared(&prepared),
+                &mut y,
+                &EpilogueArgs::default(),
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, autodnn::Error::BadParam { field, .. } if field == "prepared"),
+            "{algo}: {e:?}"
+        );
     }
 }
 

@@ -151,6 +151,39 @@ fn every_algorithm_on_integer_data_is_the_reference_rounded_once() {
                 a.name(),
                 p.types()
             );
+            // Prepared for the reduced problem (for bf16 on the bf16 units' pair panels,
+            // where the GEMM engine runs them): the same output, bit for bit, from the exact
+            // algorithms; within the same bound from the others (their prepared transforms
+            // are computed in f64).
+            let pw = h.prepare_weights(&p, a.name(), &wv).unwrap();
+            assert_eq!(pw.is_bf16(), dt == DataType::Bf16);
+            let mut yp = y0.clone();
+            let inputs = ConvFwdInputs {
+                x: x.view(),
+                w: Weights::Prepared(&pw),
+                epilogue: EpilogueArgs::default(),
+            };
+            h.run_algorithm::<ConvForward>(&p, a.name(), &inputs, &mut yp.as_mut(), None)
+                .unwrap();
+            let yp = widened(&yp);
+            each_output(&p, |o| {
+                if a.accuracy() == Accuracy::Exact {
+                    assert_eq!(
+                        yp[o].to_bits(),
+                        y[o].to_bits(),
+                        "{} {} prepared: y[{o}]",
+                        a.name(),
+                        p.types()
+                    )
+                } else {
+                    assert!(
+                        (yp[o] as f64 - r[o]).abs() <= tol * max,
+                        "{} {} prepared: y[{o}]",
+                        a.name(),
+                        p.types()
+                    )
+                }
+            });
             *ran.entry(a.name()).or_default() += 1;
         }
     }
@@ -494,8 +527,26 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
     each_output(&p, |o| {
         assert!((y[o] as f64 - r[o]).abs() <= 1e-3 * 200.0 + half_ulp(DataType::Bf16) * r[o].abs())
     });
-    assert!(matches!(
-        h.prepare_weights(&p, "winograd_4x4", &wv),
-        Err(Error::Unsupported { .. })
-    ));
+    // Prepared for the bf16 problem itself, the filter is rounded to bf16 first: strict f32
+    // calls refuse it, with every algorithm (GEMM's as bf16 pairs, the others as f32).
+    for algo in ["winograd_4x4", "gemm", "implicit_gemm", "direct"] {
+        let pw = h.prepare_weights(&p, algo, &wv).unwrap();
+        assert!(pw.is_bf16(), "{algo}");
+        let mut y32 = vec![f32::NAN; p32.y().span()];
+        let e = h
+            .conv_forward_ex(
+                &p32,
+                algo,
+                &xv,
+                Weights::Prepared(&pw),
+                &mut y32,
+                &EpilogueArgs::default(),
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::BadParam { field, .. } if field == "prepared"),
+            "{algo}: {e:?}"
+        );
+    }
 }

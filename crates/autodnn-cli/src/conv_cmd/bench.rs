@@ -72,10 +72,10 @@ fn bench_one(
     if let Err(reason) = Algorithm::<ConvForward>::check(a, p) {
         return Ok(declined(name, reason));
     }
-    // Weights prepared once, before (and outside) the timed runs; for bf16 or f16 tensors,
-    // for the problem's f32 twin, which serves it.
+    // Weights prepared once, before (and outside) the timed runs (for bf16 or f16 tensors,
+    // rounded to their type).
     let prepared = if args.prepared {
-        match handle.prepare_weights(&p.as_f32(), name, &d.w) {
+        match handle.prepare_weights(p, name, &d.w) {
             Ok(pw) => Some(pw),
             Err(e) => return Ok(failed(name, format!("preparing weights: {e}"), 0)),
         }

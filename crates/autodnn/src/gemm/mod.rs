@@ -81,6 +81,12 @@ pub trait GemmInput: Copy + Send + Sync + 'static + sealed::Sealed {
     fn to_f32(self) -> f32;
     /// The slice as f32 when this type is f32 (lets the engine read it in place).
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
+    /// The slice's bits when this type is bf16 (lets packing build the bf16-pair panels
+    /// straight from them, with no conversion).
+    fn as_bf16_bits(s: &[Self]) -> Option<&[u16]> {
+        let _ = s;
+        None
+    }
     /// Converts `src` into `dst` (of the same length) element by element, as
     /// [`GemmInput::to_f32`] does, in vectors where the CPU has them (packing converts
     /// contiguous runs through it).
@@ -114,6 +120,10 @@ impl GemmInput for half::bf16 {
     }
     fn as_f32(_: &[half::bf16]) -> Option<&[f32]> {
         None
+    }
+    fn as_bf16_bits(s: &[half::bf16]) -> Option<&[u16]> {
+        use half::slice::HalfFloatSliceExt;
+        Some(s.reinterpret_cast())
     }
     #[inline]
     fn to_f32_slice(src: &[half::bf16], dst: &mut [f32]) {
@@ -179,6 +189,20 @@ pub fn blocking_for(isa: Isa) -> blocking::Blocking {
 /// The block sizes GEMM uses with the usable `features`.
 pub(crate) fn blocking_with(features: Features) -> blocking::Blocking {
     kernels::kernel_set(features).blocking
+}
+
+/// How GEMM runs f32 operands (packed by the caller's packers, [`gemm_engine`]) in a
+/// context: the register tile and blocks of the family its math mode and units choose, and
+/// that family's conversion into bf16 pairs when it reads them ([`kernels::PackFormat`]).
+pub(crate) fn engine_format(
+    ctx: &ExecContext<'_>,
+) -> (blocking::Blocking, Option<kernels::PairsFn>) {
+    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units);
+    let pairs = match ks.packing {
+        kernels::PackFormat::Bf16Pairs => ks.to_pairs,
+        kernels::PackFormat::F32Panels => None,
+    };
+    (ks.blocking, pairs)
 }
 
 /// Runs one checked product with the context's threads and ISA.

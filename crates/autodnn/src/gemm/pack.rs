@@ -63,6 +63,27 @@ pub trait PackA: Sync {
         dst: &mut [f32],
     ) -> crate::Result<()>;
 
+    /// Writes what [`PackA::pack_a`] would write in the bf16-pair format of the families
+    /// that read pairs (pair step q of a micro-panel, depths 2q and 2q + 1 in the low and
+    /// high half of a 32-bit slot, at `q·mr + i` from the panel's start; the panel keeps its
+    /// `kc·mr` elements), where this packer can without rounding anything (bf16 data), and
+    /// returns true; false (the default) to have f32 panels packed and rounded into pairs.
+    ///
+    /// # Errors
+    /// As [`PackA::pack_a`].
+    fn pack_a_pairs(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<bool> {
+        let _ = (i0, mc, p0, kc, mr, dst);
+        Ok(false)
+    }
+
     /// When A is f32 and unit-stride along rows, the whole operand and its depth stride:
     /// element `(i, p)` is at `i + p·lda`. The engine may then read full micro-panels in place
     /// instead of packing them. The default is `None` (always pack).
@@ -75,6 +96,21 @@ pub trait PackA: Sync {
     /// The slice must hold exactly what `pack_a` would write: `ceil(mc / mr)·mr·kc`
     /// elements in the same format.
     fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
+        let _ = (i0, mc, p0, kc, mr);
+        None
+    }
+
+    /// As [`PackA::prepacked_a`], for the bf16-pair format of the kernel families that read
+    /// pairs (the `ceil(kc / 2)` pair steps of each micro-panel at its start, in the same
+    /// `mr·kc` elements): what prepared weights made for such a family hold.
+    fn prepacked_pairs_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    ) -> Option<&[f32]> {
         let _ = (i0, mc, p0, kc, mr);
         None
     }
@@ -98,11 +134,41 @@ pub trait PackB: Sync {
         dst: &mut [f32],
     ) -> crate::Result<()>;
 
+    /// As [`PackA::pack_a_pairs`], for B's panels.
+    ///
+    /// # Errors
+    /// As [`PackB::pack_b`].
+    fn pack_b_pairs(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<bool> {
+        let _ = (p0, kc, j0, nc, nr, dst);
+        Ok(false)
+    }
+
     /// When the operand is already packed (prepared weights), the panel `pack_b` would write
     /// for these arguments, to be read in place; `None` (the default) to have it packed.
     /// The slice must hold exactly what `pack_b` would write: `ceil(nc / nr)·nr·kc`
     /// elements in the same format.
     fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
+        let _ = (p0, kc, j0, nc, nr);
+        None
+    }
+
+    /// As [`PackB::prepacked_b`], for the bf16-pair format (see [`PackA::prepacked_pairs_a`]).
+    fn prepacked_pairs_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+    ) -> Option<&[f32]> {
         let _ = (p0, kc, j0, nc, nr);
         None
     }
@@ -382,6 +448,124 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
     }
 }
 
+impl<T: GemmInput> StridedMatrix<'_, T> {
+    /// [`StridedMatrix::pack_block`] in the bf16-pair format, for bf16 data: pair step q of
+    /// panel p holds columns `c0 + 2q` (low half) and `c0 + 2q + 1` (high half, zero past
+    /// `len`) of its `w` rows (zero past `rows`). False for other types.
+    fn pack_pairs_block(
+        &self,
+        r0: usize,
+        rows: usize,
+        c0: usize,
+        len: usize,
+        w: usize,
+        dst: &mut [f32],
+    ) -> bool {
+        let Some(bits) = T::as_bf16_bits(self.data) else {
+            return false;
+        };
+        let steps = len.div_ceil(2);
+        for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
+            let p0 = r0 + q * w;
+            let rv = w.min(r0 + rows - p0);
+            let slots = &mut panel[..steps * w];
+            #[cfg(target_arch = "x86_64")]
+            if let Some(t) =
+                <crate::simd::Avx512 as crate::simd::Token>::new(crate::cpu::Features::detected())
+            {
+                // SAFETY: the token proves the CPU runs AVX-512F.
+                unsafe { pairs_panel_avx512(t, self, bits, (p0, rv, c0, len, w), slots) };
+                continue;
+            }
+            pairs_panel(self, bits, (p0, rv, c0, len, w), slots);
+        }
+        true
+    }
+}
+
+/// The most rows a pair panel reads side by side (the widest register tile's).
+const MAX_PAIR_ROWS: usize = 32;
+
+/// One panel of [`StridedMatrix::pack_pairs_block`]: rows `r0 .. r0 + rv` of `w`, columns
+/// `c0 .. c0 + len`, into `ceil(len / 2)·w` slots. Rows contiguous in the source (`rs` = 1)
+/// interleave two source columns; columns contiguous (`cs` = 1) read each row's pairs as
+/// 32-bit words.
+#[inline(always)]
+fn pairs_panel<T>(
+    m: &StridedMatrix<'_, T>,
+    bits: &[u16],
+    (r0, rv, c0, len, w): (usize, usize, usize, usize, usize),
+    slots: &mut [f32],
+) {
+    let at = |r: usize, c: usize| bits[r * m.rs + c * m.cs] as u32;
+    let steps = len.div_ceil(2);
+    if m.rs == 1 {
+        for (s, out) in slots.chunks_exact_mut(w).enumerate() {
+            let lo = (c0 + 2 * s) * m.cs + r0;
+            let lo = &bits[lo..lo + rv];
+            if 2 * s + 1 < len {
+                let h0 = (c0 + 2 * s + 1) * m.cs + r0;
+                let hi = &bits[h0..h0 + rv];
+                for ((o, &a), &b) in out.iter_mut().zip(lo).zip(hi) {
+                    *o = f32::from_bits(a as u32 | (b as u32) << 16);
+                }
+            } else {
+                for (o, &a) in out.iter_mut().zip(lo) {
+                    *o = f32::from_bits(a as u32);
+                }
+            }
+            out[rv..].fill(0.0);
+        }
+    } else if m.cs == 1 && rv <= MAX_PAIR_ROWS {
+        // The rows side by side, each read sequentially: a 32-bit transpose of the pairs.
+        let rows: [&[u16]; MAX_PAIR_ROWS] = std::array::from_fn(|i| {
+            if i < rv {
+                let start = (r0 + i) * m.rs + c0;
+                &bits[start..start + len]
+            } else {
+                &[]
+            }
+        });
+        let full = len / 2;
+        for (s, out) in slots.chunks_exact_mut(w).enumerate().take(full) {
+            for (o, row) in out[..rv].iter_mut().zip(&rows) {
+                *o = f32::from_bits(row[2 * s] as u32 | (row[2 * s + 1] as u32) << 16);
+            }
+            out[rv..].fill(0.0);
+        }
+        if full < steps {
+            let out = &mut slots[full * w..];
+            for (o, row) in out[..rv].iter_mut().zip(&rows) {
+                *o = f32::from_bits(row[2 * full] as u32);
+            }
+            out[rv..].fill(0.0);
+        }
+    } else {
+        for (i, r) in (r0..r0 + rv).enumerate() {
+            for s in 0..steps {
+                let c = c0 + 2 * s;
+                let hi = if 2 * s + 1 < len { at(r, c + 1) } else { 0 };
+                slots[s * w + i] = f32::from_bits(at(r, c) | hi << 16);
+            }
+        }
+        for s in 0..steps {
+            slots[s * w + rv..(s + 1) * w].fill(0.0);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pairs_panel_avx512<T>(
+    _: crate::simd::Avx512,
+    m: &StridedMatrix<'_, T>,
+    bits: &[u16],
+    geometry: (usize, usize, usize, usize, usize),
+    slots: &mut [f32],
+) {
+    pairs_panel(m, bits, geometry, slots)
+}
+
 impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
     fn pack_a(
         &self,
@@ -394,6 +578,18 @@ impl<T: GemmInput> PackA for StridedMatrix<'_, T> {
     ) -> crate::Result<()> {
         self.pack_block(i0, mc, p0, kc, mr, dst);
         Ok(())
+    }
+
+    fn pack_a_pairs(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<bool> {
+        Ok(self.pack_pairs_block(i0, mc, p0, kc, mr, dst))
     }
 
     fn in_place(&self) -> Option<(&[f32], usize)> {
@@ -414,6 +610,18 @@ impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
         // B's micro-panel is A's format for the transpose.
         self.t().pack_block(j0, nc, p0, kc, nr, dst);
         Ok(())
+    }
+
+    fn pack_b_pairs(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+        dst: &mut [f32],
+    ) -> crate::Result<bool> {
+        Ok(self.t().pack_pairs_block(j0, nc, p0, kc, nr, dst))
     }
 
     fn in_place_b(&self) -> Option<(&[f32], usize)> {

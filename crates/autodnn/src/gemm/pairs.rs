@@ -1,8 +1,8 @@
 //! Packing for the bf16-pair kernel families ([`PackFormat::Bf16Pairs`]): any operand's f32
 //! panels, as its own [`PackA`] or [`PackB`] packs them, rounded into pairs in place by the
 //! family's conversion. Every packer (strided matrices, implicit-GEMM convolution) so serves
-//! the bf16 kernels unchanged; only reading in place and pre-packed panels (both f32) are
-//! turned off.
+//! the bf16 kernels unchanged. Operands are not read in place (that is f32); pre-packed
+//! panels are read where they were prepared as pairs ([`PackA::prepacked_pairs_a`]).
 
 use super::kernels::{KernelSet, PackFormat, PairsFn};
 use super::pack::{PackA, PackB};
@@ -44,9 +44,15 @@ impl<P: PackA + ?Sized> PackA for Pairs<'_, P> {
         mr: usize,
         dst: &mut [f32],
     ) -> Result<()> {
-        self.inner.pack_a(i0, mc, p0, kc, mr, dst)?;
-        self.convert(dst, mr, kc);
+        if !self.inner.pack_a_pairs(i0, mc, p0, kc, mr, dst)? {
+            self.inner.pack_a(i0, mc, p0, kc, mr, dst)?;
+            self.convert(dst, mr, kc);
+        }
         Ok(())
+    }
+
+    fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
+        self.inner.prepacked_pairs_a(i0, mc, p0, kc, mr)
     }
 }
 
@@ -60,8 +66,14 @@ impl<P: PackB + ?Sized> PackB for Pairs<'_, P> {
         nr: usize,
         dst: &mut [f32],
     ) -> Result<()> {
-        self.inner.pack_b(p0, kc, j0, nc, nr, dst)?;
-        self.convert(dst, nr, kc);
+        if !self.inner.pack_b_pairs(p0, kc, j0, nc, nr, dst)? {
+            self.inner.pack_b(p0, kc, j0, nc, nr, dst)?;
+            self.convert(dst, nr, kc);
+        }
         Ok(())
+    }
+
+    fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
+        self.inner.prepacked_pairs_b(p0, kc, j0, nc, nr)
     }
 }

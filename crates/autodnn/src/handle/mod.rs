@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::cpu::{Features, Isa};
-use crate::desc::ConvProblem;
+use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
 use crate::op::conv_fwd::check_call;
 use crate::op::epilogue::EpilogueArgs;
 use crate::op::prepared::{PreparedWeights, Weights};
-use crate::op::{Algorithm, ConvForward, ConvFwdInputs, OpProblem, Operation, Registered};
+use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
@@ -378,28 +378,37 @@ impl Handle {
         w: &[f32],
     ) -> Result<PreparedWeights> {
         let a = find_in::<ConvForward>(ConvForward::algorithms(), algo)?;
-        if !problem.is_f32() {
-            return Err(Error::Unsupported {
-                what: format!(
-                    "preparing weights for {} tensors: prepare them for the problem's f32 twin \
-                     (ConvProblem::as_f32), which serves it",
-                    problem.types()
-                ),
-            });
-        }
         check_call(problem, problem.x().span(), w.len(), problem.y().span())?;
         accept::<ConvForward>(a, problem)?;
-        let ctx = self.exec_context();
-        Ok(
-            match crate::op::ConvAlgorithm::prepare(a, &ctx, problem, w)? {
-                Some(data) => PreparedWeights::new(a.name(), problem, data, true),
-                None => {
-                    let n = problem.w().elements();
-                    let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
-                    PreparedWeights::new(a.name(), problem, data, false)
-                }
-            },
-        )
+        let mut ctx = self.exec_context();
+        // Reduced-precision tensors: the filter rounded to the problem's type, prepared for
+        // the f32 twin the algorithms compute (on the bf16 units for bf16 tensors, as their
+        // calls are).
+        let rounded;
+        let w = match problem.w().dtype() {
+            DataType::F32 => w,
+            dtype => {
+                let n = problem.w().elements();
+                let typed = crate::op::TensorBuf::from_f32(&w[..n], dtype, "the filter")?;
+                let mut copy = crate::alloc::try_vec(n, 0f32, "the filter in f32")?;
+                typed.widen_into(&mut copy);
+                rounded = copy;
+                &rounded
+            }
+        };
+        if crate::op::conv_fwd::computes_in_bf16(problem) {
+            ctx.math = MathMode::AllowBf16;
+        }
+        let bf16 = ctx.math == MathMode::AllowBf16;
+        let p32 = problem.as_f32();
+        Ok(match crate::op::ConvAlgorithm::prepare(a, &ctx, &p32, w)? {
+            Some(data) => PreparedWeights::new(a.name(), &p32, data, true, bf16),
+            None => {
+                let n = problem.w().elements();
+                let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
+                PreparedWeights::new(a.name(), &p32, data, false, bf16)
+            }
+        })
     }
 
     /// Bytes of workspace the handle keeps cached between calls.

@@ -13,7 +13,7 @@ use super::{Accuracy, Algorithm, OpProblem, Operation, Tensor, TensorMut, COST_F
 use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, OpKind, TensorDesc};
 use crate::error::{Error, Result};
 use crate::runtime::workspace::Carve;
-use crate::runtime::ExecContext;
+use crate::runtime::{ExecContext, MathMode};
 
 /// The forward convolution (cuDNN's `cudnnConvolutionForward`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +185,7 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
             let w = match inputs.w {
                 Weights::Plain(w) | Weights::Tensor(Tensor::F32(w)) => AlgoWeights::Plain(w),
                 Weights::Tensor(t) => return Err(wrong_type("w", DataType::F32, t.dtype())),
-                Weights::Prepared(pw) => pw.for_call(p, name)?,
+                Weights::Prepared(pw) => pw.for_call(p, name, ctx.math == MathMode::AllowBf16)?,
             };
             let y = out.f32("y")?;
             return ConvAlgorithm::run(self, ctx, p, x, w, y, workspace, &inputs.epilogue);
@@ -194,6 +194,19 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         // the f32 kernels with their f32 sums and the epilogue in f32, the output rounded
         // once (to nearest even) at the end.
         let p32 = p.as_f32();
+        // bf16 x and w widened are exactly bf16 values: rounding them to bf16 again (the
+        // allow_bf16 mode) changes nothing, and puts the GEMM-engine algorithms' products on
+        // the bf16 units where the handle's units choice lets them.
+        let bf16_ctx;
+        let ctx = if computes_in_bf16(p) {
+            bf16_ctx = ExecContext {
+                math: MathMode::AllowBf16,
+                ..*ctx
+            };
+            &bf16_ctx
+        } else {
+            ctx
+        };
         same_type("x", p.x().dtype(), inputs.x.dtype())?;
         same_type("y", p.y().dtype(), out.dtype())?;
         let got = workspace.len();
@@ -215,7 +228,7 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
             }
             Weights::Tensor(t) => return Err(wrong_type("w", p.w().dtype(), t.dtype())),
             Weights::Plain(_) => return Err(wrong_type("w", p.w().dtype(), DataType::F32)),
-            Weights::Prepared(pw) => pw.for_call(&p32, name)?,
+            Weights::Prepared(pw) => pw.for_call(&p32, name, ctx.math == MathMode::AllowBf16)?,
         };
         let e = &inputs.epilogue;
         match out {
@@ -226,11 +239,17 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
                     widen(reduced.as_tensor(), yb);
                 }
                 ConvAlgorithm::run(self, ctx, &p32, xb, w, yb, inner_ws, e)?;
-                narrow(yb, reduced);
+                narrow(yb, reduced, ctx.features);
                 Ok(())
             }
         }
     }
+}
+
+/// True when a problem's x and w are bf16: its products are computed in bf16 whatever the
+/// math mode (f32 problems only under [`MathMode::AllowBf16`]).
+pub(crate) fn computes_in_bf16(p: &ConvProblem) -> bool {
+    p.x().dtype() == DataType::Bf16 && p.w().dtype() == DataType::Bf16
 }
 
 /// Alignment of the widened copies in the workspace.

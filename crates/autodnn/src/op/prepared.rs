@@ -15,6 +15,9 @@ pub struct PreparedWeights {
     problem: ConvProblem,
     data: Vec<f32>,
     transformed: bool,
+    /// Made for computation in bf16 (a bf16 problem, or an f32 one under allow_bf16): the
+    /// filter may have been rounded to bf16, so strict f32 calls refuse it.
+    bf16: bool,
 }
 
 impl PreparedWeights {
@@ -23,21 +26,30 @@ impl PreparedWeights {
         problem: &ConvProblem,
         data: Vec<f32>,
         transformed: bool,
+        bf16: bool,
     ) -> PreparedWeights {
         PreparedWeights {
             algo,
             problem: problem.with_epilogue(Default::default()),
             data,
             transformed,
+            bf16,
         }
     }
     /// The algorithm it was made for.
     pub fn algo(&self) -> &'static str {
         self.algo
     }
-    /// The problem it was made for (without its epilogue, which the weights do not depend on).
+    /// The problem it was made for (without its epilogue, which the weights do not depend on):
+    /// the f32 twin ([`ConvProblem::as_f32`]) of a problem on bf16 or f16 tensors.
     pub fn problem(&self) -> &ConvProblem {
         &self.problem
+    }
+    /// True when made for computation in bf16 (for bf16 tensors, or under
+    /// [`crate::MathMode::AllowBf16`]): the filter may be rounded to bf16, and calls that
+    /// compute f32 problems in strict f32 refuse it.
+    pub fn is_bf16(&self) -> bool {
+        self.bf16
     }
     /// Bytes it holds.
     pub fn bytes(&self) -> usize {
@@ -55,8 +67,22 @@ impl PreparedWeights {
         (!self.transformed).then_some(self.data.as_slice())
     }
 
-    /// The data to hand to the algorithm, after checking that problem and algorithm match.
-    pub(crate) fn for_call(&self, problem: &ConvProblem, algo: &str) -> Result<AlgoWeights<'_>> {
+    /// The data to hand to the algorithm, after checking that problem (as f32), algorithm
+    /// and precision match: `bf16_call` when the call may compute in bf16.
+    pub(crate) fn for_call(
+        &self,
+        problem: &ConvProblem,
+        algo: &str,
+        bf16_call: bool,
+    ) -> Result<AlgoWeights<'_>> {
+        if self.bf16 && !bf16_call {
+            return Err(Error::bad(
+                "prepared",
+                "weights prepared for bf16",
+                "they were prepared for bf16 tensors or under allow_bf16 (the filter may be \
+                 rounded to bf16); this call computes in strict f32",
+            ));
+        }
         if algo != self.algo {
             return Err(Error::bad(
                 "prepared.algo",

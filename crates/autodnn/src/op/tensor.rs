@@ -1,7 +1,10 @@
 //! Tensor views that carry their element type.
 
+use crate::cpu::Features;
 use crate::desc::DataType;
 use crate::error::{Error, Result};
+#[cfg(target_arch = "x86_64")]
+use crate::simd::{Avx2, Avx512, Token};
 use half::{bf16, f16};
 
 /// A tensor's elements, read-only, tagged with their type.
@@ -174,7 +177,7 @@ impl TensorBuf {
     /// Allocation failures.
     pub fn from_f32(v: &[f32], dtype: DataType, what: &str) -> Result<TensorBuf> {
         let mut b = TensorBuf::zeros(dtype, v.len(), what)?;
-        narrow(v, &mut b.as_mut());
+        narrow(v, &mut b.as_mut(), Features::detected());
         Ok(b)
     }
     /// Widens the elements to f32 into the front of `dst` (as many as both hold).
@@ -229,13 +232,106 @@ pub(crate) fn widen(src: Tensor<'_>, dst: &mut [f32]) {
 }
 
 /// Rounds `src` into the first `src.len()` elements of `dst` (round to nearest even; NaN stays
-/// NaN, values beyond the type's range become infinities).
-pub(crate) fn narrow(src: &[f32], dst: &mut TensorMut<'_>) {
+/// NaN, values beyond the type's range become infinities), in vectors where the usable
+/// `features` have them (bf16: AVX-512 or AVX2; f16: half's F16C path).
+pub(crate) fn narrow(src: &[f32], dst: &mut TensorMut<'_>, features: Features) {
     use half::slice::HalfFloatSliceExt;
     let n = src.len();
     match dst {
         TensorMut::F32(v) => v[..n].copy_from_slice(src),
-        TensorMut::Bf16(v) => v[..n].convert_from_f32_slice(src),
+        TensorMut::Bf16(v) => narrow_bf16(src, &mut v[..n], features),
         TensorMut::F16(v) => v[..n].convert_from_f32_slice(src),
+    }
+}
+
+/// f32 to bf16 bits, rounded to nearest even, NaN kept (quiet): what `half::bf16::from_f32`
+/// computes, without branches, so that loops of it vectorise.
+#[inline(always)]
+fn bf16_bits(x: u32) -> u16 {
+    let nan = x & 0x7fff_ffff > 0x7f80_0000;
+    let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+    (if nan { (x >> 16) | 0x40 } else { rounded }) as u16
+}
+
+#[inline(always)]
+fn narrow_bf16_body(src: &[f32], dst: &mut [bf16]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = bf16::from_bits(bf16_bits(s.to_bits()));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn narrow_bf16_avx512(_: Avx512, src: &[f32], dst: &mut [bf16]) {
+    narrow_bf16_body(src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn narrow_bf16_avx2(_: Avx2, src: &[f32], dst: &mut [bf16]) {
+    narrow_bf16_body(src, dst)
+}
+
+fn narrow_bf16(src: &[f32], dst: &mut [bf16], features: Features) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(t) = Avx512::new(features) {
+            // SAFETY: the token proves the CPU runs AVX-512F.
+            return unsafe { narrow_bf16_avx512(t, src, dst) };
+        }
+        if let Some(t) = Avx2::new(features) {
+            // SAFETY: the token proves the CPU runs AVX2 and FMA.
+            return unsafe { narrow_bf16_avx2(t, src, dst) };
+        }
+    }
+    let _ = features;
+    narrow_bf16_body(src, dst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounding_matches_half_on_every_path() {
+        // Ties both ways, carries into the exponent, the largest finite values (rounding to
+        // infinity), subnormals, zeros, infinities and NaNs of both signs, and a sweep.
+        let mut v: Vec<f32> = [
+            0x3f80_8000u32,
+            0x3f81_8000,
+            0x3f80_8001,
+            0x3f80_7fff,
+            0x3fff_ffff,
+            0x7f7f_ffff,
+            0x7f7f_7fff,
+            0x0000_0001,
+            0x0000_8000,
+            0x0001_8000,
+            0x807f_ffff,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7fc0_0000,
+            0x7f80_0001,
+            0xff80_0001,
+            0xffff_ffff,
+            0,
+            0x8000_0000,
+        ]
+        .iter()
+        .map(|&b| f32::from_bits(b))
+        .collect();
+        v.extend((0..100_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+        for isa in crate::cpu::Isa::ALL {
+            let mut got = vec![bf16::ZERO; v.len()];
+            narrow_bf16(&v, &mut got, isa.usable());
+            for (x, g) in v.iter().zip(&got) {
+                assert_eq!(
+                    g.to_bits(),
+                    bf16::from_f32(*x).to_bits(),
+                    "{isa:?} {:#x}",
+                    x.to_bits()
+                );
+            }
+        }
     }
 }

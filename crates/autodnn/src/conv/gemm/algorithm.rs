@@ -158,7 +158,7 @@ impl ConvAlgorithm for GemmConv {
         problem: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        Geometry::new(problem)?.prepare(w, ctx.features).map(Some)
+        Geometry::new(problem)?.prepare(w, ctx).map(Some)
     }
 
     fn run(
@@ -181,7 +181,7 @@ impl ConvAlgorithm for GemmConv {
         for block in geo.blocks(bp)? {
             let filter = match w {
                 AlgoWeights::Plain(w) => geo.filter(w, block.g, features),
-                AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g)?,
+                AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g, ctx)?,
             };
             if geo.x_is_matrix || copied.is_some() {
                 let m = if geo.x_is_matrix {

@@ -5,13 +5,15 @@
 use crate::cpu::Features;
 use crate::error::{Error, Result};
 use crate::gemm::{self, PackA, PackB, StridedMatrix};
+use crate::runtime::{ExecContext, MathMode};
 
 use super::geometry::{Frame, Geometry, Tap};
 
 /// Magic number opening prepared weights of the GEMM-based algorithms.
 const PREPARED_MAGIC: f32 = 7405.0;
-/// Floats before the packed panels: magic, panel width, depth block, frame.
-const PREPARED_HEADER: usize = 4;
+/// Floats before the packed panels: magic, panel width, depth block, frame, format (0: f32
+/// panels, 1: bf16 pairs).
+const PREPARED_HEADER: usize = 5;
 
 /// One group's filter as the engine's operand: the filter side of the frame (B, taps ×
 /// channels, for [`Frame::Positions`]; A, channels × taps, for [`Frame::Channels`]).
@@ -161,7 +163,20 @@ impl PackA for Filter<'_> {
     }
     fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) => p.panels(p0, kc, i0, mc, mr),
+            Filter::Packed(p) if !p.pairs => p.panels(p0, kc, i0, mc, mr),
+            _ => None,
+        }
+    }
+    fn prepacked_pairs_a(
+        &self,
+        i0: usize,
+        mc: usize,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    ) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) if p.pairs => p.panels(p0, kc, i0, mc, mr),
             _ => None,
         }
     }
@@ -187,20 +202,36 @@ impl PackB for Filter<'_> {
     }
     fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) => p.panels(p0, kc, j0, nc, nr),
+            Filter::Packed(p) if !p.pairs => p.panels(p0, kc, j0, nc, nr),
+            _ => None,
+        }
+    }
+    fn prepacked_pairs_b(
+        &self,
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        nc: usize,
+        nr: usize,
+    ) -> Option<&[f32]> {
+        match self {
+            Filter::Packed(p) if p.pairs => p.panels(p0, kc, j0, nc, nr),
             _ => None,
         }
     }
 }
 
 /// One group's prepared filter: for each depth block of `kcb` taps (the last one shorter),
-/// `ceil(channels / width)` panels of `(block depth) × width`, channels past the end zero.
+/// `ceil(channels / width)` panels of `(block depth) × width`, channels past the end zero;
+/// in f32, or (`pairs`) rounded into the bf16 pairs of the kernel families that read them,
+/// each panel's pair steps at its start.
 pub(crate) struct PackedFilter<'a> {
     data: &'a [f32],
     width: usize,
     kcb: usize,
     depth: usize,
     channels: usize,
+    pairs: bool,
 }
 
 impl PackedFilter<'_> {
@@ -221,14 +252,22 @@ impl PackedFilter<'_> {
         })
     }
 
-    /// Element (tap t, channel k).
+    /// Element (tap t, channel k) (for pairs, its bf16 value).
     fn at(&self, t: usize, k: usize) -> f32 {
         let (b0, d) = (t / self.kcb * self.kcb, t % self.kcb);
         let kt = self.kcb.min(self.depth - b0);
-        self.data[b0 * self.padded()
-            + k / self.width * kt * self.width
-            + d * self.width
-            + k % self.width]
+        let panel = b0 * self.padded() + k / self.width * kt * self.width + k % self.width;
+        if !self.pairs {
+            return self.data[panel + d * self.width];
+        }
+        // Pair step d / 2 holds depth d in its low half when d is even.
+        let bits = self.data[panel + d / 2 * self.width].to_bits();
+        let half = if d % 2 == 0 {
+            bits & 0xffff
+        } else {
+            bits >> 16
+        };
+        f32::from_bits(half << 16)
     }
 }
 
@@ -265,15 +304,33 @@ impl Geometry {
         }
     }
 
-    /// Group g's prepared filter, made by [`Geometry::prepare`].
+    /// Group g's prepared filter, made by [`Geometry::prepare`], for a call in `ctx`.
     ///
     /// # Errors
     /// [`Error::BadParam`] naming `prepared` when the data was not made by `prepare` for a
-    /// problem of this shape.
-    pub fn prepared_filter<'a>(&self, data: &'a [f32], g: usize) -> Result<Filter<'a>> {
+    /// problem of this shape, or holds bf16 pairs and the call computes in strict f32.
+    pub fn prepared_filter<'a>(
+        &self,
+        data: &'a [f32],
+        g: usize,
+        ctx: &ExecContext<'_>,
+    ) -> Result<Filter<'a>> {
         let bad = || Error::bad("prepared", "data", "not made by this algorithm's prepare");
         if data.len() < PREPARED_HEADER || data[0] != PREPARED_MAGIC {
             return Err(bad());
+        }
+        let pairs = match data[4] {
+            0.0 => false,
+            1.0 => true,
+            _ => return Err(bad()),
+        };
+        if pairs && ctx.math == MathMode::Strict {
+            return Err(Error::bad(
+                "prepared",
+                "bf16 pairs",
+                "these weights were rounded to bf16 (prepared under allow_bf16 or for bf16 \
+                 tensors); this call computes in strict f32",
+            ));
         }
         let (width, kcb) = (data[1] as usize, data[2] as usize);
         let frame = if data[3] == 0.0 {
@@ -295,16 +352,19 @@ impl Geometry {
             kcb,
             depth: self.depth,
             channels: self.kg,
+            pairs,
         }))
     }
 
-    /// The filter packed once into the engine's panels for the kernel family of `features`: a
-    /// header, then every group's panels.
+    /// The filter packed once into the engine's panels for the kernel family GEMM runs f32
+    /// operands on in `ctx` (in bf16 pairs where that family reads pairs): a header, then
+    /// every group's panels.
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
-    pub fn prepare(&self, w: &[f32], features: Features) -> Result<Vec<f32>> {
-        let bl = gemm::blocking_with(features);
+    pub fn prepare(&self, w: &[f32], ctx: &ExecContext<'_>) -> Result<Vec<f32>> {
+        let features = ctx.features;
+        let (bl, to_pairs) = gemm::engine_format(ctx);
         let width = match self.frame {
             Frame::Positions => bl.nr,
             Frame::Channels => bl.mr,
@@ -322,6 +382,7 @@ impl Geometry {
             } else {
                 1.0
             },
+            if to_pairs.is_some() { 1.0 } else { 0.0 },
         ]);
         for (g, dst) in data[PREPARED_HEADER..]
             .chunks_exact_mut(self.depth * padded)
@@ -335,6 +396,14 @@ impl Geometry {
                 match self.frame {
                     Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out)?,
                     Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out)?,
+                }
+                if let Some(convert) = to_pairs {
+                    for panel in out.chunks_exact_mut(kt * width) {
+                        // SAFETY: `engine_format` gives the conversion of a family the
+                        // context's features run (`kernel_set_for` intersects them with the
+                        // detected ones); the panel is `kt·width` floats.
+                        unsafe { convert(panel.as_mut_ptr(), width, kt) };
+                    }
                 }
                 t0 += kt;
             }
