@@ -56,6 +56,8 @@ fn every_algorithm_matches_the_reference(spec: &str) {
 /// as the patch matrix and ran past its one row.
 #[test]
 fn one_by_one_kernel_with_bottom_padding_past_the_image() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     every_algorithm_matches_the_reference("ic4oc5ih1oh9kh1ph0pw0");
     every_algorithm_matches_the_reference("ic3oc2ih4iw2oh4ow5kh1ph0pw0");
 }
@@ -64,6 +66,8 @@ fn one_by_one_kernel_with_bottom_padding_past_the_image() {
 /// transform grid for tiles that lie wholly in the padding.
 #[test]
 fn padding_wider_than_the_transform_tile() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     every_algorithm_matches_the_reference("ic26oc6_ih6oh12kh3ph10_");
     every_algorithm_matches_the_reference("ic27oc9_ih16oh24kh3ph0_");
 }
@@ -73,7 +77,8 @@ struct Largest;
 
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
 
-/// Held by the tests that read [`LARGEST`] (tests of one binary run on parallel threads).
+/// Held by the tests that read [`LARGEST`] and by the others that allocate (tests of one binary
+/// run on parallel threads, and any thread's allocation counts).
 static MEASURING: Mutex<()> = Mutex::new(());
 
 // SAFETY: forwards to the system allocator unchanged, only recording the request size.
@@ -211,6 +216,8 @@ fn queries_hold(spec: &str) {
 /// algorithms' frame costs multiplied 10^17 positions by 10^8 taps and overflowed.
 #[test]
 fn gemm_frame_cost_of_a_huge_image_and_kernel_saturates() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     queries_hold("ic1oc1ih999999999kw99999999kh1");
 }
 
@@ -219,6 +226,8 @@ fn gemm_frame_cost_of_a_huge_image_and_kernel_saturates() {
 /// never ends in practice.
 #[test]
 fn fft_transform_size_of_a_huge_image_is_found_at_once() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let t = std::time::Instant::now();
     queries_hold("mb1ic1oc1ih1099511627791iw1kh3kw3ph1pw1");
     assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
@@ -229,6 +238,8 @@ fn fft_transform_size_of_a_huge_image_is_found_at_once() {
 /// before looking at its span and overflowed. C becomes beta·C.
 #[test]
 fn strided_batch_with_empty_operands_and_huge_strides() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let h = Handle::with_threads(1).unwrap();
     let d = autodnn::gemm::GemmDesc::new(2, 3, 0);
     let mut c = vec![1.0f32; 18];
@@ -284,6 +295,8 @@ fn a_kernel_far_larger_than_the_image_runs_in_bounded_memory() {
 /// accepting algorithm still computes it.
 #[test]
 fn fft_declines_a_grid_far_larger_than_the_output() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let p = problem("mb1ic1oc1ih1iw4kh2000kw2oh1ow2", Layout::Nchw);
     let e = conv::find("fft").unwrap().check(&p).unwrap_err();
     assert!(e.contains("over 256 times"), "{e}");
@@ -295,6 +308,8 @@ fn fft_declines_a_grid_far_larger_than_the_output() {
 /// (overflow) although it never steps between columns. Found by the descriptors fuzzer.
 #[test]
 fn a_lone_column_with_a_huge_stride() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let p = lone_column_problem();
     let xd = int_data(p.x().span(), 1);
     let wd = int_data(p.w().elements(), 2);
@@ -316,6 +331,8 @@ fn a_lone_column_with_a_huge_stride() {
 /// which never steps; an overflow panic with overflow checks on.
 #[test]
 fn a_lone_column_with_a_huge_stride_backward() {
+    // Its allocations would count in another test's measurement: not at the same time.
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let fwd = lone_column_problem();
     let x = int_data(fwd.x().span(), 1);
     let w = int_data(fwd.w().elements(), 2);
