@@ -465,14 +465,15 @@ impl<T: GemmInput> StridedMatrix<'_, T> {
             return false;
         };
         let steps = len.div_ceil(2);
+        #[cfg(target_arch = "x86_64")]
+        let avx512 =
+            <crate::simd::Avx512 as crate::simd::Token>::new(crate::cpu::Features::detected());
         for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
             let p0 = r0 + q * w;
             let rv = w.min(r0 + rows - p0);
             let slots = &mut panel[..steps * w];
             #[cfg(target_arch = "x86_64")]
-            if let Some(t) =
-                <crate::simd::Avx512 as crate::simd::Token>::new(crate::cpu::Features::detected())
-            {
+            if let Some(t) = avx512 {
                 // SAFETY: the token proves the CPU runs AVX-512F.
                 unsafe { pairs_panel_avx512(t, self, bits, (p0, rv, c0, len, w), slots) };
                 continue;
