@@ -1940,7 +1940,7 @@ fn info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         )?;
         rp.set_item(
             "bf16_unit_speedup",
-            autodnn::gemm::bf16_unit_speedup().filter(|_| usable.contains(Feature::Avx512Bf16)),
+            autodnn::gemm::bf16_unit_speedup_under(isa),
         )?;
     }
     d.set_item("reduced_precision", rp)?;

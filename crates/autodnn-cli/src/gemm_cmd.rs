@@ -170,7 +170,7 @@ pub fn run(args: &GemmArgs, out: &mut impl Write) -> CliResult {
         dtype: dtype.name(),
         math: math.name(),
         bf16_units: units.name(),
-        kernel: autodnn::gemm::kernel_name_for(handle.isa(), dtype, math, units),
+        kernel: autodnn::gemm::kernel_name_for_depth(handle.isa(), dtype, math, units, args.k),
         ms,
         gflops: if ms > 0.0 { flops / ms / 1e6 } else { 0.0 },
     };

@@ -43,8 +43,9 @@ pub struct ReducedPrecision {
     pub amx: &'static str,
     /// The GEMM kernel family of bf16 operands (with the default choice of units, `auto`).
     pub bf16_gemm_kernel: &'static str,
-    /// One core's bf16 dot-product throughput over its f32 multiply-add throughput, as
-    /// measured for that choice (`null` without AVX512-BF16).
+    /// One core's throughput on the bf16 units GEMM uses first (AMX tiles where granted,
+    /// else AVX512-BF16 dot products) over its f32 multiply-add throughput, as measured for
+    /// that choice (`null` without bf16 units under the cap).
     pub bf16_unit_speedup: Option<f64>,
 }
 
@@ -79,8 +80,7 @@ pub fn gather() -> CliResult<Info> {
                     autodnn::MathMode::Strict,
                     autodnn::Bf16Units::Auto,
                 ),
-                bf16_unit_speedup: autodnn::gemm::bf16_unit_speedup()
-                    .filter(|_| usable.contains(Feature::Avx512Bf16)),
+                bf16_unit_speedup: autodnn::gemm::bf16_unit_speedup_under(cap),
             }
         },
     })

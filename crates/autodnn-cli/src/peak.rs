@@ -37,6 +37,8 @@ pub struct PeakReport {
     dtype: &'static str,
     isa: &'static str,
     threads: usize,
+    /// The kernel family whose units were measured (`null` for f32).
+    family: Option<&'static str>,
     gflops: f64,
 }
 
@@ -91,6 +93,11 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
         dtype: if bf16 { "bf16" } else { "f32" },
         isa: best.0.name(),
         threads,
+        family: if bf16 {
+            autodnn::gemm::bf16_peak_family(cap)
+        } else {
+            None
+        },
         gflops: best.1,
     };
     if args.json {
@@ -100,11 +107,14 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
     } else {
         writeln!(
             out,
-            "{} peak: {:.1} GFLOP/s ({} threads, {}, best of {TRIES})",
+            "{} peak: {:.1} GFLOP/s ({} threads, {}{}, best of {TRIES})",
             if bf16 { "bf16 dot-product" } else { "f32 FMA" },
             report.gflops,
             report.threads,
-            report.isa
+            report.isa,
+            report
+                .family
+                .map_or(String::new(), |f| format!(", {f} units"))
         )?;
     }
     out.flush()?;

@@ -1172,8 +1172,13 @@ fn gemm_json_reports_the_call() {
         let kernel = v["kernel"].as_str().unwrap();
         let has = autodnn::cpu::Features::detected().contains(autodnn::cpu::Feature::Avx512Bf16)
             && !extra.contains(&"scalar");
-        let faster = autodnn::gemm::bf16_unit_speedup()
+        // k = 3: below the AMX tiles' least depth, so the AVX512-BF16 family's speed-up.
+        let faster = autodnn::gemm::bf16_unit_speedup_for(autodnn::cpu::Isa::best_available(), 3)
             .is_some_and(|s| s >= autodnn::gemm::BF16_UNITS_MIN_SPEEDUP);
+        assert!(
+            !kernel.starts_with("amx"),
+            "k = 3 runs no AMX tiles: {kernel}"
+        );
         let bf16_unit = match units {
             "always" => has,
             "never" => false,
@@ -1231,8 +1236,12 @@ fn gemm_and_peak_refuse_bad_input() {
 fn peak_json_reports_gflops() {
     let out = ok(&["peak", "--threads", "1", "--isa", "avx2", "--json"]);
     let v = &json_lines(&out)[0];
-    assert_eq!(keys(v), sorted(&["dtype", "isa", "threads", "gflops"]));
+    assert_eq!(
+        keys(v),
+        sorted(&["dtype", "isa", "threads", "family", "gflops"])
+    );
     assert_eq!(v["dtype"].as_str(), Some("f32"));
+    assert!(v["family"].is_null(), "{v}");
     assert_eq!(v["threads"].as_u64(), Some(1));
     assert!(matches!(v["isa"].as_str(), Some("scalar" | "avx2")), "{v}");
     assert!(v["gflops"].as_f64().unwrap() > 0.0);
@@ -1247,6 +1256,31 @@ fn peak_json_reports_gflops() {
         let v = &json_lines(&ok(&args))[0];
         assert_eq!(v["dtype"].as_str(), Some("bf16"));
         assert!(v["gflops"].as_f64().unwrap() > 0.0);
+        // The units measured: AMX tiles where the OS grants them, else AVX512-BF16.
+        let family = v["family"].as_str().unwrap();
+        let amx = autodnn::cpu::Isa::Amx
+            .usable()
+            .contains(autodnn::cpu::Feature::AmxBf16);
+        assert_eq!(family.starts_with("amx"), amx, "{v}");
+        assert_eq!(
+            Some(family),
+            autodnn::gemm::bf16_peak_family(autodnn::cpu::Isa::Amx)
+        );
+        let capped = [
+            "peak",
+            "--threads",
+            "1",
+            "--dtype",
+            "bf16",
+            "--isa",
+            "avx512",
+            "--json",
+        ];
+        let v = &json_lines(&ok(&capped))[0];
+        assert!(
+            v["family"].as_str().unwrap().starts_with("avx512bf16"),
+            "{v}"
+        );
     } else {
         assert!(bad(&args).contains("AVX512-BF16"));
     }

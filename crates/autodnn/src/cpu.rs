@@ -110,6 +110,16 @@ impl Features {
     pub const AVX2_FMA: Features = Features::of(&[Feature::Avx2, Feature::Fma]);
     /// AVX-512 Foundation: the AVX-512 kernel families' requirement.
     pub const AVX512F: Features = Features::of(&[Feature::Avx512F]);
+    /// The AMX features (tiles, bf16 and int8 multiplies).
+    pub const AMX: Features = Features::of(&[Feature::AmxTile, Feature::AmxBf16, Feature::AmxInt8]);
+    /// What the AMX-BF16 kernel family needs: the tiles and their bf16 multiplies, with
+    /// AVX-512F and AVX512-BF16 for the packing's conversions and the stores.
+    pub const AMX_BF16: Features = Features::of(&[
+        Feature::Avx512F,
+        Feature::Avx512Bf16,
+        Feature::AmxTile,
+        Feature::AmxBf16,
+    ]);
 
     /// The set of the listed features (usable in constants).
     pub const fn of(list: &[Feature]) -> Features {
@@ -332,8 +342,10 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 with FMA (and F16C).
     Avx2,
-    /// x86-64 AVX-512 and every later feature.
+    /// x86-64 AVX-512 and its vector extensions (AVX512-BF16, AVX512-FP16, VNNI), no AMX.
     Avx512,
+    /// x86-64 AMX tiles (with the operating system's permission) and everything below.
+    Amx,
 }
 
 /// Environment variable that caps the instruction set.
@@ -341,7 +353,7 @@ pub const ISA_ENV: &str = "AUTODNN_ISA";
 
 impl Isa {
     /// All families, narrowest first.
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Amx];
 
     /// Lower-case name, as `AUTODNN_ISA` takes it.
     pub fn name(self) -> &'static str {
@@ -349,6 +361,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
         }
     }
 
@@ -360,25 +373,29 @@ impl Isa {
         Isa::ALL
             .into_iter()
             .find(|i| i.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| Error::bad(field, s, "expected scalar, avx2 or avx512"))
+            .ok_or_else(|| Error::bad(field, s, "expected scalar, avx2, avx512 or amx"))
     }
 
     /// The features this cap admits: none for `scalar`; AVX2, FMA and F16C for `avx2`; every
-    /// feature for `avx512`.
+    /// feature but AMX's for `avx512`; every feature for `amx`.
     pub const fn mask(self) -> Features {
         match self {
             Isa::Scalar => Features::EMPTY,
             Isa::Avx2 => Features::of(&[Feature::Avx2, Feature::Fma, Feature::F16c]),
-            Isa::Avx512 => Features::ALL,
+            Isa::Avx512 => Features(Features::ALL.0 & !Features::AMX.0),
+            Isa::Amx => Features::ALL,
         }
     }
 
-    /// The features this preset's kernel families need: none, AVX2 with FMA, AVX-512F.
+    /// The features this preset's kernel families need: none, AVX2 with FMA, AVX-512F, and
+    /// for `amx` the AMX tiles with bf16 multiplies (and AVX512-BF16, whose conversions pack
+    /// the tiles).
     pub const fn requires(self) -> Features {
         match self {
             Isa::Scalar => Features::EMPTY,
             Isa::Avx2 => Features::AVX2_FMA,
             Isa::Avx512 => Features::AVX512F,
+            Isa::Amx => Features::AMX_BF16,
         }
     }
 
@@ -415,14 +432,14 @@ impl Isa {
         Ok(Isa::widest_within(Isa::cap_from_env()?.usable()))
     }
 
-    /// The cap `AUTODNN_ISA` sets ([`Isa::Avx512`], admitting everything, when unset).
+    /// The cap `AUTODNN_ISA` sets ([`Isa::Amx`], admitting everything, when unset).
     ///
     /// # Errors
     /// [`Error::BadParam`] naming `AUTODNN_ISA` when it holds an unknown name.
     pub fn cap_from_env() -> Result<Isa> {
         match std::env::var(ISA_ENV) {
             Ok(v) if !v.trim().is_empty() => Isa::parse(ISA_ENV, &v),
-            _ => Ok(Isa::Avx512),
+            _ => Ok(Isa::Amx),
         }
     }
 }
@@ -479,7 +496,9 @@ mod tests {
     fn masks_nest_and_admit_their_requirements() {
         assert!(Isa::Scalar.mask().is_empty());
         assert_eq!(Isa::Avx2.mask().names(), ["avx2", "fma", "f16c"]);
-        assert_eq!(Isa::Avx512.mask(), Features::all());
+        assert_eq!(Isa::Amx.mask(), Features::all());
+        assert_eq!(Isa::Avx512.mask().union(Features::AMX), Features::all());
+        assert!(Isa::Avx512.mask().intersection(Features::AMX).is_empty());
         for w in Isa::ALL.windows(2) {
             assert!(w[1].mask().contains_all(w[0].mask()));
         }
@@ -505,7 +524,7 @@ mod tests {
             assert!(widest <= isa && widest.is_available());
             assert_eq!(widest, isa.min(Isa::best_available()));
         }
-        assert_eq!(Isa::Avx512.usable(), detected);
+        assert_eq!(Isa::Amx.usable(), detected);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 mod common;
 
 use autodnn::cpu::{Feature, Isa};
-use autodnn::gemm::{bf16_unit_speedup, kernel_name_for, GemmDesc, BF16_UNITS_MIN_SPEEDUP};
+use autodnn::gemm::{
+    bf16_unit_speedup_for, kernel_name_for, kernel_name_for_depth, GemmDesc, BF16_UNITS_MIN_SPEEDUP,
+};
 use autodnn::{bf16, f16, Bf16Units, DataType, Handle, MathMode};
 use common::Rng;
 
@@ -182,12 +184,14 @@ fn allow_bf16_rounds_f32_operands_and_sums_in_f32() {
     {
         for threads in [1, 2] {
             let h = handle(isa, threads, MathMode::AllowBf16, units);
-            let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16, units);
-            eprintln!(
-                "{isa:?} x{threads} {}: f32 under allow_bf16 on {family}",
-                units.name()
-            );
             for d in cases() {
+                let family =
+                    kernel_name_for_depth(isa, DataType::F32, MathMode::AllowBf16, units, d.k());
+                eprintln!(
+                    "{isa:?} x{threads} {} k {}: f32 under allow_bf16 on {family}",
+                    units.name(),
+                    d.k()
+                );
                 let (la, lb) = operand_spans(&d);
                 let a: Vec<f32> = (0..la).map(|_| real(&mut rng)).collect();
                 let b: Vec<f32> = (0..lb).map(|_| real(&mut rng)).collect();
@@ -265,7 +269,7 @@ fn allow_bf16_conversion_rounds_to_nearest_even() {
         .into_iter()
         .flat_map(|i| Bf16Units::ALL.map(|u| (i, u)))
     {
-        let family = kernel_name_for(isa, DataType::F32, MathMode::AllowBf16, units);
+        let family = kernel_name_for_depth(isa, DataType::F32, MathMode::AllowBf16, units, 1);
         let h = handle(isa, 1, MathMode::AllowBf16, units);
         let d = GemmDesc::new(cases.len() + 2, 1, 1);
         let mut a: Vec<f32> = cases.iter().map(|c| c.0).collect();
@@ -293,48 +297,137 @@ fn allow_bf16_conversion_rounds_to_nearest_even() {
 }
 
 /// Which family computes products of bf16 values: `never` the f32 kernels, `always` the
-/// AVX512-BF16 ones wherever the CPU (within the cap) has them, `auto` those only where
-/// their measured speed-up over f32 reaches the threshold. f16 and strict f32 operands
-/// never run on them.
+/// first bf16 family wherever the CPU (within the cap) has one for the product's depth (AMX
+/// tiles from depth 16, else AVX512-BF16 dot products), `auto` that family only where its
+/// measured speed-up over f32 reaches the threshold. f16 and strict f32 operands never run
+/// on them.
 #[test]
 fn bf16_units_follow_the_choice_and_the_measured_speedup() {
-    let speedup = bf16_unit_speedup();
-    eprintln!("bf16 units: {speedup:?} times the f32 multiply-add rate");
-    let faster = speedup.is_some_and(|s| s >= BF16_UNITS_MIN_SPEEDUP);
     for isa in Isa::ALL {
-        let has = isa.usable().contains(Feature::Avx512Bf16);
-        assert_eq!(
-            speedup.is_some(),
-            Isa::Avx512.usable().contains(Feature::Avx512Bf16)
-        );
-        let f32_family = autodnn::gemm::kernel_name(isa);
-        for units in Bf16Units::ALL {
-            let on_bf16 = match units {
-                Bf16Units::Never => false,
-                Bf16Units::Always => has,
-                Bf16Units::Auto => has && faster,
-            };
-            for (dtype, math) in [
-                (DataType::Bf16, MathMode::Strict),
-                (DataType::Bf16, MathMode::AllowBf16),
-                (DataType::F32, MathMode::AllowBf16),
-            ] {
-                let family = kernel_name_for(isa, dtype, math, units);
-                assert_eq!(
-                    family.contains("bf16"),
-                    on_bf16,
-                    "{isa:?} {units:?} {dtype:?}"
-                );
-                if !on_bf16 {
-                    assert_eq!(family, f32_family, "{isa:?} {units:?} {dtype:?}");
+        for k in [3, 16, 1024, usize::MAX] {
+            let speedup = bf16_unit_speedup_for(isa, k);
+            eprintln!("{isa:?} k {k}: bf16 units {speedup:?} times the f32 multiply-add rate");
+            let has = isa.usable().contains(Feature::Avx512Bf16);
+            assert_eq!(speedup.is_some(), has, "{isa:?} k {k}");
+            let amx = isa.usable().contains(Feature::AmxBf16) && k >= 16;
+            let faster = speedup.is_some_and(|s| s >= BF16_UNITS_MIN_SPEEDUP);
+            let f32_family = autodnn::gemm::kernel_name(isa);
+            for units in Bf16Units::ALL {
+                let on_bf16 = match units {
+                    Bf16Units::Never => false,
+                    Bf16Units::Always => has,
+                    Bf16Units::Auto => has && faster,
+                };
+                for (dtype, math) in [
+                    (DataType::Bf16, MathMode::Strict),
+                    (DataType::Bf16, MathMode::AllowBf16),
+                    (DataType::F32, MathMode::AllowBf16),
+                ] {
+                    let family = kernel_name_for_depth(isa, dtype, math, units, k);
+                    assert_eq!(
+                        family.contains("bf16"),
+                        on_bf16,
+                        "{isa:?} {units:?} {dtype:?} k {k}"
+                    );
+                    assert_eq!(
+                        family.starts_with("amx"),
+                        on_bf16 && amx,
+                        "{isa:?} {units:?} {dtype:?} k {k}: {family}"
+                    );
+                    if !on_bf16 {
+                        assert_eq!(family, f32_family, "{isa:?} {units:?} {dtype:?}");
+                    }
+                    if k == usize::MAX {
+                        assert_eq!(family, kernel_name_for(isa, dtype, math, units));
+                    }
+                }
+                for (dtype, math) in [
+                    (DataType::F32, MathMode::Strict),
+                    (DataType::F16, MathMode::AllowBf16),
+                ] {
+                    assert_eq!(
+                        kernel_name_for_depth(isa, dtype, math, units, k),
+                        f32_family
+                    );
                 }
             }
-            for (dtype, math) in [
-                (DataType::F32, MathMode::Strict),
-                (DataType::F16, MathMode::AllowBf16),
-            ] {
-                assert_eq!(kernel_name_for(isa, dtype, math, units), f32_family);
+        }
+    }
+}
+
+/// The AMX tiles (where the CPU has them and the OS grants their state; elsewhere the family
+/// that runs instead, named in the output) on the shapes that exercise their edges: depths
+/// around the 16-pair and 32-deep steps, ragged m and n around the 32x32 tile pairs, C in
+/// both layouts (the column-major one is stored straight from the tiles), alpha 1 and not,
+/// beta 0 (NaN in C ignored), 1 and 2.5, on 1 and 2 threads: exact on integer data.
+#[test]
+fn amx_tiles_are_exact_at_their_edges() {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let isa = Isa::Amx;
+    let shapes = [
+        (32, 32, 16),
+        (31, 33, 17),
+        (64, 64, 31),
+        (17, 5, 33),
+        (65, 97, 48),
+        (1, 40, 64),
+        (40, 1, 95),
+        (96, 64, 257),
+    ];
+    let mut ran = std::collections::BTreeSet::new();
+    for threads in [1, 2] {
+        let h = handle(isa, threads, MathMode::AllowBf16, Bf16Units::Always);
+        for &(m, n, k) in &shapes {
+            let family = kernel_name_for_depth(
+                isa,
+                DataType::Bf16,
+                MathMode::AllowBf16,
+                Bf16Units::Always,
+                k,
+            );
+            ran.insert(family);
+            for col_major_c in [false, true] {
+                let mut d = GemmDesc::new(m, n, k);
+                if col_major_c {
+                    d = d.with_c_strides(1, m);
+                }
+                let (la, lb) = operand_spans(&d);
+                let a: Vec<f32> = (0..la).map(|_| int(&mut rng)).collect();
+                let b: Vec<f32> = (0..lb).map(|_| int(&mut rng)).collect();
+                let want = reference(
+                    &d,
+                    &a.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                    &b.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                );
+                let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+                let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+                for (alpha, beta) in [(1.0f32, 0.0f32), (1.0, 1.0), (2.0, 2.5), (-1.0, 0.0)] {
+                    let prior: Vec<f32> = (0..want.len()).map(|_| int(&mut rng)).collect();
+                    let mut c = prior.clone();
+                    if beta == 0.0 {
+                        c.fill(f32::NAN);
+                    }
+                    h.gemm(&d, alpha, &ab, &bb, beta, &mut c).unwrap();
+                    let mut cf = prior.clone();
+                    if beta == 0.0 {
+                        cf.fill(f32::NAN);
+                    }
+                    h.gemm(&d, alpha, &a, &b, beta, &mut cf).unwrap();
+                    for i in 0..want.len() {
+                        let p = if beta == 0.0 { 0.0 } else { prior[i] as f64 };
+                        let w = alpha as f64 * want[i] + beta as f64 * p;
+                        assert_eq!(
+                            c[i] as f64, w,
+                            "{family} {d:?} x{threads} a{alpha} b{beta} c[{i}]"
+                        );
+                        assert_eq!(cf[i] as f64, w, "f32 {family} {d:?} x{threads} c[{i}]");
+                    }
+                }
             }
         }
+    }
+    eprintln!("ran on: {ran:?}");
+    if Isa::Amx.usable().contains(Feature::AmxBf16) {
+        assert!(ran.iter().any(|f| f.starts_with("amx")), "{ran:?}");
     }
 }

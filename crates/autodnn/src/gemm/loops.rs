@@ -720,6 +720,12 @@ fn macro_kernel(
     let apan = mc.div_ceil(mr);
     let epilogue = s.last && !g.epilogue.is_identity();
     let first = jpanels.start;
+    if let Some(state) = ks.tiles {
+        // SAFETY: the family was chosen where the CPU has its features (kernel_set_for
+        // intersects them with the detected ones); its `end` runs below, on this thread,
+        // and nothing in between but this family's kernels and epilogue uses the state.
+        unsafe { (state.begin)() };
+    }
     for jp in jpanels {
         let j = s.jc + jp * nr;
         let n = nr.min(s.jc + s.nc - j);
@@ -810,6 +816,10 @@ fn macro_kernel(
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }
         }
+    }
+    if let Some(state) = ks.tiles {
+        // SAFETY: `begin` ran above on this thread.
+        unsafe { (state.end)() };
     }
 }
 
@@ -977,7 +987,7 @@ mod tests {
             assert_eq!(source(isa, 300, 64, 64, 1), "pack");
         }
         assert!(!kernel_set(crate::cpu::Isa::Scalar.usable()).packs_a);
-        if crate::cpu::Isa::best_available() == crate::cpu::Isa::Avx512 {
+        if crate::cpu::Isa::best_available() >= crate::cpu::Isa::Avx512 {
             assert!(kernel_set(crate::cpu::Isa::Avx512.usable()).packs_a);
         }
     }

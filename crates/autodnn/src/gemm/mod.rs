@@ -50,8 +50,12 @@ mod peak;
 
 pub use desc::{GemmDesc, MatrixOrder, Transpose};
 pub use epilogue::{Activation, Bias, Epilogue, Residual};
+pub use kernels::PackFormat;
 pub use pack::{PackA, PackB, StridedMatrix};
-pub use peak::{bf16_dot_peak, bf16_unit_speedup, fma_peak, BF16_UNITS_MIN_SPEEDUP};
+pub use peak::{
+    bf16_dot_peak, bf16_peak_family, bf16_unit_speedup, bf16_unit_speedup_for,
+    bf16_unit_speedup_under, fma_peak, BF16_UNITS_MIN_SPEEDUP,
+};
 
 use rayon::prelude::*;
 
@@ -167,7 +171,25 @@ pub fn kernel_name_for(
     math: MathMode,
     units: Bf16Units,
 ) -> &'static str {
-    kernels::kernel_set_for(isa.usable(), dtype, math, units).name
+    kernel_name_for_depth(isa, dtype, math, units, usize::MAX)
+}
+
+/// As [`kernel_name_for`], for products of depth `k` (a family may need a least depth: AMX
+/// tiles take `k ≥ 16`, shallower products run on the next family).
+///
+/// ```
+/// use autodnn::{cpu::Isa, gemm::kernel_name_for_depth, Bf16Units, DataType, MathMode};
+/// let f = kernel_name_for_depth(Isa::Amx, DataType::Bf16, MathMode::Strict, Bf16Units::Always, 3);
+/// assert!(!f.starts_with("amx"));
+/// ```
+pub fn kernel_name_for_depth(
+    isa: Isa,
+    dtype: DataType,
+    math: MathMode,
+    units: Bf16Units,
+    k: usize,
+) -> &'static str {
+    kernels::kernel_set_for(isa.usable(), dtype, math, units, k).name
 }
 
 /// The name of the micro-kernel family GEMM uses under an ISA cap, e.g. `avx512-32x14`.
@@ -191,18 +213,38 @@ pub(crate) fn blocking_with(features: Features) -> blocking::Blocking {
     kernels::kernel_set(features).blocking
 }
 
-/// How GEMM runs f32 operands (packed by the caller's packers, [`gemm_engine`]) in a
-/// context: the register tile and blocks of the family its math mode and units choose, and
-/// that family's conversion into bf16 pairs when it reads them ([`kernels::PackFormat`]).
+/// How GEMM runs f32 operands of depth `k` (packed by the caller's packers,
+/// [`gemm_engine`]) in a context: the register tile and blocks of the family its math mode
+/// and units choose, its panel format, and its conversion of f32 panels of the A side
+/// (`a_side`) or the B side into that format when it reads bf16 ([`kernels::PackFormat`]).
 pub(crate) fn engine_format(
     ctx: &ExecContext<'_>,
-) -> (blocking::Blocking, Option<kernels::PairsFn>) {
-    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units);
-    let pairs = match ks.packing {
-        kernels::PackFormat::Bf16Pairs => ks.to_pairs,
-        kernels::PackFormat::F32Panels => None,
-    };
-    (ks.blocking, pairs)
+    k: usize,
+    a_side: bool,
+) -> (
+    blocking::Blocking,
+    kernels::PackFormat,
+    Option<kernels::PairsFn>,
+) {
+    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units, k);
+    let convert = ks.pairs.filter(|_| ks.packing.is_bf16()).map(|p| {
+        if a_side {
+            p.a_from_f32
+        } else {
+            p.b_from_f32
+        }
+    });
+    (ks.blocking, ks.packing, convert)
+}
+
+/// Where depth `d` of column (or row) `j` of a panel `w` wide lies in the AMX tile format,
+/// on the B side or the A side: (32-bit slot from the panel's start, whether in its high
+/// half).
+pub(crate) fn amx_slot(d: usize, j: usize, w: usize, b_side: bool) -> (usize, bool) {
+    #[cfg(target_arch = "x86_64")]
+    return kernels::amx::slot_of(d, j, w, b_side);
+    #[cfg(not(target_arch = "x86_64"))]
+    (d / 2 * w + j, d % 2 == 1)
 }
 
 /// Runs one checked product with the context's threads and ISA.
@@ -251,7 +293,7 @@ fn run_validated<T: GemmInput>(
     };
     let [crs, ccs] = desc.c_strides();
     let invalid = "checked by GemmDesc::validate and check_buffers";
-    let ks = kernels::kernel_set_for(ctx.features, T::DTYPE, ctx.math, ctx.bf16_units);
+    let ks = kernels::kernel_set_for(ctx.features, T::DTYPE, ctx.math, ctx.bf16_units, k);
     let am = StridedMatrix::new(a, m, k, ars, acs)
         .expect(invalid)
         .with_transposer(ks.transposer);
@@ -339,7 +381,7 @@ pub(crate) fn gemm_engine(
     };
     // f32 operands, packed by the caller's packers: on the bf16 units under `AllowBf16` where
     // the units choice lets them (their panels rounded into pairs after packing).
-    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units);
+    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units, k);
     loops::run(ks, ctx, &g, &out)
 }
 

@@ -15,7 +15,7 @@
 //! - B panel of depth `p0 .. p0 + kc`, columns `j0 .. j0 + nc`: `ceil(nc / nr)` micro-panels,
 //!   each `kc × nr` with element `(p, j)` at `p·nr + j`; columns past `nc` are zero.
 
-use super::kernels::Transposer;
+use super::kernels::{PackFormat, Transposer};
 use super::GemmInput;
 
 /// Asks for the cache line holding `x` ahead of its use (a hint: never faults). Source rows
@@ -100,18 +100,21 @@ pub trait PackA: Sync {
         None
     }
 
-    /// As [`PackA::prepacked_a`], for the bf16-pair format of the kernel families that read
-    /// pairs (the `ceil(kc / 2)` pair steps of each micro-panel at its start, in the same
-    /// `mr·kc` elements): what prepared weights made for such a family hold.
+    /// As [`PackA::prepacked_a`], for the bf16 `format` of the kernel families that read
+    /// pairs (for [`PackFormat::Bf16Pairs`], the `ceil(kc / 2)` pair steps of each
+    /// micro-panel at its start, in the same `mr·kc` elements; [`PackFormat::AmxTiles`] as
+    /// that family lays them out): what prepared weights made for such a family hold. `None`
+    /// for panels of another format.
     fn prepacked_pairs_a(
         &self,
+        format: PackFormat,
         i0: usize,
         mc: usize,
         p0: usize,
         kc: usize,
         mr: usize,
     ) -> Option<&[f32]> {
-        let _ = (i0, mc, p0, kc, mr);
+        let _ = (format, i0, mc, p0, kc, mr);
         None
     }
 }
@@ -160,16 +163,17 @@ pub trait PackB: Sync {
         None
     }
 
-    /// As [`PackB::prepacked_b`], for the bf16-pair format (see [`PackA::prepacked_pairs_a`]).
+    /// As [`PackB::prepacked_b`], for a bf16 format (see [`PackA::prepacked_pairs_a`]).
     fn prepacked_pairs_b(
         &self,
+        format: PackFormat,
         p0: usize,
         kc: usize,
         j0: usize,
         nc: usize,
         nr: usize,
     ) -> Option<&[f32]> {
-        let _ = (p0, kc, j0, nc, nr);
+        let _ = (format, p0, kc, j0, nc, nr);
         None
     }
 

@@ -8,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use crate::cpu::{Feature, Features, Isa};
+use crate::cpu::{Features, Isa};
 
 /// Measures the f32 FMA peak in GFLOP/s (2 flops per multiply-add and lane) of `threads`
 /// threads running at once, each doing `iters` rounds of its chains, with the widest kernel
@@ -35,10 +35,12 @@ pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
     (isa, flops as f64 / secs / 1e9)
 }
 
-/// Measures the bf16 dot-product peak in GFLOP/s (4 flops per lane and instruction: two
-/// products and two sums) of `threads` threads running `vdpbf16ps` chains at once, as
-/// [`fma_peak`] does for f32; `None` where the usable features under `isa` have no
-/// AVX512-BF16.
+/// Measures the bf16 peak in GFLOP/s of `threads` threads running at once, each `iters`
+/// rounds of the peak loop of the bf16 units GEMM uses first under `isa`, as [`fma_peak`]
+/// does for f32: AMX tile multiplies (`tdpbf16ps`, 2 flops per product) where the cap
+/// admits AMX and the operating system grants it, else AVX512-BF16 dot products
+/// (`vdpbf16ps`: 4 flops per lane and instruction, two products and two sums); `None` where
+/// the usable features under `isa` have neither.
 ///
 /// # Examples
 /// ```
@@ -48,22 +50,24 @@ pub fn fma_peak(isa: Isa, threads: usize, iters: u64) -> (Isa, f64) {
 /// assert_eq!(autodnn::gemm::bf16_dot_peak(Isa::Avx2, 1, 10_000), None);
 /// ```
 pub fn bf16_dot_peak(isa: Isa, threads: usize, iters: u64) -> Option<f64> {
-    let features = isa.usable();
-    #[cfg(target_arch = "x86_64")]
-    if features.contains_all(Features::of(&[Feature::Avx512F, Feature::Avx512Bf16])) {
-        let threads = threads.max(1);
-        let start = Instant::now();
-        let flops: u64 = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                // SAFETY: the features are detected ones (`Isa::usable`).
-                .map(|_| s.spawn(move || unsafe { x86::avx512_bf16(black_box(iters)) }))
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-        });
-        return Some(flops as f64 / start.elapsed().as_secs_f64() / 1e9);
-    }
-    let _ = (features, threads, iters);
-    None
+    let ks = super::kernels::bf16_family(isa.usable(), usize::MAX)?;
+    let peak = ks.unit_peak?;
+    let threads = threads.max(1);
+    let start = Instant::now();
+    let flops: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            // SAFETY: the family is one the usable (detected) features run (`bf16_family`).
+            .map(|_| s.spawn(move || unsafe { peak(black_box(iters)) }))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    Some(flops as f64 / start.elapsed().as_secs_f64() / 1e9)
+}
+
+/// The kernel family whose units [`bf16_dot_peak`] measures under `isa` (e.g.
+/// `amx-bf16-32x32`); `None` where it measures nothing.
+pub fn bf16_peak_family(isa: Isa) -> Option<&'static str> {
+    super::kernels::bf16_family(isa.usable(), usize::MAX).map(|ks| ks.name)
 }
 
 /// The least [`bf16_unit_speedup`] at which [`crate::Bf16Units::Auto`] runs products of bf16
@@ -72,45 +76,78 @@ pub fn bf16_dot_peak(isa: Isa, threads: usize, iters: u64) -> Option<f64> {
 /// are only a little faster is better served by the f32 kernels.
 pub const BF16_UNITS_MIN_SPEEDUP: f64 = 1.25;
 
-/// One core's bf16 dot-product throughput over its f32 multiply-add throughput, in flops
-/// (2.0 on AMD Zen 4 and Zen 5, about 0.5 on some Intel Xeons), measured once per process
-/// on the calling thread: five interleaved rounds of each peak loop of about 0.1 ms, the
-/// best of each. `None` where the CPU has no AVX512-BF16.
+/// One core's bf16 throughput over its f32 multiply-add throughput, in flops, on the bf16
+/// units GEMM would use first with every feature this machine has (AMX tiles where the
+/// operating system grants them, else AVX512-BF16 dot products: 2.0 on AMD Zen 4 and Zen 5,
+/// about 0.5 on some Intel Xeons, several times more on AMX): [`bf16_unit_speedup_under`]
+/// the widest cap. `None` where the CPU has no bf16 units.
 ///
 /// # Examples
 /// ```
 /// use autodnn::cpu::{Feature, Isa};
 /// let speedup = autodnn::gemm::bf16_unit_speedup();
-/// assert_eq!(speedup.is_some(), Isa::Avx512.usable().contains(Feature::Avx512Bf16));
+/// assert_eq!(speedup.is_some(), Isa::Amx.usable().contains(Feature::Avx512Bf16));
 /// assert!(speedup.map_or(true, |s| s > 0.0));
 /// ```
 pub fn bf16_unit_speedup() -> Option<f64> {
-    static SPEEDUP: std::sync::OnceLock<Option<f64>> = std::sync::OnceLock::new();
-    *SPEEDUP.get_or_init(measure_bf16_unit_speedup)
+    bf16_unit_speedup_under(Isa::Amx)
 }
 
-fn measure_bf16_unit_speedup() -> Option<f64> {
+/// The speed-up of the bf16 units GEMM uses first under an ISA cap, for products deep
+/// enough for every family (see [`bf16_unit_speedup_for`]).
+///
+/// ```
+/// use autodnn::cpu::{Feature, Isa};
+/// assert_eq!(autodnn::gemm::bf16_unit_speedup_under(Isa::Avx2), None);
+/// let s = autodnn::gemm::bf16_unit_speedup_under(Isa::Avx512);
+/// assert_eq!(s.is_some(), Isa::Avx512.usable().contains(Feature::Avx512Bf16));
+/// ```
+pub fn bf16_unit_speedup_under(isa: Isa) -> Option<f64> {
+    bf16_unit_speedup_for(isa, usize::MAX)
+}
+
+/// The speed-up over f32 of the bf16 units that products of depth `k` run on under an ISA
+/// cap (the first bf16 kernel family there that takes depth `k`: AMX tiles need `k ≥ 16`),
+/// measured once per process and family on the calling thread: five interleaved rounds of
+/// each peak loop of about 0.1 ms, the best of each. [`crate::Bf16Units::Auto`] uses those
+/// units where this reaches [`BF16_UNITS_MIN_SPEEDUP`]. `None` where the cap leaves no bf16
+/// units.
+pub fn bf16_unit_speedup_for(isa: Isa, k: usize) -> Option<f64> {
+    let ks = super::kernels::bf16_family(isa.usable(), k)?;
+    super::kernels::unit_speedup(ks)
+}
+
+/// A peak loop's throughput (`peak(iters)` returns the flops it did) over the AVX-512 f32
+/// multiply-adds', best of five interleaved rounds each; `None` without AVX-512F.
+pub(crate) fn speedup_over_f32(peak: &dyn Fn(u64) -> u64) -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    if Isa::Avx512
-        .usable()
-        .contains_all(Features::of(&[Feature::Avx512F, Feature::Avx512Bf16]))
-    {
+    if Isa::Amx.usable().contains_all(Features::AVX512F) {
         const ITERS: u64 = 20_000;
         let rate = |f: &dyn Fn() -> u64| {
             let start = Instant::now();
             let flops = f();
             flops as f64 / start.elapsed().as_secs_f64().max(1e-9)
         };
-        let (mut f32_best, mut bf16_best) = (0.0f64, 0.0f64);
+        let (mut f32_best, mut units_best) = (0.0f64, 0.0f64);
         for _ in 0..5 {
-            // SAFETY: both features were detected (`Isa::usable`) just above.
+            // SAFETY: AVX-512F was detected (`Isa::usable`) just above.
             f32_best = f32_best.max(rate(&|| unsafe { x86::avx512(black_box(ITERS)) }));
-            // SAFETY: as above.
-            bf16_best = bf16_best.max(rate(&|| unsafe { x86::avx512_bf16(black_box(ITERS)) }));
+            units_best = units_best.max(rate(&|| peak(black_box(ITERS))));
         }
-        return Some(bf16_best / f32_best.max(1.0));
+        return Some(units_best / f32_best.max(1.0));
     }
+    let _ = peak;
     None
+}
+
+/// The AVX512-BF16 family's peak loop (see [`bf16_dot_peak`]).
+///
+/// # Safety
+/// The CPU supports AVX-512F and AVX512-BF16.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn avx512_bf16_chains(iters: u64) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { x86::avx512_bf16(iters) }
 }
 
 /// Runs one thread's chains; returns the flops done.

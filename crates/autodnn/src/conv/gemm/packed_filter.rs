@@ -4,7 +4,7 @@
 
 use crate::cpu::Features;
 use crate::error::{Error, Result};
-use crate::gemm::{self, PackA, PackB, StridedMatrix};
+use crate::gemm::{self, PackA, PackB, PackFormat, StridedMatrix};
 use crate::runtime::{ExecContext, MathMode};
 
 use super::geometry::{Frame, Geometry, Tap};
@@ -12,7 +12,7 @@ use super::geometry::{Frame, Geometry, Tap};
 /// Magic number opening prepared weights of the GEMM-based algorithms.
 const PREPARED_MAGIC: f32 = 7405.0;
 /// Floats before the packed panels: magic, panel width, depth block, frame, format (0: f32
-/// panels, 1: bf16 pairs).
+/// panels, 1: bf16 pairs, 2: AMX tiles; [`PackFormat`]'s code).
 const PREPARED_HEADER: usize = 5;
 
 /// One group's filter as the engine's operand: the filter side of the frame (B, taps ×
@@ -163,12 +163,13 @@ impl PackA for Filter<'_> {
     }
     fn prepacked_a(&self, i0: usize, mc: usize, p0: usize, kc: usize, mr: usize) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) if !p.pairs => p.panels(p0, kc, i0, mc, mr),
+            Filter::Packed(p) if p.format == PackFormat::F32Panels => p.panels(p0, kc, i0, mc, mr),
             _ => None,
         }
     }
     fn prepacked_pairs_a(
         &self,
+        format: PackFormat,
         i0: usize,
         mc: usize,
         p0: usize,
@@ -176,7 +177,9 @@ impl PackA for Filter<'_> {
         mr: usize,
     ) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) if p.pairs => p.panels(p0, kc, i0, mc, mr),
+            Filter::Packed(p) if format.is_bf16() && p.format == format => {
+                p.panels(p0, kc, i0, mc, mr)
+            }
             _ => None,
         }
     }
@@ -202,12 +205,13 @@ impl PackB for Filter<'_> {
     }
     fn prepacked_b(&self, p0: usize, kc: usize, j0: usize, nc: usize, nr: usize) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) if !p.pairs => p.panels(p0, kc, j0, nc, nr),
+            Filter::Packed(p) if p.format == PackFormat::F32Panels => p.panels(p0, kc, j0, nc, nr),
             _ => None,
         }
     }
     fn prepacked_pairs_b(
         &self,
+        format: PackFormat,
         p0: usize,
         kc: usize,
         j0: usize,
@@ -215,7 +219,9 @@ impl PackB for Filter<'_> {
         nr: usize,
     ) -> Option<&[f32]> {
         match self {
-            Filter::Packed(p) if p.pairs => p.panels(p0, kc, j0, nc, nr),
+            Filter::Packed(p) if format.is_bf16() && p.format == format => {
+                p.panels(p0, kc, j0, nc, nr)
+            }
             _ => None,
         }
     }
@@ -223,15 +229,17 @@ impl PackB for Filter<'_> {
 
 /// One group's prepared filter: for each depth block of `kcb` taps (the last one shorter),
 /// `ceil(channels / width)` panels of `(block depth) × width`, channels past the end zero;
-/// in f32, or (`pairs`) rounded into the bf16 pairs of the kernel families that read them,
-/// each panel's pair steps at its start.
+/// in f32, or rounded into the bf16 `format` of the kernel family that reads them (for
+/// pairs, each panel's pair steps at its start), on the engine's B side (`b_side`, the
+/// frame of positions) or its A side.
 pub(crate) struct PackedFilter<'a> {
     data: &'a [f32],
     width: usize,
     kcb: usize,
     depth: usize,
     channels: usize,
-    pairs: bool,
+    format: PackFormat,
+    b_side: bool,
 }
 
 impl PackedFilter<'_> {
@@ -256,17 +264,16 @@ impl PackedFilter<'_> {
     fn at(&self, t: usize, k: usize) -> f32 {
         let (b0, d) = (t / self.kcb * self.kcb, t % self.kcb);
         let kt = self.kcb.min(self.depth - b0);
-        let panel = b0 * self.padded() + k / self.width * kt * self.width + k % self.width;
-        if !self.pairs {
-            return self.data[panel + d * self.width];
-        }
-        // Pair step d / 2 holds depth d in its low half when d is even.
-        let bits = self.data[panel + d / 2 * self.width].to_bits();
-        let half = if d % 2 == 0 {
-            bits & 0xffff
-        } else {
-            bits >> 16
+        let panel = b0 * self.padded() + k / self.width * kt * self.width;
+        let j = k % self.width;
+        let (slot, high) = match self.format {
+            PackFormat::F32Panels => return self.data[panel + d * self.width + j],
+            // Pair step d / 2 holds depth d in its low half when d is even.
+            PackFormat::Bf16Pairs => (d / 2 * self.width + j, d % 2 == 1),
+            PackFormat::AmxTiles => gemm::amx_slot(d, j, self.width, self.b_side),
         };
+        let bits = self.data[panel + slot].to_bits();
+        let half = if high { bits >> 16 } else { bits & 0xffff };
         f32::from_bits(half << 16)
     }
 }
@@ -319,12 +326,13 @@ impl Geometry {
         if data.len() < PREPARED_HEADER || data[0] != PREPARED_MAGIC {
             return Err(bad());
         }
-        let pairs = match data[4] {
-            0.0 => false,
-            1.0 => true,
+        let format = match data[4] {
+            c if c.fract() == 0.0 && (0.0..=255.0).contains(&c) => {
+                PackFormat::from_code(c as u8).ok_or_else(bad)?
+            }
             _ => return Err(bad()),
         };
-        if pairs && ctx.math == MathMode::Strict {
+        if format.is_bf16() && ctx.math == MathMode::Strict {
             return Err(Error::bad(
                 "prepared",
                 "bf16 pairs",
@@ -352,7 +360,8 @@ impl Geometry {
             kcb,
             depth: self.depth,
             channels: self.kg,
-            pairs,
+            format,
+            b_side: frame == Frame::Positions,
         }))
     }
 
@@ -364,7 +373,8 @@ impl Geometry {
     /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
     pub fn prepare(&self, w: &[f32], ctx: &ExecContext<'_>) -> Result<Vec<f32>> {
         let features = ctx.features;
-        let (bl, to_pairs) = gemm::engine_format(ctx);
+        let b_side = self.frame == Frame::Positions;
+        let (bl, format, to_pairs) = gemm::engine_format(ctx, self.depth, !b_side);
         let width = match self.frame {
             Frame::Positions => bl.nr,
             Frame::Channels => bl.mr,
@@ -382,7 +392,7 @@ impl Geometry {
             } else {
                 1.0
             },
-            if to_pairs.is_some() { 1.0 } else { 0.0 },
+            f32::from(format.code()),
         ]);
         for (g, dst) in data[PREPARED_HEADER..]
             .chunks_exact_mut(self.depth * padded)

@@ -29,7 +29,10 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &B_IN_PLACE,
-        to_pairs: None,
+        pairs: None,
+        tiles: None,
+        min_depth: 1,
+        unit_peak: None,
         packs_a: true,
     }
 }

@@ -46,9 +46,20 @@ pub(crate) fn kernel_set() -> KernelSet {
         transposer: Some(&super::avx512::TRANSPOSER),
         b_in_place: &[],
         packs_a: false,
-        to_pairs: Some(to_pairs),
+        pairs: Some(&PAIRS),
+        tiles: None,
+        min_depth: 1,
+        unit_peak: Some(crate::gemm::peak::avx512_bf16_chains),
     }
 }
+
+/// Both operands' panels are plain pair panels.
+static PAIRS: super::PairsConversion = super::PairsConversion {
+    a_from_f32: to_pairs,
+    b_from_f32: to_pairs,
+    a_from_pairs: None,
+    b_from_pairs: None,
+};
 
 /// Kernels for a ragged last column panel of n < NR columns (`EDGE[n − 1]`).
 static EDGE: [super::UKernel; NR - 1] = [

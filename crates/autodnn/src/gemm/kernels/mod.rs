@@ -16,6 +16,8 @@
 pub(crate) mod scalar;
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
@@ -98,23 +100,87 @@ pub(crate) struct Transposer {
 }
 
 /// How a family's packed A and B panels hold their elements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PackFormat {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackFormat {
     /// f32 micro-panels: A's `MR` rows and B's `NR` columns contiguous per depth step.
     F32Panels,
-    /// bf16 pairs along the depth, as AVX512-BF16 (and AMX) dot products read them: the
+    /// bf16 pairs along the depth, as AVX512-BF16 dot products read them: the
     /// panel of the f32 format, its depth steps 2q and 2q + 1 rounded to bf16 and held
     /// together in the 32-bit slot of step q (low half 2q), `ceil(kc / 2)` steps. The frame
-    /// packs f32 panels and the family's [`KernelSet::to_pairs`] converts them in place.
+    /// packs f32 panels and the family's [`KernelSet::pairs`] converts them in place.
     Bf16Pairs,
+    /// The AMX tile formats, in bf16 pairs like [`PackFormat::Bf16Pairs`] (see the AMX-BF16
+    /// kernel family): A's panels are pair panels whose pair steps are zero-filled up to
+    /// a multiple of 16 (a tile's depth), B's hold each column's pairs contiguously, 16 per
+    /// tile row, block after block of 16 pair steps (zero-filled). Both fit the f32 panel's
+    /// `kc·w` elements for `kc ≥ 16` ([`KernelSet::min_depth`]).
+    AmxTiles,
 }
 
-/// Converts a packed f32 panel of `kc` depth steps of `w` elements into
-/// [`PackFormat::Bf16Pairs`] in place.
+impl PackFormat {
+    /// The number prepared weights record for the format (0, 1, 2), and back.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            PackFormat::F32Panels => 0,
+            PackFormat::Bf16Pairs => 1,
+            PackFormat::AmxTiles => 2,
+        }
+    }
+
+    /// The format of [`PackFormat::code`] `c`.
+    pub(crate) fn from_code(c: u8) -> Option<PackFormat> {
+        [
+            PackFormat::F32Panels,
+            PackFormat::Bf16Pairs,
+            PackFormat::AmxTiles,
+        ]
+        .into_iter()
+        .find(|f| f.code() == c)
+    }
+
+    /// Whether the panels hold bf16 values (rounded from f32 unless they were bf16).
+    pub(crate) fn is_bf16(self) -> bool {
+        self != PackFormat::F32Panels
+    }
+}
+
+/// Converts a packed panel of `kc` depth steps of `w` elements (f32, or bf16 pairs, as the
+/// conversion says) in place into a family's format.
 ///
 /// # Safety
 /// The CPU has the family's features; `buf` is readable and writable for `kc·w` floats.
 pub(crate) type PairsFn = unsafe fn(buf: *mut f32, w: usize, kc: usize);
+
+/// How a bf16 family's panels are made: from the frame's f32 panels, or from pair panels
+/// ([`PackFormat::Bf16Pairs`], as packers of bf16 data write them directly).
+#[derive(Debug)]
+pub(crate) struct PairsConversion {
+    /// An f32 A panel into the family's A format.
+    pub a_from_f32: PairsFn,
+    /// An f32 B panel into the family's B format.
+    pub b_from_f32: PairsFn,
+    /// A pair A panel into the family's A format; `None` where they are the same.
+    pub a_from_pairs: Option<PairsFn>,
+    /// A pair B panel into the family's B format; `None` where they are the same.
+    pub b_from_pairs: Option<PairsFn>,
+}
+
+/// Per-thread state a family's kernels need around a run of micro-kernel calls (AMX: the
+/// tile configuration): `begin` before the first call of a block, `end` after its last, on
+/// the same thread, with nothing between them that uses the state.
+#[derive(Debug)]
+pub(crate) struct TileState {
+    /// Sets the state up.
+    ///
+    /// # Safety
+    /// The CPU has the family's features.
+    pub begin: unsafe fn(),
+    /// Releases it.
+    ///
+    /// # Safety
+    /// As `begin`, which ran before on this thread.
+    pub end: unsafe fn(),
+}
 
 /// A kernel family: the features it needs, its types and packing, the micro-kernel, its
 /// block sizes, the epilogue for the same features.
@@ -150,8 +216,20 @@ pub(crate) struct KernelSet {
     /// Whether the kernels store the A micro-panel they read where [`Tile::a_pack`] says
     /// (the others ignore it).
     pub packs_a: bool,
-    /// For [`PackFormat::Bf16Pairs`]: the conversion of packed f32 panels into pairs.
-    pub to_pairs: Option<PairsFn>,
+    /// For the bf16 formats: how panels are converted into them.
+    pub pairs: Option<&'static PairsConversion>,
+    /// State the kernels need set up around their calls, where they need any.
+    pub tiles: Option<&'static TileState>,
+    /// The least depth `k` of a product the family runs (1 for most; AMX's panels are cut
+    /// in tiles of 32).
+    pub min_depth: usize,
+    /// For bf16 families: one thread's peak loop on the family's multiply units, run for
+    /// `iters` rounds, returning the flops done (the measured speed-up over f32 that
+    /// [`Bf16Units::Auto`] asks for).
+    ///
+    /// # Safety
+    /// The CPU has the family's features.
+    pub unit_peak: Option<unsafe fn(iters: u64) -> u64>,
 }
 
 /// This build's kernel families, most preferred first; the last, the portable family, needs
@@ -160,6 +238,8 @@ pub(crate) fn table() -> &'static [KernelSet] {
     static SETS: OnceLock<Vec<KernelSet>> = OnceLock::new();
     SETS.get_or_init(|| {
         let sets = [
+            #[cfg(target_arch = "x86_64")]
+            amx::kernel_set(),
             #[cfg(target_arch = "x86_64")]
             avx512bf16::kernel_set(),
             #[cfg(target_arch = "x86_64")]
@@ -194,41 +274,67 @@ pub(crate) fn kernel_set(features: Features) -> &'static KernelSet {
         .unwrap_or(&sets[sets.len() - 1])
 }
 
-/// The kernel family for operands of `dtype` under `math` and `units`: where the operands
-/// may be computed in bf16 (bf16 data always, f32 data under [`MathMode::AllowBf16`]), the
-/// first bf16-pair family the usable `features` run, if `units` lets it (for
-/// [`Bf16Units::Auto`]: where the bf16 units are measured faster,
-/// [`super::bf16_unit_speedup`]); else the f32 family of [`kernel_set`] (which computes the
-/// same products from the operands converted to f32).
+/// The kernel family for a product of depth `k` with operands of `dtype` under `math` and
+/// `units`: where the operands may be computed in bf16 (bf16 data always, f32 data under
+/// [`MathMode::AllowBf16`]), the first bf16 family in [`table`] that the usable `features`
+/// run and that takes depth `k` (AMX tiles before AVX512-BF16), if `units` lets it (for
+/// [`Bf16Units::Auto`]: where that family's units are measured faster than the f32 ones,
+/// [`unit_speedup`]); else the f32 family of [`kernel_set`] (which computes the same
+/// products from the operands converted to f32).
 pub(crate) fn kernel_set_for(
     features: Features,
     dtype: DataType,
     math: MathMode,
     units: Bf16Units,
+    k: usize,
 ) -> &'static KernelSet {
     let bf16 = match dtype {
         DataType::Bf16 => true,
         DataType::F32 => math == MathMode::AllowBf16,
         DataType::F16 => false,
     };
-    let wanted = match units {
-        Bf16Units::Never => false,
-        Bf16Units::Always => bf16,
-        Bf16Units::Auto => {
-            bf16 && super::bf16_unit_speedup().is_some_and(|s| s >= super::BF16_UNITS_MIN_SPEEDUP)
-        }
-    };
+    let family = (bf16 && units != Bf16Units::Never)
+        .then(|| bf16_family(features, k))
+        .flatten()
+        .filter(|s| {
+            units == Bf16Units::Always
+                || unit_speedup(s).is_some_and(|x| x >= super::BF16_UNITS_MIN_SPEEDUP)
+        });
+    family.unwrap_or_else(|| kernel_set(features))
+}
+
+/// The first bf16 family in [`table`] the usable `features` run for products of depth `k`.
+pub(crate) fn bf16_family(features: Features, k: usize) -> Option<&'static KernelSet> {
     let usable = features.intersection(Features::detected());
-    let pairs = |s: &&KernelSet| {
+    table().iter().find(|s| {
         s.operand == DataType::Bf16
             && s.accumulator == DataType::F32
-            && s.packing == PackFormat::Bf16Pairs
-            && s.to_pairs.is_some()
+            && s.packing.is_bf16()
+            && s.pairs.is_some()
+            && s.unit_peak.is_some()
+            && k >= s.min_depth
             && usable.contains_all(s.requires)
+    })
+}
+
+/// A bf16 family's units' throughput over the f32 multiply-adds' (one core, in flops),
+/// measured once per process and family ([`super::peak`]); `None` for a family without a
+/// peak loop or that this CPU does not run.
+pub(crate) fn unit_speedup(ks: &KernelSet) -> Option<f64> {
+    const MOST: usize = 8;
+    static SPEEDUPS: [OnceLock<Option<f64>>; MOST] = [const { OnceLock::new() }; MOST];
+    let i = table().iter().position(|s| std::ptr::eq(s, ks))?;
+    let peak = ks.unit_peak?;
+    if !Features::detected().contains_all(ks.requires) {
+        return None;
+    }
+    let measure = || {
+        // SAFETY: the family's features were detected just above.
+        super::peak::speedup_over_f32(&|iters| unsafe { peak(iters) })
     };
-    match wanted.then(|| table().iter().find(pairs)).flatten() {
-        Some(s) => s,
-        None => kernel_set(features),
+    match SPEEDUPS.get(i) {
+        Some(cell) => *cell.get_or_init(measure),
+        None => measure(),
     }
 }
 
