@@ -395,6 +395,7 @@ fn selection_times_reduced_problems_on_their_own_type() {
 
 #[test]
 fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
+    // Every algorithm but `direct`, which reads the reduced tensors in place: no workspace.
     let h = Handle::with_threads(1).unwrap();
     let base = problem("mb1ic8oc16ih9oh9kh3ph1", Layout::Nhwc);
     let p = reduced(&base, DataType::Bf16, DataType::Bf16);
@@ -409,16 +410,20 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
         }
         let need = Algorithm::<ConvForward>::workspace_bytes(*a, &p);
         let widen = 4 * (p.x().span() + p.w().elements() + p.y().span());
-        assert!(
-            need >= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen,
-            "{}",
-            a.name()
-        );
-        assert!(
-            need <= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen + 3 * 128,
-            "{}",
-            a.name()
-        );
+        if a.name() == "direct" {
+            assert_eq!(need, 0, "direct");
+        } else {
+            assert!(
+                need >= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen,
+                "{}",
+                a.name()
+            );
+            assert!(
+                need <= Algorithm::<ConvForward>::workspace_bytes(*a, &p32) + widen + 3 * 128,
+                "{}",
+                a.name()
+            );
+        }
         let inputs = ConvFwdInputs {
             x: x.view(),
             w: Weights::Tensor(w.view()),
@@ -441,6 +446,9 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
             each_output(&p, |o| {
                 assert_eq!(y[o] as f64, round_to(r[o], DataType::Bf16))
             });
+        }
+        if need == 0 {
+            continue;
         }
         let mut y = buf(&vec![f32::NAN; p.y().span()], DataType::Bf16);
         let short = h.run_algorithm::<ConvForward>(
@@ -549,4 +557,88 @@ fn workspaces_hold_the_widened_copies_and_mismatched_types_are_refused() {
             "{algo}: {e:?}"
         );
     }
+}
+
+/// `direct` reads bf16 and f16 x and w and writes y in place, with no workspace: on every
+/// instruction set, on real data with a bias, an activation and beta reading the prior y,
+/// its output is the f32 `direct` on the widened tensors rounded once, bit for bit. And so a
+/// zero workspace budget still runs every reduced problem (the end of the fallback chain).
+#[test]
+fn direct_reads_reduced_tensors_in_place_with_no_workspace() {
+    let mut rng = Rng(0xd1ec_7b16);
+    let mut ran = 0;
+    for isa in autodnn::cpu::Isa::ALL
+        .into_iter()
+        .filter(|i| i.is_available())
+    {
+        for threads in [1, 2] {
+            let h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            for case in 0..12 {
+                let base = if case % 2 == 0 {
+                    random_problem(&mut rng)
+                } else {
+                    random_padded_problem(&mut rng)
+                };
+                let (dt, ydt) = TYPES[case % TYPES.len()];
+                let k = base.y().c();
+                let p = reduced(&base, dt, ydt).with_epilogue(Epilogue {
+                    bias: true,
+                    residual: false,
+                    act: autodnn::conv::Activation::Relu,
+                });
+                let p32 = p.as_f32();
+                // Real data rounded to the type, so that the f32 twin sees the same values.
+                let x = buf(&real_data(p.x().span(), case as u64, 977), dt);
+                let w = buf(&real_data(p.w().elements(), 50 + case as u64, 977), dt);
+                let y0 = buf(&real_data(p.y().span(), 90 + case as u64, 977), ydt);
+                let bias = real_data(k, 7, 977);
+                let epi = EpilogueArgs::new(0.75, 0.5).with_bias(&bias);
+                let (x32, w32, y32) = (widened(&x), widened(&w), widened(&y0));
+                let mut want = y32.clone();
+                h.run_algorithm::<ConvForward>(
+                    &p32,
+                    "direct",
+                    &ConvFwdInputs::new(&x32, Weights::Plain(&w32), epi),
+                    &mut TensorMut::F32(&mut want),
+                    None,
+                )
+                .unwrap();
+                let want = widened(&buf(&want, ydt));
+                let inputs = ConvFwdInputs {
+                    x: x.view(),
+                    w: Weights::Tensor(w.view()),
+                    epilogue: epi,
+                };
+                let mut y = y0.clone();
+                h.run_algorithm::<ConvForward>(
+                    &p,
+                    "direct",
+                    &inputs,
+                    &mut y.as_mut(),
+                    Some(&mut []),
+                )
+                .unwrap();
+                let got = widened(&y);
+                each_output(&p, |o| {
+                    assert_eq!(
+                        got[o].to_bits(),
+                        want[o].to_bits(),
+                        "{isa:?} {threads}T {} {:?}: y[{o}]",
+                        p.types(),
+                        base
+                    )
+                });
+                // Under a zero budget the handle's own choice is direct, with the same bits.
+                h.set_workspace_limit(Some(0));
+                let mut y = y0.clone();
+                let report = h.run::<ConvForward>(&p, &inputs, &mut y.as_mut()).unwrap();
+                h.set_workspace_limit(None);
+                assert_eq!(report.algo, "direct", "{isa:?} {}", p.types());
+                assert_eq!(widened(&y), got, "{isa:?} {} auto", p.types());
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 24);
 }

@@ -160,6 +160,9 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         ConvAlgorithm::check(self, &p.as_f32())
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
+        if ConvAlgorithm::reads_reduced(self) {
+            return ConvAlgorithm::workspace_bytes(self, p);
+        }
         ConvAlgorithm::workspace_bytes(self, &p.as_f32()).saturating_add(widened_bytes(p))
     }
     fn deterministic(&self) -> bool {
@@ -190,6 +193,38 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
             let y = out.f32("y")?;
             return ConvAlgorithm::run(self, ctx, p, x, w, y, workspace, &inputs.epilogue);
         }
+        same_type("x", p.x().dtype(), inputs.x.dtype())?;
+        same_type("y", p.y().dtype(), out.dtype())?;
+        if ConvAlgorithm::reads_reduced(self) {
+            // Reduced-precision tensors read and written in their own types.
+            let w = match inputs.w {
+                Weights::Tensor(t) if t.dtype() == p.w().dtype() => t,
+                Weights::Tensor(t) => return Err(wrong_type("w", p.w().dtype(), t.dtype())),
+                Weights::Plain(_) => return Err(wrong_type("w", p.w().dtype(), DataType::F32)),
+                Weights::Prepared(pw) => {
+                    let bf16_call = computes_in_bf16(p) || ctx.math == MathMode::AllowBf16;
+                    match pw.for_call(&p.as_f32(), name, bf16_call)? {
+                        AlgoWeights::Plain(w) => Tensor::F32(w),
+                        AlgoWeights::Prepared(_) => {
+                            return Err(Error::Declined {
+                                algo: name.into(),
+                                reason: "reads reduced tensors with the plain filter only".into(),
+                            })
+                        }
+                    }
+                }
+            };
+            return ConvAlgorithm::run_reduced(
+                self,
+                ctx,
+                p,
+                inputs.x,
+                w,
+                out,
+                workspace,
+                &inputs.epilogue,
+            );
+        }
         // Reduced-precision tensors: widened to f32 (exactly) into the workspace, computed by
         // the f32 kernels with their f32 sums and the epilogue in f32, the output rounded
         // once (to nearest even) at the end.
@@ -207,8 +242,6 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         } else {
             ctx
         };
-        same_type("x", p.x().dtype(), inputs.x.dtype())?;
-        same_type("y", p.y().dtype(), out.dtype())?;
         let got = workspace.len();
         let (head, inner_ws) = workspace
             .split_at_mut_checked(widened_bytes(p))
@@ -407,6 +440,43 @@ pub trait ConvAlgorithm: Send + Sync {
         workspace: &mut [u8],
         epilogue: &EpilogueArgs<'_>,
     ) -> Result<()>;
+
+    /// True when [`ConvAlgorithm::run_reduced`] computes problems on bf16 and f16 tensors in
+    /// their own types, with no widened copies: the operation then asks
+    /// [`ConvAlgorithm::workspace_bytes`] of the problem as it is and hands the tensors over
+    /// unconverted. Otherwise (the default) it widens x, w and a reduced y to f32 into the
+    /// workspace and calls [`ConvAlgorithm::run`].
+    fn reads_reduced(&self) -> bool {
+        false
+    }
+
+    /// Computes a problem on bf16 or f16 tensors (x and w of one type, y of that type or
+    /// f32) in their own types: the products of the widened elements summed in f32, the
+    /// epilogue in f32 and y rounded once (to nearest even), the bits
+    /// [`ConvAlgorithm::run`] gives on the widened tensors. `w` is the filter in the
+    /// problem's type, or in f32 when the call brings weights prepared for this algorithm
+    /// that hold the plain filter (already rounded to the problem's type). Called only where
+    /// [`ConvAlgorithm::reads_reduced`] is true, with the checks of `run`.
+    ///
+    /// # Errors
+    /// As [`ConvAlgorithm::run`]; the default declines.
+    #[allow(clippy::too_many_arguments)]
+    fn run_reduced(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: Tensor<'_>,
+        w: Tensor<'_>,
+        y: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let _ = (ctx, problem, x, w, y, workspace, epilogue);
+        Err(Error::Declined {
+            algo: self.name().into(),
+            reason: "computes f32 tensors only".into(),
+        })
+    }
 }
 
 /// The default cost features of a problem whose algorithm uses `workspace_bytes`:

@@ -49,21 +49,21 @@ pub(crate) fn for_each_with<S: Send>(
 /// descriptors guarantee that distinct coordinates never share memory (explicit strides that
 /// alias are refused when the descriptor is made), so disjoint coordinates mean disjoint
 /// elements.
-pub(crate) struct SharedOut<'a> {
-    ptr: *mut f32,
+pub(crate) struct SharedOut<'a, T = f32> {
+    ptr: *mut T,
     len: usize,
-    _borrow: PhantomData<&'a mut [f32]>,
+    _borrow: PhantomData<&'a mut [T]>,
 }
 
 // SAFETY: SharedOut only hands out writes through `unsafe` methods whose contract requires
 // that concurrent writers use disjoint indices, so sharing the pointer between threads cannot
 // create a data race when that contract is kept.
-unsafe impl Send for SharedOut<'_> {}
+unsafe impl<T: Send> Send for SharedOut<'_, T> {}
 // SAFETY: as for Send.
-unsafe impl Sync for SharedOut<'_> {}
+unsafe impl<T: Send> Sync for SharedOut<'_, T> {}
 
-impl<'a> SharedOut<'a> {
-    pub(crate) fn new(y: &'a mut [f32]) -> SharedOut<'a> {
+impl<'a, T: Copy> SharedOut<'a, T> {
+    pub(crate) fn new(y: &'a mut [T]) -> SharedOut<'a, T> {
         SharedOut {
             ptr: y.as_mut_ptr(),
             len: y.len(),
@@ -76,7 +76,7 @@ impl<'a> SharedOut<'a> {
     /// # Safety
     /// No other thread reads or writes any of these elements while this `SharedOut` lives.
     #[inline]
-    pub(crate) unsafe fn write_slice(&self, start: usize, src: &[f32]) {
+    pub(crate) unsafe fn write_slice(&self, start: usize, src: &[T]) {
         assert!(start <= self.len && src.len() <= self.len - start);
         // SAFETY: the range is in bounds (asserted) of the slice borrowed for 'a, and the
         // caller guarantees no other thread accesses it concurrently.
@@ -88,7 +88,7 @@ impl<'a> SharedOut<'a> {
     /// # Safety
     /// No other thread writes element `i` while this `SharedOut` lives.
     #[inline]
-    pub(crate) unsafe fn read(&self, i: usize) -> f32 {
+    pub(crate) unsafe fn read(&self, i: usize) -> T {
         assert!(i < self.len);
         // SAFETY: in bounds (asserted); no concurrent writer by the caller's contract.
         unsafe { self.ptr.add(i).read() }
@@ -99,20 +99,20 @@ impl<'a> SharedOut<'a> {
     /// # Safety
     /// No other thread reads or writes element `i` while this `SharedOut` lives.
     #[inline]
-    pub(crate) unsafe fn write(&self, i: usize, v: f32) {
+    pub(crate) unsafe fn write(&self, i: usize, v: T) {
         assert!(i < self.len);
         // SAFETY: in bounds (asserted); exclusive by the caller's contract.
         unsafe { self.ptr.add(i).write(v) }
     }
 }
 
-impl SharedOut<'_> {
+impl<T> SharedOut<'_, T> {
     /// The first element's address, for kernels that store whole vectors at once.
     ///
     /// Writing through it is subject to the same contract as [`SharedOut::write`]: only
     /// elements of the borrowed slice, and only ones no other thread accesses meanwhile.
     #[inline]
-    pub(crate) fn as_mut_ptr(&self) -> *mut f32 {
+    pub(crate) fn as_mut_ptr(&self) -> *mut T {
         self.ptr
     }
 

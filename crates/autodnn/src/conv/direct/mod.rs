@@ -32,6 +32,8 @@ pub use fwd::Direct;
 use crate::conv::{EpilogueArgs, ExecContext};
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::Result;
+use crate::gemm::GemmInput;
+use crate::op::{Tensor, TensorMut};
 use crate::runtime::parallel::SharedOut;
 use crate::simd::Token;
 #[cfg(target_arch = "x86_64")]
@@ -71,8 +73,9 @@ pub(crate) struct VecLoad<const L: usize> {
     off: [isize; MAX_SEGMENTS],
     /// Per run: the lanes it fills.
     mask: [u32; MAX_SEGMENTS],
-    /// For a gather: each lane's offset.
-    idx: [i32; L],
+    /// For a gather: each lane's offset (the AVX-512 gather takes them as i32, where every
+    /// one fits: see [`describe`]).
+    idx: [i64; L],
     /// For a gather: the lanes that are inside the image.
     gmask: u32,
 }
@@ -84,12 +87,13 @@ pub(crate) struct Tap<const L: usize> {
     loads: [VecLoad<L>; PV_MAX],
 }
 
-/// Everything the tile kernels need, with offsets in elements.
-pub(crate) struct TileArgs<'a, const L: usize> {
-    x: &'a [f32],
+/// Everything the tile kernels need, with offsets in elements. x and w hold `E` (f32, or bf16
+/// and f16, widened to f32 as each element is loaded).
+pub(crate) struct TileArgs<'a, const L: usize, E = f32> {
+    x: &'a [E],
     x_base: usize,
     x_cstride: usize,
-    w: &'a [f32],
+    w: &'a [E],
     w_base: usize,
     w_kstride: usize,
     w_cstride: usize,
@@ -228,10 +232,8 @@ fn describe<const L: usize>(offs: &[i64; L], valid: u32, load: &mut VecLoad<L>) 
     let mut fits = true;
     for (l, idx) in load.idx.iter_mut().enumerate() {
         if valid >> l & 1 == 1 {
-            match i32::try_from(offs[l]) {
-                Ok(i) => *idx = i,
-                Err(_) => fits = false,
-            }
+            *idx = offs[l];
+            fits &= i32::try_from(offs[l]).is_ok();
         }
     }
     fits
@@ -264,20 +266,116 @@ fn runs<const L: usize>(
 /// A tile kernel of the family of token `S` (its proof that the CPU runs it): computes
 /// `ocb × pv·L` outputs into `out` (row `o` at `o·PV_MAX·L`). The flag says whether the tap
 /// table may use gathers (false: some offset does not fit).
-type TileFn<S, const L: usize> = fn(S, &TileArgs<'_, L>, &mut [f32], bool);
+type TileFn<S, const L: usize, E> = fn(S, &TileArgs<'_, L, E>, &mut [f32], bool);
+
+#[cfg(target_arch = "x86_64")]
+use avx512::Lanes as IsaLanes;
+/// What the vector kernels of other targets need of an element type: nothing.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) trait IsaLanes {}
+#[cfg(not(target_arch = "x86_64"))]
+impl IsaLanes for f32 {}
+#[cfg(not(target_arch = "x86_64"))]
+impl IsaLanes for half::bf16 {}
+#[cfg(not(target_arch = "x86_64"))]
+impl IsaLanes for half::f16 {}
+
+/// An element type of `direct`'s tensors: f32, or bf16 and f16, read widened to f32 as each
+/// element is loaded and written rounded once from the f32 result (to nearest even).
+pub(crate) trait Elem: GemmInput + IsaLanes {
+    /// The f32 result rounded to this type.
+    fn narrow(v: f32) -> Self;
+    /// The elements of `t` when it holds this type.
+    fn of(t: Tensor<'_>) -> Option<&[Self]>;
+    /// The elements of `t` when it holds this type.
+    fn of_mut<'a>(t: &'a mut TensorMut<'_>) -> Option<&'a mut [Self]>;
+    /// Writes `src`, rounded, at `start..start + src.len()` of `out`.
+    ///
+    /// # Safety
+    /// As [`SharedOut::write_slice`]: no other thread accesses these elements meanwhile.
+    #[inline]
+    unsafe fn write_run(out: &SharedOut<'_, Self>, start: usize, src: &[f32]) {
+        for (i, v) in src.iter().enumerate() {
+            // SAFETY: the caller's contract covers start .. start + src.len().
+            unsafe { out.write(start + i, Self::narrow(*v)) };
+        }
+    }
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn narrow(v: f32) -> f32 {
+        v
+    }
+    fn of(t: Tensor<'_>) -> Option<&[f32]> {
+        match t {
+            Tensor::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_mut<'a>(t: &'a mut TensorMut<'_>) -> Option<&'a mut [f32]> {
+        match t {
+            TensorMut::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    #[inline]
+    unsafe fn write_run(out: &SharedOut<'_, f32>, start: usize, src: &[f32]) {
+        // SAFETY: the caller's contract is write_slice's.
+        unsafe { out.write_slice(start, src) }
+    }
+}
+
+impl Elem for half::bf16 {
+    #[inline(always)]
+    fn narrow(v: f32) -> half::bf16 {
+        half::bf16::from_f32(v)
+    }
+    fn of(t: Tensor<'_>) -> Option<&[half::bf16]> {
+        match t {
+            Tensor::Bf16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_mut<'a>(t: &'a mut TensorMut<'_>) -> Option<&'a mut [half::bf16]> {
+        match t {
+            TensorMut::Bf16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl Elem for half::f16 {
+    #[inline(always)]
+    fn narrow(v: f32) -> half::f16 {
+        half::f16::from_f32(v)
+    }
+    fn of(t: Tensor<'_>) -> Option<&[half::f16]> {
+        match t {
+            Tensor::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn of_mut<'a>(t: &'a mut TensorMut<'_>) -> Option<&'a mut [half::f16]> {
+        match t {
+            TensorMut::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+}
 
 /// The portable frame: splits the work, builds tap tables, calls the tile kernel and stores.
 #[allow(clippy::too_many_arguments)]
-fn frame<S: Token, const L: usize>(
+fn frame<S: Token, const L: usize, E: GemmInput, O: Elem>(
     s: S,
     ctx: &ExecContext<'_>,
     geo: &Geometry,
-    x: &[f32],
-    w: &[f32],
-    out: &SharedOut<'_>,
+    x: &[E],
+    w: &[E],
+    out: &SharedOut<'_, O>,
     epi: &EpilogueArgs<'_>,
     tile: DirectTile,
-    kernel: TileFn<S, L>,
+    kernel: TileFn<S, L, E>,
 ) -> Result<()> {
     let positions = geo.oh * geo.ow;
     let tile_positions = tile.pv * L;
@@ -349,9 +447,9 @@ fn frame<S: Token, const L: usize>(
 
 /// Writes a computed block to y, through the epilogue.
 #[allow(clippy::too_many_arguments)]
-fn store(
+fn store<O: Elem>(
     geo: &Geometry,
-    out: &SharedOut<'_>,
+    out: &SharedOut<'_, O>,
     epi: &EpilogueArgs<'_>,
     acc: &mut [f32],
     n: usize,
@@ -371,15 +469,15 @@ fn store(
         if rows_contiguous && plain {
             // SAFETY: this item is the only writer of channel k at positions p0 .. p0 + np
             // of image n; distinct coordinates are distinct elements.
-            unsafe { out.write_slice(base + p0, src) };
+            unsafe { O::write_run(out, base + p0, src) };
         } else {
             for (i, v) in src.iter_mut().enumerate() {
                 let p = p0 + i;
                 let off = base + (p / geo.ow) * geo.ys[2] + (p % geo.ow) * geo.ys[3];
                 // SAFETY: as above, this item alone reads and writes this output element.
-                let value = epi.value(*v, k, off, || unsafe { out.read(off) });
+                let value = epi.value(*v, k, off, || unsafe { out.read(off) }.to_f32());
                 // SAFETY: as above.
-                unsafe { out.write(off, value) };
+                unsafe { out.write(off, O::narrow(value)) };
             }
         }
     }
@@ -389,7 +487,10 @@ fn store(
 /// for whatever the target (or an enclosing `target_feature` function) offers. `FUSED` uses
 /// `mul_add` (only where FMA instructions exist: elsewhere it is a slow library call).
 #[inline(always)]
-fn portable_tile<const L: usize, const FUSED: bool>(a: &TileArgs<'_, L>, out: &mut [f32]) {
+fn portable_tile<const L: usize, const FUSED: bool, E: GemmInput>(
+    a: &TileArgs<'_, L, E>,
+    out: &mut [f32],
+) {
     const OCB_MAX: usize = 8;
     let mut acc = [[[0f32; L]; PV_MAX]; OCB_MAX];
     let (ocb, pv) = (a.ocb.min(OCB_MAX), a.pv.min(PV_MAX));
@@ -402,7 +503,7 @@ fn portable_tile<const L: usize, const FUSED: bool>(a: &TileArgs<'_, L>, out: &m
                 fill(load, a.x, xc, xv);
             }
             for (o, acc) in acc.iter_mut().enumerate().take(ocb) {
-                let wv = a.w[wc + o * a.w_kstride + tap.w_off];
+                let wv = a.w[wc + o * a.w_kstride + tap.w_off].to_f32();
                 for (acc, xv) in acc.iter_mut().zip(&xv).take(pv) {
                     for l in 0..L {
                         acc[l] = if FUSED {
@@ -425,11 +526,11 @@ fn portable_tile<const L: usize, const FUSED: bool>(a: &TileArgs<'_, L>, out: &m
 
 /// Assembles one vector of inputs as [`VecLoad`] describes it.
 #[inline(always)]
-fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; L]) {
+fn fill<const L: usize, E: GemmInput>(load: &VecLoad<L>, x: &[E], xc: isize, xv: &mut [f32; L]) {
     if load.nseg == GATHER {
         for (l, v) in xv.iter_mut().enumerate() {
             if load.gmask >> l & 1 == 1 {
-                *v = x[(xc + load.idx[l] as isize) as usize];
+                *v = x[(xc + load.idx[l] as isize) as usize].to_f32();
             }
         }
     } else {
@@ -438,7 +539,7 @@ fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; 
             let base = xc + load.off[s];
             for (l, v) in xv.iter_mut().enumerate() {
                 if load.mask[s] >> l & 1 == 1 {
-                    *v = x[(base + step * l as isize) as usize];
+                    *v = x[(base + step * l as isize) as usize].to_f32();
                 }
             }
         }
@@ -447,12 +548,30 @@ fn fill<const L: usize>(load: &VecLoad<L>, x: &[f32], xc: isize, xv: &mut [f32; 
 
 /// The portable kernel compiled for AVX2 + FMA.
 #[cfg(target_arch = "x86_64")]
-fn avx2_tile(_: Avx2, a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
+fn avx2_tile<E: GemmInput>(_: Avx2, a: &TileArgs<'_, 8, E>, out: &mut [f32], _gather_ok: bool) {
     #[target_feature(enable = "avx2,fma")]
-    fn inner(a: &TileArgs<'_, 8>, out: &mut [f32]) {
-        portable_tile::<8, true>(a, out)
+    fn inner<E: GemmInput>(a: &TileArgs<'_, 8, E>, out: &mut [f32]) {
+        portable_tile::<8, true, E>(a, out)
     }
     // SAFETY: an Avx2 token exists only where the CPU has AVX2 and FMA (`crate::simd`).
+    unsafe { inner(a, out) }
+}
+
+/// The portable kernel compiled for AVX-512 (16 lanes): bf16 and f16 tensors, whose elements
+/// are widened as the lanes are assembled (f32 runs the hand-written kernel of `avx512`).
+#[cfg(target_arch = "x86_64")]
+fn avx512_portable_tile<E: GemmInput>(
+    _: Avx512,
+    a: &TileArgs<'_, 16, E>,
+    out: &mut [f32],
+    _gather_ok: bool,
+) {
+    #[target_feature(enable = "avx512f,fma")]
+    fn inner<E: GemmInput>(a: &TileArgs<'_, 16, E>, out: &mut [f32]) {
+        portable_tile::<16, true, E>(a, out)
+    }
+    // SAFETY: an Avx512 token exists only where the CPU has AVX-512F (`crate::simd`), which
+    // includes FMA.
     unsafe { inner(a, out) }
 }
 
@@ -460,24 +579,71 @@ fn avx2_tile(_: Avx2, a: &TileArgs<'_, 8>, out: &mut [f32], _gather_ok: bool) {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{portable_tile, Avx512, TileArgs, VecLoad, GATHER, PV_MAX};
+    use super::{portable_tile, Avx512, GemmInput, TileArgs, VecLoad, GATHER, PV_MAX};
 
     const L: usize = 16;
 
-    /// The AVX-512 tile: dispatches the runtime block shape to a monomorphised kernel.
+    /// The AVX-512 tile of f32 tensors: dispatches the runtime block shape to a
+    /// monomorphised kernel.
     pub(super) fn tile(s: Avx512, a: &TileArgs<'_, L>, out: &mut [f32], gather_ok: bool) {
         if !gather_ok {
-            return portable_tile::<L, false>(a, out);
+            return portable_tile::<L, false, f32>(a, out);
         }
+        // The token: an Avx512 exists only where the CPU has AVX-512F (`crate::simd`).
+        let _ = s;
+        dispatch::<f32>(a, out, |a, out| a.run_f(out))
+    }
+
+    /// The AVX-512 tile of bf16 and f16 tensors, widened as each vector is loaded (16-bit
+    /// masked loads: AVX512-BW and VL, which the caller has checked the CPU runs).
+    pub(super) fn tile_reduced<E: Lanes>(
+        s: Avx512,
+        a: &TileArgs<'_, L, E>,
+        out: &mut [f32],
+        gather_ok: bool,
+    ) {
+        if !gather_ok {
+            return portable_tile::<L, false, E>(a, out);
+        }
+        let _ = s;
+        dispatch::<E>(a, out, |a, out| a.run_bw(out))
+    }
+
+    /// A block shape of a kernel, erased to one call.
+    trait Shape<E> {
+        fn run_f(&self, out: &mut [f32]);
+        fn run_bw(&self, out: &mut [f32]);
+    }
+
+    struct Fixed<'a, 'b, const OCB: usize, const PV: usize, E>(&'a TileArgs<'b, L, E>);
+
+    impl<const OCB: usize, const PV: usize, E: Lanes> Shape<E> for Fixed<'_, '_, OCB, PV, E> {
+        fn run_f(&self, out: &mut [f32]) {
+            // SAFETY: reached only from `tile`, whose Avx512 token proves AVX-512F.
+            unsafe { kernel_f::<OCB, PV, E>(self.0, out) }
+        }
+        fn run_bw(&self, out: &mut [f32]) {
+            // SAFETY: reached only from `tile_reduced`, whose caller checked AVX-512F, BW
+            // and VL (and F16C, which AVX-512F CPUs have).
+            unsafe { kernel_bw::<OCB, PV, E>(self.0, out) }
+        }
+    }
+
+    /// Calls `f` with the kernel of `a`'s block shape.
+    fn dispatch<E: Lanes>(
+        a: &TileArgs<'_, L, E>,
+        out: &mut [f32],
+        f: impl Fn(&dyn Shape<E>, &mut [f32]),
+    ) {
         assert!(out.len() >= a.ocb * PV_MAX * L && a.ocb <= 6 && (1..=PV_MAX).contains(&a.pv));
         macro_rules! dispatch {
             ($($o:literal)*) => {
                 match (a.ocb, a.pv) {
                     $(
-                        ($o, 1) => run::<$o, 1>(s, a, out),
-                        ($o, 2) => run::<$o, 2>(s, a, out),
-                        ($o, 3) => run::<$o, 3>(s, a, out),
-                        ($o, 4) => run::<$o, 4>(s, a, out),
+                        ($o, 1) => f(&Fixed::<$o, 1, E>(a), out),
+                        ($o, 2) => f(&Fixed::<$o, 2, E>(a), out),
+                        ($o, 3) => f(&Fixed::<$o, 3, E>(a), out),
+                        ($o, 4) => f(&Fixed::<$o, 4, E>(a), out),
                     )*
                     _ => unreachable!("block shape checked above"),
                 }
@@ -486,41 +652,181 @@ mod avx512 {
         dispatch!(1 2 3 4 5 6)
     }
 
-    fn run<const OCB: usize, const PV: usize>(_: Avx512, a: &TileArgs<'_, L>, out: &mut [f32]) {
-        // SAFETY: an Avx512 token exists only where the CPU has AVX-512F (`crate::simd`).
-        unsafe { kernel::<OCB, PV>(a, out) }
+    /// # Safety
+    /// As [`body`], on a CPU with AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn kernel_f<const OCB: usize, const PV: usize, E: Lanes>(
+        a: &TileArgs<'_, L, E>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { body::<OCB, PV, E>(a, out) }
     }
 
     /// # Safety
-    /// The CPU must support AVX-512F. `a` must describe loads that stay inside `a.x` for
-    /// every lane they enable, and weights inside `a.w` for `ocb` channels and `cg` input
-    /// channels; `out` must hold `OCB · PV_MAX · 16` elements.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn kernel<const OCB: usize, const PV: usize>(a: &TileArgs<'_, L>, out: &mut [f32]) {
+    /// As [`body`], on a CPU with AVX-512F, BW and VL and F16C.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+    unsafe fn kernel_bw<const OCB: usize, const PV: usize, E: Lanes>(
+        a: &TileArgs<'_, L, E>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { body::<OCB, PV, E>(a, out) }
+    }
+
+    /// An element type the AVX-512 kernel loads 16 lanes of, widened to f32.
+    pub(crate) trait Lanes: GemmInput {
+        /// One vector as `load` describes it.
+        ///
+        /// # Safety
+        /// As [`load_vec`]; bf16 and f16 need AVX512-BW and VL, f16 F16C.
+        unsafe fn load(load: &VecLoad<L>, xc: *const Self) -> __m512;
+        /// One weight, widened.
+        ///
+        /// # Safety
+        /// `p` is readable; f16 needs F16C.
+        unsafe fn weight(p: *const Self) -> f32;
+    }
+
+    impl Lanes for f32 {
+        #[inline(always)]
+        unsafe fn load(load: &VecLoad<L>, xc: *const f32) -> __m512 {
+            // SAFETY: the caller's contract is load_vec's.
+            unsafe { load_vec(load, xc) }
+        }
+        #[inline(always)]
+        unsafe fn weight(p: *const f32) -> f32 {
+            // SAFETY: the caller's contract.
+            unsafe { *p }
+        }
+    }
+
+    impl Lanes for half::bf16 {
+        #[inline(always)]
+        unsafe fn load(load: &VecLoad<L>, xc: *const half::bf16) -> __m512 {
+            // SAFETY: the caller's contract; bf16 widens by a shift into the high half.
+            unsafe {
+                load_vec16(load, xc.cast(), |h| {
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+                })
+            }
+        }
+        #[inline(always)]
+        unsafe fn weight(p: *const half::bf16) -> f32 {
+            // SAFETY: the caller's contract.
+            f32::from_bits((unsafe { (*p).to_bits() } as u32) << 16)
+        }
+    }
+
+    impl Lanes for half::f16 {
+        #[inline(always)]
+        unsafe fn load(load: &VecLoad<L>, xc: *const half::f16) -> __m512 {
+            // SAFETY: the caller's contract (AVX-512F converts 16 halves).
+            unsafe { load_vec16(load, xc.cast(), |h| _mm512_cvtph_ps(h)) }
+        }
+        #[inline(always)]
+        unsafe fn weight(p: *const half::f16) -> f32 {
+            // SAFETY: the caller's contract (readable p, F16C).
+            unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((*p).to_bits() as i32))) }
+        }
+    }
+
+    /// [`load_vec`] for 16-bit elements, each run loaded with a masked 16-bit load and
+    /// widened by `widen`; gathers assembled lane by lane.
+    ///
+    /// # Safety
+    /// As [`load_vec`], with AVX512-BW and VL.
+    #[inline(always)]
+    unsafe fn load_vec16(
+        load: &VecLoad<L>,
+        xc: *const u16,
+        widen: impl Fn(__m256i) -> __m512,
+    ) -> __m512 {
+        // SAFETY (all intrinsics below): the caller runs with AVX-512F, BW and VL enabled.
+        let zero = unsafe { _mm512_setzero_ps() };
+        if load.nseg == GATHER {
+            let mut lanes = [0u16; L];
+            for (l, v) in lanes.iter_mut().enumerate() {
+                if load.gmask >> l & 1 == 1 {
+                    // SAFETY: enabled lanes address elements inside x.
+                    *v = unsafe { *xc.wrapping_offset(load.idx[l] as isize) };
+                }
+            }
+            // SAFETY: 16 readable u16s.
+            return widen(unsafe { _mm256_loadu_si256(lanes.as_ptr().cast()) });
+        }
+        let mut v = zero;
+        for s in 0..load.nseg as usize {
+            let m = load.mask[s];
+            let base = xc.wrapping_offset(load.off[s]);
+            let run = if load.step == 1 {
+                // SAFETY: lane l of run s reads base + l, in bounds for enabled lanes.
+                widen(unsafe { _mm256_maskz_loadu_epi16(m as __mmask16, base.cast()) })
+            } else {
+                let (lo_mask, hi_mask) = (spread_even(m & 0xff), spread_even(m >> 8));
+                // SAFETY: element 2l (lane l enabled) lies in bounds; the masks enable
+                // exactly those elements of the two vectors.
+                let (lo, hi) = unsafe {
+                    (
+                        widen(_mm256_maskz_loadu_epi16(lo_mask, base.cast())),
+                        widen(_mm256_maskz_loadu_epi16(
+                            hi_mask,
+                            base.wrapping_add(16).cast(),
+                        )),
+                    )
+                };
+                // SAFETY: AVX-512F.
+                unsafe {
+                    let evens = _mm512_setr_epi32(
+                        0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                    );
+                    _mm512_permutex2var_ps(lo, evens, hi)
+                }
+            };
+            // SAFETY: AVX-512F.
+            v = unsafe { _mm512_mask_mov_ps(v, m as __mmask16, run) };
+        }
+        v
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F (and what [`Lanes`] needs for `E`), into whose kernels
+    /// this is always inlined. `a` must describe loads that stay inside `a.x` for every lane
+    /// they enable, and weights inside `a.w` for `ocb` channels and `cg` input channels;
+    /// `out` must hold `OCB · PV_MAX · 16` elements.
+    #[inline(always)]
+    unsafe fn body<const OCB: usize, const PV: usize, E: Lanes>(
+        a: &TileArgs<'_, L, E>,
+        out: &mut [f32],
+    ) {
         let last_w = a.w_base
             + (OCB - 1) * a.w_kstride
             + (a.cg - 1) * a.w_cstride
             + a.taps.iter().map(|t| t.w_off).max().unwrap_or(0);
         assert!(last_w < a.w.len() && out.len() >= OCB * PV_MAX * L);
-        let mut acc = [[_mm512_setzero_ps(); PV]; OCB];
+        // SAFETY: AVX-512F (the caller's contract).
+        let mut acc = [[unsafe { _mm512_setzero_ps() }; PV]; OCB];
         let xp = a.x.as_ptr();
         let wp = a.w.as_ptr();
         for c in 0..a.cg {
             let xc = xp.wrapping_add(a.x_base + c * a.x_cstride);
             let wc = wp.wrapping_add(a.w_base + c * a.w_cstride);
             for tap in a.taps {
-                let mut xv = [_mm512_setzero_ps(); PV];
+                // SAFETY: AVX-512F (the caller's contract).
+                let mut xv = [unsafe { _mm512_setzero_ps() }; PV];
                 for (v, load) in xv.iter_mut().zip(&tap.loads) {
                     // SAFETY: the tap table enables only lanes whose offsets lie inside
                     // channel c of image n of x (built from in-range coordinates).
-                    *v = unsafe { load_vec(load, xc) };
+                    *v = unsafe { E::load(load, xc) };
                 }
                 for (o, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: o < OCB, c < cg and the tap offset keep the read at or below
-                    // last_w, asserted to be inside w.
-                    let wv = _mm512_set1_ps(unsafe { *wc.add(o * a.w_kstride + tap.w_off) });
+                    // last_w, asserted to be inside w; AVX-512F.
+                    let wv =
+                        unsafe { _mm512_set1_ps(E::weight(wc.add(o * a.w_kstride + tap.w_off))) };
                     for (acc, xv) in acc.iter_mut().zip(&xv) {
-                        *acc = _mm512_fmadd_ps(wv, *xv, *acc);
+                        // SAFETY: AVX-512F.
+                        *acc = unsafe { _mm512_fmadd_ps(wv, *xv, *acc) };
                     }
                 }
             }
@@ -553,9 +859,12 @@ mod avx512 {
         // SAFETY (all intrinsics below): the caller runs with AVX-512F enabled.
         let zero = unsafe { _mm512_setzero_ps() };
         if load.nseg == GATHER {
-            // SAFETY: the index vector is 16 readable i32s; enabled lanes are in bounds.
+            // SAFETY: the index array holds 16 readable i64s; enabled lanes are in bounds.
             unsafe {
-                let idx = _mm512_loadu_si512(load.idx.as_ptr().cast());
+                // Every offset fits in i32 (the tile's `gather_ok`): narrowed, 8 at a time.
+                let lo = _mm512_cvtepi64_epi32(_mm512_loadu_si512(load.idx.as_ptr().cast()));
+                let hi = _mm512_cvtepi64_epi32(_mm512_loadu_si512(load.idx[8..].as_ptr().cast()));
+                let idx = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
                 _mm512_mask_i32gather_ps::<4>(zero, load.gmask as __mmask16, idx, xc)
             }
         } else if load.step == 1 {
