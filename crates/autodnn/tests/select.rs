@@ -989,8 +989,10 @@ fn bad_cache_files_are_set_aside_with_a_warning() {
         // A working run; saving sets the file aside and rebuilds it.
         let p = problem(SMALL);
         let d = data(&p, 16);
-        let (_, y) = run_public(&h, &p, &d, 0.0);
-        assert_exact(&p, &y, &d.reference, tag);
+        let (r, y) = run_public(&h, &p, &d, 0.0);
+        // To the tolerance of the algorithm the race chose (under AddressSanitizer's
+        // timings it may be an inexact one).
+        assert_right(&p, &y, &d, conv::find(r.algo).unwrap().accuracy(), tag);
         h.save_tuning_cache().unwrap();
         assert_eq!(std::fs::read_to_string(&bak).unwrap(), content, "{tag}");
         let warnings = h.tuning_cache().warnings().to_vec();
