@@ -136,79 +136,32 @@ fn run_typed<E: Elem, O: Elem>(
 ) -> Result<()> {
     let geo = Geometry::new(problem);
     let out = SharedOut::new(y);
+    // The frame with a token, the operands, a tile shape and its kernel.
+    macro_rules! frame {
+        ($s:expr, $x:expr, $w:expr, $tile:expr, $kernel:expr) => {
+            frame($s, ctx, &geo, $x, $w, &out, epi, $tile, $kernel)
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(s) = Avx512::new(ctx.features) {
             if let (Some(x), Some(w)) = (E::as_f32(x), E::as_f32(w)) {
-                return frame::<_, 16, f32, O>(
-                    s,
-                    ctx,
-                    &geo,
-                    x,
-                    w,
-                    &out,
-                    epi,
-                    TILE_AVX512,
-                    avx512::tile,
-                );
+                return frame!(s, x, w, TILE_AVX512, avx512::tile);
             }
             // bf16 and f16: 16-bit masked loads where the CPU has AVX512-BW and VL (every
             // AVX-512 CPU but the first Xeon Phi), else lanes assembled one by one.
             let bw = Features::of(&[Feature::Avx512Bw, Feature::Avx512Vl]);
-            if ctx
-                .features
-                .intersection(Features::detected())
-                .contains_all(bw)
-            {
-                return frame::<_, 16, E, O>(
-                    s,
-                    ctx,
-                    &geo,
-                    x,
-                    w,
-                    &out,
-                    epi,
-                    TILE_AVX512,
-                    avx512::tile_reduced::<E>,
-                );
+            let usable = ctx.features.intersection(Features::detected());
+            if usable.contains_all(bw) {
+                return frame!(s, x, w, TILE_AVX512, avx512::tile_reduced::<E>);
             }
-            return frame::<_, 16, E, O>(
-                s,
-                ctx,
-                &geo,
-                x,
-                w,
-                &out,
-                epi,
-                TILE_AVX512,
-                avx512_portable_tile::<E>,
-            );
+            return frame!(s, x, w, TILE_AVX512, avx512_portable_tile::<E>);
         }
         if let Some(s) = Avx2::new(ctx.features) {
-            return frame::<_, 8, E, O>(
-                s,
-                ctx,
-                &geo,
-                x,
-                w,
-                &out,
-                epi,
-                TILE_PORTABLE,
-                avx2_tile::<E>,
-            );
+            return frame!(s, x, w, TILE_PORTABLE, avx2_tile::<E>);
         }
     }
     let portable =
         |_: Scalar, a: &TileArgs<'_, 8, E>, o: &mut [f32], _| portable_tile::<8, false, E>(a, o);
-    frame::<_, 8, E, O>(
-        Scalar::new(),
-        ctx,
-        &geo,
-        x,
-        w,
-        &out,
-        epi,
-        TILE_PORTABLE,
-        portable,
-    )
+    frame!(Scalar::new(), x, w, TILE_PORTABLE, portable)
 }
