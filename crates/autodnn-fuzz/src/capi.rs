@@ -30,7 +30,7 @@ use c::{
     autodnnTensorDescriptor_t as TensorD,
 };
 
-use crate::conv_checks::{handle as rust_handle, is_small};
+use crate::conv_checks::{dense_flops, handle as rust_handle, is_small, BWD_RUN_MAX_FLOPS};
 use crate::input::{int_data, Bytes};
 
 /// The statuses of the header.
@@ -156,11 +156,16 @@ fn shared_handles() -> [usize; 2] {
 struct StepHandle {
     h: HandleT,
     fresh: bool,
-    /// Whether the policy is exhaustive, and the timed selections (Find, AUTO runs) so far:
-    /// each exhaustive one times every candidate for at least 15 ms, so one input makes one
-    /// (a 1 s timeout then flags only real hangs).
-    exhaustive: std::cell::Cell<bool>,
-    timed: std::cell::Cell<u32>,
+    /// Whether the policy times the candidates of an AUTO run (benchmark or exhaustive).
+    timing: std::cell::Cell<bool>,
+}
+
+thread_local! {
+    /// Timed selections (Find, AUTO runs under a timing policy) of this input so far: each
+    /// times every candidate several times (an exhaustive one for at least 15 ms each; a
+    /// backward-data Find of a 2-thread handle ran 1.6 s in a fuzz build), so one input makes
+    /// at most one, and a 1 s timeout then flags only real hangs.
+    static TIMED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 impl StepHandle {
@@ -182,8 +187,7 @@ impl StepHandle {
                 return StepHandle {
                     h,
                     fresh: true,
-                    exhaustive: false.into(),
-                    timed: 0.into(),
+                    timing: false.into(),
                 };
             }
             assert_eq!(s, BAD, "a handle of {threads} threads");
@@ -192,8 +196,7 @@ impl StepHandle {
         StepHandle {
             h: shared_handles()[b.below(2)] as HandleT,
             fresh: false,
-            exhaustive: false.into(),
-            timed: 0.into(),
+            timing: false.into(),
         }
     }
 
@@ -215,7 +218,9 @@ impl StepHandle {
                 let want = if (0..=3).contains(&p) { OK } else { BAD };
                 expect(c::autodnnSetSelectionPolicy(h, p), want, "policy");
                 if want == OK {
-                    self.exhaustive.set(p == c::AUTODNN_POLICY_EXHAUSTIVE);
+                    self.timing.set(
+                        p == c::AUTODNN_POLICY_EXHAUSTIVE || p == c::AUTODNN_POLICY_BENCHMARK,
+                    );
                 }
             }
             // The math type and the bf16 units: the data are integers exact in bf16, so
@@ -243,11 +248,18 @@ impl StepHandle {
 }
 
 impl StepHandle {
-    /// Whether one more timed selection is within the input's budget (always, unless the
-    /// policy is exhaustive and one has run).
-    fn may_time(&self) -> bool {
-        self.timed.set(self.timed.get() + 1);
-        !self.exhaustive.get() || self.timed.get() <= 1
+    /// Whether a timed selection of `p` in `dir` is within the input's budget: the first of
+    /// the input, of a problem small enough that every candidate runs in milliseconds (the
+    /// backward operations' candidates do several times the definition's work, so their
+    /// bound is [`BWD_RUN_MAX_FLOPS`] of dense FLOPs, as where the Rust harness runs them).
+    fn may_time(&self, p: &ConvProblem, dir: Dir) -> bool {
+        if !is_small(p) || (dir != Dir::Fwd && dense_flops(p) > BWD_RUN_MAX_FLOPS) {
+            return false;
+        }
+        TIMED.with(|t| {
+            t.set(t.get() + 1);
+            t.get() <= 1
+        })
     }
 }
 
@@ -275,6 +287,7 @@ impl Drop for StepHandle {
 /// Fuzzes the C API with the calls `data` decodes.
 pub fn capi(data: &[u8]) {
     let mut b = Bytes::new(data);
+    TIMED.with(|t| t.set(0));
     let steps = 1 + b.below(3);
     for _ in 0..steps {
         match b.below(8) {
@@ -1320,7 +1333,7 @@ fn queries(
     } else {
         recs.as_mut_ptr()
     };
-    let find = sh.fresh && b.below(2) == 0 && p.is_some_and(is_small) && sh.may_time();
+    let find = sh.fresh && b.below(2) == 0 && p.is_some_and(|p| sh.may_time(p, dir));
     let mut ret = -7;
     let s = st(dir.list(find, sh.h, d, req, &mut ret, perf), "list");
     let listed = p.map(|p| dir.rust_ranked(p));
@@ -1510,8 +1523,9 @@ fn direct(dir: Dir, p: &ConvProblem, a: &[f32], bb: &[f32], out: &mut [f32], ab:
 fn run(b: &mut Bytes<'_>, sh: &StepHandle, d: &Descs, dir: Dir, p: &ConvProblem, seed: u64) {
     let names = dir.names();
     let mut algo = algo_index(b, names.len());
-    if algo == c::AUTODNN_ALGO_AUTO && sh.exhaustive.get() && !sh.may_time() {
-        // Past the input's exhaustive timing: `direct`, the registry's last, instead.
+    if algo == c::AUTODNN_ALGO_AUTO && sh.timing.get() && !sh.may_time(p, dir) {
+        // Past the input's timed selection, or too large a problem to time: `direct`, the
+        // registry's last, instead.
         algo = (names.len() - 1) as c_int;
     }
     let (alpha, beta) = scales(b);
