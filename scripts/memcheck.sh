@@ -14,8 +14,10 @@
 # asan: the nightly toolchain's -Zsanitizer=address, every test of the workspace on every
 # instruction set this machine has (AVX-512 included), in its own target folder
 # (target/asan). Requests too large to satisfy return null (allocator_may_return_null), as the
-# system's allocator does, so that the tests of out-of-memory errors run. The library and CI
-# stay on stable; this is a check, not a build.
+# system's allocator does, so that the tests of out-of-memory errors run. The C programs of the
+# C API tests link the instrumented libautodnn with the toolchain's own AddressSanitizer runtime
+# (through CC, which the tests read), so they are checked too. The library and CI stay on
+# stable; this is a check, not a build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -62,6 +64,10 @@ for line in sys.stdin:
   exit $failed
   ;;
 asan)
+  rt=$(rustc +nightly --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/lib/librustc-nightly_rt.asan.a
+  [ -f "$rt" ] || { echo "the nightly toolchain's AddressSanitizer runtime is missing: $rt" >&2; exit 1; }
+  # -rdynamic: the shared libautodnn resolves the runtime's symbols from the program.
+  CC="${CC:-cc} -Wl,--whole-archive $rt -Wl,--no-whole-archive -rdynamic" \
   RUSTFLAGS="-Zsanitizer=address" RUSTDOCFLAGS="-Zsanitizer=address" \
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1" \
     cargo +nightly test --workspace --release --target x86_64-unknown-linux-gnu \
