@@ -218,9 +218,8 @@ impl StepHandle {
                 let want = if (0..=3).contains(&p) { OK } else { BAD };
                 expect(c::autodnnSetSelectionPolicy(h, p), want, "policy");
                 if want == OK {
-                    self.timing.set(
-                        p == c::AUTODNN_POLICY_EXHAUSTIVE || p == c::AUTODNN_POLICY_BENCHMARK,
-                    );
+                    self.timing
+                        .set(p == c::AUTODNN_POLICY_EXHAUSTIVE || p == c::AUTODNN_POLICY_BENCHMARK);
                 }
             }
             // The math type and the bf16 units: the data are integers exact in bf16, so

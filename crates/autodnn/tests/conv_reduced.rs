@@ -14,7 +14,10 @@ use autodnn::op::{
 };
 use autodnn::select::Policy;
 use autodnn::{bf16, f16, reference, ConvProblem, DataType, Error, Handle, Layout};
-use common::{int_data, problem, random_padded_problem, random_problem, real_data, Rng};
+use common::{
+    int_data, problem, random_depthwise_problem, random_padded_problem, random_problem, real_data,
+    Rng,
+};
 
 /// `p` with x and w of `dt` and y of `ydt`.
 fn reduced(p: &ConvProblem, dt: DataType, ydt: DataType) -> ConvProblem {
@@ -629,16 +632,142 @@ fn direct_reads_reduced_tensors_in_place_with_no_workspace() {
                         base
                     )
                 });
-                // Under a zero budget the handle's own choice is direct, with the same bits.
+                // Under a zero budget the handle's own choice is one that reads the tensors
+                // in place (direct, or depthwise), with the bits it gives on its own.
                 h.set_workspace_limit(Some(0));
                 let mut y = y0.clone();
                 let report = h.run::<ConvForward>(&p, &inputs, &mut y.as_mut()).unwrap();
                 h.set_workspace_limit(None);
-                assert_eq!(report.algo, "direct", "{isa:?} {}", p.types());
-                assert_eq!(widened(&y), got, "{isa:?} {} auto", p.types());
+                assert!(
+                    ["direct", "depthwise"].contains(&report.algo),
+                    "{isa:?} {}: {}",
+                    p.types(),
+                    report.algo
+                );
+                let mut alone = y0.clone();
+                h.run_algorithm::<ConvForward>(
+                    &p,
+                    report.algo,
+                    &inputs,
+                    &mut alone.as_mut(),
+                    Some(&mut []),
+                )
+                .unwrap();
+                assert_eq!(widened(&y), widened(&alone), "{isa:?} {} auto", p.types());
                 ran += 1;
             }
         }
     }
     assert!(ran >= 24);
+}
+
+/// `depthwise` reads bf16 and f16 tensors in their own types, with no workspace (each work
+/// item widens what it reads into a stage in cache): on every instruction set, 1 and 2
+/// threads, both layouts and every kernel of its frames (the unrolled 3x3 and 5x5 ones,
+/// channel pairs, generic taps, multipliers, problems larger than one stage), on real data
+/// with a bias, activations applied in the kernels and after them, beta reading the prior y
+/// or a residual, its output is the f32 `depthwise` on the widened tensors rounded once, bit
+/// for bit.
+#[test]
+fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
+    use autodnn::conv::Activation;
+    let mut rng = Rng(0xdee9_b16f);
+    let mut ran = 0;
+    let mut layouts = [0usize; 2];
+    for isa in autodnn::cpu::Isa::ALL
+        .into_iter()
+        .filter(|i| i.is_available())
+    {
+        for threads in [1, 2] {
+            let h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            for case in 0..16 {
+                let base = random_depthwise_problem(&mut rng);
+                let (dt, ydt) = TYPES[case % TYPES.len()];
+                let residual = ydt == DataType::F32 && case % 3 == 0;
+                let act = [Activation::Relu, Activation::Sigmoid, Activation::None][case % 3];
+                let p = reduced(&base, dt, ydt).with_epilogue(Epilogue {
+                    bias: case % 4 != 1,
+                    residual,
+                    act,
+                });
+                let dw = ConvForward::algorithms()
+                    .iter()
+                    .find(|a| a.name() == "depthwise")
+                    .expect("depthwise is registered");
+                assert_eq!(Algorithm::<ConvForward>::workspace_bytes(*dw, &p), 0);
+                let p32 = p.as_f32();
+                let k = p.y().c();
+                let x = buf(&real_data(p.x().span(), case as u64, 977), dt);
+                let w = buf(&real_data(p.w().elements(), 50 + case as u64, 977), dt);
+                // beta 0 onto NaN (y is not read), else beta reading the prior y or z.
+                let beta = if case % 5 == 4 { 0.0 } else { 0.5 };
+                let y0 = if beta == 0.0 {
+                    buf(&vec![f32::NAN; p.y().span()], ydt)
+                } else {
+                    buf(&real_data(p.y().span(), 90 + case as u64, 977), ydt)
+                };
+                let bias = real_data(k, 7, 977);
+                let z = real_data(p.y().span(), 11, 977);
+                let mut epi = EpilogueArgs::new(0.75, beta);
+                if p.epilogue().bias {
+                    epi = epi.with_bias(&bias);
+                }
+                if residual {
+                    epi = epi.with_residual(&z);
+                }
+                let (x32, w32, y32) = (widened(&x), widened(&w), widened(&y0));
+                let mut want = y32.clone();
+                h.run_algorithm::<ConvForward>(
+                    &p32,
+                    "depthwise",
+                    &ConvFwdInputs::new(&x32, Weights::Plain(&w32), epi),
+                    &mut TensorMut::F32(&mut want),
+                    None,
+                )
+                .unwrap();
+                let want = widened(&buf(&want, ydt));
+                let inputs = ConvFwdInputs {
+                    x: x.view(),
+                    w: Weights::Tensor(w.view()),
+                    epilogue: epi,
+                };
+                let mut y = y0.clone();
+                h.run_algorithm::<ConvForward>(
+                    &p,
+                    "depthwise",
+                    &inputs,
+                    &mut y.as_mut(),
+                    Some(&mut []),
+                )
+                .unwrap();
+                let got = widened(&y);
+                each_output(&p, |o| {
+                    assert_eq!(
+                        got[o].to_bits(),
+                        want[o].to_bits(),
+                        "{isa:?} {threads}T {} {:?} {:?}: y[{o}] = {} (want {})",
+                        p.types(),
+                        p.epilogue(),
+                        base,
+                        got[o],
+                        want[o]
+                    )
+                });
+                // Outside the output's elements (padded strides), y is left as it was.
+                let before = widened(&y0);
+                let mut inside = vec![false; p.y().span()];
+                each_output(&p, |o| inside[o] = true);
+                for (o, _) in inside.iter().enumerate().filter(|(_, i)| !**i) {
+                    assert_eq!(got[o].to_bits(), before[o].to_bits(), "gap y[{o}]");
+                }
+                layouts[usize::from(p.x().strides()[1] == 1)] += 1;
+                ran += 1;
+            }
+        }
+    }
+    assert!(
+        ran >= 32 && layouts.iter().all(|&n| n >= 4),
+        "{ran} {layouts:?}"
+    );
 }

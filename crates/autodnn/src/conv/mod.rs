@@ -34,7 +34,7 @@ pub(crate) fn inside_columns(shift: i64, stride: i64, width: usize, out: usize) 
     (lo as usize, hi as usize)
 }
 
-pub use crate::op::conv_fwd::{default_cost_features, AlgoWeights, ConvAlgorithm};
+pub use crate::op::conv_fwd::{default_cost_features, AlgoWeights, ConvAlgorithm, ReducedWeights};
 pub use crate::op::epilogue::{Activation, Epilogue, EpilogueArgs};
 pub use crate::op::prepared::{PreparedWeights, Weights};
 pub use crate::op::{Accuracy, COST_FEATURES};

@@ -198,19 +198,14 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         if ConvAlgorithm::reads_reduced(self) {
             // Reduced-precision tensors read and written in their own types.
             let w = match inputs.w {
-                Weights::Tensor(t) if t.dtype() == p.w().dtype() => t,
+                Weights::Tensor(t) if t.dtype() == p.w().dtype() => ReducedWeights::Plain(t),
                 Weights::Tensor(t) => return Err(wrong_type("w", p.w().dtype(), t.dtype())),
                 Weights::Plain(_) => return Err(wrong_type("w", p.w().dtype(), DataType::F32)),
                 Weights::Prepared(pw) => {
                     let bf16_call = computes_in_bf16(p) || ctx.math == MathMode::AllowBf16;
                     match pw.for_call(&p.as_f32(), name, bf16_call)? {
-                        AlgoWeights::Plain(w) => Tensor::F32(w),
-                        AlgoWeights::Prepared(_) => {
-                            return Err(Error::Declined {
-                                algo: name.into(),
-                                reason: "reads reduced tensors with the plain filter only".into(),
-                            })
-                        }
+                        AlgoWeights::Plain(w) => ReducedWeights::Plain(Tensor::F32(w)),
+                        AlgoWeights::Prepared(w) => ReducedWeights::Prepared(w),
                     }
                 }
             };
@@ -453,10 +448,9 @@ pub trait ConvAlgorithm: Send + Sync {
     /// Computes a problem on bf16 or f16 tensors (x and w of one type, y of that type or
     /// f32) in their own types: the products of the widened elements summed in f32, the
     /// epilogue in f32 and y rounded once (to nearest even), the bits
-    /// [`ConvAlgorithm::run`] gives on the widened tensors. `w` is the filter in the
-    /// problem's type, or in f32 when the call brings weights prepared for this algorithm
-    /// that hold the plain filter (already rounded to the problem's type). Called only where
-    /// [`ConvAlgorithm::reads_reduced`] is true, with the checks of `run`.
+    /// [`ConvAlgorithm::run`] gives on the widened tensors. `w` is the filter (see
+    /// [`ReducedWeights`]). Called only where [`ConvAlgorithm::reads_reduced`] is true, with
+    /// the checks of `run`.
     ///
     /// # Errors
     /// As [`ConvAlgorithm::run`]; the default declines.
@@ -466,7 +460,7 @@ pub trait ConvAlgorithm: Send + Sync {
         ctx: &ExecContext<'_>,
         problem: &ConvProblem,
         x: Tensor<'_>,
-        w: Tensor<'_>,
+        w: ReducedWeights<'_>,
         y: &mut TensorMut<'_>,
         workspace: &mut [u8],
         epilogue: &EpilogueArgs<'_>,
@@ -534,6 +528,18 @@ fn lowered_mb(problem: &ConvProblem) -> f64 {
     let elem = problem.x().dtype().size() as f64;
     // In f64: the product of valid sizes need not fit in usize.
     n as f64 * problem.x().c() as f64 * (w.r() * w.s()) as f64 * (oh * ow) as f64 * elem / 1e6
+}
+
+/// The filter as [`ConvAlgorithm::run_reduced`] receives it.
+#[derive(Debug, Clone, Copy)]
+pub enum ReducedWeights<'a> {
+    /// The filter as the problem's descriptor lays it out: in the problem's type, or in f32
+    /// when the call brings weights prepared for this algorithm that hold the plain filter
+    /// (already rounded to the problem's type).
+    Plain(Tensor<'a>),
+    /// What this algorithm's [`ConvAlgorithm::prepare`] returned for the problem's f32 twin,
+    /// from the filter rounded to the problem's type.
+    Prepared(&'a [f32]),
 }
 
 /// The filter as an algorithm receives it.

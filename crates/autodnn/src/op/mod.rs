@@ -21,7 +21,7 @@ pub mod conv_bwd;
 pub mod conv_fwd;
 pub mod epilogue;
 pub mod prepared;
-mod tensor;
+pub(crate) mod tensor;
 
 use std::fmt::Debug;
 use std::hash::Hash;

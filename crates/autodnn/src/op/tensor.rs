@@ -222,13 +222,70 @@ impl TensorBuf {
 
 /// Widens the first `dst.len()` elements of `src` to f32 (exact for every type).
 pub(crate) fn widen(src: Tensor<'_>, dst: &mut [f32]) {
+    widen_with(src, dst, Features::detected());
+}
+
+/// [`widen`] in vectors where the usable `features` have them (bf16: AVX-512 or AVX2; f16:
+/// half's F16C path).
+pub(crate) fn widen_with(src: Tensor<'_>, dst: &mut [f32], features: Features) {
     use half::slice::HalfFloatSliceExt;
     let n = dst.len();
     match src {
         Tensor::F32(v) => dst.copy_from_slice(&v[..n]),
-        Tensor::Bf16(v) => v[..n].convert_to_f32_slice(dst),
+        Tensor::Bf16(v) => widen_bf16(&v[..n], dst, features),
         Tensor::F16(v) => v[..n].convert_to_f32_slice(dst),
     }
+}
+
+/// bf16 to f32: the bits shifted into the upper half (exact; a NaN keeps its payload), in a
+/// loop that vectorises.
+#[inline(always)]
+fn widen_bf16_body(src: &[bf16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits(u32::from(s.to_bits()) << 16);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn widen_bf16_avx512(_: Avx512, src: &[bf16], dst: &mut [f32]) {
+    widen_bf16_body(src, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn widen_bf16_avx2(_: Avx2, src: &[bf16], dst: &mut [f32]) {
+    widen_bf16_body(src, dst)
+}
+
+fn widen_bf16(src: &[bf16], dst: &mut [f32], features: Features) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(t) = Avx512::new(features) {
+            // SAFETY: the token proves the CPU runs AVX-512F.
+            return unsafe { widen_bf16_avx512(t, src, dst) };
+        }
+        if let Some(t) = Avx2::new(features) {
+            // SAFETY: the token proves the CPU runs AVX2 and FMA.
+            return unsafe { widen_bf16_avx2(t, src, dst) };
+        }
+    }
+    let _ = features;
+    widen_bf16_body(src, dst)
+}
+
+/// Widens `src[start..start + dst.len()]` to f32 into `dst` (exact for every type).
+///
+/// # Panics
+/// If the range lies outside `src` (callers check their coordinates against the tensor).
+pub(crate) fn widen_at(src: Tensor<'_>, start: usize, dst: &mut [f32], features: Features) {
+    let n = dst.len();
+    let part = match src {
+        Tensor::F32(v) => Tensor::F32(&v[start..][..n]),
+        Tensor::Bf16(v) => Tensor::Bf16(&v[start..][..n]),
+        Tensor::F16(v) => Tensor::F16(&v[start..][..n]),
+    };
+    widen_with(part, dst, features);
 }
 
 /// Rounds `src` into the first `src.len()` elements of `dst` (round to nearest even; NaN stays
@@ -331,6 +388,28 @@ mod tests {
                     "{isa:?} {:#x}",
                     x.to_bits()
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_widening_matches_half_on_every_path() {
+        // Every bf16 bit pattern (NaNs, infinities, subnormals and zeros of both signs among
+        // them), at lengths that leave vector tails.
+        let v: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
+        for isa in crate::cpu::Isa::ALL {
+            for len in [v.len(), 17, 3] {
+                let mut got = vec![0f32; len];
+                widen_with(Tensor::Bf16(&v[..len]), &mut got, isa.usable());
+                for (x, g) in v.iter().zip(&got) {
+                    // The bits moved up, exactly (NaNs keep their payload, signalling ones
+                    // too, as the kernels' own widening does; half's to_f32 quiets them).
+                    let bits = u32::from(x.to_bits()) << 16;
+                    assert_eq!(g.to_bits(), bits, "{isa:?} {:#x}", x.to_bits());
+                    if !x.is_nan() {
+                        assert_eq!(*g, x.to_f32(), "{isa:?} {:#x}", x.to_bits());
+                    }
+                }
             }
         }
     }

@@ -83,6 +83,19 @@ impl<'a, T: Copy> SharedOut<'a, T> {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(start), src.len()) }
     }
 
+    /// Elements `start..start + len`, to write (or read) in place.
+    ///
+    /// # Safety
+    /// No other thread reads or writes any of these elements while the slice lives.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [T] {
+        assert!(start <= self.len && len <= self.len - start);
+        // SAFETY: the range is in bounds (asserted) of the slice borrowed for 'a, and the
+        // caller guarantees no other thread accesses it while the returned slice lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+
     /// Reads one element.
     ///
     /// # Safety

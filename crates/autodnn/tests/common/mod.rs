@@ -285,6 +285,76 @@ pub fn random_problem(rng: &mut Rng) -> ConvProblem {
     }
 }
 
+/// A random depthwise problem (groups == input channels, channel multiplier 1 to 3) for the
+/// `depthwise` algorithm's frames: both layouts with packed or padded strides, the unrolled
+/// 3x3 and 5x5 kernels at strides 1 and 2 (rows of at most half a vector too, where two
+/// channels share one), other kernels, strides, dilations and paddings of every sign; a sixth
+/// are large (up to 150 channels of 40x40), more than one work item's stage holds.
+pub fn random_depthwise_problem(rng: &mut Rng) -> ConvProblem {
+    loop {
+        let large = rng.range(0, 6) == 0;
+        let c = if large {
+            rng.range(100, 150)
+        } else {
+            rng.range(1, 40)
+        } as usize;
+        let mult = if rng.range(0, 3) == 0 {
+            rng.range(2, 3) as usize
+        } else {
+            1
+        };
+        let (h, w) = if large {
+            (rng.range(20, 40) as usize, rng.range(20, 40) as usize)
+        } else {
+            (rng.range(1, 24) as usize, rng.range(1, 24) as usize)
+        };
+        let (r, s) = match rng.range(0, 5) {
+            0 | 1 => (3, 3),
+            2 => (5, 5),
+            3 => (rng.range(1, 4) as usize, rng.range(1, 4) as usize),
+            _ => (1, rng.range(1, 7) as usize),
+        };
+        let st = rng.range(1, 2) as usize;
+        let stride = if rng.range(0, 4) == 0 {
+            [rng.range(1, 3) as usize, rng.range(1, 3) as usize]
+        } else {
+            [st, st]
+        };
+        let dil = if rng.range(0, 4) == 0 {
+            [rng.range(1, 2) as usize, rng.range(1, 2) as usize]
+        } else {
+            [1, 1]
+        };
+        let p = rng.range(0, 2);
+        let pad = if rng.range(0, 3) == 0 {
+            Padding {
+                top: rng.range(0, 4),
+                bottom: rng.range(-2, 4),
+                left: rng.range(0, 4),
+                right: rng.range(-2, 4),
+            }
+        } else {
+            Padding {
+                top: p,
+                bottom: p,
+                left: p,
+                right: p,
+            }
+        };
+        let mode = rng.pick(&[ConvMode::CrossCorrelation, ConvMode::Convolution]);
+        let layout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let n = rng.range(1, 2) as usize;
+        let x = packed_or_padded(rng, [n, c, h, w], layout);
+        let wd = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [c * mult, 1, r, s]).unwrap();
+        let conv = ConvDesc::new(pad, stride, dil, c, mode).unwrap();
+        let Ok(dims) = ConvProblem::output_dims(&x, &wd, &conv) else {
+            continue;
+        };
+        let y = packed_or_padded(rng, dims, layout);
+        return ConvProblem::forward(x, wd, conv, y).unwrap();
+    }
+}
+
 /// One side's padding, biased toward the cases that once broke algorithms: none (so that a
 /// 1x1 kernel's x is the patch matrix), small, far wider than the kernel, and (bottom and
 /// right only) negative.

@@ -2,22 +2,25 @@
 //! checks, the filter's preparation for the NHWC-like frame, the dispatch to the widest kernel
 //! set the CPU runs).
 
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights};
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
+use crate::op::tensor::widen;
+use crate::op::{Tensor, TensorMut};
 use crate::runtime::parallel::SharedOut;
 use crate::simd::Scalar;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Avx512, Token};
 
-use super::channels_last::channels_last;
+use super::channels_last::{channels_last, channels_last_staged};
 use super::filter::ClWeights;
 use super::geometry::{mode_of, Geo, Mode};
 #[cfg(target_arch = "x86_64")]
 use super::kernels::{avx2_set, avx512_set};
 use super::kernels::{portable_set, KernelSet};
-use super::planar::planar;
+use super::planar::{planar, planar_staged};
 use super::simd::Simd;
+use super::stage::YOut;
 
 /// The depthwise convolution.
 pub struct Depthwise;
@@ -66,6 +69,73 @@ impl ConvAlgorithm for Depthwise {
             out.extend((0..k).map(|kk| w[kk * taps + ti]));
         }
         Ok(Some(out))
+    }
+
+    fn reads_reduced(&self) -> bool {
+        true
+    }
+
+    fn run_reduced(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: Tensor<'_>,
+        w: ReducedWeights<'_>,
+        y: &mut TensorMut<'_>,
+        _workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let mode = mode_of(problem).map_err(|reason| self.declined(reason))?;
+        let g = Geo::new(problem);
+        let (wlen, ylen) = (g.k * g.taps(), y.len());
+        let w_len = match w {
+            ReducedWeights::Plain(t) => t.len(),
+            ReducedWeights::Prepared(p) => p.len(),
+        };
+        assert!(
+            x.len() >= problem.x().span()
+                && w_len >= wlen
+                && ylen >= problem.y().span()
+                && epi.bias.is_none_or(|b| b.len() >= g.k)
+                && epi.residual.is_none_or(|z| z.len() >= problem.y().span()),
+            "depthwise: buffers shorter than the problem (the handle checks them)"
+        );
+        // The filter in f32 (K·R·S values, widened once), or prepared (f32 already).
+        let widened;
+        let weights = match (mode, w) {
+            (_, ReducedWeights::Plain(Tensor::F32(w))) => ClWeights::Plain(w),
+            (_, ReducedWeights::Plain(w)) => {
+                let mut v = crate::alloc::try_vec(wlen, 0.0, "depthwise's widened filter")?;
+                widen(w, &mut v);
+                widened = v;
+                ClWeights::Plain(&widened)
+            }
+            (Mode::ChannelsLast, ReducedWeights::Prepared(w)) => ClWeights::Prepared(w),
+            (Mode::Planar, ReducedWeights::Prepared(_)) => {
+                return Err(self.declined("has no prepared form of an NCHW-like filter".into()))
+            }
+        };
+        let (w, out) = (weights, YOut::new(y));
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(s) = Avx512::new(ctx.features) {
+                return run_staged(s, &avx512_set::SET, ctx, mode, &g, x, w, &out, epi);
+            }
+            if let Some(s) = Avx2::new(ctx.features) {
+                return run_staged(s, &avx2_set::SET, ctx, mode, &g, x, w, &out, epi);
+            }
+        }
+        run_staged(
+            Scalar::new(),
+            &portable_set::SET,
+            ctx,
+            mode,
+            &g,
+            x,
+            w,
+            &out,
+            epi,
+        )
     }
 
     fn run(
@@ -141,6 +211,25 @@ fn run_set<S: Simd>(
     match mode {
         Mode::Planar => planar(simd, ctx, g, set, x, weights.data(), out, epi),
         Mode::ChannelsLast => channels_last(simd, ctx, g, set, x, weights, out, epi),
+    }
+}
+
+/// Runs the staged frame of `mode` with the kernel set of token `simd`.
+#[allow(clippy::too_many_arguments)]
+fn run_staged<S: Simd>(
+    simd: S,
+    set: &KernelSet<S>,
+    ctx: &ExecContext<'_>,
+    mode: Mode,
+    g: &Geo,
+    x: Tensor<'_>,
+    w: ClWeights<'_>,
+    y: &YOut<'_>,
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    match mode {
+        Mode::Planar => planar_staged(simd, ctx, g, set, x, w.data(), y, epi),
+        Mode::ChannelsLast => channels_last_staged(simd, ctx, g, set, x, w, y, epi),
     }
 }
 

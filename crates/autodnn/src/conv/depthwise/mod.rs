@@ -53,6 +53,7 @@ mod geometry;
 mod kernels;
 mod planar;
 mod simd;
+mod stage;
 
 pub(crate) use bwd_data::DEPTHWISE_BWD_DATA;
 pub(crate) use bwd_filter::DEPTHWISE_BWD_FILTER;

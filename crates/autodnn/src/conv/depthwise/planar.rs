@@ -7,11 +7,13 @@ use crate::conv::{EpilogueArgs, ExecContext};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::op::Tensor;
 use crate::runtime::parallel::SharedOut;
 
-use super::geometry::{activate, activates_after, for_ranges, Geo, GENERIC_ROWS};
+use super::geometry::{activate, activates_after, for_ranges, Geo, GENERIC_ROWS, ITEMS_PER_THREAD};
 use super::kernels::KernelSet;
 use super::simd::Simd;
+use super::stage::{runs, stage_x, stage_z, YOut, STAGE_FLOATS};
 
 /// One vector of a column table: its offset along the row and the lanes (or, for stride-2
 /// loads, the elements of the two vectors read) that lie inside the row.
@@ -180,6 +182,59 @@ impl PlaneJob<'_> {
 /// units name. (The token `S` proves that the CPU has the kernel set's features.)
 pub(super) type PlaneFn<S> = unsafe fn(S, &PlaneJob<'_>);
 
+/// The kernel an NCHW-like problem runs, its blocking and its column table.
+struct PlanePlan<S: 'static> {
+    kernel: PlaneFn<S>,
+    /// Output rows per unit, and units (row blocks) per channel.
+    rows: usize,
+    blocks: usize,
+    /// Two channels per vector.
+    pair: bool,
+    cols: Vec<ColLoad>,
+}
+
+impl<S: Simd> PlanePlan<S> {
+    /// # Errors
+    /// [`Error::OutOfMemory`] for the column table.
+    fn new(g: &Geo, set: &KernelSet<S>) -> Result<PlanePlan<S>> {
+        let fast = match (g.r, g.s) {
+            (3, 3) => Some(0),
+            (5, 5) => Some(1),
+            _ => None,
+        }
+        .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
+        // Rows of at most half a vector: two channels per vector (see `plane_fast`).
+        let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
+        let window3 = fast == Some(0) && g.dw == 1 && !pair;
+        let step = match g.sw {
+            2 if window3 => Step::Window3,
+            1 if window3 => Step::Window3S1,
+            1 => Step::One,
+            2 => Step::Two,
+            _ => Step::Any,
+        };
+        let (kernel, rows) = match fast {
+            _ if window3 => (set.plane_win3[g.sw - 1], set.plane_rows[0]),
+            Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
+            Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
+            None => (set.plane_generic[step as usize], GENERIC_ROWS),
+        };
+        let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step)?;
+        Ok(PlanePlan {
+            kernel,
+            rows,
+            blocks: g.oh.div_ceil(rows),
+            pair,
+            cols,
+        })
+    }
+
+    /// Units of `k` output channels.
+    fn units(&self, k: usize) -> usize {
+        k.div_ceil(if self.pair { 2 } else { 1 }) * self.blocks
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn planar<S: Simd>(
     simd: S,
@@ -191,31 +246,10 @@ pub(super) fn planar<S: Simd>(
     out: &SharedOut<'_>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
-    let fast = match (g.r, g.s) {
-        (3, 3) => Some(0),
-        (5, 5) => Some(1),
-        _ => None,
-    }
-    .filter(|_| g.sh == g.sw && (1..=2).contains(&g.sh) && g.dh == 1);
-    // Rows of at most half a vector: two channels per vector (see `plane_fast`).
-    let pair = fast.is_some() && g.ow <= set.lanes / 2 && g.k > 1;
-    let window3 = fast == Some(0) && g.dw == 1 && !pair;
-    let step = match g.sw {
-        2 if window3 => Step::Window3,
-        1 if window3 => Step::Window3S1,
-        1 => Step::One,
-        2 => Step::Two,
-        _ => Step::Any,
-    };
-    let (kernel, rows) = match fast {
-        _ if window3 => (set.plane_win3[g.sw - 1], set.plane_rows[0]),
-        Some(f) if pair => (set.plane_pair[f][g.sh - 1], set.plane_rows[f]),
-        Some(f) => (set.plane_fast[f][g.sh - 1], set.plane_rows[f]),
-        None => (set.plane_generic[step as usize], GENERIC_ROWS),
-    };
-    let cols = plane_cols(g, set.lanes / if pair { 2 } else { 1 }, step)?;
-    let blocks = g.oh.div_ceil(rows);
-    let per_image = g.k.div_ceil(if pair { 2 } else { 1 }) * blocks;
+    let plan = PlanePlan::new(g, set)?;
+    let (kernel, rows, blocks, pair, cols) =
+        (plan.kernel, plan.rows, plan.blocks, plan.pair, &plan.cols);
+    let per_image = plan.units(g.k);
     for_ranges(ctx, g.n * per_image, |start, end| {
         let mut u = start;
         while u < end {
@@ -245,7 +279,7 @@ pub(super) fn planar<S: Simd>(
                 blocks,
                 u0: u - n * per_image,
                 u1: u1 - n * per_image,
-                cols: &cols,
+                cols,
                 w: w.as_ptr(),
                 flip: g.flip,
                 bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
@@ -277,4 +311,133 @@ pub(super) fn planar<S: Simd>(
         }
     });
     Ok(())
+}
+
+/// [`planar`] on bf16 or f16 tensors (see [`super::stage`]): work items of (image, block of
+/// input channels), each widening its channels' planes of x into a stage and its outputs'
+/// planes of a reduced y (with z where beta reads it) into another, then running the f32
+/// kernel over the stages and rounding the outputs into y.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn planar_staged<S: Simd>(
+    simd: S,
+    ctx: &ExecContext<'_>,
+    g: &Geo,
+    set: &KernelSet<S>,
+    x: Tensor<'_>,
+    w: &[f32],
+    y: &YOut<'_>,
+    epi: &EpilogueArgs<'_>,
+) -> Result<()> {
+    let plan = PlanePlan::new(g, set)?;
+    let (h, wd) = (g.h as usize, g.w as usize);
+    let (plane_in, plane_out) = (h * wd, g.oh * g.ow);
+    let c = g.k / g.mult;
+    let staged_y = y.in_place().is_none();
+    let per_channel = plane_in + if staged_y { g.mult * plane_out } else { 0 };
+    // Input channels per item: what the stage holds, fewer when the threads need items.
+    let mut cc = (STAGE_FLOATS / per_channel.max(1)).clamp(1, c.max(1));
+    if ctx.threads > 1 {
+        let per_image = (ctx.threads * ITEMS_PER_THREAD).div_ceil(g.n.max(1));
+        cc = cc.min(c.div_ceil(per_image)).max(1);
+    }
+    let chunks = c.div_ceil(cc);
+    let taps = g.taps();
+    let scratch = || -> Result<(Vec<f32>, Vec<f32>)> {
+        let what = "depthwise's stage";
+        let ys = if staged_y { cc * g.mult * plane_out } else { 0 };
+        Ok((
+            crate::alloc::try_vec(cc * plane_in, 0.0, what)?,
+            crate::alloc::try_vec(ys, 0.0, what)?,
+        ))
+    };
+    crate::runtime::parallel::for_each_with(ctx, g.n * chunks, scratch, |(xs, ys), item| {
+        let (n, c0) = (item / chunks, item % chunks * cc);
+        let c1 = (c0 + cc).min(c);
+        let chans = (c1 - c0, g.xs[1]);
+        runs(
+            n * g.xs[0] + c0 * g.xs[1],
+            chans,
+            (h, g.xs[2]),
+            wd,
+            |src, at, len| stage_x(x, src, &mut xs[at..][..len], ctx.features),
+        );
+        let (k0, kn) = (c0 * g.mult, (c1 - c0) * g.mult);
+        let y_at = |kk: usize, oh: usize| n * g.ys[0] + (k0 + kk) * g.ys[1] + oh * g.ys[2];
+        // The item's outputs as runs of y: [channel][row][column].
+        let y_runs = |f: &mut dyn FnMut(usize, usize, usize)| {
+            runs(y_at(0, 0), (kn, g.ys[1]), (g.oh, g.ys[2]), g.ow, f)
+        };
+        let (yp, zp, yc, yrow) = match y.in_place() {
+            Some(o) => {
+                let yp = o.as_mut_ptr().wrapping_add(y_at(0, 0));
+                let zp = epi
+                    .residual
+                    .map_or(yp.cast_const(), |z| z.as_ptr().wrapping_add(y_at(0, 0)));
+                (yp, zp, g.ys[1], g.ys[2])
+            }
+            None => {
+                y_runs(&mut |off, at, len| {
+                    // SAFETY: this item alone covers output channels k0 .. k0 + kn of image n.
+                    unsafe { stage_z(y, epi, off, &mut ys[at..][..len], ctx.features) }
+                });
+                (ys.as_mut_ptr(), ys.as_ptr(), plane_out, g.ow)
+            }
+        };
+        let job = PlaneJob {
+            x: xs.as_ptr(),
+            xc: plane_in as isize,
+            xrow: wd as isize,
+            k: kn,
+            mult: g.mult,
+            h: g.h,
+            pt: g.pt,
+            sh: g.sh as isize,
+            sw: g.sw as isize,
+            dh: g.dh as isize,
+            r: g.r,
+            s: g.s,
+            y: yp,
+            z: zp,
+            yc: yc as isize,
+            yrow: yrow as isize,
+            oh: g.oh,
+            blocks: plan.blocks,
+            u0: 0,
+            u1: plan.units(kn),
+            cols: &plan.cols,
+            w: w.as_ptr().wrapping_add(k0 * taps),
+            flip: g.flip,
+            bias: epi
+                .bias
+                .map_or(ptr::null(), |b| b.as_ptr().wrapping_add(k0)),
+            epi,
+        };
+        // SAFETY: as in `planar`: the stage holds planes c0 .. c1 of x (channel stride
+        // plane_in, row stride W), the outputs are the stage's kn planes or output channels
+        // k0 .. k0 + kn of image n of y, which this item alone covers; the filter and bias
+        // pointers start at channel k0 and the job addresses kn channels.
+        unsafe { (plan.kernel)(simd, &job) };
+        match y.in_place() {
+            Some(o) => {
+                if activates_after(epi) {
+                    let offsets = (0..kn).flat_map(|kk| {
+                        (0..g.oh).flat_map(move |oh| {
+                            (0..g.ow).map(move |ow| y_at(kk, oh) + ow * g.ys[3])
+                        })
+                    });
+                    activate(o, epi.act, offsets);
+                }
+            }
+            None => {
+                let outs = &mut ys[..kn * plane_out];
+                if activates_after(epi) {
+                    outs.iter_mut().for_each(|v| *v = epi.act.apply(*v));
+                }
+                y_runs(&mut |off, at, len| {
+                    // SAFETY: as for the stage of z above.
+                    unsafe { y.store_run(off, &outs[at..][..len], ctx.features) }
+                });
+            }
+        }
+    })
 }

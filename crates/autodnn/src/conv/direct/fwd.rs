@@ -1,7 +1,7 @@
 //! The `direct` algorithm: its [`ConvAlgorithm`] implementation, which picks the widest
 //! tile kernel the CPU runs and hands it to the frame of `super`.
 
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext};
+use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights};
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::{Feature, Features};
 use crate::desc::ConvProblem;
@@ -63,11 +63,14 @@ impl ConvAlgorithm for Direct {
         ctx: &ExecContext<'_>,
         problem: &ConvProblem,
         x: Tensor<'_>,
-        w: Tensor<'_>,
+        w: ReducedWeights<'_>,
         y: &mut TensorMut<'_>,
         _workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
+        let ReducedWeights::Plain(w) = w else {
+            return Err(no_prepared_form());
+        };
         match x {
             Tensor::F32(x) => run_of_x(ctx, problem, x, w, y, epi),
             Tensor::Bf16(x) => run_of_x(ctx, problem, x, w, y, epi),
