@@ -286,6 +286,69 @@ fn conv_sweeps(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals, covered: &
     }
 }
 
+/// bf16 tensors (x and w of bf16, y of f32: integer data, so the sums are exact and the f32
+/// reference holds): each algorithm that reads them in place (`direct`, `depthwise`, no
+/// workspace, their own stages and widened filters allocated in the call), and the automatic
+/// call, whose other candidates widen into the workspace.
+fn reduced_sweeps(h: &Handle, cases: &[Case], tag: &str, t: &mut Totals) {
+    use autodnn::op::{ConvForward, ConvFwdInputs, TensorBuf};
+    use autodnn::DataType;
+    for (i, c) in cases.iter().enumerate() {
+        let p = ConvProblem::forward(
+            c.p.x().with_dtype(DataType::Bf16),
+            c.p.w().with_dtype(DataType::Bf16),
+            *c.p.conv(),
+            *c.p.y(),
+        )
+        .unwrap()
+        .with_epilogue(*c.p.epilogue());
+        let x = TensorBuf::from_f32(&c.x, DataType::Bf16, "x").unwrap();
+        let w = TensorBuf::from_f32(&c.w, DataType::Bf16, "w").unwrap();
+        let inputs = ConvFwdInputs {
+            x: x.view(),
+            w: Weights::Tensor(w.view()),
+            epilogue: c.args(),
+        };
+        for name in ["direct", "depthwise"] {
+            if conv::find(name).unwrap().check(&p).is_err() {
+                continue;
+            }
+            sweep(
+                &format!("{tag} case {i} {name} bf16"),
+                t,
+                false,
+                || {
+                    let mut y = c.prior.clone();
+                    h.run_algorithm::<ConvForward>(
+                        &p,
+                        name,
+                        &inputs,
+                        &mut TensorMut::F32(&mut y),
+                        None,
+                    )?;
+                    Ok(y)
+                },
+                |y: &Vec<f32>, what: &str| {
+                    assert_accurate(&c.p, y, &c.reference, Accuracy::Exact, what)
+                },
+            );
+        }
+        sweep(
+            &format!("{tag} case {i} auto bf16"),
+            t,
+            true,
+            || {
+                let mut y = c.prior.clone();
+                let r = h.run::<ConvForward>(&p, &inputs, &mut TensorMut::F32(&mut y))?;
+                Ok((y, r.algo))
+            },
+            |(y, algo): &(Vec<f32>, &'static str), what: &str| {
+                assert_accurate(&c.p, y, &c.reference, accuracy(algo), what)
+            },
+        );
+    }
+}
+
 /// One backward operation's sweeps: every accepting algorithm of its registry, then the
 /// automatic call through the fallback chain. `call(algo)` runs it (`None`: automatic) and
 /// returns the output with the algorithm that ran; the output is checked against `want`
@@ -546,6 +609,7 @@ fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error()
             let tag = format!("{}x{threads}", isa.name());
             let mut t = Totals::default();
             conv_sweeps(&h, &cases, &tag, &mut t, &mut covered);
+            reduced_sweeps(&h, &cases, &tag, &mut t);
             backward_all(&h, &cases, &tag, &mut t, &mut covered);
             let best = isa == Isa::best_available();
             gemm_sweeps(&h, &tag, &mut t, threads > 1, threads > 1 && best);
