@@ -247,9 +247,9 @@ impl StepHandle {
 }
 
 impl StepHandle {
-    /// Whether a timed selection of `p` in `dir` is within the input's budget: the first of
-    /// the input, of a problem of at most [`FULL_RUN_MAX_FLOPS`] dense FLOPs in any direction. A timed
-    /// selection runs every candidate ten times or more, and in a fuzz build (coverage
+    /// Whether a timed selection of `p` is within the input's budget: the first of the
+    /// input, of a problem of at most [`FULL_RUN_MAX_FLOPS`] dense FLOPs in any direction. A
+    /// timed selection runs every candidate ten times or more, and in a fuzz build (coverage
     /// counters, debug assertions) im2col alone ran 1.5 s for a forward Find, 1.6 s for a
     /// backward-data one, on problems within the bound of single runs ([`is_small`]).
     fn may_time(&self, p: &ConvProblem) -> bool {

@@ -55,6 +55,21 @@ pub const DEFAULT_MAX_TIMED: usize = 8;
 /// spell. An idle core comes back to full speed slowly (on a virtual machine especially): the
 /// first problems a calibration measured right after the process started ran at half speed.
 pub const WAKE_UP: Duration = Duration::from_millis(150);
+/// How long [`wake_cores`] keeps the workers busy: [`WAKE_UP`], or the milliseconds of
+/// `AUTODNN_WAKE_UP_MS` (read once; 0 skips the wake-up, for machines whose cores do not slow
+/// down when idle, and for fuzzing, where timed selections come many a second; a value that
+/// is not a number of milliseconds up to 10 000 is ignored).
+pub fn wake_up() -> Duration {
+    static SPELL: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPELL.get_or_init(|| {
+        std::env::var("AUTODNN_WAKE_UP_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&ms| ms <= 10_000)
+            .map_or(WAKE_UP, Duration::from_millis)
+    })
+}
+
 /// A spell without timed runs longer than this counts as idle.
 pub const IDLE_AFTER: Duration = Duration::from_millis(500);
 
@@ -72,10 +87,15 @@ fn note_timed() {
 /// this by themselves after an idle spell; benchmarks outside them may call it first
 /// ([`crate::Handle::wake_cores`]).
 pub fn wake_cores(ctx: &ExecContext<'_>) {
+    let spell = wake_up();
+    if spell.is_zero() {
+        note_timed();
+        return;
+    }
     ctx.pool.broadcast(|_| {
         let start = Instant::now();
         let mut x = 1.0f64;
-        while start.elapsed() < WAKE_UP {
+        while start.elapsed() < spell {
             for _ in 0..1000 {
                 x = std::hint::black_box(x * 1.000_000_1 + 1e-9);
             }
