@@ -65,7 +65,56 @@ pub(super) struct ClJob<'a> {
     pub(super) epi: &'a EpilogueArgs<'a>,
 }
 
-impl ClJob<'_> {
+impl<'a> ClJob<'a> {
+    /// The job of output rows `oh0..oh1` of blocks `b0..b1` (shifted by `shift`): x at
+    /// (pointer, row stride, column stride), y and z at (y, z, row stride, column stride),
+    /// the weights as [`chunk_weights`] gives them; the geometry and bias from `g` and `epi`.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        g: &Geo,
+        (x, xrow, xcol): (*const f32, isize, isize),
+        (y, z, yrow, ycol): (*mut f32, *const f32, isize, isize),
+        (oh0, oh1): (usize, usize),
+        (shift, b0, b1): (usize, usize, usize),
+        (wt, wblock, wstride): (*const f32, usize, usize),
+        idx: &'a [[isize; 16]],
+        epi: &'a EpilogueArgs<'a>,
+    ) -> ClJob<'a> {
+        ClJob {
+            x,
+            xrow,
+            xcol,
+            h: g.h,
+            w: g.w,
+            pt: g.pt,
+            pl: g.pl,
+            sh: g.sh as isize,
+            sw: g.sw as isize,
+            dh: g.dh as isize,
+            dw: g.dw as isize,
+            r: g.r,
+            s: g.s,
+            ow: g.ow,
+            oh0,
+            oh1,
+            k: g.k,
+            mult: g.mult,
+            shift,
+            b0,
+            b1,
+            y,
+            z,
+            yrow,
+            ycol,
+            wt,
+            wblock,
+            wstride,
+            bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+            idx,
+            epi,
+        }
+    }
+
     /// Channel block b's first channel (negative for a first block that starts before
     /// channel 0, see [`align_shift`]) and the lanes that hold channels.
     #[inline(always)]
@@ -124,41 +173,23 @@ pub(super) fn channels_last<S: Simd>(
         let (wt, wblock, wstride) = chunk_weights(g, lanes, shift, weights, (b0, b1), scratch);
         lane_indices(g, lanes, (b0, b1), idx);
         let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
-        let job = ClJob {
-            x: x.as_ptr().wrapping_add(n * g.xs[0]),
-            xrow: g.xs[2] as isize,
-            xcol: g.xs[3] as isize,
-            h: g.h,
-            w: g.w,
-            pt: g.pt,
-            pl: g.pl,
-            sh: g.sh as isize,
-            sw: g.sw as isize,
-            dh: g.dh as isize,
-            dw: g.dw as isize,
-            r: g.r,
-            s: g.s,
-            ow: g.ow,
-            oh0: part * rows_per,
-            oh1: ((part + 1) * rows_per).min(g.oh),
-            k: g.k,
-            mult: g.mult,
-            shift,
-            b0,
-            b1,
-            y,
-            z: epi
-                .residual
-                .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0])),
-            yrow: g.ys[2] as isize,
-            ycol: g.ys[3] as isize,
-            wt,
-            wblock,
-            wstride,
-            bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+        let z = epi
+            .residual
+            .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0]));
+        let job = ClJob::new(
+            g,
+            (
+                x.as_ptr().wrapping_add(n * g.xs[0]),
+                g.xs[2] as isize,
+                g.xs[3] as isize,
+            ),
+            (y, z, g.ys[2] as isize, g.ys[3] as isize),
+            (part * rows_per, ((part + 1) * rows_per).min(g.oh)),
+            (shift, b0, b1),
+            (wt, wblock, wstride),
             idx,
             epi,
-        };
+        );
         // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU has.
         // Each block's lanes are channels below K of image n (input channels below C), the
         // weights hold `taps` rows of them (scratch: zero-filled to whole blocks; prepared:
@@ -391,39 +422,16 @@ pub(super) fn channels_last_staged<S: Simd>(
                     (yp, yp.cast_const(), yrow, ycol)
                 }
             };
-            let job = ClJob {
-                x: xp,
-                xrow,
-                xcol,
-                h: g.h,
-                w: g.w,
-                pt: g.pt,
-                pl: g.pl,
-                sh: g.sh as isize,
-                sw: g.sw as isize,
-                dh: g.dh as isize,
-                dw: g.dw as isize,
-                r: g.r,
-                s: g.s,
-                ow: g.ow,
-                oh0: o0,
-                oh1: o1,
-                k: g.k,
-                mult: g.mult,
-                shift: 0,
-                b0,
-                b1,
-                y: yp,
-                z: zp,
-                yrow,
-                ycol,
-                wt,
-                wblock,
-                wstride,
-                bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+            let job = ClJob::new(
+                g,
+                (xp, xrow, xcol),
+                (yp, zp, yrow, ycol),
+                (o0, o1),
+                (0, b0, b1),
+                (wt, wblock, wstride),
                 idx,
                 epi,
-            };
+            );
             // SAFETY: as in `channels_last`, with x's rows ih0 .. ih1 (all the band reads:
             // rows outside the image are never read) of channels kx0 .. kx1 (all the
             // chunk's blocks read: lanes past K are masked) in the stage, and the band's
