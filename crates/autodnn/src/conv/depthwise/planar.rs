@@ -146,7 +146,53 @@ pub(super) struct PlaneJob<'a> {
     pub(super) epi: &'a EpilogueArgs<'a>,
 }
 
-impl PlaneJob<'_> {
+impl<'a> PlaneJob<'a> {
+    /// The job of units `u0..u1` (of `blocks` row blocks per channel) of `k` output channels
+    /// from channel `k0` on (the filter and bias addressed from there): x at (pointer,
+    /// channel stride, row stride), y and z at (y, z, channel stride, row stride); the rest
+    /// of the geometry from `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        g: &Geo,
+        (x, xc, xrow): (*const f32, usize, usize),
+        (y, z, yc, yrow): (*mut f32, *const f32, usize, usize),
+        (k, k0): (usize, usize),
+        (blocks, u0, u1): (usize, usize, usize),
+        cols: &'a [ColLoad],
+        w: &[f32],
+        epi: &'a EpilogueArgs<'a>,
+    ) -> PlaneJob<'a> {
+        PlaneJob {
+            x,
+            xc: xc as isize,
+            xrow: xrow as isize,
+            k,
+            mult: g.mult,
+            h: g.h,
+            pt: g.pt,
+            sh: g.sh as isize,
+            sw: g.sw as isize,
+            dh: g.dh as isize,
+            r: g.r,
+            s: g.s,
+            y,
+            z,
+            yc: yc as isize,
+            yrow: yrow as isize,
+            oh: g.oh,
+            blocks,
+            u0,
+            u1,
+            cols,
+            w: w.as_ptr().wrapping_add(k0 * g.taps()),
+            flip: g.flip,
+            bias: epi
+                .bias
+                .map_or(ptr::null(), |b| b.as_ptr().wrapping_add(k0)),
+            epi,
+        }
+    }
+
     /// Weight of tap `t` (row-major over r, s) of channel `k`, flipped in convolution mode.
     ///
     /// # Safety
@@ -256,35 +302,19 @@ pub(super) fn planar<S: Simd>(
             let n = u / per_image;
             let u1 = end.min((n + 1) * per_image);
             let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
-            let job = PlaneJob {
-                x: x.as_ptr().wrapping_add(n * g.xs[0]),
-                xc: g.xs[1] as isize,
-                xrow: g.xs[2] as isize,
-                k: g.k,
-                mult: g.mult,
-                h: g.h,
-                pt: g.pt,
-                sh: g.sh as isize,
-                sw: g.sw as isize,
-                dh: g.dh as isize,
-                r: g.r,
-                s: g.s,
-                y,
-                z: epi
-                    .residual
-                    .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0])),
-                yc: g.ys[1] as isize,
-                yrow: g.ys[2] as isize,
-                oh: g.oh,
-                blocks,
-                u0: u - n * per_image,
-                u1: u1 - n * per_image,
+            let z = epi
+                .residual
+                .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0]));
+            let job = PlaneJob::new(
+                g,
+                (x.as_ptr().wrapping_add(n * g.xs[0]), g.xs[1], g.xs[2]),
+                (y, z, g.ys[1], g.ys[2]),
+                (g.k, 0),
+                (blocks, u - n * per_image, u1 - n * per_image),
                 cols,
-                w: w.as_ptr(),
-                flip: g.flip,
-                bias: epi.bias.map_or(ptr::null(), |b| b.as_ptr()),
+                w,
                 epi,
-            };
+            );
             // SAFETY: the kernel set matches ctx.isa, which the handle caps at what the CPU
             // has. The images are image n of x, y and z, inside the buffers (checked in
             // `run`), as are the filter and the bias; the column table only enables lanes
@@ -341,7 +371,6 @@ pub(super) fn planar_staged<S: Simd>(
         cc = cc.min(c.div_ceil(per_image)).max(1);
     }
     let chunks = c.div_ceil(cc);
-    let taps = g.taps();
     let scratch = || -> Result<(Vec<f32>, Vec<f32>)> {
         let what = "depthwise's stage";
         let ys = if staged_y { cc * g.mult * plane_out } else { 0 };
@@ -383,35 +412,16 @@ pub(super) fn planar_staged<S: Simd>(
                 (ys.as_mut_ptr(), ys.as_ptr(), plane_out, g.ow)
             }
         };
-        let job = PlaneJob {
-            x: xs.as_ptr(),
-            xc: plane_in as isize,
-            xrow: wd as isize,
-            k: kn,
-            mult: g.mult,
-            h: g.h,
-            pt: g.pt,
-            sh: g.sh as isize,
-            sw: g.sw as isize,
-            dh: g.dh as isize,
-            r: g.r,
-            s: g.s,
-            y: yp,
-            z: zp,
-            yc: yc as isize,
-            yrow: yrow as isize,
-            oh: g.oh,
-            blocks: plan.blocks,
-            u0: 0,
-            u1: plan.units(kn),
-            cols: &plan.cols,
-            w: w.as_ptr().wrapping_add(k0 * taps),
-            flip: g.flip,
-            bias: epi
-                .bias
-                .map_or(ptr::null(), |b| b.as_ptr().wrapping_add(k0)),
+        let job = PlaneJob::new(
+            g,
+            (xs.as_ptr(), plane_in, wd),
+            (yp, zp, yc, yrow),
+            (kn, k0),
+            (plan.blocks, 0, plan.units(kn)),
+            &plan.cols,
+            w,
             epi,
-        };
+        );
         // SAFETY: as in `planar`: the stage holds planes c0 .. c1 of x (channel stride
         // plane_in, row stride W), the outputs are the stage's kn planes or output channels
         // k0 .. k0 + kn of image n of y, which this item alone covers; the filter and bias
