@@ -29,6 +29,10 @@ san=${SANITIZER:-address}
 # Timed selections come many a second here: no 150 ms wake-up of the workers before each
 # (it made a capi campaign run at 60 inputs a second instead of about 1000).
 export AUTODNN_WAKE_UP_MS=${AUTODNN_WAKE_UP_MS:-0}
+# Nor 5 ms of timed runs per candidate of an exhaustive selection (a C API Find): ten runs
+# each (a Find of ten candidates took 50 ms or more, and held capi at about 125 inputs a
+# second on a grown corpus).
+export AUTODNN_EXHAUSTIVE_MIN_MS=${AUTODNN_EXHAUSTIVE_MIN_MS:-0}
 build=(--sanitizer "$san" --target-dir "target/$san")
 cargo +nightly fuzz build "${build[@]}"
 for t in "${targets[@]}"; do

@@ -633,13 +633,14 @@ fn direct_reads_reduced_tensors_in_place_with_no_workspace() {
                     )
                 });
                 // Under a zero budget the handle's own choice is one that reads the tensors
-                // in place (direct, or depthwise), with the bits it gives on its own.
+                // in place (direct, or depthwise on the whole batch or on parts of it), with
+                // the bits it gives on its own.
                 h.set_workspace_limit(Some(0));
                 let mut y = y0.clone();
                 let report = h.run::<ConvForward>(&p, &inputs, &mut y.as_mut()).unwrap();
                 h.set_workspace_limit(None);
                 assert!(
-                    ["direct", "depthwise"].contains(&report.algo),
+                    ["direct", "depthwise", "depthwise_batch"].contains(&report.algo),
                     "{isa:?} {}: {}",
                     p.types(),
                     report.algo
@@ -770,4 +771,68 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
         ran >= 32 && layouts.iter().all(|&n| n >= 4),
         "{ran} {layouts:?}"
     );
+}
+
+/// The GEMM-engine algorithms compute reduced tensors an image at a time (the image's f32
+/// copy, its blocks' outputs rounded into y as they finish) where x's images lie a batch
+/// stride apart, and the whole batch at once where they interleave (batch innermost); either
+/// way only each block's own elements of y are read and written. Both give the f64 result
+/// rounded once, bit for bit, on integer data, with beta reading the prior y, images
+/// interleaved in x and y or in y alone.
+#[test]
+fn gemm_algorithms_chunk_reduced_batches_by_image_or_whole() {
+    use autodnn::TensorDesc;
+    let h = Handle::with_threads(2).unwrap();
+    for (spec, interleaved) in [
+        ("mb4ic5ih9oc7oh9kh3ph1", [false, false]),
+        ("mb4ic5ih9oc7oh9kh3ph1", [true, true]),
+        ("mb4ic5ih9oc7oh9kh3ph1", [false, true]),
+        ("mb3ic6ih8oc5oh8kh1ph0", [false, false]),
+        ("mb3ic6ih8oc5oh8kh1ph0", [true, true]),
+        ("mb3ic6ih8oc5oh8kh1ph0", [false, true]),
+        ("mb2ic4ih10oc600oh5kh3sh2ph1", [false, false]),
+    ] {
+        let base = problem(spec, Layout::Nchw);
+        let batch_inner = |d: &autodnn::TensorDesc, dt: DataType| {
+            let [n, c, hh, ww] = d.dims();
+            TensorDesc::with_strides(dt, [n, c, hh, ww], [1, n * hh * ww, n * ww, n]).unwrap()
+        };
+        for (dt, ydt) in TYPES {
+            let x = match interleaved[0] {
+                true => batch_inner(base.x(), dt),
+                false => base.x().with_dtype(dt),
+            };
+            let y = match interleaved[1] {
+                true => batch_inner(base.y(), ydt),
+                false => base.y().with_dtype(ydt),
+            };
+            let p = ConvProblem::forward(x, base.w().with_dtype(dt), *base.conv(), y).unwrap();
+            let p32 = p.as_f32();
+            let xv = int_data(p.x().span(), 3);
+            let wv = int_data(p.w().elements(), 4);
+            let yv = int_data(p.y().span(), 5);
+            let epi = EpilogueArgs::new(1.0, 2.0);
+            let mut r = reference::conv_forward(&p32, &xv, &wv).unwrap();
+            for (r, y) in r.iter_mut().zip(&yv) {
+                *r += 2.0 * f64::from(*y);
+            }
+            let (xb, wb, y0) = (buf(&xv, dt), buf(&wv, dt), buf(&yv, ydt));
+            for name in ["gemm", "implicit_gemm", "gemm_batch", "implicit_gemm_batch"] {
+                let a = autodnn::conv::find(name).unwrap();
+                if Algorithm::<ConvForward>::check(a, &p).is_err() {
+                    assert!(name.ends_with("_batch") && interleaved[1], "{name} {spec}");
+                    continue;
+                }
+                let got = run(&h, name, &p, &xb, &wb, &y0, &epi).unwrap();
+                each_output(&p, |o| {
+                    assert_eq!(
+                        f64::from(got[o]),
+                        round_to(r[o], ydt),
+                        "{name} {spec} interleaved={interleaved:?} {}: y[{o}]",
+                        p.types()
+                    )
+                });
+            }
+        }
+    }
 }

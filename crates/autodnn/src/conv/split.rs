@@ -12,7 +12,9 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES};
+use crate::conv::{
+    AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights, COST_FEATURES,
+};
 use crate::desc::{ConvProblem, OpKind};
 use crate::error::{Error, Result};
 use crate::op::conv_bwd::{check_problem, scaled};
@@ -89,7 +91,7 @@ fn slots(ws: &mut [u8], s: usize, bytes: usize) -> Result<Vec<&mut [u8]>> {
 
 /// Cuts `out` into the parts' images: `s` disjoint slices of `stride · n/s` elements (the
 /// last one to the end).
-fn image_parts(out: &mut [f32], s: usize, per_part: usize) -> Vec<&mut [f32]> {
+fn image_parts<T>(out: &mut [T], s: usize, per_part: usize) -> Vec<&mut [T]> {
     let mut v = Vec::with_capacity(s);
     let mut rest = out;
     for i in 0..s {
@@ -103,6 +105,24 @@ fn image_parts(out: &mut [f32], s: usize, per_part: usize) -> Vec<&mut [f32]> {
         rest = tail;
     }
     v
+}
+
+/// [`image_parts`] of a tensor of any element type.
+fn tensor_parts<'a>(out: &'a mut TensorMut<'_>, s: usize, per_part: usize) -> Vec<TensorMut<'a>> {
+    match out {
+        TensorMut::F32(v) => image_parts(v, s, per_part)
+            .into_iter()
+            .map(TensorMut::F32)
+            .collect(),
+        TensorMut::Bf16(v) => image_parts(v, s, per_part)
+            .into_iter()
+            .map(TensorMut::Bf16)
+            .collect(),
+        TensorMut::F16(v) => image_parts(v, s, per_part)
+            .into_iter()
+            .map(TensorMut::F16)
+            .collect(),
+    }
 }
 
 fn declined(name: &str, reason: String) -> Error {
@@ -171,6 +191,33 @@ impl ConvAlgorithm for SplitForward {
             let mut e = *epi;
             e.residual = epi.residual.map(|z| &z[i * per * ys0..]);
             self.inner.run(&pctx, &q, &x[i * per * xs0..], w, y, ws, &e)
+        })
+    }
+    fn reads_reduced(&self) -> bool {
+        self.inner.reads_reduced()
+    }
+    fn run_reduced(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        x: Tensor<'_>,
+        w: ReducedWeights<'_>,
+        y: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let (s, q) = part_problem(p).map_err(|r| declined(self.name, r))?;
+        let per = p.x().n() / s;
+        let (xs0, ys0) = (p.x().strides()[0], p.y().strides()[0]);
+        let ws = slots(workspace, s, self.inner.workspace_bytes(&q))?;
+        let ys = tensor_parts(y, s, per * ys0);
+        let items: Vec<_> = ws.into_iter().zip(ys).collect();
+        let pctx = part_context(ctx, s);
+        run_parts(ctx, items, |i, (ws, mut y)| {
+            let mut e = *epi;
+            e.residual = epi.residual.map(|z| &z[i * per * ys0..]);
+            let x = crate::op::tensor::tail(x, i * per * xs0);
+            self.inner.run_reduced(&pctx, &q, x, w, &mut y, ws, &e)
         })
     }
 }

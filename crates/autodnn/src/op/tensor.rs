@@ -301,6 +301,32 @@ pub(crate) fn narrow(src: &[f32], dst: &mut TensorMut<'_>, features: Features) {
     }
 }
 
+/// The elements of `t` from `at` on.
+///
+/// # Panics
+/// If `at` is past the end (callers check their coordinates against the tensor).
+pub(crate) fn tail(t: Tensor<'_>, at: usize) -> Tensor<'_> {
+    match t {
+        Tensor::F32(v) => Tensor::F32(&v[at..]),
+        Tensor::Bf16(v) => Tensor::Bf16(&v[at..]),
+        Tensor::F16(v) => Tensor::F16(&v[at..]),
+    }
+}
+
+/// Rounds `src` into `dst[start..start + src.len()]`, as [`narrow`] does.
+///
+/// # Panics
+/// If the range lies outside `dst` (callers check their coordinates against the tensor).
+pub(crate) fn narrow_at(src: &[f32], dst: &mut TensorMut<'_>, start: usize, features: Features) {
+    let n = src.len();
+    let mut part = match dst {
+        TensorMut::F32(v) => TensorMut::F32(&mut v[start..][..n]),
+        TensorMut::Bf16(v) => TensorMut::Bf16(&mut v[start..][..n]),
+        TensorMut::F16(v) => TensorMut::F16(&mut v[start..][..n]),
+    };
+    narrow(src, &mut part, features);
+}
+
 /// f32 to bf16 bits, rounded to nearest even, NaN kept (quiet): what `half::bf16::from_f32`
 /// computes, without branches, so that loops of it vectorise.
 #[inline(always)]

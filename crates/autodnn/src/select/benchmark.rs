@@ -40,6 +40,20 @@ pub const RACE_PREDICTED_CUTOFF: f64 = 3.0;
 pub const EXHAUSTIVE_RUNS: usize = 10;
 /// Least milliseconds of timed runs per candidate in exhaustive selection, runs permitting.
 pub const EXHAUSTIVE_MIN_MS: f64 = 5.0;
+/// [`EXHAUSTIVE_MIN_MS`], or the milliseconds of `AUTODNN_EXHAUSTIVE_MIN_MS` (read once; 0
+/// leaves only [`EXHAUSTIVE_RUNS`], for quick tuning sweeps and for fuzzing, where a Find of
+/// ten candidates would otherwise take 50 ms or more; a value that is not a number of
+/// milliseconds up to 10 000 is ignored).
+pub fn exhaustive_min_ms() -> f64 {
+    static MS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *MS.get_or_init(|| {
+        std::env::var("AUTODNN_EXHAUSTIVE_MIN_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&ms| ms <= 10_000)
+            .map_or(EXHAUSTIVE_MIN_MS, |ms| ms as f64)
+    })
+}
 /// Most timed runs per candidate in exhaustive selection.
 pub const EXHAUSTIVE_MAX_RUNS: usize = 100;
 /// Exhaustive selection times the candidates in this many turns (each turn a warm-up and back
@@ -259,7 +273,7 @@ pub(crate) fn sort_records(r: &mut [AlgoPerf]) {
 
 /// Every candidate to the end, in [`EXHAUSTIVE_TURNS`] turns: in each, every candidate in
 /// turn gets one warm-up and then timed runs back to back, until after the last turn it has
-/// [`EXHAUSTIVE_RUNS`] of them and [`EXHAUSTIVE_MIN_MS`] of timed runs (at most
+/// [`EXHAUSTIVE_RUNS`] of them and [`exhaustive_min_ms`] of timed runs (at most
 /// [`EXHAUSTIVE_MAX_RUNS`]); the median. Returns the sorted records.
 pub(crate) fn exhaustive<O: Operation>(
     timer: &mut Timer<'_, '_, O>,
@@ -270,7 +284,7 @@ pub(crate) fn exhaustive<O: Operation>(
     let mut alive: Vec<(&O::Algo<'_>, Vec<f64>)> = cands.iter().map(|&a| (a, vec![])).collect();
     for turn in 1..=EXHAUSTIVE_TURNS {
         let runs = [EXHAUSTIVE_RUNS, EXHAUSTIVE_MAX_RUNS].map(|r| r * turn / EXHAUSTIVE_TURNS);
-        let min_ms = EXHAUSTIVE_MIN_MS * turn as f64 / EXHAUSTIVE_TURNS as f64;
+        let min_ms = exhaustive_min_ms() * turn as f64 / EXHAUSTIVE_TURNS as f64;
         let mut i = 0;
         while i < alive.len() {
             let (a, t) = &mut alive[i];

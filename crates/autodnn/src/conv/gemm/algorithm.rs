@@ -3,12 +3,16 @@
 //! engine's ([`Geometry::gemm`]).
 
 use crate::conv::{
-    default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, COST_FEATURES,
+    default_cost_features, AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights,
+    COST_FEATURES,
 };
-use crate::desc::ConvProblem;
+use crate::desc::{ConvProblem, DataType};
 use crate::error::Result;
 use crate::gemm::{self, PackA, PackB};
-use crate::runtime::Carve;
+use crate::op::conv_fwd::computes_in_bf16;
+use crate::op::tensor::{narrow_at, tail, widen_at, widen_with};
+use crate::op::{Tensor, TensorMut};
+use crate::runtime::{Carve, MathMode};
 
 use super::cost::{frame_cost, gemm_positions};
 use super::geometry::{Block, Frame, Geometry};
@@ -67,6 +71,29 @@ impl Geometry {
     }
 }
 
+/// An operand the engine may take as A or as B.
+trait Both {
+    fn as_a(&self) -> &dyn PackA;
+    fn as_b(&self) -> &dyn PackB;
+}
+
+impl<T: PackA + PackB> Both for T {
+    fn as_a(&self) -> &dyn PackA {
+        self
+    }
+    fn as_b(&self) -> &dyn PackB {
+        self
+    }
+}
+
+/// `m` as the engine operand of the frame's patches.
+fn operand(frame: Frame, m: &dyn Both) -> Operand<'_> {
+    match frame {
+        Frame::Positions => Operand::A(m.as_a()),
+        Frame::Channels => Operand::B(m.as_b()),
+    }
+}
+
 /// The patches of a block as the engine operand of the frame.
 pub(crate) enum Operand<'a> {
     /// [`Frame::Positions`]: A.
@@ -121,7 +148,11 @@ impl ConvAlgorithm for GemmConv {
     }
 
     fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        self.workspace_for(&Geometry::shape(problem))
+        let own = self.workspace_for(&Geometry::shape(problem));
+        if problem.is_f32() {
+            return own;
+        }
+        own.saturating_add(Chunks::bytes(problem))
     }
 
     fn deterministic(&self) -> bool {
@@ -172,44 +203,269 @@ impl ConvAlgorithm for GemmConv {
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
         let geo = Geometry::new(problem)?;
+        let copied = self.copied_positions(&geo);
+        let mut carve = Carve::new(workspace);
+        let col = match copied {
+            Some(bp) => carve.take::<f32>(geo.depth * bp)?,
+            None => &mut [][..],
+        };
+        for block in geo.blocks(copied.unwrap_or(usize::MAX))? {
+            self.block(ctx, &geo, &block, Tensor::F32(x), w, y, col, epi)?;
+        }
+        Ok(())
+    }
+
+    fn reads_reduced(&self) -> bool {
+        true
+    }
+
+    /// bf16 and f16 tensors a chunk at a time: one image when x's images lie one batch
+    /// stride apart (else the whole batch), x widened into an f32 copy of the chunk (unless
+    /// x is the patch matrix: the engine then packs it in its own type), each block's output
+    /// computed in an f32 copy (when y is reduced) and rounded into y right after; the copies
+    /// stay in the caches between their writing and their reading (copies of the whole
+    /// batch took two more passes over memory than the products: 20% of ResNet-50's time at
+    /// batch 8).
+    fn run_reduced(
+        &self,
+        ctx: &ExecContext<'_>,
+        problem: &ConvProblem,
+        x: Tensor<'_>,
+        w: ReducedWeights<'_>,
+        y: &mut TensorMut<'_>,
+        workspace: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let p32 = problem.as_f32();
+        let geo = Geometry::new(&p32)?;
+        // bf16 x and w: their values are bf16 already, so rounding them again (allow_bf16)
+        // changes nothing and puts the products on the bf16 units where the units choice
+        // allows.
+        let bf16_ctx;
+        let ctx = if computes_in_bf16(problem) {
+            bf16_ctx = ExecContext {
+                math: MathMode::AllowBf16,
+                ..*ctx
+            };
+            &bf16_ctx
+        } else {
+            ctx
+        };
         let features = ctx.features;
         let copied = self.copied_positions(&geo);
-        let (bp, col) = match copied {
-            Some(bp) => (bp, Carve::new(workspace).take::<f32>(geo.depth * bp)?),
-            None => (usize::MAX, &mut [][..]),
+        let chunk = Chunks::of(problem);
+        let mut carve = Carve::new(workspace);
+        let col = match copied {
+            Some(bp) => carve.take::<f32>(geo.depth * bp)?,
+            None => &mut [][..],
         };
-        for block in geo.blocks(bp)? {
-            let filter = match w {
-                AlgoWeights::Plain(w) => geo.filter(w, block.g, features),
-                AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g, ctx)?,
+        let wide_w;
+        let w = match w {
+            ReducedWeights::Prepared(d) => AlgoWeights::Prepared(d),
+            ReducedWeights::Plain(Tensor::F32(w)) => AlgoWeights::Plain(w),
+            ReducedWeights::Plain(t) => {
+                wide_w = carve.take_aligned::<f32>(problem.w().elements(), CHUNK_ALIGN)?;
+                widen_with(t, wide_w, features);
+                AlgoWeights::Plain(wide_w)
+            }
+        };
+        // x read in place when it is the patch matrix (the engine packs bf16 straight into
+        // its pairs), else widened a chunk at a time.
+        let mut xb = if geo.x_is_matrix {
+            None
+        } else {
+            Some(carve.take_aligned::<f32>(chunk.x_span, CHUNK_ALIGN)?)
+        };
+        let (mut yb, bp) = match y {
+            TensorMut::F32(_) => (None, copied.unwrap_or(usize::MAX)),
+            _ => (
+                Some(carve.take_aligned::<f32>(chunk.y_span, CHUNK_ALIGN)?),
+                copied.unwrap_or(usize::MAX).min(y_block_positions(geo.kg)),
+            ),
+        };
+        let blocks = geo.blocks(bp)?;
+        let per = blocks.len() / chunk.count;
+        let reads_y = epi.beta != 0.0 && epi.residual.is_none();
+        for (i, chunk_blocks) in blocks.chunks(per.max(1)).enumerate() {
+            let (x0, y0) = (i * chunk.x_stride, i * chunk.y_stride);
+            let xc = match xb.as_deref_mut() {
+                Some(xb) => {
+                    widen_at(x, x0, xb, features);
+                    Tensor::F32(xb)
+                }
+                None => tail(x, x0),
             };
-            if geo.x_is_matrix || copied.is_some() {
-                let m = if geo.x_is_matrix {
-                    geo.x_matrix(x, &block, features)
-                } else {
-                    geo.im2col(ctx, x, &block, col)?;
-                    geo.col_matrix(col, block.np, features)
+            let mut e = *epi;
+            e.residual = epi.residual.map(|z| &z[y0..]);
+            for b in chunk_blocks {
+                let b = Block {
+                    n: b.n - i * chunk.images,
+                    ..*b
                 };
-                let patches = match geo.frame {
-                    Frame::Positions => Operand::A(&m),
-                    Frame::Channels => Operand::B(&m),
-                };
-                geo.gemm(ctx, &block, patches, &filter, y, epi)?;
-            } else {
-                let patches = Patches {
-                    geo: &geo,
-                    x,
-                    block,
-                    features,
-                };
-                let operand = match geo.frame {
-                    Frame::Positions => Operand::A(&patches),
-                    Frame::Channels => Operand::B(&patches),
-                };
-                geo.gemm(ctx, &block, operand, &filter, y, epi)?;
+                match (&mut *y, yb.as_deref_mut()) {
+                    (TensorMut::F32(y), _) => {
+                        self.block(ctx, &geo, &b, xc, w, &mut y[y0..], col, &e)?;
+                    }
+                    (reduced, Some(yb)) => {
+                        // The block's f32 output is rounded into y while it is in the caches.
+                        let (base, m, n, st) = geo.c_view(&b);
+                        if reads_y {
+                            runs_of(base, m, n, st, |o, len| {
+                                widen_at(reduced.as_tensor(), y0 + o, &mut yb[o..o + len], features)
+                            });
+                        }
+                        self.block(ctx, &geo, &b, xc, w, yb, col, &e)?;
+                        runs_of(base, m, n, st, |o, len| {
+                            narrow_at(&yb[o..o + len], reduced, y0 + o, features)
+                        });
+                    }
+                    (_, None) => unreachable!("a reduced y has its f32 copy"),
+                }
             }
         }
         Ok(())
+    }
+}
+
+/// Output positions per block of a reduced y's [`GemmConv::run_reduced`] with `kg` output
+/// channels per group: a block's f32 output (at most 512 KB) stays in L2 until it is rounded.
+fn y_block_positions(kg: usize) -> usize {
+    ((512 << 10) / (4 * kg.max(1))).max(64)
+}
+
+/// Calls `f(offset, len)` for each contiguous run of elements of the `m × n` view at `base`
+/// with strides `[rs, cs]`.
+fn runs_of(base: usize, m: usize, n: usize, [rs, cs]: [usize; 2], mut f: impl FnMut(usize, usize)) {
+    if cs == 1 {
+        (0..m).for_each(|i| f(base + i * rs, n));
+    } else if rs == 1 {
+        (0..n).for_each(|j| f(base + j * cs, m));
+    } else {
+        for i in 0..m {
+            (0..n).for_each(|j| f(base + i * rs + j * cs, 1));
+        }
+    }
+}
+
+/// Alignment of [`GemmConv::run_reduced`]'s f32 copies in the workspace.
+const CHUNK_ALIGN: usize = 64;
+
+/// How [`GemmConv::run_reduced`] cuts a problem's batch: `count` chunks of `images` images,
+/// chunk i's elements inside `i·x_stride .. i·x_stride + x_span` of x (likewise y).
+struct Chunks {
+    count: usize,
+    images: usize,
+    x_span: usize,
+    y_span: usize,
+    x_stride: usize,
+    y_stride: usize,
+}
+
+impl Chunks {
+    fn of(p: &ConvProblem) -> Chunks {
+        // The span of one image: its last element's offset within the image, plus one.
+        let image = |d: &crate::desc::TensorDesc| {
+            let (dims, s) = (d.dims(), d.strides());
+            1 + (1..4).map(|i| (dims[i] - 1) * s[i]).sum::<usize>()
+        };
+        let (x1, y1) = (image(p.x()), image(p.y()));
+        let (xs0, ys0) = (p.x().strides()[0], p.y().strides()[0]);
+        let n = p.x().n();
+        // Only the blocks' own elements are widened and rounded, so any strides allow a
+        // chunk per image; but where x's images interleave, one image's copy would span
+        // about the whole tensor: the batch is then one chunk.
+        if n > 1 && xs0 >= x1 {
+            Chunks {
+                count: n,
+                images: 1,
+                x_span: x1,
+                y_span: y1,
+                x_stride: xs0,
+                y_stride: ys0,
+            }
+        } else {
+            Chunks {
+                count: 1,
+                images: n,
+                x_span: p.x().span(),
+                y_span: p.y().span(),
+                x_stride: 0,
+                y_stride: 0,
+            }
+        }
+    }
+
+    /// Workspace bytes of the f32 copies of a reduced problem's filter, x chunk and (when y
+    /// is reduced) y chunk, each with room to align it.
+    fn bytes(p: &ConvProblem) -> usize {
+        let c = Chunks::of(p);
+        let piece = |n: usize| n.saturating_mul(4).saturating_add(CHUNK_ALIGN);
+        let y = if p.y().dtype() == DataType::F32 {
+            0
+        } else {
+            piece(c.y_span)
+        };
+        let x = if Geometry::shape(p).x_is_matrix {
+            0
+        } else {
+            piece(c.x_span)
+        };
+        piece(p.w().elements()).saturating_add(x).saturating_add(y)
+    }
+}
+
+impl GemmConv {
+    /// One block's GEMM, its patches copied into `col`, read in place or packed straight
+    /// from `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        ctx: &ExecContext<'_>,
+        geo: &Geometry,
+        block: &Block,
+        x: Tensor<'_>,
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        col: &mut [f32],
+        epi: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let features = ctx.features;
+        let filter = match w {
+            AlgoWeights::Plain(w) => geo.filter(w, block.g, features),
+            AlgoWeights::Prepared(d) => geo.prepared_filter(d, block.g, ctx)?,
+        };
+        let operand = |m| operand(geo.frame, m);
+        if geo.x_is_matrix {
+            // x itself, in its own type: the engine packs bf16 straight into its pairs.
+            return match x {
+                Tensor::F32(x) => {
+                    let m = geo.x_matrix(x, block, features);
+                    geo.gemm(ctx, block, operand(&m), &filter, y, epi)
+                }
+                Tensor::Bf16(x) => {
+                    let m = geo.x_matrix(x, block, features);
+                    geo.gemm(ctx, block, operand(&m), &filter, y, epi)
+                }
+                Tensor::F16(x) => {
+                    let m = geo.x_matrix(x, block, features);
+                    geo.gemm(ctx, block, operand(&m), &filter, y, epi)
+                }
+            };
+        }
+        let x = x.f32("x")?;
+        if self.copied_positions(geo).is_some() {
+            geo.im2col(ctx, x, block, col)?;
+            let m = geo.col_matrix(col, block.np, features);
+            geo.gemm(ctx, block, operand(&m), &filter, y, epi)
+        } else {
+            let patches = Patches {
+                geo,
+                x,
+                block: *block,
+                features,
+            };
+            geo.gemm(ctx, block, operand(&patches), &filter, y, epi)
+        }
     }
 }
 

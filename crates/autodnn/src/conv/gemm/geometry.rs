@@ -8,7 +8,7 @@ use crate::desc::{ConvMode, ConvProblem};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::gemm::StridedMatrix;
+use crate::gemm::{GemmInput, StridedMatrix};
 
 use super::cost::choose_frame;
 #[cfg(doc)]
@@ -253,12 +253,12 @@ impl Geometry {
 
     /// When [`Geometry::x_is_matrix`]: the block's patches read in place from x, as the
     /// engine operand of the frame.
-    pub fn x_matrix<'a>(
+    pub fn x_matrix<'a, T: GemmInput>(
         &self,
-        x: &'a [f32],
+        x: &'a [T],
         b: &Block,
         features: Features,
-    ) -> StridedMatrix<'a, f32> {
+    ) -> StridedMatrix<'a, T> {
         debug_assert!(self.x_is_matrix);
         let base = self.x_base(b) + (b.p0 / self.ow) * self.xs[2] + (b.p0 % self.ow) * self.xs[3];
         let m = match self.frame {
