@@ -33,9 +33,24 @@ export AUTODNN_WAKE_UP_MS=${AUTODNN_WAKE_UP_MS:-0}
 # each (a Find of ten candidates took 50 ms or more, and held capi at about 125 inputs a
 # second on a grown corpus).
 export AUTODNN_EXHAUSTIVE_MIN_MS=${AUTODNN_EXHAUSTIVE_MIN_MS:-0}
-build=(--sanitizer "$san" --target-dir "target/$san")
-cargo +nightly fuzz build "${build[@]}"
+# Comparison tracing (libFuzzer's value profile of every compare) helps the file and string
+# parsers find magic values; in the targets that decode bytes into bounded choices and run
+# kernels, the traced compares of the library's loops (the thread pool's idle spinning among
+# them) took half a capi campaign's time, so those build without it, in their own folder.
+traced=" problem_string cache_file cost_model_file npy "
+build_for() {
+    if [[ $traced == *" $1 "* ]]; then
+        echo --sanitizer "$san" --target-dir "target/$san"
+    else
+        echo --sanitizer "$san" --no-trace-compares --target-dir "target/$san-nocmp"
+    fi
+}
 for t in "${targets[@]}"; do
+    read -ra build <<<"$(build_for "$t")"
+    cargo +nightly fuzz build "${build[@]}" "$t"
+done
+for t in "${targets[@]}"; do
+    read -ra build <<<"$(build_for "$t")"
     mkdir -p "corpus-work/$t" "corpus/$t" "regressions/$t"
     dict=()
     if [ -f "dicts/$t.dict" ]; then
@@ -51,7 +66,7 @@ for t in "${targets[@]}"; do
     set -e
     end=$(date +%s)
     {
-        echo "$(date -u +%FT%TZ) $t sanitizer=$san runs=$runs wall=$((end - start))s status=$status"
+        echo "$(date -u +%FT%TZ) $t sanitizer=$san runs=$runs wall=$((end - start))s status=$status build: ${build[*]}"
         grep -E "^(stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)|SUMMARY)" \
             "campaign-$t.out" || true
         grep -E "Test unit written" "campaign-$t.out" || true
