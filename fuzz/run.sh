@@ -33,11 +33,12 @@ export AUTODNN_WAKE_UP_MS=${AUTODNN_WAKE_UP_MS:-0}
 # each (a Find of ten candidates took 50 ms or more, and held capi at about 125 inputs a
 # second on a grown corpus).
 export AUTODNN_EXHAUSTIVE_MIN_MS=${AUTODNN_EXHAUSTIVE_MIN_MS:-0}
-# Comparison tracing (libFuzzer's value profile of every compare) helps the file and string
-# parsers find magic values; in the targets that decode bytes into bounded choices and run
-# kernels, the traced compares of the library's loops (the thread pool's idle spinning among
-# them) took half a capi campaign's time, so those build without it, in their own folder.
-traced=" problem_string cache_file cost_model_file npy "
+# Comparison tracing (libFuzzer's value profile of every compare) helps the file parsers
+# find magic values; in the targets that run kernels, the traced compares of the library's
+# loops (the thread pool's idle spinning among them) took half a capi campaign's time, so
+# those build without it, in their own folder (problem_string's tokens come from its
+# dictionary).
+traced=" cache_file cost_model_file npy "
 build_for() {
     if [[ $traced == *" $1 "* ]]; then
         echo --sanitizer "$san" --target-dir "target/$san"
