@@ -47,6 +47,8 @@ for line in sys.stdin:
     name=${entry%% *}; exe=${entry#* }
     if [[ $# -gt 0 ]] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
     log=target/memcheck/$name.log
+    # valgrind's logs of an earlier run (another pid) would be counted as this run's.
+    rm -f "$log" "$log".*
     start=$(date +%s)
     # Children traced: the `autodnn` command of the CLI tests, the C programs of the C API
     # tests; not the C compiler those tests run.

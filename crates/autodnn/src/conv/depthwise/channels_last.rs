@@ -198,14 +198,14 @@ pub(super) fn channels_last<S: Simd>(
         unsafe { kernel(simd, &job) };
         if activates_after(epi) {
             let ks = (b0 * lanes).saturating_sub(shift)..(b1 * lanes - shift).min(g.k);
-            let offsets = (job.oh0..job.oh1).flat_map(|oh| {
-                let ks = ks.clone();
-                (0..g.ow).flat_map(move |ow| {
-                    ks.clone()
-                        .map(move |k| n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3])
-                })
-            });
-            activate(out, epi.act, offsets);
+            // One pixel's channels at a time: plain loops around a plain range (nested
+            // flat_maps held their state in a frame that valgrind took for uninitialised).
+            for oh in job.oh0..job.oh1 {
+                for ow in 0..g.ow {
+                    let at = n * g.ys[0] + oh * g.ys[2] + ow * g.ys[3];
+                    activate(out, epi.act, ks.clone().map(|k| at + k * g.ys[1]));
+                }
+            }
         }
     };
 
