@@ -222,10 +222,9 @@ impl ConvAlgorithm for GemmConv {
     /// bf16 and f16 tensors a chunk at a time: one image when x's images lie one batch
     /// stride apart (else the whole batch), x widened into an f32 copy of the chunk (unless
     /// x is the patch matrix: the engine then packs it in its own type), each block's output
-    /// computed in an f32 copy (when y is reduced) and rounded into y right after; the copies
-    /// stay in the caches between their writing and their reading (copies of the whole
-    /// batch took two more passes over memory than the products: 20% of ResNet-50's time at
-    /// batch 8).
+    /// computed in an f32 copy of the chunk (when y is reduced) and rounded into y right
+    /// after; the copies are an image's, not the batch's (copies of the whole batch took two
+    /// more passes over memory than the products: 20% of ResNet-50's time at batch 8).
     fn run_reduced(
         &self,
         ctx: &ExecContext<'_>,
@@ -276,14 +275,13 @@ impl ConvAlgorithm for GemmConv {
         } else {
             Some(carve.take_aligned::<f32>(chunk.x_span, CHUNK_ALIGN)?)
         };
-        let (mut yb, bp) = match y {
-            TensorMut::F32(_) => (None, copied.unwrap_or(usize::MAX)),
-            _ => (
-                Some(carve.take_aligned::<f32>(chunk.y_span, CHUNK_ALIGN)?),
-                copied.unwrap_or(usize::MAX).min(y_block_positions(geo.kg)),
-            ),
+        let mut yb = match y {
+            TensorMut::F32(_) => None,
+            _ => Some(carve.take_aligned::<f32>(chunk.y_span, CHUNK_ALIGN)?),
         };
-        let blocks = geo.blocks(bp)?;
+        // Blocks as in the f32 call: capping a reduced y's blocks at 512 KB of output (for
+        // L2) made many small GEMMs, level on one thread and slower on two.
+        let blocks = geo.blocks(copied.unwrap_or(usize::MAX))?;
         let per = blocks.len() / chunk.count;
         let reads_y = epi.beta != 0.0 && epi.residual.is_none();
         for (i, chunk_blocks) in blocks.chunks(per.max(1)).enumerate() {
@@ -307,7 +305,7 @@ impl ConvAlgorithm for GemmConv {
                         self.block(ctx, &geo, &b, xc, w, &mut y[y0..], col, &e)?;
                     }
                     (reduced, Some(yb)) => {
-                        // The block's f32 output is rounded into y while it is in the caches.
+                        // The block's f32 output is rounded into y right after its GEMM.
                         let (base, m, n, st) = geo.c_view(&b);
                         if reads_y {
                             runs_of(base, m, n, st, |o, len| {
@@ -325,12 +323,6 @@ impl ConvAlgorithm for GemmConv {
         }
         Ok(())
     }
-}
-
-/// Output positions per block of a reduced y's [`GemmConv::run_reduced`] with `kg` output
-/// channels per group: a block's f32 output (at most 512 KB) stays in L2 until it is rounded.
-fn y_block_positions(kg: usize) -> usize {
-    ((512 << 10) / (4 * kg.max(1))).max(64)
 }
 
 /// Calls `f(offset, len)` for each contiguous run of elements of the `m × n` view at `base`
