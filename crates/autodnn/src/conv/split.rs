@@ -297,8 +297,15 @@ impl Algorithm<ConvBackwardFilter> for SplitBwdFilter {
     }
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
         // The parts' gradients (f32, after up to 3 bytes to align them), then their slots.
+        // Saturating: a size past usize is more than any budget or allocator grants (an
+        // inner size near usize::MAX overflowed here: descriptors fuzzing).
         part_problem(p).map_or(0, |(s, q)| {
-            3 + s * (p.w().elements() * 4 + self.inner.workspace_bytes(&q))
+            let slot = p
+                .w()
+                .elements()
+                .saturating_mul(4)
+                .saturating_add(self.inner.workspace_bytes(&q));
+            s.saturating_mul(slot).saturating_add(3)
         })
     }
     fn deterministic(&self) -> bool {
