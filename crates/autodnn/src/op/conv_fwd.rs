@@ -195,6 +195,19 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         }
         same_type("x", p.x().dtype(), inputs.x.dtype())?;
         same_type("y", p.y().dtype(), out.dtype())?;
+        // bf16 x and w (widened or read in place) are exactly bf16 values: rounding them to
+        // bf16 again (the allow_bf16 mode) changes nothing, and puts the GEMM-engine
+        // algorithms' products on the bf16 units where the handle's units choice lets them.
+        let bf16_ctx;
+        let ctx = if computes_in_bf16(p) {
+            bf16_ctx = ExecContext {
+                math: MathMode::AllowBf16,
+                ..*ctx
+            };
+            &bf16_ctx
+        } else {
+            ctx
+        };
         if ConvAlgorithm::reads_reduced(self) {
             // Reduced-precision tensors read and written in their own types.
             let w = match inputs.w {
@@ -202,8 +215,7 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
                 Weights::Tensor(t) => return Err(wrong_type("w", p.w().dtype(), t.dtype())),
                 Weights::Plain(_) => return Err(wrong_type("w", p.w().dtype(), DataType::F32)),
                 Weights::Prepared(pw) => {
-                    let bf16_call = computes_in_bf16(p) || ctx.math == MathMode::AllowBf16;
-                    match pw.for_call(&p.as_f32(), name, bf16_call)? {
+                    match pw.for_call(&p.as_f32(), name, ctx.math == MathMode::AllowBf16)? {
                         AlgoWeights::Plain(w) => ReducedWeights::Plain(Tensor::F32(w)),
                         AlgoWeights::Prepared(w) => ReducedWeights::Prepared(w),
                     }
@@ -224,19 +236,6 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         // the f32 kernels with their f32 sums and the epilogue in f32, the output rounded
         // once (to nearest even) at the end.
         let p32 = p.as_f32();
-        // bf16 x and w widened are exactly bf16 values: rounding them to bf16 again (the
-        // allow_bf16 mode) changes nothing, and puts the GEMM-engine algorithms' products on
-        // the bf16 units where the handle's units choice lets them.
-        let bf16_ctx;
-        let ctx = if computes_in_bf16(p) {
-            bf16_ctx = ExecContext {
-                math: MathMode::AllowBf16,
-                ..*ctx
-            };
-            &bf16_ctx
-        } else {
-            ctx
-        };
         let got = workspace.len();
         let (head, inner_ws) = workspace
             .split_at_mut_checked(widened_bytes(p))
@@ -450,7 +449,8 @@ pub trait ConvAlgorithm: Send + Sync {
     /// epilogue in f32 and y rounded once (to nearest even), the bits
     /// [`ConvAlgorithm::run`] gives on the widened tensors. `w` is the filter (see
     /// [`ReducedWeights`]). Called only where [`ConvAlgorithm::reads_reduced`] is true, with
-    /// the checks of `run`.
+    /// the checks of `run`, and for bf16 x and w with `ctx` in the `allow_bf16` mode (exact
+    /// for bf16 values).
     ///
     /// # Errors
     /// As [`ConvAlgorithm::run`]; the default declines.

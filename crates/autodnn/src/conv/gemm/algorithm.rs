@@ -9,10 +9,9 @@ use crate::conv::{
 use crate::desc::{ConvProblem, DataType};
 use crate::error::Result;
 use crate::gemm::{self, PackA, PackB};
-use crate::op::conv_fwd::computes_in_bf16;
 use crate::op::tensor::{narrow_at, tail, widen_at, widen_with};
 use crate::op::{Tensor, TensorMut};
-use crate::runtime::{Carve, MathMode};
+use crate::runtime::Carve;
 
 use super::cost::{frame_cost, gemm_positions};
 use super::geometry::{Block, Frame, Geometry};
@@ -236,20 +235,8 @@ impl ConvAlgorithm for GemmConv {
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
         let p32 = problem.as_f32();
+        // The operation runs bf16 x and w under allow_bf16 (exact for bf16 values).
         let geo = Geometry::new(&p32)?;
-        // bf16 x and w: their values are bf16 already, so rounding them again (allow_bf16)
-        // changes nothing and puts the products on the bf16 units where the units choice
-        // allows.
-        let bf16_ctx;
-        let ctx = if computes_in_bf16(problem) {
-            bf16_ctx = ExecContext {
-                math: MathMode::AllowBf16,
-                ..*ctx
-            };
-            &bf16_ctx
-        } else {
-            ctx
-        };
         let features = ctx.features;
         let copied = self.copied_positions(&geo);
         let chunk = Chunks::of(problem);
