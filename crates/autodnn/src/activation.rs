@@ -5,6 +5,14 @@ use std::hash::{Hash, Hasher};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::vmath;
+
+/// √(2/π), GELU's tanh form.
+const GELU_K: f32 = 0.797_884_6;
+/// The cubic coefficient of GELU's tanh form.
+const GELU_C: f32 = 0.044_715;
+/// 1 / √(2π).
+const INV_SQRT_2PI: f32 = 0.398_942_3;
 
 /// An elementwise activation applied last.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -35,6 +43,15 @@ pub enum Activation {
         /// Slope below zero.
         slope: f32,
     },
+    /// v for v > 0, alpha · (e^v − 1) at or below.
+    Elu {
+        /// Scale of the negative part.
+        alpha: f32,
+    },
+    /// v · relu6(v + 3) / 6.
+    HardSwish,
+    /// 0.5 · v · (1 + tanh(√(2/π) · (v + 0.044715 · v³))), GELU's tanh form.
+    GeluTanh,
 }
 
 impl PartialEq for Activation {
@@ -51,8 +68,18 @@ impl Hash for Activation {
 
 impl Activation {
     /// Names accepted by [`Activation::parse`].
-    pub const NAMES: [&'static str; 8] = [
-        "none", "relu", "relu6", "clip", "sigmoid", "tanh", "gelu", "silu",
+    pub const NAMES: [&'static str; 11] = [
+        "none",
+        "relu",
+        "relu6",
+        "clip",
+        "sigmoid",
+        "tanh",
+        "gelu",
+        "silu",
+        "elu",
+        "hardswish",
+        "gelu_tanh",
     ];
 
     fn key(&self) -> (u8, u32, u32) {
@@ -65,11 +92,15 @@ impl Activation {
             Activation::Gelu => (5, 0, 0),
             Activation::Silu => (6, 0, 0),
             Activation::LeakyRelu { slope } => (7, slope.to_bits(), 0),
+            Activation::Elu { alpha } => (8, alpha.to_bits(), 0),
+            Activation::HardSwish => (9, 0, 0),
+            Activation::GeluTanh => (10, 0, 0),
         }
     }
 
     /// Parses `none`, `relu`, `relu6` (= clip to [0, 6]), `clip` (= relu6) or `clip:LO:HI`,
-    /// `sigmoid`, `tanh`, `gelu`, `silu`, `leaky_relu:SLOPE`.
+    /// `sigmoid` (or benchdnn's `logistic`), `tanh`, `gelu` (or `gelu_erf`), `gelu_tanh`,
+    /// `silu` (or `swish`), `elu` (alpha 1) or `elu:ALPHA`, `hardswish`, `leaky_relu:SLOPE`.
     ///
     /// # Errors
     /// [`Error::BadParam`] naming `act`.
@@ -78,7 +109,9 @@ impl Activation {
             Error::bad(
                 "act",
                 s,
-                "expected none, relu, relu6, clip, clip:LO:HI, sigmoid, tanh, gelu, silu or leaky_relu:SLOPE",
+                "expected none, relu, relu6, clip, clip:LO:HI, sigmoid (logistic), tanh, gelu \
+                 (gelu_erf), gelu_tanh, silu (swish), elu, elu:ALPHA, hardswish or \
+                 leaky_relu:SLOPE",
             )
         };
         let t = s.trim().to_ascii_lowercase();
@@ -86,10 +119,20 @@ impl Activation {
             "none" | "identity" => Activation::None,
             "relu" => Activation::Relu,
             "relu6" | "clip" => Activation::Clip { lo: 0.0, hi: 6.0 },
-            "sigmoid" => Activation::Sigmoid,
+            "sigmoid" | "logistic" => Activation::Sigmoid,
             "tanh" => Activation::Tanh,
-            "gelu" => Activation::Gelu,
+            "gelu" | "gelu_erf" => Activation::Gelu,
+            "gelu_tanh" => Activation::GeluTanh,
             "silu" | "swish" => Activation::Silu,
+            "elu" => Activation::Elu { alpha: 1.0 },
+            "hardswish" | "hard_swish" => Activation::HardSwish,
+            _ if t.starts_with("elu:") => {
+                let alpha: f32 = t["elu:".len()..].parse().map_err(|_| bad())?;
+                if !alpha.is_finite() {
+                    return Err(bad());
+                }
+                Activation::Elu { alpha }
+            }
             _ if t.starts_with("leaky_relu:") => {
                 let slope: f32 = t["leaky_relu:".len()..].parse().map_err(|_| bad())?;
                 if !slope.is_finite() {
@@ -122,22 +165,108 @@ impl Activation {
         Ok(Activation::Clip { lo, hi })
     }
 
-    /// The activation in f32.
-    #[inline]
+    /// The activation in f32: the one implementation the activation operator and every
+    /// convolution and GEMM epilogue use. The exponentials are `crate::vmath`'s, which
+    /// vectorise inside a kernel's loop (GELU's erf form calls libm's `erff`).
+    #[inline(always)]
     pub fn apply(self, v: f32) -> f32 {
         match self {
             Activation::None => v,
             Activation::Relu => v.max(0.0),
             Activation::Clip { lo, hi } => v.max(lo).min(hi),
-            Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
-            Activation::Tanh => v.tanh(),
+            Activation::Sigmoid => vmath::sigmoid(v),
+            Activation::Tanh => vmath::tanh(v),
             Activation::Gelu => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
-            Activation::Silu => v / (1.0 + (-v).exp()),
+            Activation::GeluTanh => {
+                0.5 * v * (1.0 + vmath::tanh(GELU_K * (v + GELU_C * v * v * v)))
+            }
+            Activation::Silu => v * vmath::sigmoid(v),
             Activation::LeakyRelu { slope } => {
                 if v >= 0.0 {
                     v
                 } else {
                     slope * v
+                }
+            }
+            Activation::Elu { alpha } => {
+                let e = alpha * vmath::expm1(v.min(0.0));
+                if v > 0.0 {
+                    v
+                } else {
+                    e
+                }
+            }
+            Activation::HardSwish => v * (v + 3.0).clamp(0.0, 6.0) * (1.0 / 6.0),
+        }
+    }
+
+    /// The derivative d act(v) / dv in f32, for the backward pass (dx = dy · act'(x)). At
+    /// the kinks it takes the value PyTorch's autograd takes: relu's and leaky relu's at 0
+    /// the left one (0 and slope), clip's 0 at either bound, elu's alpha at 0, hardswish's
+    /// (2v + 3)/6 on the closed interval [−3, 3].
+    #[inline(always)]
+    pub fn derivative(self, v: f32) -> f32 {
+        match self {
+            Activation::None => 1.0,
+            Activation::Relu => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Activation::Clip { lo, hi } => {
+                if v > lo && v < hi {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Activation::Sigmoid => {
+                let s = vmath::sigmoid(v);
+                s * (1.0 - s)
+            }
+            Activation::Tanh => {
+                let t = vmath::tanh(v);
+                1.0 - t * t
+            }
+            Activation::Gelu => {
+                let cdf = 0.5 * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2));
+                let pdf = vmath::exp(-0.5 * v * v) * INV_SQRT_2PI;
+                cdf + v * pdf
+            }
+            Activation::GeluTanh => {
+                let u = GELU_K * (v + GELU_C * v * v * v);
+                let t = vmath::tanh(u);
+                let du = GELU_K * (1.0 + 3.0 * GELU_C * v * v);
+                0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du
+            }
+            Activation::Silu => {
+                let s = vmath::sigmoid(v);
+                s * (1.0 + v * (1.0 - s))
+            }
+            Activation::LeakyRelu { slope } => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    slope
+                }
+            }
+            Activation::Elu { alpha } => {
+                let e = alpha * vmath::exp(v.min(0.0));
+                if v > 0.0 {
+                    1.0
+                } else {
+                    e
+                }
+            }
+            Activation::HardSwish => {
+                let d = (2.0 * v + 3.0) * (1.0 / 6.0);
+                let d = if v < -3.0 { 0.0 } else { d };
+                if v > 3.0 {
+                    1.0
+                } else {
+                    d
                 }
             }
         }
@@ -152,12 +281,76 @@ impl Activation {
             Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
             Activation::Tanh => v.tanh(),
             Activation::Gelu => 0.5 * v * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2)),
+            Activation::GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * v * (1.0 + (k * (v + 0.044715 * v * v * v)).tanh())
+            }
             Activation::Silu => v / (1.0 + (-v).exp()),
             Activation::LeakyRelu { slope } => {
                 if v >= 0.0 {
                     v
                 } else {
                     slope as f64 * v
+                }
+            }
+            Activation::Elu { alpha } => {
+                if v > 0.0 {
+                    v
+                } else {
+                    alpha as f64 * v.exp_m1()
+                }
+            }
+            Activation::HardSwish => v * (v + 3.0).clamp(0.0, 6.0) / 6.0,
+        }
+    }
+
+    /// The derivative in f64 (for the reference), with [`Activation::derivative`]'s values
+    /// at the kinks.
+    pub fn derivative_f64(self, v: f64) -> f64 {
+        match self {
+            Activation::None => 1.0,
+            Activation::Relu => f64::from(u8::from(v > 0.0)),
+            Activation::Clip { lo, hi } => f64::from(u8::from(v > lo as f64 && v < hi as f64)),
+            Activation::Sigmoid => {
+                let s = 1.0 / (1.0 + (-v).exp());
+                s * (1.0 - s)
+            }
+            Activation::Tanh => 1.0 - v.tanh() * v.tanh(),
+            Activation::Gelu => {
+                let cdf = 0.5 * (1.0 + libm::erf(v * std::f64::consts::FRAC_1_SQRT_2));
+                let pdf = (-0.5 * v * v).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                cdf + v * pdf
+            }
+            Activation::GeluTanh => {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                let t = (k * (v + 0.044715 * v * v * v)).tanh();
+                0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v)
+            }
+            Activation::Silu => {
+                let s = 1.0 / (1.0 + (-v).exp());
+                s * (1.0 + v * (1.0 - s))
+            }
+            Activation::LeakyRelu { slope } => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    slope as f64
+                }
+            }
+            Activation::Elu { alpha } => {
+                if v > 0.0 {
+                    1.0
+                } else {
+                    alpha as f64 * v.exp()
+                }
+            }
+            Activation::HardSwish => {
+                if v > 3.0 {
+                    1.0
+                } else if v < -3.0 {
+                    0.0
+                } else {
+                    (2.0 * v + 3.0) / 6.0
                 }
             }
         }
@@ -174,6 +367,9 @@ impl Activation {
             Activation::Gelu => "gelu".into(),
             Activation::Silu => "silu".into(),
             Activation::LeakyRelu { slope } => format!("leaky_relu:{slope}"),
+            Activation::Elu { alpha } => format!("elu:{alpha}"),
+            Activation::HardSwish => "hardswish".into(),
+            Activation::GeluTanh => "gelu_tanh".into(),
         }
     }
 }

@@ -39,6 +39,7 @@ mod desc;
 mod error;
 pub mod gemm;
 mod handle;
+pub mod layers;
 pub mod models;
 pub mod npy;
 pub mod op;
@@ -47,6 +48,7 @@ pub mod reference;
 pub mod runtime;
 pub mod select;
 mod simd;
+mod vmath;
 
 pub use activation::Activation;
 pub use desc::{

@@ -86,6 +86,51 @@ impl Token for Avx512 {
     }
 }
 
+/// Defines `fn NAME(features: Features, ARGS...) -> R` that runs BODY compiled for the widest
+/// family within `features` (AVX-512, AVX2 + FMA, else the portable build): BODY is written
+/// once, as plain loops the compiler vectorises (see `crate::vmath` for the functions that
+/// vectorise inside them), and instantiated inside one `#[target_feature]` entry point per
+/// family. This is the style of the memory-bound operators (`crate::layers`), whose loops
+/// need no hand-written intrinsics to reach the memory's bandwidth.
+macro_rules! multiversion {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident ( $($arg:ident : $t:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name(features: $crate::cpu::Features, $($arg: $t),*) $(-> $ret)? {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body($($arg: $t),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx512(_: $crate::simd::Avx512, $($arg: $t),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn avx2(_: $crate::simd::Avx2, $($arg: $t),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                use $crate::simd::Token;
+                if let Some(t) = $crate::simd::Avx512::new(features) {
+                    // SAFETY: the token proves the CPU runs AVX-512F.
+                    return unsafe { avx512(t, $($arg),*) };
+                }
+                if let Some(t) = $crate::simd::Avx2::new(features) {
+                    // SAFETY: the token proves the CPU runs AVX2 and FMA.
+                    return unsafe { avx2(t, $($arg),*) };
+                }
+            }
+            let _ = features;
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
 #[cfg(test)]
 mod tests {
     use super::*;

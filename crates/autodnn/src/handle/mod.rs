@@ -1,8 +1,14 @@
 //! The handle: worker threads, instruction-set cap, workspace budget, selection settings and
 //! the tuning cache, as cuDNN's `cudnnHandle_t` holds a device context and stream.
 
+mod activation;
 mod backward;
 mod gemm;
+mod norm;
+mod pool;
+mod softmax;
+mod tensor_ops;
+mod transform;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

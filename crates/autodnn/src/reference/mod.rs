@@ -1,5 +1,16 @@
 //! The f64 oracle: naive convolution (forward, backward data, filter and bias) and GEMM that accumulate in f64, for tests and `--check`.
 //! Never a production algorithm; written for obviousness, not speed.
+//!
+//! The other operators' references (`crate::layers`) are in one module each below, named as
+//! the operator's module is; each returns its output indexed like the output's descriptor
+//! (length `span()`, elements outside the tensor 0), blended as the operator blends.
+
+pub mod activation;
+pub mod norm;
+pub mod pool;
+pub mod softmax;
+pub mod tensor_ops;
+pub mod transform;
 
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};

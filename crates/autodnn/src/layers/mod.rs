@@ -1,0 +1,309 @@
+//! The rest of a network's operators, forward and backward, beside convolution and GEMM:
+//! cuDNN's menu of pooling, activations, softmax, normalization, tensor operations and layout
+//! transforms, so that a whole network runs through autodnn alone.
+//!
+//! Each operator is one file, with its descriptor (validated when made, errors naming the
+//! field), its forward and backward functions on an [`ExecContext`] and f32 tensors described
+//! by [`TensorDesc`]s (any layout, explicit strides), and cuDNN's blending of the output:
+//! y = alpha · op(x) + beta · y ([`Blend`]; beta = 0 never reads y, so NaN there is
+//! ignored). The f64 references are in [`crate::reference`]; the [`crate::Handle`] verbs
+//! (`handle.pooling_forward(...)`, ...) are thin wrappers that take the handle's threads and
+//! instruction set.
+//!
+//! These operators are memory-bound: their loops are plain Rust, written once and compiled
+//! per instruction set by `simd::multiversion` (AVX-512, AVX2 + FMA, portable), with the
+//! exponentials of `crate::vmath` vectorising inside them. Work is split among the handle's
+//! threads by runs of elements ([`Runs`]), channels or rows, each thread writing elements no
+//! other thread touches; reductions sum in an order that does not depend on the thread count,
+//! so every result is the same bit for bit on 1 or more threads.
+//!
+//! - [`activation`]: relu, leaky relu, clip (relu6), elu, sigmoid, tanh, gelu (erf and tanh
+//!   forms), silu, hardswish, forward and backward, in place allowed; the same
+//!   [`crate::Activation`] the convolution epilogues apply.
+//! - [`pool`]: max and average pooling (padding included or excluded), global average.
+//! - [`softmax`]: softmax and log-softmax over the channels or the whole instance.
+//! - [`norm`]: batch normalization (inference, training, backward), layer normalization, and
+//!   folding an inference batch norm into a convolution's weights and bias.
+//! - [`tensor_ops`]: bias add with broadcasting, elementwise op-tensor, reductions.
+//! - [`transform`]: layout transforms (any strides to any strides).
+
+pub mod activation;
+pub mod norm;
+pub mod pool;
+pub mod softmax;
+pub mod tensor_ops;
+pub mod transform;
+
+use crate::desc::TensorDesc;
+use crate::error::{Error, Result};
+use crate::runtime::parallel::SharedOut;
+use crate::runtime::ExecContext;
+
+/// cuDNN's output blending: y = alpha · result + beta · y.
+///
+/// ```
+/// use autodnn::layers::Blend;
+/// let b = Blend::new(2.0, 0.5);
+/// assert_eq!(b.apply(3.0, 4.0), 8.0);
+/// // beta = 0 never reads the prior output: NaN there is ignored.
+/// assert_eq!(Blend::default().apply(3.0, f32::NAN), 3.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Blend {
+    /// Scale of the operator's result.
+    pub alpha: f32,
+    /// Scale of the prior output (0: not read).
+    pub beta: f32,
+}
+
+impl Default for Blend {
+    /// alpha 1, beta 0: the output is overwritten.
+    fn default() -> Blend {
+        Blend {
+            alpha: 1.0,
+            beta: 0.0,
+        }
+    }
+}
+
+impl Blend {
+    /// y = alpha · result + beta · y.
+    pub fn new(alpha: f32, beta: f32) -> Blend {
+        Blend { alpha, beta }
+    }
+
+    /// Whether the prior output is read.
+    #[inline(always)]
+    pub fn reads_output(&self) -> bool {
+        self.beta != 0.0
+    }
+
+    /// alpha · v + beta · prior (prior unread when beta = 0).
+    #[inline(always)]
+    pub fn apply(&self, v: f32, prior: f32) -> f32 {
+        if self.beta == 0.0 {
+            self.alpha * v
+        } else {
+            self.alpha * v + self.beta * prior
+        }
+    }
+
+    /// The same in f64 (references).
+    pub fn apply_f64(&self, v: f64, prior: f64) -> f64 {
+        if self.beta == 0.0 {
+            self.alpha as f64 * v
+        } else {
+            self.alpha as f64 * v + self.beta as f64 * prior
+        }
+    }
+
+    /// alpha and beta must be finite.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `alpha` or `beta`.
+    pub fn check(&self) -> Result<()> {
+        if !self.alpha.is_finite() {
+            return Err(Error::bad("alpha", self.alpha, "must be finite"));
+        }
+        if !self.beta.is_finite() {
+            return Err(Error::bad("beta", self.beta, "must be finite"));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer of `len` elements must hold the tensor described by `desc` (f32 only).
+///
+/// # Errors
+/// [`Error::Unsupported`] for a type other than f32, [`Error::BufferTooSmall`] naming
+/// `field`.
+pub(crate) fn check_buffer(field: &str, desc: &TensorDesc, len: usize) -> Result<()> {
+    if desc.dtype() != crate::desc::DataType::F32 {
+        return Err(Error::Unsupported {
+            what: format!("{field}: {} tensors in this operator", desc.dtype().name()),
+        });
+    }
+    if len < desc.span() {
+        return Err(Error::BufferTooSmall {
+            field: field.into(),
+            needed: desc.span(),
+            got: len,
+        });
+    }
+    Ok(())
+}
+
+/// Two tensors must have the same dimensions.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `field` (the second tensor).
+pub(crate) fn check_same_dims(field: &str, want: &TensorDesc, got: &TensorDesc) -> Result<()> {
+    if want.dims() != got.dims() {
+        return Err(Error::bad(
+            field,
+            format!("{:?}", got.dims()),
+            format!("must have the dimensions {:?}", want.dims()),
+        ));
+    }
+    Ok(())
+}
+
+/// The elements of tensors of the same dimensions (different strides allowed), walked as
+/// runs: the dimensions are ordered by the first tensor's strides (outermost first),
+/// dimensions that merge in every tensor are merged, and the innermost becomes a run of
+/// `len` elements. A run is contiguous in a tensor whose inner stride is 1.
+#[derive(Debug, Clone)]
+pub struct Runs<const K: usize> {
+    /// Extents of the outer dimensions (up to three), outermost first.
+    outer: [usize; 3],
+    /// Strides of the outer dimensions, per tensor.
+    outer_strides: [[usize; 3]; K],
+    /// Elements per run.
+    pub len: usize,
+    /// The stride inside a run, per tensor.
+    pub inner: [usize; K],
+}
+
+impl<const K: usize> Runs<K> {
+    /// The runs of `K` tensors with dimensions `dims` and the given strides.
+    pub fn new(dims: [usize; 4], strides: [[usize; 4]; K]) -> Runs<K> {
+        // Order by the first tensor's strides, largest first; extent-1 dimensions go out.
+        let mut order: Vec<usize> = (0..4).filter(|&d| dims[d] > 1).collect();
+        order.sort_by_key(|&d| std::cmp::Reverse((strides[0][d], dims[d])));
+        // Merge d into the next-inner one where every tensor steps over it contiguously.
+        let mut ext: Vec<usize> = Vec::with_capacity(4);
+        let mut st: Vec<[usize; K]> = Vec::with_capacity(4);
+        for &d in &order {
+            let s: [usize; K] = std::array::from_fn(|t| strides[t][d]);
+            ext.push(dims[d]);
+            st.push(s);
+        }
+        let mut i = ext.len();
+        while i >= 2 {
+            let (o, n) = (i - 2, i - 1);
+            if (0..K).all(|t| st[o][t] == st[n][t] * ext[n]) {
+                ext[o] *= ext[n];
+                st[o] = st[n];
+                ext.remove(n);
+                st.remove(n);
+            }
+            i -= 1;
+        }
+        let (len, inner) = match (ext.pop(), st.pop()) {
+            (Some(e), Some(s)) => (e, s),
+            _ => (1, [1; K]),
+        };
+        let mut outer = [1; 3];
+        let mut outer_strides = [[0; 3]; K];
+        let pad = 3 - ext.len();
+        for (j, (&e, s)) in ext.iter().zip(&st).enumerate() {
+            outer[pad + j] = e;
+            for t in 0..K {
+                outer_strides[t][pad + j] = s[t];
+            }
+        }
+        Runs {
+            outer,
+            outer_strides,
+            len,
+            inner,
+        }
+    }
+
+    /// Number of runs.
+    pub fn count(&self) -> usize {
+        self.outer.iter().product()
+    }
+
+    /// The first element's offset of run `i` in each tensor.
+    #[inline]
+    pub fn start(&self, i: usize) -> [usize; K] {
+        let c = i % self.outer[2];
+        let b = (i / self.outer[2]) % self.outer[1];
+        let a = i / (self.outer[2] * self.outer[1]);
+        std::array::from_fn(|t| {
+            let s = self.outer_strides[t];
+            a * s[0] + b * s[1] + c * s[2]
+        })
+    }
+
+    /// Whether every tensor's runs are contiguous.
+    pub fn contiguous(&self) -> bool {
+        self.inner.iter().all(|&s| s == 1)
+    }
+}
+
+/// Elements below which an elementwise operator runs on the calling thread alone.
+pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
+
+/// Elements per work item when an elementwise operator splits long runs among threads.
+pub(crate) const CHUNK: usize = 1 << 14;
+
+/// Runs `f(y, i, first, len)` over pieces of `runs`: piece `i` covers elements
+/// `first .. first + len` of run `i / pieces_per_run` ... split so that each thread gets
+/// long contiguous work; `y` is the shared output, each piece writing its own elements only.
+///
+/// `f` receives the run index, the element range within the run, and the output.
+pub(crate) fn for_each_piece<const K: usize>(
+    ctx: &ExecContext<'_>,
+    runs: &Runs<K>,
+    y: &mut [f32],
+    f: impl Fn(&SharedOut<'_>, usize, usize, usize) + Sync,
+) -> Result<()> {
+    let total = runs.count().saturating_mul(runs.len);
+    let per_run = if runs.len > CHUNK {
+        runs.len.div_ceil(CHUNK)
+    } else {
+        1
+    };
+    let piece = runs.len.div_ceil(per_run).max(1);
+    let items = runs.count() * per_run;
+    let out = SharedOut::new(y);
+    let one = |_: &mut (), i: usize| {
+        let (r, p) = (i / per_run, i % per_run);
+        let first = p * piece;
+        let len = piece.min(runs.len - first.min(runs.len));
+        if len > 0 {
+            f(&out, r, first, len);
+        }
+    };
+    if ctx.threads <= 1 || total < PARALLEL_MIN_ELEMENTS {
+        (0..items).for_each(|i| one(&mut (), i));
+        return Ok(());
+    }
+    crate::runtime::parallel::for_each_with(ctx, items, || Ok(()), one)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_what_is_contiguous_everywhere() {
+        // Packed NCHW twice: one run of everything.
+        let st = [24, 12, 4, 1];
+        let r = Runs::new([2, 2, 3, 4], [st, st]);
+        assert_eq!((r.count(), r.len, r.inner), (1, 48, [1, 1]));
+        // NCHW against NHWC: (h, w) merge in both (stride 2 = C in the second), c does not.
+        let nhwc = [24, 1, 8, 2];
+        let r = Runs::new([2, 2, 3, 4], [st, nhwc]);
+        assert_eq!((r.count(), r.len, r.inner), (4, 12, [1, 2]));
+        let starts: Vec<[usize; 2]> = (0..r.count()).map(|i| r.start(i)).collect();
+        assert_eq!(starts[1], [12, 1]); // n 0, c 1
+        assert_eq!(starts[2], [24, 24]); // n 1, c 0
+                                         // Strides that merge nowhere: one run per (n, c, h).
+        let padded = [40, 20, 5, 1];
+        let r = Runs::new([2, 2, 3, 4], [padded, nhwc]);
+        assert_eq!((r.count(), r.len, r.inner), (12, 4, [1, 2]));
+        assert_eq!(r.start(1), [5, 8]); // n 0, c 0, h 1
+                                        // Every element visited once.
+        let mut seen = [0; 48];
+        for i in 0..r.count() {
+            let [_, b] = r.start(i);
+            for j in 0..r.len {
+                seen[b + j * r.inner[1]] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1));
+    }
+}
