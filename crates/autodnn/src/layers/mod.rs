@@ -112,6 +112,39 @@ impl Blend {
     }
 }
 
+/// Dimensions written as benchdnn's eltwise, softmax and binary drivers write them:
+/// `N[xC[xH[xW]]]` (missing trailing dimensions are 1; `x` separates, as in `8x64x56x56`).
+///
+/// ```
+/// use autodnn::layers::parse_dims;
+/// assert_eq!(parse_dims("8x64x56x56")?, [8, 64, 56, 56]);
+/// assert_eq!(parse_dims("8x1000")?, [8, 1000, 1, 1]);
+/// assert!(parse_dims("8x0").is_err());
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::Parse`] for anything else (empty, zero or non-numeric dimensions, more than four).
+pub fn parse_dims(s: &str) -> Result<[usize; 4]> {
+    let bad = |reason: &str| Error::Parse {
+        input: s.to_string(),
+        reason: reason.to_string(),
+    };
+    let parts: Vec<&str> = s.trim().split('x').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return Err(bad("expected 1 to 4 dimensions N[xC[xH[xW]]]"));
+    }
+    let mut dims = [1usize; 4];
+    for (d, p) in dims.iter_mut().zip(&parts) {
+        *d = p
+            .parse::<usize>()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| bad("each dimension must be a positive integer"))?;
+    }
+    Ok(dims)
+}
+
 /// A buffer of `len` elements must hold the tensor described by `desc` (f32 only).
 ///
 /// # Errors
