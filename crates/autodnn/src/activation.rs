@@ -7,6 +7,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::vmath;
 
+/// (sigmoid(z), 1 − sigmoid(z)), the second without the cancellation of 1 − s where s → 1.
+#[inline(always)]
+fn sigmoid_pair(z: f32) -> (f32, f32) {
+    let e = vmath::exp(-z.clamp(-80.0, 80.0));
+    let s = 1.0 / (1.0 + e);
+    (s, e * s)
+}
+
 /// √(2/π), GELU's tanh form.
 const GELU_K: f32 = 0.797_884_6;
 /// The cubic coefficient of GELU's tanh form.
@@ -177,9 +185,8 @@ impl Activation {
             Activation::Sigmoid => vmath::sigmoid(v),
             Activation::Tanh => vmath::tanh(v),
             Activation::Gelu => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
-            Activation::GeluTanh => {
-                0.5 * v * (1.0 + vmath::tanh(GELU_K * (v + GELU_C * v * v * v)))
-            }
+            // 0.5 · (1 + tanh(u)) = sigmoid(2u), which keeps its accuracy where tanh(u) → −1.
+            Activation::GeluTanh => v * vmath::sigmoid(2.0 * GELU_K * (v + GELU_C * v * v * v)),
             Activation::Silu => v * vmath::sigmoid(v),
             Activation::LeakyRelu { slope } => {
                 if v >= 0.0 {
@@ -223,12 +230,13 @@ impl Activation {
                 }
             }
             Activation::Sigmoid => {
-                let s = vmath::sigmoid(v);
-                s * (1.0 - s)
+                let (s, t) = sigmoid_pair(v);
+                s * t
             }
             Activation::Tanh => {
-                let t = vmath::tanh(v);
-                1.0 - t * t
+                // 1 − tanh² = 4 · sigmoid(2v) · (1 − sigmoid(2v)), with no cancellation.
+                let (s, t) = sigmoid_pair(2.0 * v);
+                4.0 * s * t
             }
             Activation::Gelu => {
                 let cdf = 0.5 * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2));
@@ -236,14 +244,14 @@ impl Activation {
                 cdf + v * pdf
             }
             Activation::GeluTanh => {
-                let u = GELU_K * (v + GELU_C * v * v * v);
-                let t = vmath::tanh(u);
+                // d/dv [v · sigmoid(2u)] = s + 2v · s(1 − s) · u'.
+                let (s, t) = sigmoid_pair(2.0 * GELU_K * (v + GELU_C * v * v * v));
                 let du = GELU_K * (1.0 + 3.0 * GELU_C * v * v);
-                0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du
+                s + 2.0 * v * s * t * du
             }
             Activation::Silu => {
-                let s = vmath::sigmoid(v);
-                s * (1.0 + v * (1.0 - s))
+                let (s, t) = sigmoid_pair(v);
+                s * (1.0 + v * t)
             }
             Activation::LeakyRelu { slope } => {
                 if v > 0.0 {

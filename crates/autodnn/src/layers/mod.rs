@@ -272,11 +272,10 @@ pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 /// Elements per work item when an elementwise operator splits long runs among threads.
 pub(crate) const CHUNK: usize = 1 << 14;
 
-/// Runs `f(y, i, first, len)` over pieces of `runs`: piece `i` covers elements
-/// `first .. first + len` of run `i / pieces_per_run` ... split so that each thread gets
-/// long contiguous work; `y` is the shared output, each piece writing its own elements only.
-///
-/// `f` receives the run index, the element range within the run, and the output.
+/// Runs `f(out, run, first, len)` over pieces of `runs` on the context's threads: elements
+/// `first .. first + len` of run `run`, runs longer than [`CHUNK`] cut into pieces of about
+/// that length. `out` is the shared output; each piece may write its own elements only
+/// (those of its run's range in the output tensor). Small tensors run on the calling thread.
 pub(crate) fn for_each_piece<const K: usize>(
     ctx: &ExecContext<'_>,
     runs: &Runs<K>,
