@@ -13,6 +13,7 @@ mod gemm_cmd;
 mod info;
 mod math_args;
 mod npy;
+mod op_cmd;
 mod peak;
 mod tune_cmd;
 
@@ -53,6 +54,10 @@ enum Command {
     Gemm(gemm_cmd::GemmArgs),
     /// Measure the f32 FMA peak of this machine (GFLOP/s)
     Peak(peak::PeakArgs),
+    /// Run the operators beside convolution (activations, pooling, softmax, normalization,
+    /// tensor operations, layout transforms): time them and, with --check, compare against
+    /// the f64 reference; or run once on .npy data
+    Op(Box<op_cmd::OpArgs>),
 }
 
 /// Worker threads when `--threads` is not given: every core.
@@ -71,6 +76,7 @@ fn run(cli: Cli) -> CliResult {
         Command::Calibrate(args) => calibrate_cmd::run(&args, &mut out),
         Command::Gemm(args) => gemm_cmd::run(&args, &mut out),
         Command::Peak(args) => peak::run(&args, &mut out),
+        Command::Op(args) => op_cmd::run(&args, &mut out),
     }
 }
 

@@ -175,7 +175,7 @@ impl Activation {
 
     /// The activation in f32: the one implementation the activation operator and every
     /// convolution and GEMM epilogue use. The exponentials are `crate::vmath`'s, which
-    /// vectorise inside a kernel's loop (GELU's erf form calls libm's `erff`).
+    /// vectorise inside a kernel's loop.
     #[inline(always)]
     pub fn apply(self, v: f32) -> f32 {
         match self {
@@ -184,7 +184,7 @@ impl Activation {
             Activation::Clip { lo, hi } => v.max(lo).min(hi),
             Activation::Sigmoid => vmath::sigmoid(v),
             Activation::Tanh => vmath::tanh(v),
-            Activation::Gelu => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
+            Activation::Gelu => v * vmath::normal_cdf(v),
             // 0.5 · (1 + tanh(u)) = sigmoid(2u), which keeps its accuracy where tanh(u) → −1.
             Activation::GeluTanh => v * vmath::sigmoid(2.0 * GELU_K * (v + GELU_C * v * v * v)),
             Activation::Silu => v * vmath::sigmoid(v),
@@ -239,7 +239,7 @@ impl Activation {
                 4.0 * s * t
             }
             Activation::Gelu => {
-                let cdf = 0.5 * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2));
+                let cdf = vmath::normal_cdf(v);
                 let pdf = vmath::exp(-0.5 * v * v) * INV_SQRT_2PI;
                 cdf + v * pdf
             }

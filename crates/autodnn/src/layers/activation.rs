@@ -73,39 +73,45 @@ macro_rules! specialize {
     };
 }
 
-/// y[i] = blend(f(x[i]), y[i]) over contiguous slices.
-#[inline(always)]
-fn map(blend: Blend, x: &[f32], y: &mut [f32], f: impl Fn(f32) -> f32) {
-    let (a, b) = (blend.alpha, blend.beta);
-    if b == 0.0 {
-        for (o, &v) in y.iter_mut().zip(x) {
-            *o = a * f(v);
+// The loops are macros rather than functions taking a closure: a closure's body is a
+// function of its own that the compiler may leave out of line, uncompiled for the entry
+// point's instruction set and with the activation unknown inside it.
+
+/// y[i] = alpha · f(x[i]) + beta · y[i] over contiguous slices, `$v` bound to x[i] in `$f`.
+macro_rules! map {
+    ($blend:expr, $x:expr, $y:expr, |$v:ident| $f:expr) => {{
+        let (al, be) = ($blend.alpha, $blend.beta);
+        if be == 0.0 {
+            for (o, &$v) in $y.iter_mut().zip($x) {
+                *o = al * $f;
+            }
+        } else {
+            for (o, &$v) in $y.iter_mut().zip($x) {
+                *o = al * $f + be * *o;
+            }
         }
-    } else {
-        for (o, &v) in y.iter_mut().zip(x) {
-            *o = a * f(v) + b * *o;
-        }
-    }
+    }};
 }
 
-/// y[i] = blend(f(x[i], g[i]), y[i]) over contiguous slices.
-#[inline(always)]
-fn map2(blend: Blend, x: &[f32], g: &[f32], y: &mut [f32], f: impl Fn(f32, f32) -> f32) {
-    let (a, b) = (blend.alpha, blend.beta);
-    if b == 0.0 {
-        for ((o, &v), &d) in y.iter_mut().zip(x).zip(g) {
-            *o = a * f(v, d);
+/// out[i] = alpha · f(x[i], g[i]) + beta · out[i] over contiguous slices.
+macro_rules! map2 {
+    ($blend:expr, $x:expr, $g:expr, $out:expr, |$v:ident, $d:ident| $f:expr) => {{
+        let (al, be) = ($blend.alpha, $blend.beta);
+        if be == 0.0 {
+            for ((o, &$v), &$d) in $out.iter_mut().zip($x).zip($g) {
+                *o = al * $f;
+            }
+        } else {
+            for ((o, &$v), &$d) in $out.iter_mut().zip($x).zip($g) {
+                *o = al * $f + be * *o;
+            }
         }
-    } else {
-        for ((o, &v), &d) in y.iter_mut().zip(x).zip(g) {
-            *o = a * f(v, d) + b * *o;
-        }
-    }
+    }};
 }
 
 multiversion! {
     fn forward_contiguous(act: Activation, blend: Blend, x: &[f32], y: &mut [f32]) {
-        specialize!(act, a => map(blend, x, y, move |v| a.apply(v)))
+        specialize!(act, a => map!(blend, x, y, |v| a.apply(v)))
     }
 }
 
@@ -128,7 +134,7 @@ multiversion! {
 
 multiversion! {
     fn backward_contiguous(act: Activation, blend: Blend, x: &[f32], dy: &[f32], dx: &mut [f32]) {
-        specialize!(act, a => map2(blend, x, dy, dx, move |v, d| d * a.derivative(v)))
+        specialize!(act, a => map2!(blend, x, dy, dx, |v, d| d * a.derivative(v)))
     }
 }
 
@@ -136,9 +142,14 @@ multiversion! {
     fn backward_self(act: Activation, blend: Blend, x: &[f32], g: &mut [f32]) {
         let (al, be) = (blend.alpha, blend.beta);
         specialize!(act, a => {
-            for (o, &v) in g.iter_mut().zip(x) {
-                let d = *o * a.derivative(v);
-                *o = if be == 0.0 { al * d } else { al * d + be * *o };
+            if be == 0.0 {
+                for (o, &v) in g.iter_mut().zip(x) {
+                    *o = al * (*o * a.derivative(v));
+                }
+            } else {
+                for (o, &v) in g.iter_mut().zip(x) {
+                    *o = al * (*o * a.derivative(v)) + be * *o;
+                }
             }
         })
     }
