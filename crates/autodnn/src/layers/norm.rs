@@ -1,1 +1,1835 @@
-//! (to be written)
+//! Normalization: batch normalization in cuDNN's spatial mode (inference, training and
+//! backward: cudnnBatchNormalizationForwardInference / ForwardTraining / Backward), layer
+//! normalization (PyTorch's `LayerNorm(normalized_shape = [C, H, W])`, forward and backward),
+//! and folding an inference batch norm (and a following per-channel scale and shift) into a
+//! convolution's weights and bias.
+//!
+//! **Batch norm.** Statistics per channel over N, H and W (M = N·H·W values); γ (`gamma`), β
+//! (`beta`) and the statistics are slices of C values. ε (`epsilon`) is at least cuDNN's
+//! `CUDNN_BN_MIN_EPSILON`, 1e-5 ([`BN_MIN_EPSILON`]; the f32 rounding of 1e-5 is accepted).
+//! - inference: y = alpha·(γ·(x − mean)/√(var + ε) + β) + beta·y with the running estimates;
+//! - training: the batch's mean and biased variance; y as above; `saved` receives the mean and
+//!   1/√(var + ε) per channel; `running` (mean, var) becomes (1 − f)·running + f·batch, the
+//!   variance term unbiased (var·M/(M − 1), as cuDNN and PyTorch do). Both computed in f64 as
+//!   `(1.0 - f) * r + f * v` from the f32 running value widened and rounded once to f32
+//!   (f = 1 overwrites without reading: uninitialised running statistics are fine). Training
+//!   needs M > 1 (PyTorch's rule).
+//! - backward: dx = alpha_d·(γ·inv_std/M·(M·dy − Σdy − x̂·Σ(dy·x̂))) + beta_d·dx,
+//!   dγ = alpha_p·Σ(dy·x̂) + beta_p·dγ, dβ = alpha_p·Σdy + beta_p·dβ with x̂ = (x − mean)·inv_std,
+//!   from the saved statistics, or recomputed from x (with ε) when none are given.
+//!
+//! **Layer norm.** Per sample n, statistics over its C·H·W elements; γ and β are optional and
+//! *elementwise* (C·H·W values each, in (c, h, w) order whatever the tensor's layout: the
+//! weight of PyTorch's `LayerNorm([C, H, W])`); ε any positive finite value. The forward pass
+//! optionally saves the mean and rstd = 1/√(var + ε) per sample; the backward pass takes them
+//! and gives dx, and dγ, dβ when asked.
+//!
+//! **Accuracy.** Sums (Σ(x − s), Σ(x − s)² with s the group's first element, Σdy, Σdy·(x − m))
+//! are accumulated in f64 — 16 lanes per contiguous run, lanes and pieces combined in a fixed
+//! order — so the statistics are f64-accurate; the elementwise pass applies f32 per-channel
+//! coefficients computed in f64 (y = (x − m)·a + b, the mean's f32 rounding folded into b).
+//! The tests bound max|out − ref| ≤ 1e-5·max(|ref|, 1) normwise against the f64 references on
+//! random data (observed ~1e-7); an output cancelling far below its terms (dx when dy is
+//! nearly affine in x̂) is bounded relative to the terms instead.
+//!
+//! **Threads and layouts.** Work is split into pieces fixed by the shape alone (≈16 K
+//! elements of one channel, or 256+ positions of channels-last rows), each summed in order,
+//! pieces combined in order: the bits do not depend on the thread count. Two fast paths: a
+//! channel's values as contiguous runs (NCHW, padded rows: runs along W, or H·W merged), and
+//! channels contiguous (NHWC: each position's C values, vectorised across channels). Any other
+//! strides take the same pieces with strided scalar loops. Layer norm is fast where a sample's
+//! (c, h, w) elements are contiguous in that order (NCHW, or any layout with H = W = 1).
+
+use super::{check_buffer, check_same_dims, Blend};
+use crate::desc::{DataType, FilterDesc, TensorDesc};
+use crate::error::{Error, Result};
+use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::ExecContext;
+use crate::simd::multiversion;
+
+/// cuDNN's `CUDNN_BN_MIN_EPSILON`: the smallest ε batch normalization accepts (compared
+/// after rounding to f32, so `1e-5_f32 as f64` passes).
+pub const BN_MIN_EPSILON: f64 = 1e-5;
+
+/// Elements of one group (channel or sample) per statistics piece. Fixed: the summation
+/// order depends on it, never on the thread count.
+const CHUNK: usize = 1 << 14;
+
+/// Fewest positions per piece on the channels-last path (its partial sums are 2·C f64 per
+/// piece).
+const POSITIONS_MIN: usize = 256;
+
+/// Elements per piece of layer norm's dγ/dβ reduction over the batch.
+const PARAM_CHUNK: usize = 1 << 12;
+
+/// Lanes of the f64 accumulators.
+const LANES: usize = 16;
+
+// ---------------------------------------------------------------------------------------
+// Descriptors and parameter bundles.
+// ---------------------------------------------------------------------------------------
+
+/// A batch normalization (spatial mode): its ε.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNorm {
+    epsilon: f64,
+}
+
+impl BatchNorm {
+    /// Batch norm with `epsilon` ≥ [`BN_MIN_EPSILON`].
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `epsilon` when it is not finite or below 1e-5.
+    pub fn new(epsilon: f64) -> Result<BatchNorm> {
+        if !epsilon.is_finite() {
+            return Err(Error::bad("epsilon", epsilon, "must be finite"));
+        }
+        if (epsilon as f32) < BN_MIN_EPSILON as f32 {
+            return Err(Error::bad(
+                "epsilon",
+                epsilon,
+                "must be at least 1e-5 (cuDNN's CUDNN_BN_MIN_EPSILON)",
+            ));
+        }
+        Ok(BatchNorm { epsilon })
+    }
+
+    /// ε.
+    pub fn epsilon(&self) -> f64 {
+        self.epsilon
+    }
+}
+
+/// A layer normalization over each sample's C·H·W elements: its ε.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNorm {
+    epsilon: f64,
+}
+
+impl LayerNorm {
+    /// Layer norm with a positive finite `epsilon` (PyTorch's default is 1e-5).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `epsilon` otherwise.
+    pub fn new(epsilon: f64) -> Result<LayerNorm> {
+        if !(epsilon.is_finite() && epsilon > 0.0) {
+            return Err(Error::bad(
+                "epsilon",
+                epsilon,
+                "must be positive and finite",
+            ));
+        }
+        Ok(LayerNorm { epsilon })
+    }
+
+    /// ε.
+    pub fn epsilon(&self) -> f64 {
+        self.epsilon
+    }
+}
+
+/// The running statistics a training pass updates in place (C values each).
+#[derive(Debug)]
+pub struct RunningStats<'a> {
+    /// Running mean.
+    pub mean: &'a mut [f32],
+    /// Running (unbiased) variance.
+    pub var: &'a mut [f32],
+    /// cuDNN's `exponentialAverageFactor` f (PyTorch's momentum), in [0, 1].
+    pub factor: f64,
+}
+
+/// Statistics a forward pass saves for the backward pass: the mean and 1/√(var + ε) per
+/// channel (batch norm) or per sample (layer norm's rstd).
+#[derive(Debug)]
+pub struct SavedStatsMut<'a> {
+    /// Mean.
+    pub mean: &'a mut [f32],
+    /// 1/√(var + ε).
+    pub inv_std: &'a mut [f32],
+}
+
+/// Saved statistics, read by a backward pass.
+#[derive(Debug, Clone, Copy)]
+pub struct SavedStats<'a> {
+    /// Mean.
+    pub mean: &'a [f32],
+    /// 1/√(var + ε).
+    pub inv_std: &'a [f32],
+}
+
+/// Gradients of the scale and shift (γ, β), blended by the parameter blend.
+#[derive(Debug)]
+pub struct ParamGrads<'a> {
+    /// dγ.
+    pub dgamma: &'a mut [f32],
+    /// dβ.
+    pub dbeta: &'a mut [f32],
+}
+
+fn check_len(field: &str, len: usize, want: usize, what: &str) -> Result<()> {
+    if len != want {
+        return Err(Error::bad(
+            field,
+            format!("{len} values"),
+            format!("must hold {want} values ({what})"),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Geometry: groups of elements (a channel, a sample) walked as runs; channels-last rows.
+// ---------------------------------------------------------------------------------------
+
+/// The elements of K tensors of the same dimensions (own strides each), grouped along one
+/// dimension; a group's elements are walked in the logical order of the other three, as
+/// rows of `len` elements (dimensions merged where every tensor steps contiguously).
+#[derive(Debug, Clone, Copy)]
+struct Groups<const K: usize> {
+    count: usize,
+    gstride: [usize; K],
+    rows: [usize; 2],
+    rstride: [[usize; 2]; K],
+    len: usize,
+    inner: [usize; K],
+}
+
+impl<const K: usize> Groups<K> {
+    fn new(dims: [usize; 4], strides: [[usize; 4]; K], g: usize) -> Groups<K> {
+        let mut ext: Vec<usize> = Vec::with_capacity(3);
+        let mut st: Vec<[usize; K]> = Vec::with_capacity(3);
+        for d in (0..4).filter(|&d| d != g && dims[d] > 1) {
+            ext.push(dims[d]);
+            st.push(std::array::from_fn(|t| strides[t][d]));
+        }
+        let mut i = ext.len();
+        while i >= 2 {
+            let (o, n) = (i - 2, i - 1);
+            if (0..K).all(|t| st[o][t] == st[n][t] * ext[n]) {
+                ext[o] *= ext[n];
+                st[o] = st[n];
+                ext.remove(n);
+                st.remove(n);
+            }
+            i -= 1;
+        }
+        let (len, inner) = match (ext.pop(), st.pop()) {
+            (Some(e), Some(s)) => (e, s),
+            _ => (1, [1; K]),
+        };
+        let mut rows = [1; 2];
+        let mut rstride = [[0; 2]; K];
+        let pad = 2 - ext.len();
+        for (j, (&e, s)) in ext.iter().zip(&st).enumerate() {
+            rows[pad + j] = e;
+            for t in 0..K {
+                rstride[t][pad + j] = s[t];
+            }
+        }
+        Groups {
+            count: dims[g],
+            gstride: std::array::from_fn(|t| strides[t][g]),
+            rows,
+            rstride,
+            len,
+            inner,
+        }
+    }
+
+    /// Elements per group.
+    fn elements(&self) -> usize {
+        self.rows[0] * self.rows[1] * self.len
+    }
+
+    /// Whether every tensor's runs are contiguous.
+    fn contiguous(&self) -> bool {
+        self.inner.iter().all(|&s| s == 1)
+    }
+
+    /// Calls `f(offsets, n)` for each run of elements `e0..e1` of group `g` (a group's
+    /// elements numbered in walking order), in order.
+    #[inline]
+    fn walk(&self, g: usize, e0: usize, e1: usize, mut f: impl FnMut([usize; K], usize)) {
+        let mut e = e0;
+        while e < e1 {
+            let (r, j) = (e / self.len, e % self.len);
+            let n = (self.len - j).min(e1 - e);
+            let (a, b) = (r / self.rows[1], r % self.rows[1]);
+            let off = std::array::from_fn(|t| {
+                g * self.gstride[t]
+                    + a * self.rstride[t][0]
+                    + b * self.rstride[t][1]
+                    + j * self.inner[t]
+            });
+            f(off, n);
+            e += n;
+        }
+    }
+
+    /// Pieces per group.
+    fn pieces(&self) -> usize {
+        self.elements().div_ceil(CHUNK)
+    }
+
+    /// Group and element range of piece `i`.
+    fn piece(&self, i: usize) -> (usize, usize, usize) {
+        let p = self.pieces();
+        let (g, k) = (i / p, i % p);
+        let e0 = k * CHUNK;
+        (g, e0, (e0 + CHUNK).min(self.elements()))
+    }
+}
+
+/// Channels-last tensors (every channel stride 1): the N·H·W positions, each a contiguous
+/// row of C values, in pieces of `per` positions.
+#[derive(Debug, Clone, Copy)]
+struct Rows<const K: usize> {
+    hw: [usize; 2],
+    strides: [[usize; 3]; K],
+    positions: usize,
+    per: usize,
+}
+
+impl<const K: usize> Rows<K> {
+    /// The rows of tensors with dimensions `dims`, when every tensor is channels-last.
+    fn new(dims: [usize; 4], strides: [[usize; 4]; K]) -> Option<Rows<K>> {
+        let [n, c, h, w] = dims;
+        if c < 2 || strides.iter().any(|s| s[1] != 1) {
+            return None;
+        }
+        Some(Rows {
+            hw: [h, w],
+            strides: std::array::from_fn(|t| [strides[t][0], strides[t][2], strides[t][3]]),
+            positions: n * h * w,
+            per: CHUNK.div_ceil(c).max(POSITIONS_MIN),
+        })
+    }
+
+    fn pieces(&self) -> usize {
+        self.positions.div_ceil(self.per)
+    }
+
+    /// Calls `f(offsets)` for each position of piece `i`, in order.
+    #[inline]
+    fn walk(&self, i: usize, mut f: impl FnMut([usize; K])) {
+        let p0 = i * self.per;
+        let p1 = (p0 + self.per).min(self.positions);
+        let [h, w] = self.hw;
+        for p in p0..p1 {
+            let (b, y, x) = (p / (h * w), (p / w) % h, p % w);
+            f(std::array::from_fn(|t| {
+                let s = self.strides[t];
+                b * s[0] + y * s[1] + x * s[2]
+            }));
+        }
+    }
+}
+
+/// Runs `f(i)` for `i` in `0..items`, on the context's threads when the work is large.
+fn run_items(
+    ctx: &ExecContext<'_>,
+    total: usize,
+    items: usize,
+    f: impl Fn(usize) + Sync,
+) -> Result<()> {
+    if ctx.threads <= 1 || items <= 1 || total < super::PARALLEL_MIN_ELEMENTS {
+        (0..items).for_each(f);
+        return Ok(());
+    }
+    for_each_with(ctx, items, || Ok(()), |_, i| f(i))
+}
+
+/// Per-group pair sums: `seg(group, offsets, n)` sums one run; runs summed in order within
+/// a piece, pieces in order within a group.
+fn group_sums<const K: usize>(
+    ctx: &ExecContext<'_>,
+    geo: &Groups<K>,
+    seg: impl Fn(usize, [usize; K], usize) -> [f64; 2] + Sync,
+) -> Result<Vec<[f64; 2]>> {
+    let per = geo.pieces();
+    let items = geo.count * per;
+    let mut part = crate::alloc::try_vec(items, [0.0f64; 2], "normalization partial sums")?;
+    let total = geo.count * geo.elements();
+    {
+        let out = SharedOut::new(&mut part);
+        run_items(ctx, total, items, |i| {
+            let (g, e0, e1) = geo.piece(i);
+            let mut acc = [0.0f64; 2];
+            geo.walk(g, e0, e1, |off, n| {
+                let s = seg(g, off, n);
+                acc[0] += s[0];
+                acc[1] += s[1];
+            });
+            // SAFETY: slot i is written by item i alone.
+            unsafe { out.write(i, acc) };
+        })?;
+    }
+    Ok((0..geo.count)
+        .map(|g| {
+            part[g * per..(g + 1) * per]
+                .iter()
+                .fold([0.0; 2], |a, p| [a[0] + p[0], a[1] + p[1]])
+        })
+        .collect())
+}
+
+/// Per-channel pair sums over channels-last rows: `row(offsets, s0, s1)` adds one position's
+/// C values into the piece's sums; pieces combined in order.
+fn row_sums<const K: usize>(
+    ctx: &ExecContext<'_>,
+    rows: &Rows<K>,
+    c: usize,
+    row: impl Fn([usize; K], &mut [f64], &mut [f64]) + Sync,
+) -> Result<Vec<[f64; 2]>> {
+    let items = rows.pieces();
+    let size = 2 * c;
+    let len = items
+        .checked_mul(size)
+        .ok_or_else(|| Error::overflow("normalization partial sums", "pieces times channels"))?;
+    let mut part = crate::alloc::try_vec(len, 0.0f64, "normalization partial sums")?;
+    {
+        let out = SharedOut::new(&mut part);
+        run_items(ctx, rows.positions * c, items, |i| {
+            // SAFETY: the slots of piece i are written by item i alone.
+            let mine = unsafe { out.slice_mut(i * size, size) };
+            let (s0, s1) = mine.split_at_mut(c);
+            rows.walk(i, |off| row(off, s0, s1));
+        })?;
+    }
+    let mut sums = vec![[0.0f64; 2]; c];
+    for p in part.chunks_exact(size) {
+        for (k, s) in sums.iter_mut().enumerate() {
+            s[0] += p[k];
+            s[1] += p[c + k];
+        }
+    }
+    Ok(sums)
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernels: plain loops compiled per instruction set. No fused multiply-adds are formed
+// (Rust does not contract), so every instruction set gives the same bits.
+// ---------------------------------------------------------------------------------------
+
+multiversion! {
+    /// (Σ(x − s), Σ(x − s)²) in f64.
+    fn sum_shifted(x: &[f32], s: f64) -> [f64; 2] {
+        let mut a = [0.0f64; LANES];
+        let mut q = [0.0f64; LANES];
+        let mut it = x.chunks_exact(LANES);
+        for ch in &mut it {
+            for l in 0..LANES {
+                let d = ch[l] as f64 - s;
+                a[l] += d;
+                q[l] += d * d;
+            }
+        }
+        let (mut ta, mut tq) = (0.0, 0.0);
+        for &v in it.remainder() {
+            let d = v as f64 - s;
+            ta += d;
+            tq += d * d;
+        }
+        for l in 0..LANES {
+            ta += a[l];
+            tq += q[l];
+        }
+        [ta, tq]
+    }
+}
+
+multiversion! {
+    /// (Σg, Σg·(x − m)) in f64 with g = dy (or dy·γ when `gamma` is not empty).
+    fn sum_grad(x: &[f32], dy: &[f32], gamma: &[f32], m: f64) -> [f64; 2] {
+        let mut a = [0.0f64; LANES];
+        let mut q = [0.0f64; LANES];
+        let n = x.len().min(dy.len());
+        let full = n - n % LANES;
+        let (mut ta, mut tq) = (0.0, 0.0);
+        if gamma.is_empty() {
+            for (cx, cd) in x[..full].chunks_exact(LANES).zip(dy[..full].chunks_exact(LANES)) {
+                for l in 0..LANES {
+                    let g = cd[l] as f64;
+                    a[l] += g;
+                    q[l] += g * (cx[l] as f64 - m);
+                }
+            }
+            for i in full..n {
+                let g = dy[i] as f64;
+                ta += g;
+                tq += g * (x[i] as f64 - m);
+            }
+        } else {
+            let gm = &gamma[..n];
+            for ((cx, cd), cg) in x[..full]
+                .chunks_exact(LANES)
+                .zip(dy[..full].chunks_exact(LANES))
+                .zip(gm[..full].chunks_exact(LANES))
+            {
+                for l in 0..LANES {
+                    let g = cd[l] as f64 * cg[l] as f64;
+                    a[l] += g;
+                    q[l] += g * (cx[l] as f64 - m);
+                }
+            }
+            for i in full..n {
+                let g = dy[i] as f64 * gm[i] as f64;
+                ta += g;
+                tq += g * (x[i] as f64 - m);
+            }
+        }
+        for l in 0..LANES {
+            ta += a[l];
+            tq += q[l];
+        }
+        [ta, tq]
+    }
+}
+
+multiversion! {
+    /// s0[c] += x[c] − s[c], s1[c] += (x[c] − s[c])² (one channels-last row).
+    fn row_shifted(x: &[f32], s: &[f64], s0: &mut [f64], s1: &mut [f64]) {
+        for (((&v, &sh), a), q) in x.iter().zip(s).zip(s0.iter_mut()).zip(s1.iter_mut()) {
+            let d = v as f64 - sh;
+            *a += d;
+            *q += d * d;
+        }
+    }
+}
+
+multiversion! {
+    /// s0[c] += dy[c], s1[c] += dy[c]·(x[c] − m[c]) (one channels-last row).
+    fn row_grad(x: &[f32], dy: &[f32], m: &[f64], s0: &mut [f64], s1: &mut [f64]) {
+        for ((((&v, &g), &mm), a), q) in
+            x.iter().zip(dy).zip(m).zip(s0.iter_mut()).zip(s1.iter_mut())
+        {
+            let g = g as f64;
+            *a += g;
+            *q += g * (v as f64 - mm);
+        }
+    }
+}
+
+/// (x − m)·a + b.
+#[inline(always)]
+fn affine1(v: f32, m: f32, a: f32, b: f32) -> f32 {
+    (v - m) * a + b
+}
+
+/// dy·a + (x − m)·b + c.
+#[inline(always)]
+fn grad1(v: f32, g: f32, m: f32, a: f32, b: f32, c: f32) -> f32 {
+    g * a + (v - m) * b + c
+}
+
+multiversion! {
+    /// y = (x − m)·a + b (+ beta·y).
+    fn affine(x: &[f32], y: &mut [f32], m: f32, a: f32, b: f32, beta: f32) {
+        if beta == 0.0 {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = affine1(v, m, a, b);
+            }
+        } else {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = affine1(v, m, a, b) + beta * *o;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// y[c] = (x[c] − m[c])·a[c] + b[c] (+ beta·y[c]), one channels-last row.
+    fn affine_row(x: &[f32], y: &mut [f32], m: &[f32], a: &[f32], b: &[f32], beta: f32) {
+        let n = y.len();
+        let (x, m, a, b) = (&x[..n], &m[..n], &a[..n], &b[..n]);
+        if beta == 0.0 {
+            for i in 0..n {
+                y[i] = affine1(x[i], m[i], a[i], b[i]);
+            }
+        } else {
+            for i in 0..n {
+                y[i] = affine1(x[i], m[i], a[i], b[i]) + beta * y[i];
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// dx = dy·a + (x − m)·b + c (+ beta·dx).
+    fn grad_affine(x: &[f32], dy: &[f32], dx: &mut [f32], k: [f32; 4], beta: f32) {
+        let [m, a, b, c] = k;
+        let n = dx.len();
+        let (x, dy) = (&x[..n], &dy[..n]);
+        if beta == 0.0 {
+            for i in 0..n {
+                dx[i] = grad1(x[i], dy[i], m, a, b, c);
+            }
+        } else {
+            for i in 0..n {
+                dx[i] = grad1(x[i], dy[i], m, a, b, c) + beta * dx[i];
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// dx[c] = dy[c]·a[c] + (x[c] − m[c])·b[c] + c0[c] (+ beta·dx[c]), one channels-last row;
+    /// `k` holds m, a, b, c0 (C values each, one after another).
+    fn grad_row(x: &[f32], dy: &[f32], dx: &mut [f32], k: &[f32], beta: f32) {
+        let n = dx.len();
+        let (x, dy) = (&x[..n], &dy[..n]);
+        let (m, rest) = k.split_at(n);
+        let (a, rest) = rest.split_at(n);
+        let (b, c) = rest.split_at(n);
+        let c = &c[..n];
+        if beta == 0.0 {
+            for i in 0..n {
+                dx[i] = grad1(x[i], dy[i], m[i], a[i], b[i], c[i]);
+            }
+        } else {
+            for i in 0..n {
+                dx[i] = grad1(x[i], dy[i], m[i], a[i], b[i], c[i]) + beta * dx[i];
+            }
+        }
+    }
+}
+
+/// Layer norm's y = ((x − m)·ra + c)·γ + alpha·β, γ and β optional.
+#[inline(always)]
+fn ln1(v: f32, g: Option<f32>, bt: Option<f32>, k: [f32; 4]) -> f32 {
+    let [m, ra, c, alpha] = k;
+    let t = (v - m) * ra + c;
+    let t = match g {
+        Some(g) => t * g,
+        None => t,
+    };
+    match bt {
+        Some(b) => t + alpha * b,
+        None => t,
+    }
+}
+
+multiversion! {
+    /// Layer norm's forward over one contiguous run (`gamma`, `beta` empty when absent).
+    fn ln_run(x: &[f32], gamma: &[f32], beta_p: &[f32], y: &mut [f32], k: [f32; 4], beta: f32) {
+        let n = y.len();
+        let x = &x[..n];
+        macro_rules! go {
+            ($g:expr, $b:expr) => {
+                if beta == 0.0 {
+                    for i in 0..n {
+                        y[i] = ln1(x[i], $g(i), $b(i), k);
+                    }
+                } else {
+                    for i in 0..n {
+                        y[i] = ln1(x[i], $g(i), $b(i), k) + beta * y[i];
+                    }
+                }
+            };
+        }
+        match (gamma.is_empty(), beta_p.is_empty()) {
+            (true, true) => go!(|_| None, |_| None),
+            (false, true) => {
+                let g = &gamma[..n];
+                go!(|i: usize| Some(g[i]), |_| None)
+            }
+            (true, false) => {
+                let b = &beta_p[..n];
+                go!(|_| None, |i: usize| Some(b[i]))
+            }
+            (false, false) => {
+                let (g, b) = (&gamma[..n], &beta_p[..n]);
+                go!(|i: usize| Some(g[i]), |i: usize| Some(b[i]))
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Layer norm's dx = (dy·γ)·a + (x − m)·b + c (+ beta·dx) over one contiguous run
+    /// (`gamma` empty when absent).
+    fn ln_grad_run(x: &[f32], dy: &[f32], gamma: &[f32], dx: &mut [f32], k: [f32; 4], beta: f32) {
+        let [m, a, b, c] = k;
+        let n = dx.len();
+        let (x, dy) = (&x[..n], &dy[..n]);
+        if gamma.is_empty() {
+            grad_affine_body(x, dy, dx, k, beta);
+        } else {
+            let g = &gamma[..n];
+            if beta == 0.0 {
+                for i in 0..n {
+                    dx[i] = grad1(x[i], dy[i] * g[i], m, a, b, c);
+                }
+            } else {
+                for i in 0..n {
+                    dx[i] = grad1(x[i], dy[i] * g[i], m, a, b, c) + beta * dx[i];
+                }
+            }
+        }
+    }
+}
+
+/// [`grad_affine`]'s loop, inlined into a caller compiled for its instruction set.
+#[inline(always)]
+fn grad_affine_body(x: &[f32], dy: &[f32], dx: &mut [f32], k: [f32; 4], beta: f32) {
+    let [m, a, b, c] = k;
+    if beta == 0.0 {
+        for ((o, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
+            *o = grad1(v, g, m, a, b, c);
+        }
+    } else {
+        for ((o, &v), &g) in dx.iter_mut().zip(x).zip(dy) {
+            *o = grad1(v, g, m, a, b, c) + beta * *o;
+        }
+    }
+}
+
+multiversion! {
+    /// s0[i] += dy[i], s1[i] += dy[i]·(x[i] − m)·r (layer norm's dβ, dγ over the batch).
+    fn param_acc(x: &[f32], dy: &[f32], m: f64, r: f64, s0: &mut [f64], s1: &mut [f64]) {
+        for (((&v, &g), a), q) in x.iter().zip(dy).zip(s0.iter_mut()).zip(s1.iter_mut()) {
+            let g = g as f64;
+            *a += g;
+            *q += g * ((v as f64 - m) * r);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch normalization.
+// ---------------------------------------------------------------------------------------
+
+/// Channels (C) and positions per channel (M = N·H·W) of a checked batch norm tensor.
+fn bn_shape(x_desc: &TensorDesc) -> (usize, usize) {
+    let [n, c, h, w] = x_desc.dims();
+    (c, n * h * w)
+}
+
+/// Per-channel (mean, biased variance) of x, in f64.
+fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec<[f64; 2]>> {
+    let (c, m) = bn_shape(x_desc);
+    let dims = x_desc.dims();
+    let st = [x_desc.strides()];
+    let features = ctx.features();
+    let sums = match Rows::new(dims, st) {
+        Some(rows) => {
+            let shift: Vec<f64> = (0..c).map(|k| x[k] as f64).collect();
+            // Channel k's first element is at k (the positions start at offset 0).
+            row_sums(ctx, &rows, c, |[o], s0, s1| {
+                row_shifted(features, &x[o..o + c], &shift, s0, s1)
+            })?
+            .into_iter()
+            .zip(&shift)
+            .map(|(s, &sh)| shifted_moments(s, sh, m))
+            .collect()
+        }
+        None => {
+            let geo = Groups::new(dims, st, 1);
+            let contiguous = geo.contiguous();
+            let sums = group_sums(ctx, &geo, |g, [o], n| {
+                let s = x[g * geo.gstride[0]] as f64;
+                if contiguous {
+                    sum_shifted(features, &x[o..o + n], s)
+                } else {
+                    let mut acc = [0.0; 2];
+                    for j in 0..n {
+                        let d = x[o + j * geo.inner[0]] as f64 - s;
+                        acc[0] += d;
+                        acc[1] += d * d;
+                    }
+                    acc
+                }
+            })?;
+            sums.into_iter()
+                .enumerate()
+                .map(|(g, s)| shifted_moments(s, x[g * geo.gstride[0]] as f64, m))
+                .collect()
+        }
+    };
+    Ok(sums)
+}
+
+/// (mean, biased variance) from sums shifted by `s` over `m` values.
+fn shifted_moments(s: [f64; 2], shift: f64, m: usize) -> [f64; 2] {
+    let mf = m as f64;
+    let d = s[0] / mf;
+    [shift + d, (s[1] / mf - d * d).max(0.0)]
+}
+
+/// y = (x − m[c])·a[c] + b[c] (+ beta·y) per channel, x and y of any strides.
+#[allow(clippy::too_many_arguments)]
+fn bn_apply(
+    ctx: &ExecContext<'_>,
+    beta: f32,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    k: &[f32], // m, a, b: C values each
+) -> Result<()> {
+    let (c, _) = bn_shape(x_desc);
+    let (m, rest) = k.split_at(c);
+    let (a, b) = rest.split_at(c);
+    let dims = x_desc.dims();
+    let st = [y_desc.strides(), x_desc.strides()];
+    let features = ctx.features();
+    let total = x_desc.elements();
+    let out = SharedOut::new(y);
+    let reads = beta != 0.0;
+    if let Some(rows) = Rows::new(dims, st) {
+        return run_items(ctx, total, rows.pieces(), |i| {
+            rows.walk(i, |[oy, ox]| {
+                // SAFETY: each position's row belongs to one piece.
+                let dst = unsafe { out.slice_mut(oy, c) };
+                affine_row(features, &x[ox..ox + c], dst, m, a, b, beta);
+            })
+        });
+    }
+    let geo = Groups::new(dims, st, 1);
+    let contiguous = geo.contiguous();
+    run_items(ctx, total, geo.count * geo.pieces(), |i| {
+        let (g, e0, e1) = geo.piece(i);
+        geo.walk(g, e0, e1, |[oy, ox], n| {
+            if contiguous {
+                // SAFETY: the run's elements belong to this piece alone.
+                let dst = unsafe { out.slice_mut(oy, n) };
+                affine(features, &x[ox..ox + n], dst, m[g], a[g], b[g], beta);
+            } else {
+                for j in 0..n {
+                    let (py, px) = (oy + j * geo.inner[0], ox + j * geo.inner[1]);
+                    let v = affine1(x[px], m[g], a[g], b[g]);
+                    // SAFETY: element py belongs to this piece alone.
+                    unsafe {
+                        let v = if reads { v + beta * out.read(py) } else { v };
+                        out.write(py, v);
+                    }
+                }
+            }
+        })
+    })
+}
+
+fn check_bn_io(
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_field: &str,
+    y_desc: &TensorDesc,
+    y_len: usize,
+) -> Result<()> {
+    check_same_dims(y_field, x_desc, y_desc)?;
+    check_buffer("x", x_desc, x.len())?;
+    check_buffer(y_field, y_desc, y_len)
+}
+
+/// Batch norm inference (cudnnBatchNormalizationForwardInference):
+/// y = alpha·(γ·(x − mean)/√(var + ε) + β) + beta·y per channel, with the running estimates
+/// `mean` and `var`; x and y of the same dimensions, any strides each.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `y` (other dimensions), `gamma`, `beta`, `mean` or `var` (not C
+/// values), `alpha`/`beta` (not finite); [`Error::BufferTooSmall`] naming `x` or `y`;
+/// [`Error::Unsupported`] for types other than f32.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::{norm::{self, BatchNorm}, Blend}, DataType, Handle, Layout, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let d = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 2, 1, 2])?;
+/// let x = [1.0, 3.0, 10.0, 20.0];
+/// let mut y = [0.0; 4];
+/// let bn = BatchNorm::new(1e-5)?;
+/// // Channel 0: mean 2, var 1; channel 1: mean 15, var 25, scaled by 2 and shifted by 1.
+/// h.batch_norm_forward_inference(&bn, Blend::default(), &d, &x, &d, &mut y,
+///     &[1.0, 2.0], &[0.0, 1.0], &[2.0, 15.0], &[1.0, 25.0])?;
+/// assert!((y[0] + 1.0).abs() < 1e-4 && (y[3] - 3.0).abs() < 1e-4);
+/// # let _ = norm::forward_inference;
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn forward_inference(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+) -> Result<()> {
+    blend.check()?;
+    check_bn_io(x_desc, x, "y", y_desc, y.len())?;
+    let (c, _) = bn_shape(x_desc);
+    for (f, v) in [
+        ("gamma", gamma),
+        ("beta", beta),
+        ("mean", mean),
+        ("var", var),
+    ] {
+        check_len(f, v.len(), c, "one per channel")?;
+    }
+    let mut k = crate::alloc::try_vec(3 * c, 0.0f32, "batch norm coefficients")?;
+    let alpha = blend.alpha as f64;
+    for ch in 0..c {
+        let inv = 1.0 / (var[ch] as f64 + bn.epsilon).sqrt();
+        k[ch] = mean[ch];
+        k[c + ch] = (alpha * gamma[ch] as f64 * inv) as f32;
+        k[2 * c + ch] = (alpha * beta[ch] as f64) as f32;
+    }
+    bn_apply(ctx, blend.beta, x_desc, x, y_desc, y, &k)
+}
+
+/// Batch norm training (cudnnBatchNormalizationForwardTraining): normalizes with the batch's
+/// per-channel mean and biased variance, y = alpha·(γ·x̂ + β) + beta·y; saves the mean and
+/// 1/√(var + ε) when `saved` is given; updates `running` in place (see the module's card).
+///
+/// # Errors
+/// As [`forward_inference`], and [`Error::BadParam`] naming `saved.mean`, `saved.inv_std`,
+/// `running.mean`, `running.var` (not C values), `exponential_average_factor` (not in
+/// [0, 1]), or `x` when N·H·W = 1.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_training(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running: Option<RunningStats<'_>>,
+    saved: Option<SavedStatsMut<'_>>,
+) -> Result<()> {
+    blend.check()?;
+    check_bn_io(x_desc, x, "y", y_desc, y.len())?;
+    let (c, m) = bn_shape(x_desc);
+    check_len("gamma", gamma.len(), c, "one per channel")?;
+    check_len("beta", beta.len(), c, "one per channel")?;
+    if let Some(r) = &running {
+        check_len("running.mean", r.mean.len(), c, "one per channel")?;
+        check_len("running.var", r.var.len(), c, "one per channel")?;
+        if !(r.factor.is_finite() && (0.0..=1.0).contains(&r.factor)) {
+            return Err(Error::bad(
+                "exponential_average_factor",
+                r.factor,
+                "must be in [0, 1]",
+            ));
+        }
+    }
+    if let Some(s) = &saved {
+        check_len("saved.mean", s.mean.len(), c, "one per channel")?;
+        check_len("saved.inv_std", s.inv_std.len(), c, "one per channel")?;
+    }
+    if m < 2 {
+        return Err(Error::bad(
+            "x",
+            format!("{:?}", x_desc.dims()),
+            "training needs more than one value per channel (N·H·W > 1)",
+        ));
+    }
+    let stats = bn_stats(ctx, x_desc, x)?;
+    let mut k = crate::alloc::try_vec(3 * c, 0.0f32, "batch norm coefficients")?;
+    let alpha = blend.alpha as f64;
+    for (ch, &[mean, var]) in stats.iter().enumerate() {
+        let inv = 1.0 / (var + bn.epsilon).sqrt();
+        let m32 = mean as f32;
+        let a = alpha * gamma[ch] as f64 * inv;
+        k[ch] = m32;
+        k[c + ch] = a as f32;
+        // The mean's rounding to f32, folded into the shift.
+        k[2 * c + ch] = (alpha * beta[ch] as f64 - a * (mean - m32 as f64)) as f32;
+    }
+    bn_apply(ctx, blend.beta, x_desc, x, y_desc, y, &k)?;
+    if let Some(s) = saved {
+        for (ch, &[mean, var]) in stats.iter().enumerate() {
+            s.mean[ch] = mean as f32;
+            s.inv_std[ch] = (1.0 / (var + bn.epsilon).sqrt()) as f32;
+        }
+    }
+    if let Some(r) = running {
+        let f = r.factor;
+        let unbias = m as f64 / (m - 1) as f64;
+        for (ch, &[mean, var]) in stats.iter().enumerate() {
+            let uvar = var * unbias;
+            if f == 1.0 {
+                r.mean[ch] = mean as f32;
+                r.var[ch] = uvar as f32;
+            } else {
+                r.mean[ch] = ((1.0 - f) * r.mean[ch] as f64 + f * mean) as f32;
+                r.var[ch] = ((1.0 - f) * r.var[ch] as f64 + f * uvar) as f32;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Batch norm backward (cudnnBatchNormalizationBackward): dx, dγ and dβ (formulas in the
+/// module's card), dx blended by `blend_data`, dγ and dβ by `blend_param`. The statistics
+/// are the training pass's `saved` ones, or recomputed from x with the descriptor's ε when
+/// `saved` is `None`. x, dy and dx of the same dimensions, any strides each.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `dy`, `dx` (other dimensions), `gamma`, `saved.mean`,
+/// `saved.inv_std`, `grads.dgamma`, `grads.dbeta` (not C values), `alpha`/`beta`;
+/// [`Error::BufferTooSmall`] naming `x`, `dy` or `dx`; [`Error::Unsupported`] for types other
+/// than f32.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend_data: Blend,
+    blend_param: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+    gamma: &[f32],
+    saved: Option<SavedStats<'_>>,
+    grads: ParamGrads<'_>,
+) -> Result<()> {
+    blend_data.check()?;
+    blend_param.check()?;
+    check_bn_io(x_desc, x, "dy", dy_desc, dy.len())?;
+    check_bn_io(x_desc, x, "dx", dx_desc, dx.len())?;
+    let (c, m) = bn_shape(x_desc);
+    check_len("gamma", gamma.len(), c, "one per channel")?;
+    if let Some(s) = &saved {
+        check_len("saved.mean", s.mean.len(), c, "one per channel")?;
+        check_len("saved.inv_std", s.inv_std.len(), c, "one per channel")?;
+    }
+    check_len("grads.dgamma", grads.dgamma.len(), c, "one per channel")?;
+    check_len("grads.dbeta", grads.dbeta.len(), c, "one per channel")?;
+    // Mean (as the f32 the elementwise pass subtracts) and inv_std per channel.
+    let (mean, inv): (Vec<f32>, Vec<f64>) = match saved {
+        Some(s) => (
+            s.mean.to_vec(),
+            s.inv_std.iter().map(|&v| v as f64).collect(),
+        ),
+        None => bn_stats(ctx, x_desc, x)?
+            .iter()
+            .map(|&[mu, var]| (mu as f32, 1.0 / (var + bn.epsilon).sqrt()))
+            .unzip(),
+    };
+    let dims = x_desc.dims();
+    let features = ctx.features();
+    let sums = match Rows::new(dims, [x_desc.strides(), dy_desc.strides()]) {
+        Some(rows) => {
+            let mf: Vec<f64> = mean.iter().map(|&v| v as f64).collect();
+            row_sums(ctx, &rows, c, |[ox, og], s0, s1| {
+                row_grad(features, &x[ox..ox + c], &dy[og..og + c], &mf, s0, s1)
+            })?
+        }
+        None => {
+            let geo = Groups::new(dims, [x_desc.strides(), dy_desc.strides()], 1);
+            let contiguous = geo.contiguous();
+            group_sums(ctx, &geo, |g, [ox, og], n| {
+                let mu = mean[g] as f64;
+                if contiguous {
+                    sum_grad(features, &x[ox..ox + n], &dy[og..og + n], &[], mu)
+                } else {
+                    let mut acc = [0.0; 2];
+                    for j in 0..n {
+                        let d = dy[og + j * geo.inner[1]] as f64;
+                        acc[0] += d;
+                        acc[1] += d * (x[ox + j * geo.inner[0]] as f64 - mu);
+                    }
+                    acc
+                }
+            })?
+        }
+    };
+    let mf = m as f64;
+    let mut k = crate::alloc::try_vec(4 * c, 0.0f32, "batch norm coefficients")?;
+    let ad = blend_data.alpha as f64;
+    for (ch, &[s1, s2]) in sums.iter().enumerate() {
+        let inv = inv[ch];
+        let k1 = ad * gamma[ch] as f64 * inv;
+        k[ch] = mean[ch];
+        k[c + ch] = k1 as f32;
+        k[2 * c + ch] = (-k1 * inv * inv * s2 / mf) as f32;
+        k[3 * c + ch] = (-k1 * s1 / mf) as f32;
+        grads.dgamma[ch] = blend_param.apply_f64(s2 * inv, grads.dgamma[ch] as f64) as f32;
+        grads.dbeta[ch] = blend_param.apply_f64(s1, grads.dbeta[ch] as f64) as f32;
+    }
+    // The blend's alpha is inside the coefficients: apply only its beta.
+    let beta = blend_data.beta;
+    let reads = beta != 0.0;
+    let st = [dx_desc.strides(), x_desc.strides(), dy_desc.strides()];
+    let total = x_desc.elements();
+    let out = SharedOut::new(dx);
+    if let Some(rows) = Rows::new(dims, st) {
+        return run_items(ctx, total, rows.pieces(), |i| {
+            rows.walk(i, |[od, ox, og]| {
+                // SAFETY: each position's row belongs to one piece.
+                let dst = unsafe { out.slice_mut(od, c) };
+                grad_row(features, &x[ox..ox + c], &dy[og..og + c], dst, &k, beta);
+            })
+        });
+    }
+    let geo = Groups::new(dims, st, 1);
+    let contiguous = geo.contiguous();
+    run_items(ctx, total, geo.count * geo.pieces(), |i| {
+        let (g, e0, e1) = geo.piece(i);
+        let kk = [k[g], k[c + g], k[2 * c + g], k[3 * c + g]];
+        geo.walk(g, e0, e1, |[od, ox, og], n| {
+            if contiguous {
+                // SAFETY: the run's elements belong to this piece alone.
+                let dst = unsafe { out.slice_mut(od, n) };
+                grad_affine(features, &x[ox..ox + n], &dy[og..og + n], dst, kk, beta);
+            } else {
+                for j in 0..n {
+                    let pd = od + j * geo.inner[0];
+                    let v = grad1(
+                        x[ox + j * geo.inner[1]],
+                        dy[og + j * geo.inner[2]],
+                        kk[0],
+                        kk[1],
+                        kk[2],
+                        kk[3],
+                    );
+                    // SAFETY: element pd belongs to this piece alone.
+                    unsafe {
+                        let v = if reads { v + beta * out.read(pd) } else { v };
+                        out.write(pd, v);
+                    }
+                }
+            }
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Layer normalization.
+// ---------------------------------------------------------------------------------------
+
+/// Strides of the elementwise parameters (C·H·W values in (c, h, w) order) as a tensor of
+/// the sample's dimensions (stride 0 over n).
+fn param_strides(dims: [usize; 4]) -> [usize; 4] {
+    let [_, _, h, w] = dims;
+    [0, h * w, w, 1]
+}
+
+fn check_ln_param(field: &str, p: Option<usize>, chw: usize) -> Result<()> {
+    match p {
+        Some(len) => check_len(field, len, chw, "one per element of a sample, C·H·W"),
+        None => Ok(()),
+    }
+}
+
+/// Layer norm forward: per sample n, y = alpha·(γ·(x − mean)·rstd + β) + beta·y over its
+/// C·H·W elements, γ and β elementwise (C·H·W values each, (c, h, w) order) and optional
+/// (1 and 0 when absent); `saved` receives the mean and rstd = 1/√(var + ε) per sample.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `y` (other dimensions), `gamma`, `beta` (not C·H·W values),
+/// `saved.mean`, `saved.inv_std` (not N values), `alpha`/`beta`;
+/// [`Error::BufferTooSmall`] naming `x` or `y`; [`Error::Unsupported`] for types other than
+/// f32.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::{norm::LayerNorm, Blend}, DataType, Handle, Layout, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let d = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 2, 1, 2])?;
+/// let x = [1.0, 2.0, 3.0, 4.0];
+/// let mut y = [0.0; 4];
+/// h.layer_norm_forward(&LayerNorm::new(1e-5)?, Blend::default(), &d, &x, &d, &mut y,
+///     None, None, None)?;
+/// assert!((y[0] + 1.3416).abs() < 1e-3 && (y[3] - 1.3416).abs() < 1e-3);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_forward(
+    ctx: &ExecContext<'_>,
+    ln: &LayerNorm,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    saved: Option<SavedStatsMut<'_>>,
+) -> Result<()> {
+    blend.check()?;
+    check_bn_io(x_desc, x, "y", y_desc, y.len())?;
+    let dims = x_desc.dims();
+    let [n, c, h, w] = dims;
+    let chw = c * h * w;
+    check_ln_param("gamma", gamma.map(|g| g.len()), chw)?;
+    check_ln_param("beta", beta.map(|g| g.len()), chw)?;
+    if let Some(s) = &saved {
+        check_len("saved.mean", s.mean.len(), n, "one per sample")?;
+        check_len("saved.inv_std", s.inv_std.len(), n, "one per sample")?;
+    }
+    let features = ctx.features();
+    // Statistics per sample.
+    let geo = Groups::new(dims, [x_desc.strides()], 0);
+    let contiguous = geo.contiguous();
+    let sums = group_sums(ctx, &geo, |g, [o], len| {
+        let s = x[g * geo.gstride[0]] as f64;
+        if contiguous {
+            sum_shifted(features, &x[o..o + len], s)
+        } else {
+            let mut acc = [0.0; 2];
+            for j in 0..len {
+                let d = x[o + j * geo.inner[0]] as f64 - s;
+                acc[0] += d;
+                acc[1] += d * d;
+            }
+            acc
+        }
+    })?;
+    let alpha = blend.alpha as f64;
+    // Per sample: m, alpha·rstd, the mean's rounding correction, alpha.
+    let mut ks: Vec<[f32; 4]> = Vec::new();
+    crate::alloc::try_reserve(&mut ks, n, "layer norm coefficients")?;
+    let mut stats: Vec<[f64; 2]> = Vec::new();
+    crate::alloc::try_reserve(&mut stats, n, "layer norm statistics")?;
+    for (g, s) in sums.into_iter().enumerate() {
+        let [mean, var] = shifted_moments(s, x[g * geo.gstride[0]] as f64, chw);
+        let r = 1.0 / (var + ln.epsilon).sqrt();
+        let m32 = mean as f32;
+        let ra = alpha * r;
+        ks.push([
+            m32,
+            ra as f32,
+            (-(mean - m32 as f64) * ra) as f32,
+            blend.alpha,
+        ]);
+        stats.push([mean, r]);
+    }
+    let (gs, bs) = (gamma.unwrap_or(&[]), beta.unwrap_or(&[]));
+    let pst = param_strides(dims);
+    let st = [y_desc.strides(), x_desc.strides(), pst];
+    let geo = Groups::new(dims, st, 0);
+    let contiguous = geo.contiguous();
+    let bt = blend.beta;
+    let out = SharedOut::new(y);
+    run_items(ctx, x_desc.elements(), geo.count * geo.pieces(), |i| {
+        let (g, e0, e1) = geo.piece(i);
+        let k = ks[g];
+        geo.walk(g, e0, e1, |[oy, ox, op], len| {
+            if contiguous {
+                let gg = if gs.is_empty() { gs } else { &gs[op..op + len] };
+                let bb = if bs.is_empty() { bs } else { &bs[op..op + len] };
+                // SAFETY: the run's elements belong to this piece alone.
+                let dst = unsafe { out.slice_mut(oy, len) };
+                ln_run(features, &x[ox..ox + len], gg, bb, dst, k, bt);
+            } else {
+                for j in 0..len {
+                    let (py, px, pp) = (
+                        oy + j * geo.inner[0],
+                        ox + j * geo.inner[1],
+                        op + j * geo.inner[2],
+                    );
+                    let v = ln1(x[px], gamma.map(|g| g[pp]), beta.map(|b| b[pp]), k);
+                    // SAFETY: element py belongs to this piece alone.
+                    unsafe {
+                        let v = if bt != 0.0 { v + bt * out.read(py) } else { v };
+                        out.write(py, v);
+                    }
+                }
+            }
+        })
+    })?;
+    if let Some(s) = saved {
+        for (g, &[mean, r]) in stats.iter().enumerate() {
+            s.mean[g] = mean as f32;
+            s.inv_std[g] = r as f32;
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm backward: from x, dy, γ (optional, C·H·W values) and the forward pass's saved
+/// mean and rstd (N values each): dx = alpha_d·rstd·(g − mean(g) − x̂·mean(g·x̂)) + beta_d·dx
+/// with g = dy·γ and x̂ = (x − mean)·rstd, the means over each sample's C·H·W elements; and,
+/// when `grads` is given, dγ = alpha_p·Σ_n dy·x̂ + beta_p·dγ, dβ = alpha_p·Σ_n dy + beta_p·dβ
+/// (C·H·W values each).
+///
+/// # Errors
+/// [`Error::BadParam`] naming `dy`, `dx` (other dimensions), `gamma`, `grads.dgamma`,
+/// `grads.dbeta` (not C·H·W values), `saved.mean`, `saved.inv_std` (not N values),
+/// `alpha`/`beta`; [`Error::BufferTooSmall`] naming `x`, `dy` or `dx`;
+/// [`Error::Unsupported`] for types other than f32.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward(
+    ctx: &ExecContext<'_>,
+    blend_data: Blend,
+    blend_param: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+    gamma: Option<&[f32]>,
+    saved: SavedStats<'_>,
+    grads: Option<ParamGrads<'_>>,
+) -> Result<()> {
+    blend_data.check()?;
+    blend_param.check()?;
+    check_bn_io(x_desc, x, "dy", dy_desc, dy.len())?;
+    check_bn_io(x_desc, x, "dx", dx_desc, dx.len())?;
+    let dims = x_desc.dims();
+    let [n, c, h, w] = dims;
+    let chw = c * h * w;
+    check_ln_param("gamma", gamma.map(|g| g.len()), chw)?;
+    check_len("saved.mean", saved.mean.len(), n, "one per sample")?;
+    check_len("saved.inv_std", saved.inv_std.len(), n, "one per sample")?;
+    if let Some(g) = &grads {
+        check_len("grads.dgamma", g.dgamma.len(), chw, "C·H·W")?;
+        check_len("grads.dbeta", g.dbeta.len(), chw, "C·H·W")?;
+    }
+    let features = ctx.features();
+    let gs = gamma.unwrap_or(&[]);
+    let pst = param_strides(dims);
+    let st = [dx_desc.strides(), x_desc.strides(), dy_desc.strides(), pst];
+    let geo = Groups::new(dims, st, 0);
+    let contiguous = geo.contiguous();
+    let sums = group_sums(ctx, &geo, |g, [_, ox, og, op], len| {
+        let mu = saved.mean[g] as f64;
+        if contiguous {
+            let gg = if gs.is_empty() { gs } else { &gs[op..op + len] };
+            sum_grad(features, &x[ox..ox + len], &dy[og..og + len], gg, mu)
+        } else {
+            let mut acc = [0.0; 2];
+            for j in 0..len {
+                let mut d = dy[og + j * geo.inner[2]] as f64;
+                if let Some(gm) = gamma {
+                    d *= gm[op + j * geo.inner[3]] as f64;
+                }
+                acc[0] += d;
+                acc[1] += d * (x[ox + j * geo.inner[1]] as f64 - mu);
+            }
+            acc
+        }
+    })?;
+    let (mf, ad) = (chw as f64, blend_data.alpha as f64);
+    let ks: Vec<[f32; 4]> = sums
+        .iter()
+        .enumerate()
+        .map(|(g, &[s1, s2])| {
+            let r = saved.inv_std[g] as f64;
+            [
+                saved.mean[g],
+                (ad * r) as f32,
+                (-ad * r * r * r * s2 / mf) as f32,
+                (-ad * r * s1 / mf) as f32,
+            ]
+        })
+        .collect();
+    let bt = blend_data.beta;
+    {
+        let out = SharedOut::new(dx);
+        run_items(ctx, x_desc.elements(), geo.count * geo.pieces(), |i| {
+            let (g, e0, e1) = geo.piece(i);
+            let k = ks[g];
+            geo.walk(g, e0, e1, |[od, ox, og, op], len| {
+                if contiguous {
+                    let gg = if gs.is_empty() { gs } else { &gs[op..op + len] };
+                    // SAFETY: the run's elements belong to this piece alone.
+                    let dst = unsafe { out.slice_mut(od, len) };
+                    ln_grad_run(
+                        features,
+                        &x[ox..ox + len],
+                        &dy[og..og + len],
+                        gg,
+                        dst,
+                        k,
+                        bt,
+                    );
+                } else {
+                    for j in 0..len {
+                        let pd = od + j * geo.inner[0];
+                        let mut d = dy[og + j * geo.inner[2]];
+                        if let Some(gm) = gamma {
+                            d *= gm[op + j * geo.inner[3]];
+                        }
+                        let v = grad1(x[ox + j * geo.inner[1]], d, k[0], k[1], k[2], k[3]);
+                        // SAFETY: element pd belongs to this piece alone.
+                        unsafe {
+                            let v = if bt != 0.0 { v + bt * out.read(pd) } else { v };
+                            out.write(pd, v);
+                        }
+                    }
+                }
+            })
+        })?;
+    }
+    if let Some(grads) = grads {
+        layer_norm_param_grads(ctx, blend_param, &geo, x, dy, saved, grads)?;
+    }
+    Ok(())
+}
+
+/// dγ, dβ of layer norm: per element of a sample, sums over n in order, split among threads
+/// by element ranges.
+fn layer_norm_param_grads(
+    ctx: &ExecContext<'_>,
+    blend: Blend,
+    geo: &Groups<4>,
+    x: &[f32],
+    dy: &[f32],
+    saved: SavedStats<'_>,
+    grads: ParamGrads<'_>,
+) -> Result<()> {
+    let features = ctx.features();
+    let contiguous = geo.contiguous();
+    let chw = geo.elements();
+    let items = chw.div_ceil(PARAM_CHUNK);
+    let (ap, bp, reads) = (blend.alpha as f64, blend.beta as f64, blend.reads_output());
+    let dg_out = SharedOut::new(grads.dgamma);
+    let db_out = SharedOut::new(grads.dbeta);
+    let init = || {
+        let s0 = crate::alloc::try_vec(PARAM_CHUNK, 0.0f64, "layer norm dβ sums")?;
+        let s1 = crate::alloc::try_vec(PARAM_CHUNK, 0.0f64, "layer norm dγ sums")?;
+        Ok((s0, s1))
+    };
+    let body = |(s0, s1): &mut (Vec<f64>, Vec<f64>), i: usize| {
+        let e0 = i * PARAM_CHUNK;
+        let e1 = (e0 + PARAM_CHUNK).min(chw);
+        s0.iter_mut().for_each(|v| *v = 0.0);
+        s1.iter_mut().for_each(|v| *v = 0.0);
+        for g in 0..geo.count {
+            let (mu, r) = (saved.mean[g] as f64, saved.inv_std[g] as f64);
+            let mut at = 0;
+            geo.walk(g, e0, e1, |[_, ox, og, _], len| {
+                let (a, q) = (&mut s0[at..at + len], &mut s1[at..at + len]);
+                if contiguous {
+                    param_acc(features, &x[ox..ox + len], &dy[og..og + len], mu, r, a, q);
+                } else {
+                    for j in 0..len {
+                        let d = dy[og + j * geo.inner[2]] as f64;
+                        a[j] += d;
+                        q[j] += d * ((x[ox + j * geo.inner[1]] as f64 - mu) * r);
+                    }
+                }
+                at += len;
+            });
+        }
+        let mut at = 0;
+        geo.walk(0, e0, e1, |[.., op], len| {
+            for j in 0..len {
+                let p = op + j * geo.inner[3];
+                // SAFETY: element p of dγ and dβ belongs to this piece alone.
+                unsafe {
+                    let (pg, pb) = if reads {
+                        (dg_out.read(p) as f64, db_out.read(p) as f64)
+                    } else {
+                        (0.0, 0.0)
+                    };
+                    dg_out.write(p, (ap * s1[at + j] + bp * pg) as f32);
+                    db_out.write(p, (ap * s0[at + j] + bp * pb) as f32);
+                }
+            }
+            at += len;
+        });
+    };
+    if ctx.threads <= 1 || items <= 1 {
+        let mut s = init()?;
+        (0..items).for_each(|i| body(&mut s, i));
+        return Ok(());
+    }
+    for_each_with(ctx, items, init, body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Folding into a convolution.
+// ---------------------------------------------------------------------------------------
+
+/// Rewrites w and bias so that conv(x, w') + b' = mult·(conv(x, w) + b) + add per output
+/// channel k, computed in f64 and rounded once.
+fn fold_affine(
+    filter: &FilterDesc,
+    w: &mut [f32],
+    bias: &mut [f32],
+    coef: &[[f64; 2]],
+) -> Result<()> {
+    let [_, c, r, s] = filter.dims();
+    for k in 0..filter.k() {
+        let [mult, add] = coef[k];
+        for ci in 0..c {
+            for ri in 0..r {
+                for si in 0..s {
+                    let o = filter.offset(k, ci, ri, si);
+                    w[o] = (w[o] as f64 * mult) as f32;
+                }
+            }
+        }
+        bias[k] = (bias[k] as f64 * mult + add) as f32;
+    }
+    Ok(())
+}
+
+fn check_fold(
+    filter: &FilterDesc,
+    w: &[f32],
+    bias: &[f32],
+    params: &[(&str, &[f32])],
+) -> Result<()> {
+    if filter.dtype() != DataType::F32 {
+        return Err(Error::Unsupported {
+            what: format!("w: {} filters in folding", filter.dtype().name()),
+        });
+    }
+    if w.len() < filter.elements() {
+        return Err(Error::BufferTooSmall {
+            field: "w".into(),
+            needed: filter.elements(),
+            got: w.len(),
+        });
+    }
+    let k = filter.k();
+    check_len(
+        "bias",
+        bias.len(),
+        k,
+        "one per output channel K; zeros if none",
+    )?;
+    for (f, v) in params {
+        check_len(f, v.len(), k, "one per output channel K")?;
+    }
+    Ok(())
+}
+
+/// Per-channel (mult, add) of an inference batch norm: y·mult + add.
+fn bn_coefficients(
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f64,
+) -> Result<Vec<[f64; 2]>> {
+    if !(epsilon.is_finite() && epsilon >= 0.0) {
+        return Err(Error::bad(
+            "epsilon",
+            epsilon,
+            "must be finite and non-negative",
+        ));
+    }
+    let mut out = Vec::with_capacity(gamma.len());
+    for k in 0..gamma.len() {
+        let v = var[k] as f64 + epsilon;
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(Error::bad(
+                format!("var[{k}]"),
+                var[k],
+                "var + epsilon must be positive and finite",
+            ));
+        }
+        let s = gamma[k] as f64 / v.sqrt();
+        out.push([s, beta[k] as f64 - mean[k] as f64 * s]);
+    }
+    Ok(out)
+}
+
+/// Folds an inference batch norm that follows a convolution into the convolution's weights
+/// and bias: afterwards conv(x, w') + b' = BN(conv(x, w) + b), with BN(v) = γ·(v − mean)/
+/// √(var + ε) + β per output channel k (K = `filter.k()`, whatever the groups; KCRS or KRSC).
+/// `bias` holds K values (zeros when the convolution had none). The per-channel factors are
+/// computed in f64 and each weight rounded once: the folded convolution is within a few f32
+/// ulp of the unfolded pair (the tests bound 1e-5 normwise). ε may be any finite value ≥ 0
+/// with var + ε > 0 (models from other frameworks use ε below cuDNN's minimum).
+///
+/// # Errors
+/// [`Error::BadParam`] naming `bias`, `gamma`, `beta`, `mean` or `var` (not K values),
+/// `epsilon`, or `var[k]` (var + ε not positive); [`Error::BufferTooSmall`] naming `w`;
+/// [`Error::Unsupported`] for a filter of another type than f32.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::norm::fold_batch_norm, DataType, FilterDesc, FilterLayout};
+/// let f = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [1, 1, 1, 2])?;
+/// let (mut w, mut b) = (vec![1.0, 2.0], vec![0.0]);
+/// // BN(v) = 2·(v − 1)/√(4 − ε + ε) + 3 = v + 2.
+/// fold_batch_norm(&f, &mut w, &mut b, &[2.0], &[3.0], &[1.0], &[4.0], 0.0)?;
+/// assert_eq!((w, b), (vec![1.0, 2.0], vec![2.0]));
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn fold_batch_norm(
+    filter: &FilterDesc,
+    w: &mut [f32],
+    bias: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f64,
+) -> Result<()> {
+    check_fold(
+        filter,
+        w,
+        bias,
+        &[
+            ("gamma", gamma),
+            ("beta", beta),
+            ("mean", mean),
+            ("var", var),
+        ],
+    )?;
+    let coef = bn_coefficients(gamma, beta, mean, var, epsilon)?;
+    fold_affine(filter, w, bias, &coef)
+}
+
+/// Folds a per-channel scale and shift that follows a convolution (Caffe's `Scale` layer:
+/// v·scale + shift per output channel) into its weights and bias.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `bias`, `scale` or `shift` (not K values);
+/// [`Error::BufferTooSmall`] naming `w`; [`Error::Unsupported`] for a non-f32 filter.
+pub fn fold_scale(
+    filter: &FilterDesc,
+    w: &mut [f32],
+    bias: &mut [f32],
+    scale: &[f32],
+    shift: &[f32],
+) -> Result<()> {
+    check_fold(filter, w, bias, &[("scale", scale), ("shift", shift)])?;
+    let coef: Vec<[f64; 2]> = scale
+        .iter()
+        .zip(shift)
+        .map(|(&s, &t)| [s as f64, t as f64])
+        .collect();
+    fold_affine(filter, w, bias, &coef)
+}
+
+/// Folds a batch norm followed by a per-channel scale and shift (Caffe's BatchNorm + Scale
+/// pair) at once, with one rounding: conv(x, w') + b' = BN(conv(x, w) + b)·scale + shift.
+///
+/// # Errors
+/// As [`fold_batch_norm`] and [`fold_scale`].
+#[allow(clippy::too_many_arguments)]
+pub fn fold_batch_norm_scale(
+    filter: &FilterDesc,
+    w: &mut [f32],
+    bias: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    epsilon: f64,
+    scale: &[f32],
+    shift: &[f32],
+) -> Result<()> {
+    check_fold(
+        filter,
+        w,
+        bias,
+        &[
+            ("gamma", gamma),
+            ("beta", beta),
+            ("mean", mean),
+            ("var", var),
+            ("scale", scale),
+            ("shift", shift),
+        ],
+    )?;
+    let coef: Vec<[f64; 2]> = bn_coefficients(gamma, beta, mean, var, epsilon)?
+        .into_iter()
+        .zip(scale.iter().zip(shift))
+        .map(|([m, a], (&s, &t))| [m * s as f64, a * s as f64 + t as f64])
+        .collect();
+    fold_affine(filter, w, bias, &coef)
+}
+
+// ---------------------------------------------------------------------------------------
+// benchdnn's bnorm problem strings.
+// ---------------------------------------------------------------------------------------
+
+/// A batch (or layer) normalization problem as benchdnn's bnorm driver writes it:
+/// `mb8ic64ih56iw56` — `mb` (default 1, where benchdnn's default is 2), `ic` (required),
+/// `ih` and `iw` (each defaults to the other, both to 1), `id` (default 1: spatial batch norm
+/// over D·H·W is batch norm over (D·H)·W, so the depth folds into H), optional `eps` (e.g.
+/// `eps1e-5`), and an optional name, `n"name"` or `_name` at the end.
+///
+/// ```
+/// use autodnn::layers::norm::BatchNormProblem;
+/// let p = BatchNormProblem::parse("mb2ic64ih56n\"res2a_bn\"")?;
+/// assert_eq!(p.dims, [2, 64, 56, 56]);
+/// assert_eq!(p.name.as_deref(), Some("res2a_bn"));
+/// assert_eq!(BatchNormProblem::parse("ic2048ih7eps1e-3")?.eps, Some(1e-3));
+/// assert_eq!(BatchNormProblem::parse("mb1ic3id4ih5iw6")?.dims, [1, 3, 20, 6]);
+/// assert!(BatchNormProblem::parse("mb8ih56").is_err());
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchNormProblem {
+    /// (N, C, H, W); a depth is folded into H.
+    pub dims: [usize; 4],
+    /// ε, when the string gives one.
+    pub eps: Option<f64>,
+    /// The problem's name, when the string gives one.
+    pub name: Option<String>,
+}
+
+impl BatchNormProblem {
+    /// Parses a bnorm problem string (see the type's description).
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for an unknown or repeated field, a missing `ic`, a zero or
+    /// non-numeric value, an ε that is not a positive finite number, or sizes that overflow.
+    pub fn parse(s: &str) -> Result<BatchNormProblem> {
+        let bad = |reason: String| Error::Parse {
+            input: s.to_string(),
+            reason,
+        };
+        let mut rest = s.trim();
+        let mut name = None;
+        if let Some(i) = rest.find("n\"") {
+            let tail = &rest[i + 2..];
+            let end = tail
+                .find('"')
+                .ok_or_else(|| bad("unterminated name n\"...\"".into()))?;
+            if end + 1 != tail.len() {
+                return Err(bad("the name n\"...\" must come last".into()));
+            }
+            name = Some(tail[..end].to_string());
+            rest = &rest[..i];
+        } else if let Some(i) = rest.find('_') {
+            name = Some(rest[i + 1..].to_string());
+            rest = &rest[..i];
+        }
+        let mut vals: [Option<usize>; 5] = [None; 5]; // mb ic id ih iw
+        const KEYS: [&str; 5] = ["mb", "ic", "id", "ih", "iw"];
+        let mut eps = None;
+        while !rest.is_empty() {
+            let key_len = rest
+                .find(|ch: char| !ch.is_ascii_alphabetic())
+                .unwrap_or(rest.len());
+            let key = &rest[..key_len];
+            rest = &rest[key_len..];
+            if key == "eps" {
+                let len = rest
+                    .char_indices()
+                    .find(|&(i, ch)| {
+                        !(ch.is_ascii_digit()
+                            || ch == '.'
+                            || ch == 'e'
+                            || ch == 'E'
+                            || ((ch == '-' || ch == '+')
+                                && i > 0
+                                && matches!(rest.as_bytes()[i - 1], b'e' | b'E')))
+                    })
+                    .map_or(rest.len(), |(i, _)| i);
+                // A trailing field name starting with 'e' cannot follow eps (none exists).
+                let v: f64 = rest[..len]
+                    .parse()
+                    .map_err(|_| bad(format!("eps {:?} is not a number", &rest[..len])))?;
+                if !(v.is_finite() && v > 0.0) || eps.is_some() {
+                    return Err(bad("eps must be given once, positive and finite".into()));
+                }
+                eps = Some(v);
+                rest = &rest[len..];
+                continue;
+            }
+            let slot = KEYS
+                .iter()
+                .position(|&k| k == key)
+                .ok_or_else(|| bad(format!("unknown field {key:?} (mb, ic, id, ih, iw, eps)")))?;
+            let len = rest
+                .find(|ch: char| !ch.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let v: usize = rest[..len]
+                .parse()
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| bad(format!("{key} needs a positive integer")))?;
+            if vals[slot].replace(v).is_some() {
+                return Err(bad(format!("{key} given twice")));
+            }
+            rest = &rest[len..];
+        }
+        let [mb, ic, id, ih, iw] = vals;
+        let ic = ic.ok_or_else(|| bad("ic is required".into()))?;
+        let (ih, iw) = match (ih, iw) {
+            (Some(h), Some(w)) => (h, w),
+            (Some(h), None) => (h, h),
+            (None, Some(w)) => (w, w),
+            (None, None) => (1, 1),
+        };
+        let h = ih
+            .checked_mul(id.unwrap_or(1))
+            .ok_or_else(|| bad("id·ih overflows".into()))?;
+        let dims = [mb.unwrap_or(1), ic, h, iw];
+        crate::error::checked_product("bnorm problem", &dims)
+            .map_err(|_| bad("sizes overflow".into()))?;
+        Ok(BatchNormProblem { dims, eps, name })
+    }
+
+    /// The f32 tensor of the problem in `layout`.
+    ///
+    /// # Errors
+    /// As [`TensorDesc::new`].
+    pub fn tensor(&self, layout: crate::desc::Layout) -> Result<TensorDesc> {
+        TensorDesc::new(DataType::F32, layout, self.dims)
+    }
+}
+
+impl std::fmt::Display for BatchNormProblem {
+    /// The canonical string: `mbNicCihHiwW`, then `eps` and the name when present.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [n, c, h, w] = self.dims;
+        write!(f, "mb{n}ic{c}ih{h}iw{w}")?;
+        if let Some(e) = self.eps {
+            write!(f, "eps{e:e}")?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, "n\"{name}\"")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_merge_and_walk() {
+        // NCHW, group = c: rows over n, runs of H·W.
+        let st = [24, 12, 4, 1];
+        let g = Groups::new([2, 2, 3, 4], [st], 1);
+        assert_eq!((g.count, g.rows, g.len, g.inner), (2, [1, 2], 12, [1]));
+        let mut seen = vec![];
+        g.walk(1, 5, 20, |[o], n| seen.push((o, n)));
+        assert_eq!(seen, [(12 + 5, 7), (24 + 12, 8)]);
+        // Layer norm on NCHW with its parameters: one run per sample.
+        let g = Groups::new([2, 2, 3, 4], [st, [0, 12, 4, 1]], 0);
+        assert_eq!((g.rows, g.len, g.inner), ([1, 1], 24, [1, 1]));
+    }
+
+    #[test]
+    fn epsilon_floor() {
+        assert!(BatchNorm::new(1e-5).is_ok());
+        assert!(BatchNorm::new(1e-5_f32 as f64).is_ok());
+        assert!(BatchNorm::new(9e-6).is_err());
+        assert!(BatchNorm::new(f64::NAN).is_err());
+        assert!(LayerNorm::new(0.0).is_err());
+        assert!(LayerNorm::new(1e-12).is_ok());
+    }
+
+    #[test]
+    fn problem_strings_round_trip() {
+        let p = BatchNormProblem::parse("mb8ic64ih56").unwrap();
+        assert_eq!(p.dims, [8, 64, 56, 56]);
+        assert_eq!(BatchNormProblem::parse(&p.to_string()).unwrap(), p);
+        let p = BatchNormProblem::parse("ic16iw5eps2.5e-4_bn1").unwrap();
+        assert_eq!(p.dims, [1, 16, 5, 5]);
+        assert_eq!((p.eps, p.name.as_deref()), (Some(2.5e-4), Some("bn1")));
+        assert_eq!(BatchNormProblem::parse(&p.to_string()).unwrap(), p);
+        for bad in [
+            "", "mb0ic3", "ic3ic4", "ic3xx2", "ic3eps-1", "ic3n\"a", "ic", "ic3epsx",
+        ] {
+            assert!(BatchNormProblem::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
