@@ -1,1 +1,495 @@
-//! (to be written)
+//! Layout transforms (cudnnTransformTensor): y = alpha · x + beta · y with x and y of the same
+//! dimensions and any strides each: NCHW ↔ NHWC, padded rows, views into larger buffers.
+//!
+//! The dimensions that are contiguous in both tensors are merged first; then one of two
+//! blocked copies runs, both writing y in its own memory order:
+//!
+//! - **runs**: when y's innermost dimension is also x's (packed to packed of one layout, a
+//!   padded view of it), the elements are walked as runs ([`super::Runs`]) and each run
+//!   contiguous in both is one vectorised copy (a `memcpy` for alpha = 1, beta = 0), split
+//!   among the threads in pieces of about 16 Ki elements (short runs grouped);
+//! - **tiles**: when the innermost dimensions differ (NCHW ↔ NHWC: (c, h·w) against
+//!   (h·w, c)), the two inner dimensions are transposed in 8 × 8 tiles, each tile read as
+//!   8 contiguous rows of x and written as 8 contiguous rows of y: by AVX2 shuffles in
+//!   registers where the CPU has them (the AVX-512 preset too), else by plain loops
+//!   (`multiversion!`); the threads take 64 × 64 blocks of the plane (times the outer
+//!   dimensions), each writing its own elements; edges and non-unit inner strides element
+//!   by element.
+//!
+//! Exact: with alpha = 1, beta = 0 the transform is a pure copy (no arithmetic touches a
+//! value, so −0 and NaN payloads come through bit for bit); otherwise each element is
+//! `alpha · x + beta · y` rounded once per operation in f32, the same on every instruction set
+//! and thread count.
+//!
+//! [`copy_bandwidth`] measures the machine's copy bandwidth with the same contiguous kernel,
+//! the yardstick of the memory-bound operators (`autodnn peak --memory`).
+
+use super::{check_buffer, check_same_dims, Blend, Runs};
+use crate::desc::{DataType, Layout, TensorDesc};
+use crate::error::{Error, Result};
+use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::ExecContext;
+use crate::simd::multiversion;
+
+/// Side of the transposed tiles (elements).
+const TILE: usize = 8;
+/// The blocks the threads take in the tiled transform: BLOCK_I elements along y's inner
+/// dimension by BLOCK_J along x's (multiples of TILE).
+const BLOCK_I: usize = 64;
+/// See [`BLOCK_I`].
+const BLOCK_J: usize = 64;
+/// Bytes [`copy_bandwidth`] copies when the caller has no preference (256 MiB).
+pub const DEFAULT_BANDWIDTH_BYTES: usize = 256 << 20;
+
+multiversion! {
+    /// y = blend(x, y) over contiguous slices of the same length (alpha 1, beta 0: a copy).
+    fn blend_run(blend: Blend, x: &[f32], y: &mut [f32]) {
+        let (a, b) = (blend.alpha, blend.beta);
+        if b == 0.0 {
+            if a == 1.0 {
+                y.copy_from_slice(x);
+            } else {
+                for (o, &v) in y.iter_mut().zip(x) {
+                    *o = a * v;
+                }
+            }
+        } else {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = a * v + b * *o;
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Full TILE × TILE tiles over `ni` × `nj` elements (multiples of TILE):
+    /// y[oy + jj·ldy + ii] = blend(x[ox + ii·ldx + jj]), both inner steps 1. Each tile is
+    /// read as TILE rows of x and written as TILE rows of y, the transpose in registers.
+    /// `y` is the shared output; the caller checked that every element written is in bounds
+    /// and belongs to this caller alone.
+    fn transpose_tiles(blend: Blend, x: &[f32], ox: usize, ldx: usize, y: *mut f32, oy: usize, ldy: usize, ni: usize, nj: usize) {
+        let (a, b) = (blend.alpha, blend.beta);
+        let copy = a == 1.0 && b == 0.0;
+        let mut jt = 0;
+        while jt < nj {
+            let mut it = 0;
+            while it < ni {
+                let mut rows = [[0.0f32; TILE]; TILE];
+                for (r, row) in rows.iter_mut().enumerate() {
+                    let s = ox + (it + r) * ldx + jt;
+                    row.copy_from_slice(&x[s..s + TILE]);
+                }
+                #[allow(clippy::needless_range_loop)] // jj picks a column of every row
+                for jj in 0..TILE {
+                    let col: [f32; TILE] = std::array::from_fn(|r| rows[r][jj]);
+                    // SAFETY: the caller checked that every element of the ni × nj region
+                    // is in bounds of y's buffer and that no other thread touches it.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(y.add(oy + (jt + jj) * ldy + it), TILE)
+                    };
+                    if copy {
+                        dst.copy_from_slice(&col);
+                    } else if b == 0.0 {
+                        for (o, &v) in dst.iter_mut().zip(&col) {
+                            *o = a * v;
+                        }
+                    } else {
+                        for (o, &v) in dst.iter_mut().zip(&col) {
+                            *o = a * v + b * *o;
+                        }
+                    }
+                }
+                it += TILE;
+            }
+            jt += TILE;
+        }
+    }
+}
+
+/// The tiles' transpose by AVX2 shuffles: 8 rows of x loaded as vectors, transposed in
+/// registers (unpack, shuffle, permute: 24 shuffles per 64 elements), stored as 8 rows of
+/// y; the same data movement (and blend arithmetic, unfused) as [`transpose_tiles`].
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Blend, TILE};
+    use crate::simd::Avx2;
+    use std::arch::x86_64::*;
+
+    /// [`super::transpose_tiles`] for 8 × 8 tiles.
+    ///
+    /// # Safety
+    /// Every x[ox + i·ldx + j] and y[oy + j·ldy + i] with i < ni, j < nj must be in bounds
+    /// of the buffers `x` and `y` point to, and no other thread may access those elements of
+    /// y meanwhile.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn transpose_tiles(
+        _: Avx2,
+        blend: Blend,
+        x: *const f32,
+        ldx: usize,
+        y: *mut f32,
+        ldy: usize,
+        ni: usize,
+        nj: usize,
+    ) {
+        debug_assert_eq!(TILE, 8);
+        let (a, b) = (_mm256_set1_ps(blend.alpha), _mm256_set1_ps(blend.beta));
+        let copy = blend.alpha == 1.0 && blend.beta == 0.0;
+        let scale_only = blend.beta == 0.0;
+        let mut jt = 0;
+        while jt < nj {
+            let mut it = 0;
+            while it < ni {
+                // SAFETY: rows it..it+8, columns jt..jt+8 of the region the caller vouches
+                // for.
+                unsafe {
+                    let p = x.add(it * ldx + jt);
+                    let r: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(p.add(k * ldx)));
+                    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                    let o = [
+                        _mm256_permute2f128_ps::<0x20>(s0, s4),
+                        _mm256_permute2f128_ps::<0x20>(s1, s5),
+                        _mm256_permute2f128_ps::<0x20>(s2, s6),
+                        _mm256_permute2f128_ps::<0x20>(s3, s7),
+                        _mm256_permute2f128_ps::<0x31>(s0, s4),
+                        _mm256_permute2f128_ps::<0x31>(s1, s5),
+                        _mm256_permute2f128_ps::<0x31>(s2, s6),
+                        _mm256_permute2f128_ps::<0x31>(s3, s7),
+                    ];
+                    let q = y.add(jt * ldy + it);
+                    for (k, &v) in o.iter().enumerate() {
+                        let d = q.add(k * ldy);
+                        let v = if copy {
+                            v
+                        } else if scale_only {
+                            _mm256_mul_ps(a, v)
+                        } else {
+                            _mm256_add_ps(_mm256_mul_ps(a, v), _mm256_mul_ps(b, _mm256_loadu_ps(d)))
+                        };
+                        _mm256_storeu_ps(d, v);
+                    }
+                }
+                it += TILE;
+            }
+            jt += TILE;
+        }
+    }
+}
+
+/// The dimensions of a transform, merged where contiguous in both tensors and ordered by y's
+/// strides, outermost first.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    ext: [usize; 4],
+    sy: [usize; 4],
+    sx: [usize; 4],
+    nd: usize,
+}
+
+impl Plan {
+    fn new(dims: [usize; 4], sy: [usize; 4], sx: [usize; 4]) -> Plan {
+        let mut order: Vec<usize> = (0..4).filter(|&d| dims[d] > 1).collect();
+        order.sort_by_key(|&d| std::cmp::Reverse((sy[d], dims[d])));
+        let mut p = Plan {
+            ext: [1; 4],
+            sy: [1; 4],
+            sx: [1; 4],
+            nd: 0,
+        };
+        for &d in &order {
+            if p.nd > 0 {
+                let o = p.nd - 1;
+                if p.sy[o] == sy[d] * dims[d] && p.sx[o] == sx[d] * dims[d] {
+                    p.ext[o] *= dims[d];
+                    p.sy[o] = sy[d];
+                    p.sx[o] = sx[d];
+                    continue;
+                }
+            }
+            p.ext[p.nd] = dims[d];
+            p.sy[p.nd] = sy[d];
+            p.sx[p.nd] = sx[d];
+            p.nd += 1;
+        }
+        p
+    }
+
+    /// (y's innermost dimension, x's innermost dimension) when they differ.
+    fn transposed(&self) -> Option<(usize, usize)> {
+        if self.nd < 2 {
+            return None;
+        }
+        let i = self.nd - 1;
+        let j = (0..self.nd).min_by_key(|&d| self.sx[d])?;
+        (j != i).then_some((i, j))
+    }
+}
+
+/// y = alpha · x + beta · y, element by element, x and y of the same dimensions and any
+/// strides each (cudnnTransformTensor): layout changes (NCHW ↔ NHWC), padding or unpadding
+/// rows, copies between views. With alpha = 1, beta = 0 a pure copy, bit for bit.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `y` for other dimensions, `alpha`/`beta` when not finite;
+/// [`Error::BufferTooSmall`] naming `x` or `y`; [`Error::Unsupported`] for types other than
+/// f32.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::Blend, DataType, Handle, Layout, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let nchw = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 2, 1, 3])?;
+/// let nhwc = TensorDesc::new(DataType::F32, Layout::Nhwc, [1, 2, 1, 3])?;
+/// let x = [1.0, 2.0, 3.0, 10.0, 20.0, 30.0]; // c0: 1 2 3, c1: 10 20 30
+/// let mut y = [0.0; 6];
+/// h.transform_tensor(Blend::default(), &nchw, &x, &nhwc, &mut y)?;
+/// assert_eq!(y, [1.0, 10.0, 2.0, 20.0, 3.0, 30.0]);
+/// # let _ = autodnn::layers::transform::forward;
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+pub fn forward(
+    ctx: &ExecContext<'_>,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+) -> Result<()> {
+    blend.check()?;
+    check_same_dims("y", x_desc, y_desc)?;
+    check_buffer("x", x_desc, x.len())?;
+    check_buffer("y", y_desc, y.len())?;
+    let plan = Plan::new(y_desc.dims(), y_desc.strides(), x_desc.strides());
+    match plan.transposed() {
+        Some((i, j)) => tiled(ctx, blend, &plan, i, j, x, y),
+        None => by_runs(ctx, blend, x_desc, x, y_desc, y),
+    }
+}
+
+/// The runs path: y's inner dimension is x's too.
+fn by_runs(
+    ctx: &ExecContext<'_>,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+) -> Result<()> {
+    let runs = Runs::new(y_desc.dims(), [y_desc.strides(), x_desc.strides()]);
+    let features = ctx.features();
+    super::tensor_ops::for_each_grouped(ctx, &runs, y, |out, r, first, len| {
+        let [oy, ox] = runs.start(r);
+        let [sy, sx] = runs.inner;
+        if sy == 1 && sx == 1 {
+            // SAFETY: the piece's elements are its own (runs of distinct coordinates,
+            // descriptors that do not alias); no other piece touches them.
+            let dst = unsafe { out.slice_mut(oy + first, len) };
+            blend_run(features, blend, &x[ox + first..ox + first + len], dst);
+        } else {
+            for j in first..first + len {
+                let v = x[ox + j * sx];
+                let at = oy + j * sy;
+                // SAFETY: element `at` belongs to this piece alone (as above).
+                unsafe {
+                    let prior = if blend.reads_output() {
+                        out.read(at)
+                    } else {
+                        0.0
+                    };
+                    out.write(at, apply(blend, v, prior));
+                }
+            }
+        }
+    })
+}
+
+/// alpha · v + beta · prior, a pure copy for alpha 1, beta 0.
+#[inline(always)]
+fn apply(blend: Blend, v: f32, prior: f32) -> f32 {
+    if blend.beta == 0.0 && blend.alpha == 1.0 {
+        v
+    } else {
+        blend.apply(v, prior)
+    }
+}
+
+/// The tiled path: dimension `i` is y's innermost, `j` x's; the others (at most two) are
+/// outer loops.
+fn tiled(
+    ctx: &ExecContext<'_>,
+    blend: Blend,
+    p: &Plan,
+    i: usize,
+    j: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<()> {
+    let outer: Vec<usize> = (0..p.nd).filter(|&d| d != i && d != j).collect();
+    let (ni, nj) = (p.ext[i], p.ext[j]);
+    let (bi, bj) = (ni.div_ceil(BLOCK_I), nj.div_ceil(BLOCK_J));
+    let n_outer: usize = outer.iter().map(|&d| p.ext[d]).product();
+    let items = n_outer * bi * bj;
+    let (syi, syj, sxi, sxj) = (p.sy[i], p.sy[j], p.sx[i], p.sx[j]);
+    let fast = syi == 1 && sxj == 1;
+    let features = ctx.features();
+    let out = SharedOut::new(y);
+    let ylen = out.len();
+    let one = |_: &mut (), item: usize| {
+        let (mut o, b) = (item / (bi * bj), item % (bi * bj));
+        let (i0, j0) = ((b / bj) * BLOCK_I, (b % bj) * BLOCK_J);
+        let (mut oy, mut ox) = (0, 0);
+        for &d in outer.iter().rev() {
+            let k = o % p.ext[d];
+            o /= p.ext[d];
+            oy += k * p.sy[d];
+            ox += k * p.sx[d];
+        }
+        let (i1, j1) = ((i0 + BLOCK_I).min(ni), (j0 + BLOCK_J).min(nj));
+        // Every element of the block lies inside y's span (the descriptor was checked
+        // against the buffer); this guards the unchecked stores below.
+        assert!(oy + (i1 - 1) * syi + (j1 - 1) * syj < ylen);
+        // Full tiles in the kernel, the edges (and strided inner steps) element by element.
+        let (fi, fj) = if fast {
+            ((i1 - i0) / TILE * TILE, (j1 - j0) / TILE * TILE)
+        } else {
+            (0, 0)
+        };
+        if fi > 0 && fj > 0 {
+            let (ty, tx) = (oy + i0 + j0 * syj, ox + i0 * sxi + j0);
+            // The tiles read inside x's span (checked against the buffer).
+            assert!(tx + (fi - 1) * sxi + fj - 1 < x.len());
+            let mut done = false;
+            #[cfg(target_arch = "x86_64")]
+            if let Some(t) = <crate::simd::Avx2 as crate::simd::Token>::new(features) {
+                // SAFETY: the region's elements are in bounds of x and y (asserted above),
+                // and this item alone writes them.
+                unsafe {
+                    avx2::transpose_tiles(
+                        t,
+                        blend,
+                        x.as_ptr().add(tx),
+                        sxi,
+                        out.as_mut_ptr().add(ty),
+                        syj,
+                        fi,
+                        fj,
+                    )
+                };
+                done = true;
+            }
+            if !done {
+                transpose_tiles(
+                    features,
+                    blend,
+                    x,
+                    tx,
+                    sxi,
+                    out.as_mut_ptr(),
+                    ty,
+                    syj,
+                    fi,
+                    fj,
+                );
+            }
+        }
+        let scalar = |ia: usize, ib: usize, ja: usize, jb: usize| {
+            for jj in ja..jb {
+                for ii in ia..ib {
+                    let at = oy + ii * syi + jj * syj;
+                    let v = x[ox + ii * sxi + jj * sxj];
+                    // SAFETY: element `at` is in this block, which only this item writes
+                    // (distinct coordinates never share memory).
+                    unsafe {
+                        let prior = if blend.reads_output() {
+                            out.read(at)
+                        } else {
+                            0.0
+                        };
+                        out.write(at, apply(blend, v, prior));
+                    }
+                }
+            }
+        };
+        if fi == 0 || fj == 0 {
+            scalar(i0, i1, j0, j1);
+        } else {
+            // Right of the full tiles (all of j), then below them (the full tiles' j).
+            scalar(i0 + fi, i1, j0, j1);
+            scalar(i0, i0 + fi, j0 + fj, j1);
+        }
+    };
+    let total = n_outer * ni * nj;
+    if ctx.threads <= 1 || total < super::PARALLEL_MIN_ELEMENTS {
+        (0..items).for_each(|it| one(&mut (), it));
+        return Ok(());
+    }
+    for_each_with(ctx, items, || Ok(()), one)
+}
+
+/// The copy bandwidth in GB/s (10⁹ bytes per second, bytes read plus bytes written): the
+/// median over `reps` timed copies of a buffer of `bytes` (rounded down to whole f32s) into
+/// another, split among the context's threads, with the kernel a contiguous [`forward`] runs
+/// (after one untimed copy that touches both buffers). [`DEFAULT_BANDWIDTH_BYTES`] (256 MiB)
+/// is well past any cache.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `bytes` (under 4) or `reps` (0); [`Error::OutOfMemory`] when
+/// the buffers cannot be allocated.
+pub fn copy_bandwidth(ctx: &ExecContext<'_>, bytes: usize, reps: usize) -> Result<f64> {
+    let n = bytes / 4;
+    if n == 0 {
+        return Err(Error::bad("bytes", bytes, "must be at least 4"));
+    }
+    if reps == 0 {
+        return Err(Error::bad("reps", reps, "must be at least 1"));
+    }
+    let desc = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 1, 1, n])?;
+    let x = crate::alloc::try_vec(n, 1.0f32, "copy_bandwidth source")?;
+    let mut y = crate::alloc::try_vec(n, 0.0f32, "copy_bandwidth destination")?;
+    forward(ctx, Blend::default(), &desc, &x, &desc, &mut y)?;
+    let mut times = crate::alloc::try_vec_with_capacity(reps, "copy_bandwidth times")?;
+    for _ in 0..reps {
+        let t = std::time::Instant::now();
+        forward(ctx, Blend::default(), &desc, &x, &desc, &mut y)?;
+        times.push(t.elapsed().as_secs_f64().max(1e-9));
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    Ok(2.0 * (n * 4) as f64 / median / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_merge_and_find_the_transposed_pair() {
+        let d = [2, 3, 4, 5];
+        let nchw = [60, 20, 5, 1];
+        let nhwc = [60, 1, 15, 3];
+        // Same layout: one merged dimension, no transpose.
+        let p = Plan::new(d, nchw, nchw);
+        assert_eq!((p.nd, p.ext[0]), (1, 120));
+        assert!(p.transposed().is_none());
+        // NCHW into NHWC: (n, hw, c) in y's order; y's inner is c, x's inner is hw.
+        let p = Plan::new(d, nhwc, nchw);
+        assert_eq!(&p.ext[..p.nd], &[2, 20, 3]);
+        assert_eq!(p.transposed(), Some((2, 1)));
+    }
+}
