@@ -1,1 +1,45 @@
-//! (to be written)
+//! The pooling operator's verbs (cudnnPoolingForward / Backward).
+
+use super::Handle;
+use crate::desc::TensorDesc;
+use crate::error::Result;
+use crate::layers::{pool, pool::PoolDesc, Blend};
+
+impl Handle {
+    /// y = alpha · pool(x) + beta · y on the handle's threads: [`pool::forward`].
+    ///
+    /// # Errors
+    /// As [`pool::forward`].
+    pub fn pooling_forward(
+        &self,
+        desc: &PoolDesc,
+        blend: Blend,
+        x_desc: &TensorDesc,
+        x: &[f32],
+        y_desc: &TensorDesc,
+        y: &mut [f32],
+    ) -> Result<()> {
+        pool::forward(&self.exec_context(), desc, blend, x_desc, x, y_desc, y)
+    }
+
+    /// dx = alpha · pool_bwd(dy) + beta · dx (max recomputes its choice from x):
+    /// [`pool::backward`].
+    ///
+    /// # Errors
+    /// As [`pool::backward`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn pooling_backward(
+        &self,
+        desc: &PoolDesc,
+        blend: Blend,
+        x_desc: &TensorDesc,
+        x: &[f32],
+        dy_desc: &TensorDesc,
+        dy: &[f32],
+        dx_desc: &TensorDesc,
+        dx: &mut [f32],
+    ) -> Result<()> {
+        let ctx = self.exec_context();
+        pool::backward(&ctx, desc, blend, x_desc, x, dy_desc, dy, dx_desc, dx)
+    }
+}

@@ -1,1 +1,1322 @@
-//! (to be written)
+//! Pooling, forward and backward (cudnnPoolingForward / Backward): max, average with the
+//! padding counted, average without it, and global average, over any window, stride and
+//! padding per side, output size by floor or ceil, on tensors of any layout and strides.
+//! y = alpha · pool(x) + beta · y and dx = alpha · pool_bwd(dy) + beta · dx ([`Blend`];
+//! beta = 0 never reads the prior output).
+//!
+//! # Semantics
+//! - **Output size** ([`PoolDesc::output_dims`]): o = ⌊(H + top + bottom − kh) / sh⌋ + 1, or
+//!   with `ceil_mode` ⌈…⌉ + 1 less the last window when it would start at or past
+//!   H + top (in the bottom padding), as PyTorch's `ceil_mode`. A window larger than the
+//!   padded input is an error naming `pool.kernel_h` / `pool.kernel_w`.
+//! - **Padding**: each side at least 0 and less than the window in its dimension (looser than
+//!   PyTorch's pad ≤ kernel / 2, which it admits), so every window overlaps at least one
+//!   input element: max never sees an empty window, the excluding average never divides by 0.
+//! - **Max** ([`PoolMode::Max`]): the largest input element in the window (padding never
+//!   wins). NaN propagates as in PyTorch: a window holding a NaN gives NaN. Ties go to the
+//!   first maximum in the window's row-major scan; a NaN is chosen over any number, the first
+//!   NaN over later ones. Backward recomputes that choice from x and routes dy to exactly
+//!   that element; overlapping windows accumulate into dx.
+//! - **Average including padding** ([`PoolMode::AvgIncludePad`], benchdnn's `avg_p`): the sum
+//!   of the real elements divided by the window clipped to the padded input, as PyTorch's
+//!   `count_include_pad=True`: rows min(start + kh, H + bottom) − start (start counted in
+//!   the padded input), the same for columns. Only a ceil-mode window overhanging the bottom
+//!   or right padding counts fewer than kh·kw; otherwise the divisor is kh·kw (oneDNN's).
+//! - **Average excluding padding** ([`PoolMode::AvgExcludePad`], `avg_np`): divided by the
+//!   number of real input elements in the window.
+//! - **Global average** ([`PoolDesc::global_average`]): window H×W, stride 1, no padding.
+//!
+//! # Accuracy
+//! Max is exact (the output is one input element's value; a NaN output is the canonical
+//! NaN, and of +0 and −0 in a window either may be returned). Average sums the window in f32 (exact for integer-valued data with small
+//! sums), then divides once (correctly rounded); with blending,
+//! |y − y_f64| ≤ 2⁻²² · (|alpha · avg| + |beta · y|) for such data, which `tests/pool.rs`
+//! asserts. Average backward adds dy / divisor of up to K overlapping windows in f32:
+//! |dx − dx_f64| ≤ (K + 2) · 2⁻²⁴ · (|alpha| · Σ|dy / divisor| + |beta · dx|), asserted
+//! too; max backward sums the routed dy exactly on integer data.
+//!
+//! # Performance and threads
+//! Packed channels (NHWC, channel stride 1 in every tensor) vectorise across channels: each
+//! work item is (image, output row, channel block) forward, (image, channel block) backward.
+//! Every other layout (NCHW, strided) works plane by plane: each input row is loaded once,
+//! split by the column stride into contiguous phases (padding filled with −∞ or 0), reduced
+//! across the window's columns for all output columns at once, then rows reduce as whole
+//! vectors (stride 1, 2 or any). Forward items are (plane, block of output rows), backward
+//! items whole dx planes, so no two threads write the same dx element however windows
+//! overlap. Every output element is computed by the same operations in the same order
+//! whatever the split, so results are the same bits on any number of threads.
+
+use super::{check_buffer, Blend, PARALLEL_MIN_ELEMENTS};
+use crate::desc::{DataType, Layout, Padding, TensorDesc};
+use crate::error::{Error, Result};
+use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::ExecContext;
+use crate::simd::multiversion;
+
+/// What a pooling window computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolMode {
+    /// The window's largest element (NaN propagates; ties to the first in row-major order).
+    Max,
+    /// The sum over the window divided by the window clipped to the padded input
+    /// (benchdnn's `avg_p`, PyTorch's `count_include_pad=True`).
+    AvgIncludePad,
+    /// The sum over the window divided by its number of real input elements (`avg_np`).
+    AvgExcludePad,
+}
+
+impl PoolMode {
+    /// Every mode.
+    pub const ALL: [PoolMode; 3] = [
+        PoolMode::Max,
+        PoolMode::AvgIncludePad,
+        PoolMode::AvgExcludePad,
+    ];
+
+    /// benchdnn's name: `max`, `avg_p`, `avg_np`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolMode::Max => "max",
+            PoolMode::AvgIncludePad => "avg_p",
+            PoolMode::AvgExcludePad => "avg_np",
+        }
+    }
+
+    /// benchdnn's names (any case): `max`, `avg_p`, `avg_np`; also `avg`, which is
+    /// `avg_np` as oneDNN's `pooling_avg` alias is (note PyTorch's `AvgPool2d` defaults to
+    /// counting the padding, `avg_p`).
+    ///
+    /// ```
+    /// use autodnn::layers::pool::PoolMode;
+    /// assert_eq!(PoolMode::parse("AVG_P")?, PoolMode::AvgIncludePad);
+    /// assert_eq!(PoolMode::parse("avg")?, PoolMode::AvgExcludePad);
+    /// assert!(PoolMode::parse("min").is_err());
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Parse`] for any other text.
+    pub fn parse(s: &str) -> Result<PoolMode> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "max" => Ok(PoolMode::Max),
+            "avg_p" => Ok(PoolMode::AvgIncludePad),
+            "avg_np" | "avg" => Ok(PoolMode::AvgExcludePad),
+            _ => Err(Error::Parse {
+                input: s.to_string(),
+                reason: "pooling mode must be max, avg_p, avg_np (or avg = avg_np)".into(),
+            }),
+        }
+    }
+
+    fn is_max(self) -> bool {
+        self == PoolMode::Max
+    }
+}
+
+/// A 2-D pooling: mode, window, stride, padding per side and the output rounding.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::pool::{PoolDesc, PoolMode}, DataType, Layout, Padding, TensorDesc};
+/// // ResNet-50's max pool: 3x3, stride 2, padding 1.
+/// let pool = PoolDesc::new(PoolMode::Max, [3, 3], [2, 2], Padding::symmetric(1, 1))?;
+/// let x = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 64, 112, 112])?;
+/// assert_eq!(pool.output_dims(&x)?, [1, 64, 56, 56]);
+/// assert!(PoolDesc::new(PoolMode::Max, [3, 3], [0, 2], Padding::default()).is_err());
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PoolDesc {
+    mode: PoolMode,
+    window: [usize; 2],
+    stride: [usize; 2],
+    /// top, bottom, left, right.
+    pad: [usize; 4],
+    ceil_mode: bool,
+}
+
+/// Output extent of one dimension (see the module's card).
+fn out_len(
+    n: usize,
+    k: usize,
+    s: usize,
+    before: usize,
+    after: usize,
+    ceil: bool,
+    kfield: &str,
+) -> Result<usize> {
+    let padded = n
+        .checked_add(before)
+        .and_then(|v| v.checked_add(after))
+        .ok_or_else(|| Error::overflow("pool output", "input plus padding"))?;
+    if padded < k {
+        return Err(Error::bad(
+            kfield,
+            k,
+            format!("the window is larger than the padded input ({padded})"),
+        ));
+    }
+    let span = padded - k;
+    let steps = if ceil { span.div_ceil(s) } else { span / s };
+    // The last window must start inside the input or the leading padding (PyTorch).
+    let steps = if ceil && steps > 0 && steps * s >= n + before {
+        steps - 1
+    } else {
+        steps
+    };
+    Ok(steps + 1)
+}
+
+impl PoolDesc {
+    /// A pooling with output size by floor. `window` and `stride` are (height, width);
+    /// padding per side (top, bottom, left, right).
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `pool.kernel_h`/`pool.kernel_w` (0),
+    /// `pool.stride_h`/`pool.stride_w` (0), `pool.pad_top`, `pool.pad_bottom`, `pool.pad_left`,
+    /// `pool.pad_right` (negative, or not less than the window in its dimension).
+    pub fn new(
+        mode: PoolMode,
+        window: [usize; 2],
+        stride: [usize; 2],
+        padding: Padding,
+    ) -> Result<PoolDesc> {
+        for (v, f) in window.iter().zip(["pool.kernel_h", "pool.kernel_w"]) {
+            if *v == 0 {
+                return Err(Error::bad(f, v, "the window must be at least 1"));
+            }
+        }
+        for (v, f) in stride.iter().zip(["pool.stride_h", "pool.stride_w"]) {
+            if *v == 0 {
+                return Err(Error::bad(f, v, "strides must be at least 1"));
+            }
+        }
+        let sides = [
+            (padding.top, window[0], "pool.pad_top"),
+            (padding.bottom, window[0], "pool.pad_bottom"),
+            (padding.left, window[1], "pool.pad_left"),
+            (padding.right, window[1], "pool.pad_right"),
+        ];
+        let mut pad = [0usize; 4];
+        for (p, (v, k, f)) in pad.iter_mut().zip(sides) {
+            if v < 0 {
+                return Err(Error::bad(f, v, "padding must be at least 0"));
+            }
+            if v as u64 >= k as u64 {
+                return Err(Error::bad(
+                    f,
+                    v,
+                    format!(
+                        "padding must be less than the window ({k}) so every window sees the input"
+                    ),
+                ));
+            }
+            *p = v as usize;
+        }
+        Ok(PoolDesc {
+            mode,
+            window,
+            stride,
+            pad,
+            ceil_mode: false,
+        })
+    }
+
+    /// Global pooling over the whole plane of `x`: window H×W, stride 1, no padding (output
+    /// 1×1 per channel).
+    ///
+    /// # Errors
+    /// None for a valid descriptor; a `Result` as [`PoolDesc::new`].
+    pub fn global(mode: PoolMode, x: &TensorDesc) -> Result<PoolDesc> {
+        PoolDesc::new(mode, [x.h(), x.w()], [1, 1], Padding::default())
+    }
+
+    /// Global average pooling over the plane of `x` (no padding, so both averages agree).
+    ///
+    /// # Errors
+    /// As [`PoolDesc::global`].
+    pub fn global_average(x: &TensorDesc) -> Result<PoolDesc> {
+        PoolDesc::global(PoolMode::AvgExcludePad, x)
+    }
+
+    /// The same pooling with output size by ceil (`true`, PyTorch's `ceil_mode`) or floor.
+    pub fn with_ceil_mode(self, ceil_mode: bool) -> PoolDesc {
+        PoolDesc { ceil_mode, ..self }
+    }
+
+    /// The same pooling with another mode.
+    pub fn with_mode(self, mode: PoolMode) -> PoolDesc {
+        PoolDesc { mode, ..self }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> PoolMode {
+        self.mode
+    }
+    /// Window (height, width).
+    pub fn window(&self) -> [usize; 2] {
+        self.window
+    }
+    /// Stride (height, width).
+    pub fn stride(&self) -> [usize; 2] {
+        self.stride
+    }
+    /// Padding per side.
+    pub fn padding(&self) -> Padding {
+        let p = self.pad.map(|v| v as i64);
+        Padding {
+            top: p[0],
+            bottom: p[1],
+            left: p[2],
+            right: p[3],
+        }
+    }
+    /// Whether output sizes round up (PyTorch's `ceil_mode`).
+    pub fn ceil_mode(&self) -> bool {
+        self.ceil_mode
+    }
+
+    /// The output's (N, C, H, W) for an input `x`.
+    ///
+    /// # Errors
+    /// [`Error::BadParam`] naming `pool.kernel_h` or `pool.kernel_w` when the window is larger
+    /// than the padded input; [`Error::Overflow`] for absurd sizes.
+    pub fn output_dims(&self, x: &TensorDesc) -> Result<[usize; 4]> {
+        let [n, c, h, w] = x.dims();
+        let [top, bottom, left, right] = self.pad;
+        let oh = out_len(
+            h,
+            self.window[0],
+            self.stride[0],
+            top,
+            bottom,
+            self.ceil_mode,
+            "pool.kernel_h",
+        )?;
+        let ow = out_len(
+            w,
+            self.window[1],
+            self.stride[1],
+            left,
+            right,
+            self.ceil_mode,
+            "pool.kernel_w",
+        )?;
+        Ok([n, c, oh, ow])
+    }
+
+    /// A packed output descriptor for `x` in `layout` (f32).
+    ///
+    /// # Errors
+    /// As [`PoolDesc::output_dims`] and [`TensorDesc::new`].
+    pub fn output_desc(&self, x: &TensorDesc, layout: Layout) -> Result<TensorDesc> {
+        TensorDesc::new(DataType::F32, layout, self.output_dims(x)?)
+    }
+}
+
+/// A pooling problem as benchdnn's pool driver writes it: the input's dimensions and the
+/// descriptor (mode [`PoolMode::Max`]; change it with [`PoolDesc::with_mode`]).
+///
+/// Fields: `mb`, `ic`, `ih`, `iw`, `oh`, `ow`, `kh`, `kw`, `sh`, `sw`, `ph`, `pw` (`_`
+/// separators ignored), then an optional name: `n` and the rest (quotes stripped), or `_`
+/// followed by text that is no field. Defaults: `mb` 1 (benchdnn's is 2), `sh` 1, `ph` 0;
+/// missing w-fields copy the h-fields (`ow` copies `oh` only when the width's geometry is the
+/// height's, else it is computed); `ic`, `ih` and `kh` are required. The 3-D fields (`id`,
+/// `od`, `kd`, `sd`, `pd`) and dilation (`dd`, `dh`, `dw`, counting from 0) are accepted at
+/// their trivial values only (1, 1, 1, 1, 0; 0).
+///
+/// Without `oh` the output is floor-rounded with the padding on both sides. With `oh`, the
+/// bottom padding is inferred as benchdnn does, (oh − 1)·sh + kh − ih − ph (so an `oh` that
+/// PyTorch's ceil mode would give becomes extra bottom padding, and average-with-padding
+/// divides by kh·kw as oneDNN does), clamped at 0 when the windows leave trailing rows
+/// unread; an `oh` no such padding (0 ≤ bottom < kh) gives is an error. Likewise `ow`.
+///
+/// ```
+/// use autodnn::layers::pool::PoolProblem;
+/// let p = PoolProblem::parse("mb8ic64ih112oh56kh3sh2ph1")?;
+/// assert_eq!(p.dims, [8, 64, 112, 112]);
+/// assert_eq!(p.desc.window(), [3, 3]);
+/// assert_eq!(p.output_dims()?, [8, 64, 56, 56]);
+/// let g = PoolProblem::parse("mb1ic2048ih7kh7n\"resnet:avgpool\"")?;
+/// assert_eq!((g.output_dims()?, g.name.as_str()), ([1, 2048, 1, 1], "resnet:avgpool"));
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolProblem {
+    /// The input's (N, C, H, W).
+    pub dims: [usize; 4],
+    /// The pooling.
+    pub desc: PoolDesc,
+    /// The problem's name (empty if none).
+    pub name: String,
+}
+
+const KEYS: [&str; 20] = [
+    "mb", "ic", "id", "ih", "iw", "od", "oh", "ow", "kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph",
+    "pw", "dd", "dh", "dw",
+];
+
+impl PoolProblem {
+    /// Parses benchdnn's pool problem string (see the type's documentation).
+    ///
+    /// # Errors
+    /// [`Error::Parse`]: unknown or repeated fields, missing `ic`/`ih`/`kh`, zero sizes,
+    /// 3-D or dilated problems, an `oh`/`ow` inconsistent with the geometry, an invalid
+    /// descriptor.
+    pub fn parse(s: &str) -> Result<PoolProblem> {
+        let bad = |reason: String| Error::Parse {
+            input: s.to_string(),
+            reason,
+        };
+        let mut vals: [Option<usize>; 20] = [None; 20];
+        let mut name = String::new();
+        let mut rest = s.trim();
+        let mut after_sep = false;
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix('_') {
+                rest = r;
+                after_sep = true;
+                continue;
+            }
+            let letters = rest
+                .find(|c: char| !c.is_ascii_alphabetic())
+                .unwrap_or(rest.len());
+            let key = &rest[..letters];
+            let digits = rest[letters..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(rest.len() - letters, |d| d);
+            let known = KEYS.iter().position(|k| *k == key);
+            match known {
+                Some(i) if digits > 0 => {
+                    let text = &rest[letters..letters + digits];
+                    let v = text
+                        .parse::<usize>()
+                        .map_err(|_| bad(format!("{key}: {text} is not a size")))?;
+                    if vals[i].replace(v).is_some() {
+                        return Err(bad(format!("{key} given twice")));
+                    }
+                    rest = &rest[letters + digits..];
+                    after_sep = false;
+                }
+                _ if rest.starts_with('n') => {
+                    name = rest[1..].trim_matches('"').to_string();
+                    break;
+                }
+                _ if after_sep => {
+                    name = rest.trim_matches('"').to_string();
+                    break;
+                }
+                _ => return Err(bad(format!("unknown field at {rest:?}"))),
+            }
+        }
+        let get = |k: &str| vals[KEYS.iter().position(|x| *x == k).unwrap_or(0)];
+        for (k, trivial) in [
+            ("id", 1),
+            ("od", 1),
+            ("kd", 1),
+            ("sd", 1),
+            ("pd", 0),
+            ("dd", 0),
+            ("dh", 0),
+            ("dw", 0),
+        ] {
+            if get(k).is_some_and(|v| v != trivial) {
+                return Err(bad(format!(
+                    "{k} must be {trivial}: 3-D and dilated pooling are not supported"
+                )));
+            }
+        }
+        let need = |k: &str| get(k).ok_or_else(|| bad(format!("{k} is required")));
+        let mb = get("mb").unwrap_or(1);
+        let ic = need("ic")?;
+        let ih = need("ih")?;
+        let kh = need("kh")?;
+        let iw = get("iw").unwrap_or(ih);
+        let kw = get("kw").unwrap_or(kh);
+        let sh = get("sh").unwrap_or(1);
+        let sw = get("sw").unwrap_or(sh);
+        let ph = get("ph").unwrap_or(0);
+        let pw = get("pw").unwrap_or(ph);
+        let oh = get("oh");
+        let same_geometry = (iw, kw, sw, pw) == (ih, kh, sh, ph);
+        let ow = get("ow").or(if same_geometry { oh } else { None });
+        for (k, v) in [
+            ("mb", mb),
+            ("ic", ic),
+            ("ih", ih),
+            ("iw", iw),
+            ("kh", kh),
+            ("kw", kw),
+            ("sh", sh),
+            ("sw", sw),
+        ] {
+            if v == 0 {
+                return Err(bad(format!("{k} must be at least 1")));
+            }
+        }
+        // The trailing padding: symmetric, or inferred from a given output size.
+        let after = |o: Option<usize>, i: usize, k: usize, st: usize, p: usize, f: &str| {
+            let Some(o) = o else { return Ok(p) };
+            let reach = (o as i128 - 1) * st as i128 + k as i128;
+            let a = reach - i as i128 - p as i128;
+            if o == 0 || a >= k as i128 {
+                return Err(bad(format!(
+                    "{f}{o} is inconsistent with the input, window, stride and padding"
+                )));
+            }
+            Ok(a.max(0) as usize)
+        };
+        let bottom = after(oh, ih, kh, sh, ph, "oh")?;
+        let right = after(ow, iw, kw, sw, pw, "ow")?;
+        let to_i = |v: usize| i64::try_from(v).map_err(|_| bad(format!("{v} is too large")));
+        let padding = Padding {
+            top: to_i(ph)?,
+            bottom: to_i(bottom)?,
+            left: to_i(pw)?,
+            right: to_i(right)?,
+        };
+        let desc = PoolDesc::new(PoolMode::Max, [kh, kw], [sh, sw], padding)
+            .map_err(|e| bad(e.to_string()))?;
+        let p = PoolProblem {
+            dims: [mb, ic, ih, iw],
+            desc,
+            name,
+        };
+        let [_, _, gh, gw] = p.output_dims().map_err(|e| bad(e.to_string()))?;
+        if oh.is_some_and(|o| o != gh) || ow.is_some_and(|o| o != gw) {
+            return Err(bad(format!(
+                "oh/ow inconsistent with the geometry, which gives {gh}x{gw}"
+            )));
+        }
+        Ok(p)
+    }
+
+    /// The input's descriptor in `layout` (f32).
+    ///
+    /// # Errors
+    /// As [`TensorDesc::new`].
+    pub fn x_desc(&self, layout: Layout) -> Result<TensorDesc> {
+        TensorDesc::new(DataType::F32, layout, self.dims)
+    }
+
+    /// The output's (N, C, H, W).
+    ///
+    /// # Errors
+    /// As [`PoolDesc::output_dims`].
+    pub fn output_dims(&self) -> Result<[usize; 4]> {
+        self.desc.output_dims(&self.x_desc(Layout::Nchw)?)
+    }
+
+    /// The output's descriptor in `layout` (f32).
+    ///
+    /// # Errors
+    /// As [`PoolDesc::output_dims`].
+    pub fn y_desc(&self, layout: Layout) -> Result<TensorDesc> {
+        TensorDesc::new(DataType::F32, layout, self.output_dims()?)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Geometry
+
+/// Everything the kernels need about the shapes, in elements.
+#[derive(Debug, Clone, Copy)]
+struct Geom {
+    mode: PoolMode,
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    pad: [usize; 4],
+}
+
+impl Geom {
+    fn new(desc: &PoolDesc, x: &TensorDesc) -> Result<Geom> {
+        let [n, c, oh, ow] = desc.output_dims(x)?;
+        Ok(Geom {
+            mode: desc.mode,
+            n,
+            c,
+            h: x.h(),
+            w: x.w(),
+            oh,
+            ow,
+            kh: desc.window[0],
+            kw: desc.window[1],
+            sh: desc.stride[0],
+            sw: desc.stride[1],
+            pad: desc.pad,
+        })
+    }
+
+    /// Real input rows [lo, hi) of output row `i`, and the divisor's row count.
+    #[inline(always)]
+    fn rows(&self, i: usize) -> (usize, usize, usize) {
+        span(
+            self.mode,
+            i * self.sh,
+            self.kh,
+            self.pad[0],
+            self.h,
+            self.pad[1],
+        )
+    }
+
+    /// Real input columns [lo, hi) of output column `j`, and the divisor's column count.
+    #[inline(always)]
+    fn cols(&self, j: usize) -> (usize, usize, usize) {
+        span(
+            self.mode,
+            j * self.sw,
+            self.kw,
+            self.pad[2],
+            self.w,
+            self.pad[3],
+        )
+    }
+}
+
+/// A window starting at `start` in the padded input: its real extent [lo, hi) and the count
+/// its mode divides by (unused for max).
+#[inline(always)]
+fn span(
+    mode: PoolMode,
+    start: usize,
+    k: usize,
+    before: usize,
+    n: usize,
+    after: usize,
+) -> (usize, usize, usize) {
+    let lo = start.saturating_sub(before);
+    let hi = (start + k).saturating_sub(before).min(n);
+    let count = match mode {
+        PoolMode::AvgIncludePad => (start + k).min(n + before + after) - start,
+        _ => hi - lo,
+    };
+    (lo, hi, count)
+}
+
+/// Runs `f(scratch, item)` for `items` items, on the context's threads when there is enough
+/// `work` (elements touched), each thread with scratch from `init`.
+fn run_items<S: Send>(
+    ctx: &ExecContext<'_>,
+    items: usize,
+    work: usize,
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) -> Result<()> {
+    if ctx.threads <= 1 || items <= 1 || work < PARALLEL_MIN_ELEMENTS {
+        let mut s = init()?;
+        (0..items).for_each(|i| f(&mut s, i));
+        return Ok(());
+    }
+    for_each_with(ctx, items, init, f)
+}
+
+/// Channels per block: all of them, at most `cap`, and fewer when `outer` items times the
+/// blocks would not keep the threads busy (multiples of 16 channels).
+fn channel_block(c: usize, outer: usize, threads: usize, cap: usize) -> usize {
+    let mut cb = c.min(cap.max(16));
+    let want = 4 * threads;
+    if threads > 1 && outer.saturating_mul(c.div_ceil(cb)) < want {
+        let blocks = want.div_ceil(outer.max(1));
+        cb = cb.min(c.div_ceil(blocks).next_multiple_of(16));
+    }
+    cb.clamp(1, c.max(1))
+}
+
+/// Whether the packed-channels path applies: channel stride 1 everywhere and enough channels
+/// to fill vectors.
+fn channels_packed(g: &Geom, descs: &[&TensorDesc]) -> bool {
+    g.c >= 8 && descs.iter().all(|d| d.strides()[1] == 1)
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernels (inlined into the multiversioned bodies)
+
+/// acc = max(acc, src), NaN winning (a canonical NaN; of +0 and −0, either).
+#[inline(always)]
+fn max_into(acc: &mut [f32], src: &[f32]) {
+    for (a, &s) in acc.iter_mut().zip(src) {
+        *a = max_nan(*a, s);
+    }
+}
+
+/// The larger of `t` and `s`, NaN if either is. Written so that storing it back where `t`
+/// came from is a plain store: `if c { s } else { *a }` becomes a masked store, which later
+/// loads of the accumulator cannot forward from.
+#[inline(always)]
+fn max_nan(t: f32, s: f32) -> f32 {
+    #[allow(clippy::eq_op)]
+    let nan = (t != t) | (s != s);
+    if nan {
+        f32::NAN
+    } else {
+        t.max(s)
+    }
+}
+
+/// acc += src.
+#[inline(always)]
+fn add_into(acc: &mut [f32], src: &[f32]) {
+    for (a, &s) in acc.iter_mut().zip(src) {
+        *a += s;
+    }
+}
+
+/// dst = alpha · v + beta · dst (dst unread when beta = 0).
+#[inline(always)]
+fn blend_into(blend: Blend, v: &[f32], dst: &mut [f32]) {
+    let (a, b) = (blend.alpha, blend.beta);
+    if b == 0.0 {
+        for (d, &s) in dst.iter_mut().zip(v) {
+            *d = a * s;
+        }
+    } else {
+        for (d, &s) in dst.iter_mut().zip(v) {
+            *d = a * s + b * *d;
+        }
+    }
+}
+
+/// Writes `v` (blended) at `start + k·step` of `out`, `k` over `v`.
+///
+/// # Safety
+/// The elements written belong to the caller's work item alone.
+#[inline(always)]
+unsafe fn store(out: &SharedOut<'_>, blend: Blend, v: &[f32], start: usize, step: usize) {
+    if step == 1 {
+        // SAFETY: the caller's item owns these elements.
+        let dst = unsafe { out.slice_mut(start, v.len()) };
+        blend_into(blend, v, dst);
+    } else {
+        for (k, &s) in v.iter().enumerate() {
+            let at = start + k * step;
+            // SAFETY: the caller's item owns element `at`.
+            unsafe {
+                let prior = if blend.reads_output() {
+                    out.read(at)
+                } else {
+                    0.0
+                };
+                out.write(at, blend.apply(s, prior));
+            }
+        }
+    }
+}
+
+/// Read-only inputs of the plane path, forward.
+struct PlaneFwd<'a> {
+    g: Geom,
+    blend: Blend,
+    x: &'a [f32],
+    xs: [usize; 4],
+    ys: [usize; 4],
+    /// Divisor column counts per output column (averages).
+    cc: &'a [f32],
+    /// Output rows per item.
+    rows_per_item: usize,
+    blocks: usize,
+    /// Elements per phase.
+    pl: usize,
+}
+
+/// Per-thread scratch of the plane path, forward: the padded row of the window's rows
+/// reduced, its phases, an accumulator.
+struct PlaneScratch {
+    vrow: Vec<f32>,
+    phases: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+multiversion! {
+    fn plane_forward(p: &PlaneFwd<'_>, s: &mut PlaneScratch, out: &SharedOut<'_>, item: usize) {
+        let g = &p.g;
+        let (plane, block) = (item / p.blocks, item % p.blocks);
+        let (n, c) = (plane / g.c, plane % g.c);
+        let i0 = block * p.rows_per_item;
+        let i1 = (i0 + p.rows_per_item).min(g.oh);
+        let is_max = g.mode.is_max();
+        let fill = if is_max { f32::NEG_INFINITY } else { 0.0 };
+        let xbase = n * p.xs[0] + c * p.xs[1];
+        let ybase = n * p.ys[0] + c * p.ys[1];
+        let (ow, pl, sw, left, w) = (g.ow, p.pl, g.sw, g.pad[2], g.w);
+        let sxw = p.xs[3];
+        let vrow = &mut s.vrow[..];
+        vrow[..left].fill(fill);
+        vrow[left + w..].fill(fill);
+        let acc = &mut s.acc[..ow];
+        for i in i0..i1 {
+            // The window's rows reduced column by column, into the padded row.
+            let (lo, hi, rc) = g.rows(i);
+            let real = &mut vrow[left..left + w];
+            for r in lo..hi {
+                let xr = xbase + r * p.xs[2];
+                if sxw == 1 {
+                    let src = &p.x[xr..xr + w];
+                    if r == lo {
+                        real.copy_from_slice(src);
+                    } else if is_max {
+                        max_into(real, src);
+                    } else {
+                        add_into(real, src);
+                    }
+                } else {
+                    let src = &p.x[xr..];
+                    for (k, d) in real.iter_mut().enumerate() {
+                        let v = src[k * sxw];
+                        #[allow(clippy::eq_op)]
+                        let take = r == lo || if is_max { v > *d || v != v } else { false };
+                        *d = if take { v } else if is_max { *d } else { *d + v };
+                    }
+                }
+            }
+            // Its phases (padded column ph + sw·t in phase ph), then the window's columns
+            // reduced for every output column at once.
+            let src: &[f32] = match sw {
+                1 => vrow,
+                2 => {
+                    let (e, o) = s.phases.split_at_mut(pl);
+                    for ((a, b), c) in e.iter_mut().zip(o.iter_mut()).zip(vrow.chunks_exact(2)) {
+                        *a = c[0];
+                        *b = c[1];
+                    }
+                    &s.phases
+                }
+                _ => {
+                    for ph in 0..sw {
+                        for (t, d) in s.phases[ph * pl..(ph + 1) * pl].iter_mut().enumerate() {
+                            *d = vrow[ph + sw * t];
+                        }
+                    }
+                    &s.phases
+                }
+            };
+            let phase_len = if sw == 1 { vrow.len() } else { pl };
+            for v in 0..g.kw {
+                let tap = &src[(v % sw) * phase_len + v / sw..][..ow];
+                if v == 0 {
+                    acc.copy_from_slice(tap);
+                } else if is_max {
+                    max_into(acc, tap);
+                } else {
+                    add_into(acc, tap);
+                }
+            }
+            if !is_max {
+                let rc = rc as f32;
+                for (a, &cc) in acc.iter_mut().zip(p.cc) {
+                    *a /= rc * cc;
+                }
+            }
+            // SAFETY: output row i of this plane belongs to this item alone.
+            unsafe { store(out, p.blend, acc, ybase + i * p.ys[2], p.ys[3]) };
+        }
+    }
+}
+
+/// Planes per item of the global path.
+const GLOBAL_PLANES: usize = 64;
+
+/// Reduces `v` in 16 lanes (element k into lane k mod 16), then the lanes in order: a fixed
+/// order that vectorises.
+#[inline(always)]
+fn lane_reduce(v: &[f32], is_max: bool) -> f32 {
+    const L: usize = 16;
+    let mut lanes = [if is_max { f32::NEG_INFINITY } else { 0.0 }; L];
+    let mut chunks = v.chunks_exact(L);
+    for ch in &mut chunks {
+        if is_max {
+            max_into(&mut lanes, ch);
+        } else {
+            add_into(&mut lanes, ch);
+        }
+    }
+    let rem = chunks.remainder();
+    if is_max {
+        max_into(&mut lanes[..rem.len()], rem);
+    } else {
+        add_into(&mut lanes[..rem.len()], rem);
+    }
+    let mut r = lanes[0];
+    for &l in &lanes[1..] {
+        if is_max {
+            r = max_nan(r, l);
+        } else {
+            r += l;
+        }
+    }
+    r
+}
+
+multiversion! {
+    fn global_forward(p: &PlaneFwd<'_>, out: &SharedOut<'_>, item: usize) {
+        let g = &p.g;
+        let planes = g.n * g.c;
+        let hw = g.h * g.w;
+        let is_max = g.mode.is_max();
+        let div = hw as f32;
+        for plane in item * GLOBAL_PLANES..((item + 1) * GLOBAL_PLANES).min(planes) {
+            let (n, c) = (plane / g.c, plane % g.c);
+            let xb = n * p.xs[0] + c * p.xs[1];
+            let r = lane_reduce(&p.x[xb..xb + hw], is_max);
+            let v = if is_max { r } else { r / div };
+            // SAFETY: output (n, c) belongs to this item alone.
+            unsafe { store(out, p.blend, &[v], n * p.ys[0] + c * p.ys[1], 1) };
+        }
+    }
+}
+
+/// Read-only inputs of the packed-channels path, forward.
+struct ChanFwd<'a> {
+    g: Geom,
+    blend: Blend,
+    x: &'a [f32],
+    xs: [usize; 4],
+    ys: [usize; 4],
+    cb: usize,
+    cblocks: usize,
+}
+
+multiversion! {
+    fn chan_forward(p: &ChanFwd<'_>, acc: &mut [f32], out: &SharedOut<'_>, item: usize) {
+        let g = &p.g;
+        let cblk = item % p.cblocks;
+        let row = item / p.cblocks;
+        let (n, i) = (row / g.oh, row % g.oh);
+        let c0 = cblk * p.cb;
+        let cl = p.cb.min(g.c - c0);
+        let acc = &mut acc[..cl];
+        let is_max = g.mode.is_max();
+        let (lo, hi, rc) = g.rows(i);
+        let xbase = n * p.xs[0] + c0;
+        let ybase = n * p.ys[0] + i * p.ys[2] + c0;
+        let init = if is_max { f32::NEG_INFINITY } else { 0.0 };
+        for j in 0..g.ow {
+            let (clo, chi, cc) = g.cols(j);
+            acc.fill(init);
+            for r in lo..hi {
+                let xr = xbase + r * p.xs[2];
+                for col in clo..chi {
+                    let src = &p.x[xr + col * p.xs[3]..][..cl];
+                    if is_max {
+                        max_into(acc, src);
+                    } else {
+                        add_into(acc, src);
+                    }
+                }
+            }
+            if !is_max {
+                let d = (rc * cc) as f32;
+                for a in acc.iter_mut() {
+                    *a /= d;
+                }
+            }
+            // SAFETY: (n, i, j, this channel block) belongs to this item alone.
+            unsafe { store(out, p.blend, acc, ybase + j * p.ys[3], 1) };
+        }
+    }
+}
+
+/// The common checks of both directions; the geometry.
+fn check_common(
+    desc: &PoolDesc,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x_len: usize,
+    out_field: &str,
+    out_desc: &TensorDesc,
+) -> Result<Geom> {
+    blend.check()?;
+    check_buffer("x", x_desc, x_len)?;
+    let g = Geom::new(desc, x_desc)?;
+    let want = [g.n, g.c, g.oh, g.ow];
+    if out_desc.dims() != want {
+        return Err(Error::bad(
+            out_field,
+            format!("{:?}", out_desc.dims()),
+            format!("must have the pooling's output dimensions {want:?}"),
+        ));
+    }
+    Ok(g)
+}
+
+/// Divisor column counts per output column, as f32 (averages; empty for max).
+fn column_counts(g: &Geom) -> Result<Vec<f32>> {
+    if g.mode.is_max() {
+        return Ok(Vec::new());
+    }
+    let mut cc = crate::alloc::try_vec_with_capacity(g.ow, "pooling divisors")?;
+    cc.extend((0..g.ow).map(|j| g.cols(j).2 as f32));
+    Ok(cc)
+}
+
+/// y = alpha · pool(x) + beta · y (cudnnPoolingForward). x and y any layout and strides; y's
+/// dimensions must be [`PoolDesc::output_dims`] of x's.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `y` for other dimensions, `alpha`/`beta` when not finite,
+/// `pool.kernel_h`/`pool.kernel_w` for a window larger than the padded input;
+/// [`Error::BufferTooSmall`] naming `x` or `y`; [`Error::Unsupported`] for types other than
+/// f32.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::{pool::{self, PoolDesc, PoolMode}, Blend}, DataType, Handle, Layout, Padding, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let pool = PoolDesc::new(PoolMode::Max, [2, 2], [2, 2], Padding::default())?;
+/// let xd = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 1, 2, 4])?;
+/// let yd = pool.output_desc(&xd, Layout::Nchw)?;
+/// let x = [1.0, 5.0, 2.0, 0.0,
+///          3.0, 4.0, 7.0, 6.0];
+/// let mut y = [0.0; 2];
+/// h.pooling_forward(&pool, Blend::default(), &xd, &x, &yd, &mut y)?;
+/// assert_eq!(y, [5.0, 7.0]);
+/// # let _ = pool::forward;
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    ctx: &ExecContext<'_>,
+    desc: &PoolDesc,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+) -> Result<()> {
+    let g = check_common(desc, blend, x_desc, x.len(), "y", y_desc)?;
+    check_buffer("y", y_desc, y.len())?;
+    let features = ctx.features();
+    let work = x_desc.elements().saturating_add(y_desc.elements());
+    let out = SharedOut::new(y);
+    if channels_packed(&g, &[x_desc, y_desc]) {
+        let outer = g.n * g.oh;
+        let cb = channel_block(g.c, outer, ctx.threads, usize::MAX);
+        let cblocks = g.c.div_ceil(cb);
+        let p = ChanFwd {
+            g,
+            blend,
+            x,
+            xs: x_desc.strides(),
+            ys: y_desc.strides(),
+            cb,
+            cblocks,
+        };
+        return run_items(
+            ctx,
+            outer * cblocks,
+            work,
+            || crate::alloc::try_vec(cb, 0.0f32, "pooling accumulator"),
+            |acc, item| chan_forward(features, &p, acc, &out, item),
+        );
+    }
+    let planes = g.n * g.c;
+    let blocks = if ctx.threads > 1 && planes < 4 * ctx.threads {
+        (4 * ctx.threads).div_ceil(planes).min(g.oh)
+    } else {
+        1
+    };
+    let rows_per_item = g.oh.div_ceil(blocks);
+    let blocks = g.oh.div_ceil(rows_per_item);
+    let pl = g.ow + (g.kw - 1) / g.sw;
+    let cc = column_counts(&g)?;
+    let xs = x_desc.strides();
+    let p = PlaneFwd {
+        g,
+        blend,
+        x,
+        xs,
+        ys: y_desc.strides(),
+        cc: &cc,
+        rows_per_item,
+        blocks,
+        pl,
+    };
+    // Global pooling of contiguous planes: each plane one reduction.
+    let global = [g.oh, g.ow] == [1, 1]
+        && g.pad == [0; 4]
+        && [g.kh, g.kw] == [g.h, g.w]
+        && xs[3] == 1
+        && (xs[2] == g.w || g.h == 1);
+    if global {
+        return run_items(
+            ctx,
+            planes.div_ceil(GLOBAL_PLANES),
+            work,
+            || Ok(()),
+            |_, item| global_forward(features, &p, &out, item),
+        );
+    }
+    let row_len = (g.sw * pl).max(g.pad[2] + g.w);
+    let init = || {
+        Ok(PlaneScratch {
+            vrow: crate::alloc::try_vec(row_len, 0.0f32, "pooling row")?,
+            phases: crate::alloc::try_vec(g.sw * pl, 0.0f32, "pooling phases")?,
+            acc: crate::alloc::try_vec(g.ow, 0.0f32, "pooling accumulator")?,
+        })
+    };
+    run_items(ctx, planes * blocks, work, init, |s, item| {
+        plane_forward(features, &p, s, &out, item)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward
+
+/// Read-only inputs of backward (both paths).
+struct Bwd<'a> {
+    g: Geom,
+    blend: Blend,
+    x: &'a [f32],
+    dy: &'a [f32],
+    xs: [usize; 4],
+    dys: [usize; 4],
+    dxs: [usize; 4],
+    cc: &'a [f32],
+    /// Channels per item (packed-channels path).
+    cb: usize,
+    cblocks: usize,
+}
+
+/// Per-thread scratch of backward: the dx accumulator, and per-channel maxima, choices and
+/// gradients (packed-channels path).
+struct BwdScratch {
+    acc: Vec<f32>,
+    m: Vec<f32>,
+    idx: Vec<u32>,
+}
+
+multiversion! {
+    fn plane_backward(p: &Bwd<'_>, s: &mut BwdScratch, out: &SharedOut<'_>, plane: usize) {
+        let g = &p.g;
+        let (n, c) = (plane / g.c, plane % g.c);
+        let (h, w) = (g.h, g.w);
+        let acc = &mut s.acc[..h * w];
+        acc.fill(0.0);
+        let xb = n * p.xs[0] + c * p.xs[1];
+        let dyb = n * p.dys[0] + c * p.dys[1];
+        for i in 0..g.oh {
+            let (lo, hi, rc) = g.rows(i);
+            for j in 0..g.ow {
+                let d = p.dy[dyb + i * p.dys[2] + j * p.dys[3]];
+                let (clo, chi, _) = g.cols(j);
+                if g.mode.is_max() {
+                    // The first maximum in row-major order; the first NaN over any number.
+                    let mut best = p.x[xb + lo * p.xs[2] + clo * p.xs[3]];
+                    let mut at = lo * w + clo;
+                    for r in lo..hi {
+                        let xr = xb + r * p.xs[2];
+                        for col in clo..chi {
+                            let v = p.x[xr + col * p.xs[3]];
+                            if v > best || (v.is_nan() && !best.is_nan()) {
+                                best = v;
+                                at = r * w + col;
+                            }
+                        }
+                    }
+                    acc[at] += d;
+                } else {
+                    let gv = d / (rc as f32 * p.cc[j]);
+                    for r in lo..hi {
+                        for a in &mut acc[r * w + clo..r * w + chi] {
+                            *a += gv;
+                        }
+                    }
+                }
+            }
+        }
+        let dxb = n * p.dxs[0] + c * p.dxs[1];
+        for r in 0..h {
+            // SAFETY: plane (n, c) of dx belongs to this item alone.
+            unsafe { store(out, p.blend, &acc[r * w..(r + 1) * w], dxb + r * p.dxs[2], p.dxs[3]) };
+        }
+    }
+}
+
+multiversion! {
+    fn chan_backward(p: &Bwd<'_>, s: &mut BwdScratch, out: &SharedOut<'_>, item: usize) {
+        let g = &p.g;
+        let (n, cblk) = (item / p.cblocks, item % p.cblocks);
+        let c0 = cblk * p.cb;
+        let cl = p.cb.min(g.c - c0);
+        let (h, w) = (g.h, g.w);
+        let acc = &mut s.acc[..h * w * cl];
+        acc.fill(0.0);
+        let m = &mut s.m[..cl];
+        let idx = &mut s.idx[..cl];
+        let xb = n * p.xs[0] + c0;
+        let dyb = n * p.dys[0] + c0;
+        for i in 0..g.oh {
+            let (lo, hi, rc) = g.rows(i);
+            for j in 0..g.ow {
+                let (clo, chi, cc) = g.cols(j);
+                let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
+                if g.mode.is_max() {
+                    // Per channel: the first maximum (first NaN) over the taps in row-major
+                    // order, as a tap number; then each tap takes dy where it was chosen.
+                    let mut t = 0u32;
+                    for r in lo..hi {
+                        for col in clo..chi {
+                            let src = &p.x[xb + r * p.xs[2] + col * p.xs[3]..][..cl];
+                            if t == 0 {
+                                m.copy_from_slice(src);
+                                idx.fill(0);
+                            } else {
+                                for ((mv, ix), &v) in m.iter_mut().zip(idx.iter_mut()).zip(src) {
+                                    #[allow(clippy::eq_op)]
+                                    let take = v > *mv || (v != v && *mv == *mv);
+                                    *mv = if take { v } else { *mv };
+                                    *ix = if take { t } else { *ix };
+                                }
+                            }
+                            t += 1;
+                        }
+                    }
+                    let mut t = 0u32;
+                    for r in lo..hi {
+                        for col in clo..chi {
+                            let a = &mut acc[(r * w + col) * cl..][..cl];
+                            for ((a, &ix), &d) in a.iter_mut().zip(idx.iter()).zip(dyv) {
+                                *a += if ix == t { d } else { 0.0 };
+                            }
+                            t += 1;
+                        }
+                    }
+                } else {
+                    let dv = (rc * cc) as f32;
+                    for (mv, &d) in m.iter_mut().zip(dyv) {
+                        *mv = d / dv;
+                    }
+                    for r in lo..hi {
+                        for col in clo..chi {
+                            add_into(&mut acc[(r * w + col) * cl..][..cl], m);
+                        }
+                    }
+                }
+            }
+        }
+        let dxb = n * p.dxs[0] + c0;
+        for r in 0..h {
+            for col in 0..w {
+                let src = &acc[(r * w + col) * cl..][..cl];
+                // SAFETY: (n, this channel block) of dx belongs to this item alone.
+                unsafe { store(out, p.blend, src, dxb + r * p.dxs[2] + col * p.dxs[3], 1) };
+            }
+        }
+    }
+}
+
+/// Scratch floats per thread beyond which the packed-channels backward splits channels.
+const BWD_SCRATCH_CAP: usize = 1 << 16;
+
+/// dx = alpha · pool_bwd(dy) + beta · dx (cudnnPoolingBackward; y is not needed: max
+/// recomputes its choice from x). Max routes each dy to the element the forward chose (see
+/// the module's card), averages spread dy / divisor over the window's real elements;
+/// overlapping windows add up. x and dx have the same dimensions, dy the output's; any
+/// layout and strides each.
+///
+/// # Errors
+/// [`Error::BadParam`] naming `dy` or `dx` for other dimensions, `alpha`/`beta` when not
+/// finite, `pool.kernel_h`/`pool.kernel_w` for a window larger than the padded input;
+/// [`Error::BufferTooSmall`] naming `x`, `dy` or `dx`; [`Error::Unsupported`] for types other
+/// than f32.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    ctx: &ExecContext<'_>,
+    desc: &PoolDesc,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+) -> Result<()> {
+    let g = check_common(desc, blend, x_desc, x.len(), "dy", dy_desc)?;
+    super::check_same_dims("dx", x_desc, dx_desc)?;
+    check_buffer("dy", dy_desc, dy.len())?;
+    check_buffer("dx", dx_desc, dx.len())?;
+    if u32::try_from(g.kh.saturating_mul(g.kw)).is_err() {
+        return Err(Error::Unsupported {
+            what: "pooling backward with windows of more than 2^32 elements".into(),
+        });
+    }
+    let features = ctx.features();
+    let work = x_desc.elements().saturating_add(dy_desc.elements());
+    let cc = column_counts(&g)?;
+    let plane = g.h * g.w; // cannot overflow: bounded by x's checked span
+    let packed = channels_packed(&g, &[x_desc, dy_desc, dx_desc]);
+    let cb = if packed {
+        channel_block(g.c, g.n, ctx.threads, (BWD_SCRATCH_CAP / plane) & !15)
+    } else {
+        1
+    };
+    let cblocks = g.c.div_ceil(cb);
+    let p = Bwd {
+        g,
+        blend,
+        x,
+        dy,
+        xs: x_desc.strides(),
+        dys: dy_desc.strides(),
+        dxs: dx_desc.strides(),
+        cc: &cc,
+        cb,
+        cblocks,
+    };
+    let out = SharedOut::new(dx);
+    let init = || {
+        let len = plane
+            .checked_mul(cb)
+            .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
+        Ok(BwdScratch {
+            acc: crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator")?,
+            m: crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
+            idx: crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
+        })
+    };
+    if packed {
+        run_items(ctx, g.n * cblocks, work, init, |s, item| {
+            chan_backward(features, &p, s, &out, item)
+        })
+    } else {
+        run_items(ctx, g.n * g.c, work, init, |s, item| {
+            plane_backward(features, &p, s, &out, item)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_sizes_floor_and_ceil() {
+        // PyTorch: 5 → k3 s2 p0: floor 2, ceil 2; 6 → floor 2, ceil 3.
+        assert_eq!(out_len(5, 3, 2, 0, 0, false, "k").unwrap(), 2);
+        assert_eq!(out_len(5, 3, 2, 0, 0, true, "k").unwrap(), 2);
+        assert_eq!(out_len(6, 3, 2, 0, 0, true, "k").unwrap(), 3);
+        // The last ceil window may not start in the bottom padding.
+        assert_eq!(out_len(4, 2, 2, 1, 1, true, "k").unwrap(), 3);
+        assert_eq!(out_len(4, 3, 3, 1, 2, true, "k").unwrap(), 2);
+        assert_eq!(out_len(4, 3, 3, 1, 2, false, "k").unwrap(), 2);
+        assert_eq!(out_len(112, 3, 2, 1, 1, false, "k").unwrap(), 56);
+        assert!(out_len(2, 5, 1, 1, 1, false, "k").is_err());
+    }
+
+    #[test]
+    fn blocks_of_channels() {
+        assert_eq!(channel_block(64, 56, 1, usize::MAX), 64);
+        assert_eq!(channel_block(2048, 1, 2, usize::MAX), 256);
+        assert_eq!(channel_block(64, 1, 2, 16), 16);
+        assert_eq!(channel_block(5, 1, 8, 0), 5);
+    }
+}
