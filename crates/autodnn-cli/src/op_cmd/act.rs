@@ -42,16 +42,16 @@ impl Case for Act {
     }
     fn bytes(&self) -> usize {
         let reads = match self.setup.dir {
-            Dir::Fwd => 1,
             Dir::Bwd => 2,
+            _ => 1,
         } + usize::from(self.setup.blend.reads_output());
         (reads + 1) * 4 * self.desc.elements()
     }
     fn run(&mut self, h: &Handle) -> autodnn::Result<()> {
         let (a, b, d) = (self.act, self.setup.blend, &self.desc);
         match self.setup.dir {
-            Dir::Fwd => h.activation_forward(a, b, d, &self.x, d, &mut self.y),
             Dir::Bwd => h.activation_backward(a, b, d, &self.x, d, &self.dy, d, &mut self.y),
+            _ => h.activation_forward(a, b, d, &self.x, d, &mut self.y),
         }
     }
     fn check(&mut self, h: &Handle) -> autodnn::Result<f64> {
@@ -59,17 +59,17 @@ impl Case for Act {
         self.run(h)?;
         let (a, b, d) = (self.act, self.setup.blend, &self.desc);
         let want = match self.setup.dir {
-            Dir::Fwd => reference::activation::forward(a, b, d, &self.x, d, &self.prior)?,
             Dir::Bwd => {
                 reference::activation::backward(a, b, d, &self.x, d, &self.dy, d, &self.prior)?
             }
+            _ => reference::activation::forward(a, b, d, &self.x, d, &self.prior)?,
         };
         Ok(max_rel_err(d, &self.y, &want))
     }
     fn inputs(&self) -> Vec<(&'static str, TensorDesc)> {
         match self.setup.dir {
-            Dir::Fwd => vec![("x", self.desc)],
             Dir::Bwd => vec![("x", self.desc), ("dy", self.desc)],
+            _ => vec![("x", self.desc)],
         }
     }
     fn set_input(&mut self, name: &str, data: Vec<f32>) -> CliResult {

@@ -9,6 +9,9 @@
 //! framework here times, checks and prints, and knows no operator.
 
 mod act;
+mod norm;
+mod pool;
+mod tensor;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,12 +28,34 @@ use crate::error::{CliError, CliResult};
 pub enum OpKind {
     /// Activations (benchdnn's eltwise): PROBLEM is NxCxHxW, --alg relu, gelu_erf, ...
     Act,
+    /// Pooling: PROBLEM is mb8ic64ih112oh56kh3sh2ph1; --alg max, avg_p (padding counted) or
+    /// avg_np; --dir fwd or bwd
+    Pool,
+    /// Batch normalization: PROBLEM is mb8ic64ih56; --dir fwd (training), fwd_i
+    /// (inference) or bwd
+    Bnorm,
+    /// Layer normalization over C·H·W: PROBLEM is NxCxHxW; --dir fwd or bwd
+    Lnorm,
+    /// Elementwise operations with broadcasting: PROBLEM is A[:B] (8x64x56x56:1x64x1x1);
+    /// --alg add, mul, min, max, sqrt, not, or add_tensor (C = alpha·B + beta·C)
+    Tensor,
+    /// Reductions: PROBLEM is A:C (8x64x56x56:8x64x1x1); --alg sum, mean, max, min, amax,
+    /// norm1, norm2, mul
+    Reduce,
+    /// Layout transforms: PROBLEM is NxCxHxW, from --layout to --to
+    Transform,
 }
 
 impl OpKind {
     fn name(self) -> &'static str {
         match self {
             OpKind::Act => "act",
+            OpKind::Pool => "pool",
+            OpKind::Bnorm => "bnorm",
+            OpKind::Lnorm => "lnorm",
+            OpKind::Tensor => "tensor",
+            OpKind::Reduce => "reduce",
+            OpKind::Transform => "transform",
         }
     }
 }
@@ -49,12 +74,15 @@ pub struct OpArgs {
     /// elu, hardswish, clip, ...; PyTorch's sigmoid, silu, relu6, gelu too)
     #[arg(long, value_name = "NAME")]
     pub alg: Option<String>,
-    /// Direction: fwd or bwd
+    /// Direction: fwd or bwd (bnorm also fwd_i: inference)
     #[arg(long, value_name = "DIR", default_value = "fwd")]
     pub dir: String,
     /// Memory order of the tensors (and of .npy arrays)
     #[arg(long, value_enum, default_value_t = LayoutArg::Nchw)]
     pub layout: LayoutArg,
+    /// The output's memory order (transform)
+    #[arg(long, value_enum, default_value_t = LayoutArg::Nhwc)]
+    pub to: LayoutArg,
     /// Worker threads [default: all cores]
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
@@ -97,8 +125,10 @@ pub struct OpArgs {
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
-    /// The operator itself.
+    /// The operator itself (batch norm: training).
     Fwd,
+    /// Batch norm with running statistics (benchdnn's FWD_I).
+    FwdInference,
     /// Its gradient with respect to the input.
     Bwd,
 }
@@ -107,15 +137,17 @@ impl Dir {
     fn parse(s: &str) -> CliResult<Dir> {
         match s.trim().to_ascii_lowercase().as_str() {
             "fwd" | "fwd_d" | "forward" => Ok(Dir::Fwd),
-            "bwd" | "bwd_d" | "backward" => Ok(Dir::Bwd),
+            "fwd_i" | "inference" => Ok(Dir::FwdInference),
+            "bwd" | "bwd_d" | "bwd_dw" | "backward" => Ok(Dir::Bwd),
             _ => Err(CliError::bad(format!(
-                "bad --dir = {s}: expected fwd or bwd"
+                "bad --dir = {s}: expected fwd, fwd_i or bwd"
             ))),
         }
     }
     fn name(self) -> &'static str {
         match self {
             Dir::Fwd => "fwd",
+            Dir::FwdInference => "fwd_i",
             Dir::Bwd => "bwd",
         }
     }
@@ -132,6 +164,8 @@ pub struct Setup {
     pub layout: Layout,
     /// alpha and beta.
     pub blend: autodnn::layers::Blend,
+    /// The output's layout (transform).
+    pub to: Layout,
 }
 
 /// One operator call on one problem, with its data.
@@ -205,8 +239,36 @@ struct Row<'a> {
 
 /// Builds the case of `op` for one problem.
 fn build(op: OpKind, problem: &str, setup: &Setup) -> CliResult<Box<dyn Case>> {
+    let one_way = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(CliError::bad(format!(
+                "--dir {}: {} has fwd only",
+                setup.dir.name(),
+                op.name()
+            )))
+        }
+    };
     let r = match op {
+        OpKind::Act if setup.dir == Dir::FwdInference => {
+            Err(CliError::bad("--dir fwd_i: act has fwd and bwd"))
+        }
         OpKind::Act => act::build(problem, setup),
+        OpKind::Pool if setup.dir == Dir::FwdInference => {
+            Err(CliError::bad("--dir fwd_i: pool has fwd and bwd"))
+        }
+        OpKind::Pool => pool::build(problem, setup),
+        OpKind::Bnorm => norm::build_bnorm(problem, setup),
+        OpKind::Lnorm => norm::build_lnorm(problem, setup),
+        OpKind::Tensor => {
+            one_way(setup.dir == Dir::Fwd).and_then(|_| tensor::build_tensor(problem, setup))
+        }
+        OpKind::Reduce => {
+            one_way(setup.dir == Dir::Fwd).and_then(|_| tensor::build_reduce(problem, setup))
+        }
+        OpKind::Transform => one_way(setup.dir == Dir::Fwd)
+            .and_then(|_| tensor::build_transform(problem, setup, setup.to)),
     };
     r.map_err(|e| e.context(problem))
 }
@@ -228,6 +290,7 @@ pub fn run(args: &OpArgs, out: &mut impl Write) -> CliResult {
         dir: Dir::parse(&args.dir)?,
         layout,
         blend: autodnn::layers::Blend::new(args.alpha, args.beta),
+        to: Layout::from(args.to),
     };
     setup.blend.check()?;
     if args.input.is_some() || args.dy.is_some() || args.output.is_some() {
