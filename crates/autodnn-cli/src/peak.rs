@@ -26,10 +26,26 @@ pub struct PeakArgs {
     /// Which peak: f32 (fused multiply-adds) or bf16 (AVX512-BF16 dot products)
     #[arg(long, value_name = "TYPE", default_value = "f32")]
     pub dtype: String,
+    /// Measure the copy bandwidth instead (GB/s, bytes read plus bytes written, median of
+    /// copies of a 256 MiB buffer), so memory-bound operators read as a fraction of it
+    #[arg(long)]
+    pub memory: bool,
     /// One JSON object instead of text
     #[arg(long)]
     pub json: bool,
 }
+
+/// What `autodnn peak --memory` reports.
+#[derive(Debug, Serialize)]
+pub struct MemoryReport {
+    memory: bool,
+    threads: usize,
+    bytes: usize,
+    gbps: f64,
+}
+
+/// Copies timed by `peak --memory` (the median is reported).
+const COPY_REPS: usize = 9;
 
 /// What `autodnn peak` reports.
 #[derive(Debug, Serialize)]
@@ -63,6 +79,9 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
         Some(name) => Isa::parse("--isa", name)?.min(Isa::from_env()?),
         None => Isa::from_env()?,
     };
+    if args.memory {
+        return memory(args, threads, cap, out);
+    }
     let bf16 = match args.dtype.trim().to_ascii_lowercase().as_str() {
         "f32" => false,
         "bf16" => true,
@@ -115,6 +134,35 @@ pub fn run(args: &PeakArgs, out: &mut impl Write) -> CliResult {
             report
                 .family
                 .map_or(String::new(), |f| format!(", {f} units"))
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `autodnn peak --memory`: the copy bandwidth on `threads` threads.
+fn memory(args: &PeakArgs, threads: usize, cap: Isa, out: &mut impl Write) -> CliResult {
+    let h = autodnn::Handle::with_threads(threads)?;
+    h.set_isa_cap(cap);
+    let bytes = autodnn::layers::transform::DEFAULT_BANDWIDTH_BYTES;
+    let report = MemoryReport {
+        memory: true,
+        threads,
+        bytes,
+        gbps: h.copy_bandwidth(bytes, COPY_REPS)?,
+    };
+    if args.json {
+        let line = serde_json::to_string(&report)
+            .map_err(|e| CliError::fail(format!("encoding JSON: {e}")))?;
+        writeln!(out, "{line}")?;
+    } else {
+        writeln!(
+            out,
+            "copy bandwidth: {:.1} GB/s read + written ({} threads, {} MiB copied, median of \
+             {COPY_REPS})",
+            report.gbps,
+            threads,
+            bytes >> 20
         )?;
     }
     out.flush()?;
