@@ -21,21 +21,58 @@ fn run(args: &[&str]) -> (i32, String, String) {
 fn every_operator_passes_its_check() {
     let cases: &[&[&str]] = &[
         &["act", "2x5x6x7", "--alg", "gelu_erf"],
-        &["act", "2x5x6x7", "--alg", "relu", "--dir", "bwd", "--beta", "0.5"],
-        &["act", "3x17", "--alg", "elu:0.5", "--layout", "nhwc", "--alpha", "2"],
+        &[
+            "act", "2x5x6x7", "--alg", "relu", "--dir", "bwd", "--beta", "0.5",
+        ],
+        &[
+            "act", "3x17", "--alg", "elu:0.5", "--layout", "nhwc", "--alpha", "2",
+        ],
         &["pool", "mb2ic3ih13oh7kh3sh2ph1", "--alg", "max"],
-        &["pool", "mb2ic3ih13oh7kh3sh2ph1", "--alg", "avg_p", "--dir", "bwd"],
-        &["pool", "mb1ic8ih7kh7", "--alg", "avg_np", "--layout", "nhwc"],
+        &[
+            "pool",
+            "mb2ic3ih13oh7kh3sh2ph1",
+            "--alg",
+            "avg_p",
+            "--dir",
+            "bwd",
+        ],
+        &[
+            "pool",
+            "mb1ic8ih7kh7",
+            "--alg",
+            "avg_np",
+            "--layout",
+            "nhwc",
+        ],
+        &["softmax", "3x17", "--alg", "logsoftmax"],
+        &["softmax", "2x5x6x7", "--dir", "bwd", "--layout", "nhwc"],
+        &["softmax", "2x5x6x7", "--mode", "instance", "--beta", "1"],
         &["bnorm", "mb2ic5ih6iw7"],
         &["bnorm", "mb2ic5ih6", "--dir", "fwd_i", "--layout", "nhwc"],
         &["bnorm", "mb2ic5ih6", "--dir", "bwd"],
         &["lnorm", "2x5x6x7"],
         &["lnorm", "2x5x6x7", "--dir", "bwd"],
         &["tensor", "2x5x6x7:1x5x1x1", "--alg", "mul"],
-        &["tensor", "2x5x6x7:2x1x6x7", "--alg", "add_tensor", "--beta", "1"],
+        &[
+            "tensor",
+            "2x5x6x7:2x1x6x7",
+            "--alg",
+            "add_tensor",
+            "--beta",
+            "1",
+        ],
         &["reduce", "2x5x6x7:1x5x1x1", "--alg", "norm2"],
         &["transform", "2x5x6x7", "--to", "nhwc"],
-        &["transform", "2x5x6x7", "--layout", "nhwc", "--to", "nchw", "--beta", "2"],
+        &[
+            "transform",
+            "2x5x6x7",
+            "--layout",
+            "nhwc",
+            "--to",
+            "nchw",
+            "--beta",
+            "2",
+        ],
     ];
     for c in cases {
         let mut args = vec!["op"];
@@ -65,7 +102,9 @@ fn a_run_on_npy_data_writes_the_output() {
     autodnn::npy::write_f32(&x, &[1, 2, 3, 4], &data).unwrap();
     let xs = x.to_str().unwrap();
     let ys = y.to_str().unwrap();
-    let (code, _, err) = run(&["op", "act", "1x2x3x4", "--alg", "relu", "--input", xs, "--output", ys]);
+    let (code, _, err) = run(&[
+        "op", "act", "1x2x3x4", "--alg", "relu", "--input", xs, "--output", ys,
+    ]);
     assert_eq!(code, 0, "{err}");
     let got = autodnn::npy::read_f32(&y).unwrap();
     assert_eq!(got.shape, vec![1, 2, 3, 4]);
@@ -76,8 +115,15 @@ fn a_run_on_npy_data_writes_the_output() {
     let img: Vec<f32> = (0..16).map(|v| v as f32).collect();
     autodnn::npy::write_f32(&p, &[1, 4, 4, 1], &img).unwrap();
     let (code, _, err) = run(&[
-        "op", "pool", "mb1ic1ih4oh2kh2sh2", "--layout", "nhwc", "--input", p.to_str().unwrap(),
-        "--output", q.to_str().unwrap(),
+        "op",
+        "pool",
+        "mb1ic1ih4oh2kh2sh2",
+        "--layout",
+        "nhwc",
+        "--input",
+        p.to_str().unwrap(),
+        "--output",
+        q.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
     let got = autodnn::npy::read_f32(&q).unwrap();
@@ -86,9 +132,14 @@ fn a_run_on_npy_data_writes_the_output() {
     // A wrong shape is bad input naming the file.
     let (code, _, err) = run(&["op", "act", "1x2x3x5", "--input", xs, "--output", ys]);
     assert_eq!(code, 2);
-    assert!(err.contains("x.npy") && err.contains("expected shape"), "{err}");
+    assert!(
+        err.contains("x.npy") && err.contains("expected shape"),
+        "{err}"
+    );
     // Backward needs dy.
-    let (code, _, err) = run(&["op", "act", "1x2x3x4", "--dir", "bwd", "--input", xs, "--output", ys]);
+    let (code, _, err) = run(&[
+        "op", "act", "1x2x3x4", "--dir", "bwd", "--input", xs, "--output", ys,
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("--dy"), "{err}");
 }
@@ -102,6 +153,7 @@ fn bad_input_exits_2_with_one_line() {
         (&["act", "4x4", "--dir", "sideways"], "--dir"),
         (&["pool", "mb1ic1ih4kh9"], "kernel"),
         (&["pool", "mb1ic1ih4kh2", "--alg", "median"], "--alg"),
+        (&["softmax", "4x4", "--mode", "rows"], "--mode"),
         (&["bnorm", "mb1ih4"], "ic"),
         (&["bnorm", "mb1ic2ih4", "--alg", "x"], "--alg"),
         (&["tensor", "2x3:2x4", "--alg", "add"], "b"),

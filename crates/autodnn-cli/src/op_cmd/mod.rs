@@ -11,6 +11,7 @@
 mod act;
 mod norm;
 mod pool;
+mod softmax;
 mod tensor;
 
 use std::io::Write;
@@ -31,6 +32,9 @@ pub enum OpKind {
     /// Pooling: PROBLEM is mb8ic64ih112oh56kh3sh2ph1; --alg max, avg_p (padding counted) or
     /// avg_np; --dir fwd or bwd
     Pool,
+    /// Softmax: PROBLEM is NxCxHxW (8x1000); --alg softmax or logsoftmax, --mode channel or
+    /// instance; --dir fwd or bwd (bwd takes the forward's x and computes y first)
+    Softmax,
     /// Batch normalization: PROBLEM is mb8ic64ih56; --dir fwd (training), fwd_i
     /// (inference) or bwd
     Bnorm,
@@ -51,6 +55,7 @@ impl OpKind {
         match self {
             OpKind::Act => "act",
             OpKind::Pool => "pool",
+            OpKind::Softmax => "softmax",
             OpKind::Bnorm => "bnorm",
             OpKind::Lnorm => "lnorm",
             OpKind::Tensor => "tensor",
@@ -80,6 +85,9 @@ pub struct OpArgs {
     /// Memory order of the tensors (and of .npy arrays)
     #[arg(long, value_enum, default_value_t = LayoutArg::Nchw)]
     pub layout: LayoutArg,
+    /// Softmax's reduction: channel (over C, for each n, h, w) or instance (over C·H·W)
+    #[arg(long, value_name = "MODE", default_value = "channel")]
+    pub mode: String,
     /// The output's memory order (transform)
     #[arg(long, value_enum, default_value_t = LayoutArg::Nhwc)]
     pub to: LayoutArg,
@@ -166,6 +174,8 @@ pub struct Setup {
     pub blend: autodnn::layers::Blend,
     /// The output's layout (transform).
     pub to: Layout,
+    /// Softmax's mode.
+    pub mode: String,
 }
 
 /// One operator call on one problem, with its data.
@@ -259,6 +269,10 @@ fn build(op: OpKind, problem: &str, setup: &Setup) -> CliResult<Box<dyn Case>> {
             Err(CliError::bad("--dir fwd_i: pool has fwd and bwd"))
         }
         OpKind::Pool => pool::build(problem, setup),
+        OpKind::Softmax if setup.dir == Dir::FwdInference => {
+            Err(CliError::bad("--dir fwd_i: softmax has fwd and bwd"))
+        }
+        OpKind::Softmax => softmax::build(problem, setup, &setup.mode),
         OpKind::Bnorm => norm::build_bnorm(problem, setup),
         OpKind::Lnorm => norm::build_lnorm(problem, setup),
         OpKind::Tensor => {
@@ -291,6 +305,7 @@ pub fn run(args: &OpArgs, out: &mut impl Write) -> CliResult {
         layout,
         blend: autodnn::layers::Blend::new(args.alpha, args.beta),
         to: Layout::from(args.to),
+        mode: args.mode.clone(),
     };
     setup.blend.check()?;
     if args.input.is_some() || args.dy.is_some() || args.output.is_some() {
