@@ -16,7 +16,8 @@ into OUT_DIR:
 - `input.npy`: a seeded input batch [N, 3, 224, 224];
 - `torch_logits.npy` and `torch_probs.npy`: PyTorch's eval-mode output and its softmax;
 - `manifest.json`: the layers in execution order (see below);
-- `resnet50.onnx` (unless --no-onnx): the same model, for the onnxruntime timings.
+- `resnet50.onnx` (unless --no-onnx): the same model, for the onnxruntime timings;
+- `resnet50_state.pt`: the state dict, for the PyTorch timings (`bench/resnet50-e2e.py`).
 
 Manifest entries (in execution order) have a `kind`:
 - `conv`: name, bn (its BatchNorm), in/out channels, kernel, stride, padding, `input`
@@ -165,6 +166,7 @@ def main():
     save(args.out, "torch_logits", logits)
     save(args.out, "torch_probs", torch.softmax(logits.double(), dim=1).float())
 
+    torch.save(model.state_dict(), os.path.join(args.out, "resnet50_state.pt"))
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest(model, eps), f, indent=1)
 

@@ -217,7 +217,10 @@ fn rel_err(a: &[f32], t: &[f32]) -> f64 {
 fn argmax(v: &[f32]) -> usize {
     v.iter()
         .enumerate()
-        .fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b })
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+        )
         .0
 }
 
@@ -242,11 +245,7 @@ fn run(a: &Args) -> Result<()> {
         .map_err(|_| bad("input", format!("{:?}", input.shape), "must be 4-D"))?;
     let n = a.mb.unwrap_or(n_all);
     if n == 0 || n > n_all {
-        return Err(bad(
-            "--mb",
-            n,
-            format!("input.npy holds {n_all} images"),
-        ));
+        return Err(bad("--mb", n, format!("input.npy holds {n_all} images")));
     }
     let x = &input.data[..n * c * h * w];
     let classes = t_logits.shape.get(1).copied().unwrap_or(0);

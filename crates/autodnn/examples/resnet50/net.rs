@@ -357,7 +357,7 @@ impl Default for Options {
 
 enum ConvWeights {
     Plain(Vec<f32>),
-    Prepared(PreparedWeights),
+    Prepared(Box<PreparedWeights>),
 }
 
 enum Step {
@@ -509,7 +509,8 @@ impl Net {
                         }
                         Layout::Nhwc => {
                             let src = layer.filter()?;
-                            let dst = FilterDesc::new(DataType::F32, FilterLayout::Krsc, layer.dims)?;
+                            let dst =
+                                FilterDesc::new(DataType::F32, FilterLayout::Krsc, layer.dims)?;
                             let mut w = vec![0.0; layer.w.len()];
                             let [k, c, r, s] = layer.dims;
                             for ki in 0..k {
@@ -648,9 +649,11 @@ impl Net {
                     bias,
                     ..
                 } => {
-                    let z = inputs.get(1).map(|&r| &self.slots[self.slot_of[r]][..n_out]);
-                    let mut args = EpilogueArgs::new(1.0, if z.is_some() { 1.0 } else { 0.0 })
-                        .with_bias(bias);
+                    let z = inputs
+                        .get(1)
+                        .map(|&r| &self.slots[self.slot_of[r]][..n_out]);
+                    let mut args =
+                        EpilogueArgs::new(1.0, if z.is_some() { 1.0 } else { 0.0 }).with_bias(bias);
                     if let Some(z) = z {
                         args = args.with_residual(z);
                     }
@@ -669,9 +672,9 @@ impl Net {
                                 None,
                             )?;
                             if opts.prepare {
-                                *w = ConvWeights::Prepared(
+                                *w = ConvWeights::Prepared(Box::new(
                                     handle.prepare_weights(problem, algo, plain)?,
-                                );
+                                ));
                             }
                             Ok(())
                         }
