@@ -211,17 +211,7 @@ impl<const K: usize> Runs<K> {
             ext.push(dims[d]);
             st.push(s);
         }
-        let mut i = ext.len();
-        while i >= 2 {
-            let (o, n) = (i - 2, i - 1);
-            if (0..K).all(|t| st[o][t] == st[n][t] * ext[n]) {
-                ext[o] *= ext[n];
-                st[o] = st[n];
-                ext.remove(n);
-                st.remove(n);
-            }
-            i -= 1;
-        }
+        merge_contiguous(&mut ext, &mut st);
         let (len, inner) = match (ext.pop(), st.pop()) {
             (Some(e), Some(s)) => (e, s),
             _ => (1, [1; K]),
@@ -263,6 +253,22 @@ impl<const K: usize> Runs<K> {
     /// Whether every tensor's runs are contiguous.
     pub fn contiguous(&self) -> bool {
         self.inner.iter().all(|&s| s == 1)
+    }
+}
+
+/// Merges each dimension (extents `ext`, per-tensor strides `st`, outermost first) into the
+/// next-inner one where every tensor steps over the pair contiguously.
+pub(crate) fn merge_contiguous<const K: usize>(ext: &mut Vec<usize>, st: &mut Vec<[usize; K]>) {
+    let mut i = ext.len();
+    while i >= 2 {
+        let (o, n) = (i - 2, i - 1);
+        if (0..K).all(|t| st[o][t] == st[n][t] * ext[n]) {
+            ext[o] *= ext[n];
+            st[o] = st[n];
+            ext.remove(n);
+            st.remove(n);
+        }
+        i -= 1;
     }
 }
 

@@ -40,7 +40,7 @@
 //! strides take the same pieces with strided scalar loops. Layer norm is fast where a sample's
 //! (c, h, w) elements are contiguous in that order (NCHW, or any layout with H = W = 1).
 
-use super::{check_buffer, check_same_dims, Blend};
+use super::{check_buffer, check_same_dims, merge_contiguous, Blend};
 use crate::desc::{DataType, FilterDesc, TensorDesc};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::{for_each_with, SharedOut};
@@ -203,17 +203,7 @@ impl<const K: usize> Groups<K> {
             ext.push(dims[d]);
             st.push(std::array::from_fn(|t| strides[t][d]));
         }
-        let mut i = ext.len();
-        while i >= 2 {
-            let (o, n) = (i - 2, i - 1);
-            if (0..K).all(|t| st[o][t] == st[n][t] * ext[n]) {
-                ext[o] *= ext[n];
-                st[o] = st[n];
-                ext.remove(n);
-                st.remove(n);
-            }
-            i -= 1;
-        }
+        merge_contiguous(&mut ext, &mut st);
         let (len, inner) = match (ext.pop(), st.pop()) {
             (Some(e), Some(s)) => (e, s),
             _ => (1, [1; K]),
