@@ -736,3 +736,69 @@ fn bad_descriptors_and_calls() {
     assert_eq!(field_of(bwd(&yd, &dy, &xd, &mut dx[..4], &x)), "dx");
     assert_eq!(field_of(bwd(&yd, &dy, &xd, &mut dx, &x[..2])), "x");
 }
+
+/// Max backward of planes (NCHW and strided) over a sweep of windows, strides, paddings
+/// and widths, on data full of ties, NaN and −inf: exactly the reference's routing, with
+/// identical bits on 1 and 2 threads of each ISA.
+#[test]
+fn max_backward_planes_sweep() {
+    let handles = handles();
+    let mut rng = Rng(0x5eed);
+    let mut case = 0u64;
+    for k in [[1, 1], [2, 2], [3, 3], [1, 4], [4, 2], [3, 1]] {
+        for s in [[1, 1], [2, 2], [1, 3], [3, 2]] {
+            for w in [1usize, 2, 5, 8, 13] {
+                if k[1] > w + 2 {
+                    continue;
+                }
+                let pad = |rng: &mut Rng, k: usize| rng.range(0, k as i64 - 1).min(2);
+                let padding = Padding {
+                    top: pad(&mut rng, k[0]),
+                    bottom: pad(&mut rng, k[0]),
+                    left: pad(&mut rng, k[1]),
+                    right: pad(&mut rng, k[1]),
+                };
+                let pd = PoolDesc::new(PoolMode::Max, k, s, padding)
+                    .unwrap()
+                    .with_ceil_mode(case % 3 == 1);
+                let dims = [1, 3, rng.range(4, 9) as usize, w];
+                let kx = if case.is_multiple_of(2) { 0 } else { 2 };
+                let xd = desc(dims, kx);
+                let Ok(od) = pd.output_dims(&xd) else {
+                    continue;
+                };
+                let yd = desc(od, 2 - kx);
+                let mut x = int_data(xd.span(), case);
+                for v in x.iter_mut() {
+                    *v = match *v as i64 {
+                        -4 => f32::NEG_INFINITY,
+                        4 if case % 4 == 3 => f32::NAN,
+                        v => (v % 2) as f32,
+                    };
+                }
+                let dy = int_data(yd.span(), case + 1);
+                let (a, b) = BLENDS[case as usize % BLENDS.len()];
+                let blend = Blend::new(a, b);
+                let dx0 = prior(xd.span(), b, case + 2);
+                let r =
+                    reference::pool::backward(&pd, blend, &xd, &x, &yd, &dy, &xd, &dx0).unwrap();
+                let mut first: Option<Vec<f32>> = None;
+                for (isa, threads, h) in &handles {
+                    let what = format!("case {case} {pd:?} x{dims:?} {isa:?} {threads}t");
+                    let mut dx = dx0.clone();
+                    h.pooling_backward(&pd, blend, &xd, &x, &yd, &dy, &xd, &mut dx)
+                        .unwrap();
+                    for o in xd.offsets() {
+                        assert_eq!(dx[o] as f64, r[o], "{what}: at {o}");
+                    }
+                    match &first {
+                        Some(f) => assert!(same_bits(f, &dx), "{what}: bits differ"),
+                        None => first = Some(dx),
+                    }
+                }
+                case += 1;
+            }
+        }
+    }
+    assert!(case > 60, "{case} cases");
+}

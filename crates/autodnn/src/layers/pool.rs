@@ -41,7 +41,12 @@
 //! Every other layout (NCHW, strided) works plane by plane: each input row is loaded once,
 //! split by the column stride into contiguous phases (padding filled with −∞ or 0), reduced
 //! across the window's columns for all output columns at once, then rows reduce as whole
-//! vectors (stride 1, 2 or any). Forward items are (plane, block of output rows), backward
+//! vectors (stride 1, 2 or any). Max backward on planes splits every input row into its
+//! column-stride phases once per plane, then chooses the windows wholly inside a row for the
+//! whole output row at once (running maximum and winning offset across the window's taps,
+//! as vectors), adds each dy at its chosen offset into a plane accumulator and blends the
+//! plane out once; only the few edge windows that overlap the padding scan one by one.
+//! Forward items are (plane, block of output rows), backward
 //! items whole dx planes, so no two threads write the same dx element however windows
 //! overlap. Every output element is computed by the same operations in the same order
 //! whatever the split, so results are the same bits on any number of threads.
@@ -1084,6 +1089,9 @@ struct Bwd<'a> {
     /// Channels per item (packed-channels path).
     cb: usize,
     cblocks: usize,
+    /// Whether the plane path's max may choose a row of interior windows at once (plane
+    /// offsets fit in u32).
+    fast: bool,
 }
 
 /// Per-thread scratch of backward: the dx accumulator, and per-channel maxima, choices and
@@ -1092,6 +1100,8 @@ struct BwdScratch {
     acc: Vec<f32>,
     m: Vec<f32>,
     idx: Vec<u32>,
+    /// The plane's rows split by the column stride (plane path, max).
+    phases: Vec<f32>,
 }
 
 multiversion! {
@@ -1099,16 +1109,92 @@ multiversion! {
         let g = &p.g;
         let (n, c) = (plane / g.c, plane % g.c);
         let (h, w) = (g.h, g.w);
-        let acc = &mut s.acc[..h * w];
+        let BwdScratch { acc, m, idx, phases } = s;
+        let acc = &mut acc[..h * w];
         acc.fill(0.0);
         let xb = n * p.xs[0] + c * p.xs[1];
         let dyb = n * p.dys[0] + c * p.dys[1];
+        let is_max = g.mode.is_max();
+        let (sw, left, sxw) = (g.sw, g.pad[2], p.xs[3]);
+        // Max: output columns [jlo, jhi) have windows wholly inside the row; they are
+        // chosen for a row of outputs at once from the input rows split by the column
+        // stride into phases (row r, phase ph, element t = column ph + sw·t).
+        let pl = w.div_ceil(sw);
+        let (jlo, jhi) = if is_max && p.fast {
+            let jhi = if w + left >= g.kw { ((w + left - g.kw) / sw + 1).min(g.ow) } else { 0 };
+            (left.div_ceil(sw).min(jhi), jhi)
+        } else {
+            (0, 0)
+        };
+        let nj = jhi - jlo;
+        if nj > 0 {
+            let phases = &mut phases[..h * sw * pl];
+            for r in 0..h {
+                let xr = xb + r * p.xs[2];
+                let dst = &mut phases[r * sw * pl..(r + 1) * sw * pl];
+                if sxw == 1 && sw == 1 {
+                    dst.copy_from_slice(&p.x[xr..xr + w]);
+                } else if sxw == 1 && sw == 2 {
+                    let src = &p.x[xr..xr + w];
+                    let (e, o) = dst.split_at_mut(pl);
+                    for ((a, b), c2) in e.iter_mut().zip(o.iter_mut()).zip(src.chunks_exact(2)) {
+                        *a = c2[0];
+                        *b = c2[1];
+                    }
+                    if w % 2 == 1 {
+                        e[pl - 1] = src[w - 1];
+                    }
+                } else {
+                    for ph in 0..sw.min(w) {
+                        let cnt = (w - ph).div_ceil(sw);
+                        for (t, d) in dst[ph * pl..ph * pl + cnt].iter_mut().enumerate() {
+                            *d = p.x[xr + (ph + sw * t) * sxw];
+                        }
+                    }
+                }
+            }
+        }
+        let (m, idx) = (&mut m[..nj], &mut idx[..nj]);
         for i in 0..g.oh {
             let (lo, hi, rc) = g.rows(i);
-            for j in 0..g.ow {
-                let d = p.dy[dyb + i * p.dys[2] + j * p.dys[3]];
+            let dyr = dyb + i * p.dys[2];
+            if nj > 0 {
+                // The first maximum in row-major order (the first NaN over any number), kept
+                // as its offset in the plane less the output column's start, j·sw.
+                let mut first = true;
+                for r in lo..hi {
+                    let prow = &phases[r * sw * pl..(r + 1) * sw * pl];
+                    for v in 0..g.kw {
+                        let off = v as isize - left as isize;
+                        let ph = off.rem_euclid(sw as isize) as usize;
+                        let t0 = (jlo as isize + off.div_euclid(sw as isize)) as usize;
+                        let tap = &prow[ph * pl + t0..][..nj];
+                        let k = (r * w) as u32;
+                        let k = k.wrapping_add(off as i32 as u32);
+                        if first {
+                            m.copy_from_slice(tap);
+                            idx.fill(k);
+                            first = false;
+                        } else {
+                            for ((mv, ix), &x) in m.iter_mut().zip(idx.iter_mut()).zip(tap) {
+                                #[allow(clippy::eq_op)]
+                                let take = x > *mv || (x != x && *mv == *mv);
+                                *mv = if take { x } else { *mv };
+                                *ix = if take { k } else { *ix };
+                            }
+                        }
+                    }
+                }
+                for (jj, &ix) in idx.iter().enumerate() {
+                    let j = jlo + jj;
+                    let at = ix.wrapping_add((j * sw) as u32) as usize;
+                    acc[at] += p.dy[dyr + j * p.dys[3]];
+                }
+            }
+            for j in (0..jlo).chain(jhi..g.ow) {
+                let d = p.dy[dyr + j * p.dys[3]];
                 let (clo, chi, _) = g.cols(j);
-                if g.mode.is_max() {
+                if is_max {
                     // The first maximum in row-major order; the first NaN over any number.
                     let mut best = p.x[xb + lo * p.xs[2] + clo * p.xs[3]];
                     let mut at = lo * w + clo;
@@ -1260,6 +1346,14 @@ pub fn backward(
         1
     };
     let cblocks = g.c.div_ceil(cb);
+    // The plane path's max chooses rows of windows at once when plane offsets fit in u32;
+    // its scratch then holds the plane's phases (fewer than w + sw floats a row).
+    let fast = !packed && g.mode.is_max() && g.sw <= g.w && u32::try_from(2 * plane).is_ok();
+    let (row_choices, phase_len) = if fast {
+        (g.ow, g.h * g.sw * g.w.div_ceil(g.sw))
+    } else {
+        (0, 0)
+    };
     let p = Bwd {
         g,
         blend,
@@ -1271,6 +1365,7 @@ pub fn backward(
         cc: &cc,
         cb,
         cblocks,
+        fast,
     };
     let out = SharedOut::new(dx);
     let init = || {
@@ -1279,8 +1374,9 @@ pub fn backward(
             .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
         Ok(BwdScratch {
             acc: crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator")?,
-            m: crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
-            idx: crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
+            m: crate::alloc::try_vec(cb.max(row_choices), 0.0f32, "pooling maxima")?,
+            idx: crate::alloc::try_vec(cb.max(row_choices), 0u32, "pooling choices")?,
+            phases: crate::alloc::try_vec(phase_len, 0.0f32, "pooling phases")?,
         })
     };
     if packed {
