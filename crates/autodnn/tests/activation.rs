@@ -10,10 +10,9 @@
 
 mod common;
 
-use autodnn::cpu::Isa;
 use autodnn::layers::Blend;
 use autodnn::{reference, Activation, DataType, Error, Handle, Layout, TensorDesc};
-use common::Rng;
+use common::{handles, Rng};
 
 fn all_activations() -> Vec<Activation> {
     let mut v: Vec<Activation> = Activation::NAMES
@@ -34,18 +33,6 @@ fn exact(a: Activation) -> bool {
             | Activation::LeakyRelu { .. }
             | Activation::Clip { .. }
     )
-}
-
-fn handles() -> Vec<(String, Handle)> {
-    let mut out = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for threads in [1, 2] {
-            let h = Handle::with_threads(threads).unwrap();
-            h.set_isa_cap(isa);
-            out.push((format!("{isa:?} x{threads}"), h));
-        }
-    }
-    out
 }
 
 /// Descriptor pairs (x, y): same layout, NCHW against NHWC, padded rows, and one large

@@ -11,7 +11,6 @@
 
 mod common;
 
-use autodnn::cpu::Isa;
 use autodnn::layers::norm::{
     self, BatchNorm, BatchNormProblem, LayerNorm, ParamGrads, RunningStats, SavedStats,
     SavedStatsMut,
@@ -19,22 +18,10 @@ use autodnn::layers::norm::{
 use autodnn::layers::Blend;
 use autodnn::reference::norm as rn;
 use autodnn::{DataType, Error, Handle, Layout, TensorDesc};
-use common::{int_data, problem, real_data, Rng};
+use common::{int_data, isa_handles as handles, problem, real_data, Rng};
 
 const TOL: f64 = 1e-5;
 const EPS: f64 = 1e-5;
-
-fn handles() -> Vec<(Isa, usize, Handle)> {
-    let mut out = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for threads in [1, 2] {
-            let h = Handle::with_threads(threads).unwrap();
-            h.set_isa_cap(isa);
-            out.push((isa, threads, h));
-        }
-    }
-    out
-}
 
 /// The tensors of dimensions `dims` the sweeps run on: packed NCHW and NHWC, padded rows or
 /// positions, and a tensor whose elements are two apart (no contiguous run at all).

@@ -17,19 +17,7 @@ use autodnn::cpu::Isa;
 use autodnn::layers::pool::{PoolDesc, PoolMode, PoolProblem};
 use autodnn::layers::Blend;
 use autodnn::{reference, DataType, Error, Handle, Layout, Padding, TensorDesc};
-use common::{int_data, Rng};
-
-fn handles() -> Vec<(Isa, usize, Handle)> {
-    let mut out = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for threads in [1, 2] {
-            let h = Handle::with_threads(threads).unwrap();
-            h.set_isa_cap(isa);
-            out.push((isa, threads, h));
-        }
-    }
-    out
-}
+use common::{int_data, isa_handles as handles, Rng};
 
 /// The widest ISA on 1 and 2 threads.
 fn best_handles() -> Vec<(Isa, usize, Handle)> {

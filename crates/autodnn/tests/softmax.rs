@@ -9,11 +9,10 @@
 
 mod common;
 
-use autodnn::cpu::Isa;
 use autodnn::layers::softmax::{SoftmaxAlgorithm, SoftmaxMode, SoftmaxSpec};
 use autodnn::layers::Blend;
 use autodnn::{reference, DataType, Error, Handle, Layout, TensorDesc};
-use common::Rng;
+use common::{handles, Rng};
 
 const EPS: f64 = f32::EPSILON as f64;
 /// The absolute floor where an exponential or a product falls below f32's normal range
@@ -236,19 +235,6 @@ fn bits(d: &TensorDesc, v: &[f32]) -> Vec<u32> {
 }
 
 const BLENDS: [(f32, f32); 4] = [(1.0, 0.0), (2.5, 0.0), (1.0, 1.0), (0.5, -1.5)];
-
-/// Handles for every available instruction set and 1 and 2 threads.
-fn handles() -> Vec<(String, Handle)> {
-    let mut out = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for threads in [1, 2] {
-            let h = Handle::with_threads(threads).unwrap();
-            h.set_isa_cap(isa);
-            out.push((format!("{isa:?}/{threads}t"), h));
-        }
-    }
-    out
-}
 
 /// One forward case on every handle: bounds, and the same bits everywhere.
 #[allow(clippy::too_many_arguments)]

@@ -6,35 +6,10 @@
 
 mod common;
 
-use autodnn::cpu::Isa;
 use autodnn::layers::tensor_ops::{OpTensorDesc, OpTensorOp, ReduceOp};
 use autodnn::layers::Blend;
 use autodnn::{reference, DataType, Error, Handle, Layout, TensorDesc};
-use common::{int_data, real_data, Rng};
-
-fn handles() -> Vec<(String, Handle)> {
-    let mut out = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        for threads in [1, 2] {
-            let h = Handle::with_threads(threads).unwrap();
-            h.set_isa_cap(isa);
-            out.push((format!("{isa:?} {threads}t"), h));
-        }
-    }
-    out
-}
-
-/// A tensor of `dims` whose dimensions are ordered by `perm` (outermost first), each padded
-/// by `gap` elements past the ones inside it.
-fn permuted(dims: [usize; 4], perm: [usize; 4], gap: usize) -> TensorDesc {
-    let mut strides = [0; 4];
-    let mut reach = 1;
-    for &d in perm.iter().rev() {
-        strides[d] = reach;
-        reach = reach * dims[d] + gap;
-    }
-    TensorDesc::with_strides(DataType::F32, dims, strides).unwrap()
-}
+use common::{handles, int_data, permuted, real_data, Rng};
 
 /// NCHW, NHWC, either padded, or a permuted view, at random.
 fn random_desc(rng: &mut Rng, dims: [usize; 4]) -> TensorDesc {

@@ -41,6 +41,7 @@
 //! (c, h, w) elements are contiguous in that order (NCHW, or any layout with H = W = 1).
 
 use super::{check_buffer, check_same_dims, merge_contiguous, Blend};
+use crate::cpu::Features;
 use crate::desc::{DataType, FilterDesc, TensorDesc};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::{for_each_with, SharedOut};
@@ -328,6 +329,32 @@ fn run_items(
         return Ok(());
     }
     for_each_with(ctx, items, || Ok(()), |_, i| f(i))
+}
+
+/// Per group of one tensor: (Σ (x − s), Σ (x − s)²) with s the group's first element, the
+/// shift that keeps the variance's sum from cancelling (batch norm's channels, layer norm's
+/// samples).
+fn shifted_sums(
+    ctx: &ExecContext<'_>,
+    features: Features,
+    geo: &Groups<1>,
+    x: &[f32],
+) -> Result<Vec<[f64; 2]>> {
+    let contiguous = geo.contiguous();
+    group_sums(ctx, geo, |g, [o], len| {
+        let s = x[g * geo.gstride[0]] as f64;
+        if contiguous {
+            sum_shifted(features, &x[o..o + len], s)
+        } else {
+            let mut acc = [0.0; 2];
+            for j in 0..len {
+                let d = x[o + j * geo.inner[0]] as f64 - s;
+                acc[0] += d;
+                acc[1] += d * d;
+            }
+            acc
+        }
+    })
 }
 
 /// Per-group pair sums: `seg(group, offsets, n)` sums one run; runs summed in order within
@@ -716,21 +743,7 @@ fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec
         }
         None => {
             let geo = Groups::new(dims, st, 1);
-            let contiguous = geo.contiguous();
-            let sums = group_sums(ctx, &geo, |g, [o], n| {
-                let s = x[g * geo.gstride[0]] as f64;
-                if contiguous {
-                    sum_shifted(features, &x[o..o + n], s)
-                } else {
-                    let mut acc = [0.0; 2];
-                    for j in 0..n {
-                        let d = x[o + j * geo.inner[0]] as f64 - s;
-                        acc[0] += d;
-                        acc[1] += d * d;
-                    }
-                    acc
-                }
-            })?;
+            let sums = shifted_sums(ctx, features, &geo, x)?;
             sums.into_iter()
                 .enumerate()
                 .map(|(g, s)| shifted_moments(s, x[g * geo.gstride[0]] as f64, m))
@@ -1161,21 +1174,7 @@ pub fn layer_norm_forward(
     let features = ctx.features();
     // Statistics per sample.
     let geo = Groups::new(dims, [x_desc.strides()], 0);
-    let contiguous = geo.contiguous();
-    let sums = group_sums(ctx, &geo, |g, [o], len| {
-        let s = x[g * geo.gstride[0]] as f64;
-        if contiguous {
-            sum_shifted(features, &x[o..o + len], s)
-        } else {
-            let mut acc = [0.0; 2];
-            for j in 0..len {
-                let d = x[o + j * geo.inner[0]] as f64 - s;
-                acc[0] += d;
-                acc[1] += d * d;
-            }
-            acc
-        }
-    })?;
+    let sums = shifted_sums(ctx, features, &geo, x)?;
     let alpha = blend.alpha as f64;
     // Per sample: m, alpha·rstd, the mean's rounding correction, alpha.
     let mut ks: Vec<[f32; 4]> = Vec::new();

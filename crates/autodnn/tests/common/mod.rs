@@ -8,6 +8,42 @@ use autodnn::{
     Padding, ProblemSpec, TensorDesc,
 };
 
+/// A handle per (instruction set available here, 1 and 2 threads), with the set and count.
+pub fn isa_handles() -> Vec<(autodnn::cpu::Isa, usize, Handle)> {
+    let mut out = Vec::new();
+    for isa in autodnn::cpu::Isa::ALL
+        .into_iter()
+        .filter(|i| i.is_available())
+    {
+        for threads in [1, 2] {
+            let h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            out.push((isa, threads, h));
+        }
+    }
+    out
+}
+
+/// [`isa_handles`], each named `ISA xT` for messages.
+pub fn handles() -> Vec<(String, Handle)> {
+    isa_handles()
+        .into_iter()
+        .map(|(isa, t, h)| (format!("{isa:?} x{t}"), h))
+        .collect()
+}
+
+/// An f32 tensor of `dims` whose dimensions are ordered by `perm` (outermost first), each
+/// padded by `gap` elements past the ones inside it.
+pub fn permuted(dims: [usize; 4], perm: [usize; 4], gap: usize) -> TensorDesc {
+    let mut strides = [0; 4];
+    let mut reach = 1;
+    for &d in perm.iter().rev() {
+        strides[d] = reach;
+        reach = reach * dims[d] + gap;
+    }
+    TensorDesc::with_strides(DataType::F32, dims, strides).unwrap()
+}
+
 /// splitmix64: a small deterministic generator.
 pub struct Rng(pub u64);
 
