@@ -23,7 +23,7 @@ runs=${1:-1000000}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans capi)
+    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans capi ops)
 fi
 san=${SANITIZER:-address}
 # Timed selections come many a second here: no 150 ms wake-up of the workers before each

@@ -13,7 +13,7 @@ use crate::input::Bytes;
 /// Tensors this small have every offset enumerated.
 const ENUMERATE_MAX: usize = 4096;
 
-fn dtype(b: &mut Bytes<'_>) -> DataType {
+pub(crate) fn dtype(b: &mut Bytes<'_>) -> DataType {
     // Mostly f32: the others only have descriptors.
     match b.below(8) {
         0 => DataType::F16,
@@ -22,12 +22,16 @@ fn dtype(b: &mut Bytes<'_>) -> DataType {
     }
 }
 
-fn dims(b: &mut Bytes<'_>, small: usize) -> [usize; 4] {
+pub(crate) fn dims(b: &mut Bytes<'_>, small: usize) -> [usize; 4] {
     [b.size(small), b.size(small), b.size(small), b.size(small)]
 }
 
 /// A tensor: packed in a layout, or with explicit strides (packed ones with gaps, or raw).
-fn tensor(b: &mut Bytes<'_>, dt: DataType, d: [usize; 4]) -> autodnn::Result<TensorDesc> {
+pub(crate) fn tensor(
+    b: &mut Bytes<'_>,
+    dt: DataType,
+    d: [usize; 4],
+) -> autodnn::Result<TensorDesc> {
     let layout = b.pick(&[Layout::Nchw, Layout::Nhwc]);
     match b.below(4) {
         0 | 1 => TensorDesc::new(dt, layout, d),
@@ -58,7 +62,7 @@ fn tensor(b: &mut Bytes<'_>, dt: DataType, d: [usize; 4]) -> autodnn::Result<Ten
 
 /// What a tensor that exists promises: its span covers every element, no two elements share
 /// an offset, its byte size fits in `isize`, and its layout is the one its strides describe.
-fn tensor_invariants(t: &TensorDesc) {
+pub(crate) fn tensor_invariants(t: &TensorDesc) {
     let dims = t.dims();
     let strides = t.strides();
     let last: usize = (0..4).map(|i| (dims[i] - 1) * strides[i]).sum();

@@ -15,6 +15,7 @@ pub mod descriptors;
 pub mod gemm;
 pub mod input;
 pub mod npy;
+pub mod ops;
 pub mod plans;
 pub mod problem_string;
 
@@ -24,6 +25,7 @@ pub use cost_model_file::cost_model_file;
 pub use descriptors::descriptors;
 pub use gemm::gemm;
 pub use npy::npy;
+pub use ops::ops;
 pub use plans::plans;
 pub use problem_string::problem_string;
 
@@ -31,7 +33,7 @@ pub use problem_string::problem_string;
 pub type Harness = fn(&[u8]);
 
 /// Every harness by name, as the fuzz targets and the corpus folders call them.
-pub const HARNESSES: [(&str, Harness); 8] = [
+pub const HARNESSES: [(&str, Harness); 9] = [
     ("problem_string", problem_string),
     ("descriptors", descriptors),
     ("cache_file", cache_file),
@@ -40,4 +42,5 @@ pub const HARNESSES: [(&str, Harness); 8] = [
     ("npy", npy),
     ("plans", plans),
     ("capi", capi),
+    ("ops", ops),
 ];

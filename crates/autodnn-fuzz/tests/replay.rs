@@ -84,6 +84,11 @@ fn capi_corpus() {
     replay_nonempty("capi");
 }
 
+#[test]
+fn ops_corpus() {
+    replay_nonempty("ops");
+}
+
 /// The corpora of the Python harnesses (`fuzz/python/`), replayed by
 /// `python/tests/test_fuzz_corpus.py`.
 const PYTHON_HARNESSES: [&str; 1] = ["python_functional"];

@@ -15,7 +15,9 @@
 //! lists (im2col, direct), depthwise's column tables and weight scratch; the spectral
 //! engine's filter tables, line buffers, transform scratch (handed to rustfft's
 //! `process_with_scratch`) and product scratch, and the growth of its plan cache; the
-//! fallback chain's copy of y and the scratch output of timed selection. Per-thread scratch
+//! fallback chain's copy of y and the scratch output of timed selection; the other
+//! operators' (`crate::layers`) statistics, coefficients, partial sums and reductions,
+//! pooling scratch and divisors, softmax's per-group values. Per-thread scratch
 //! of parallel loops is made before the loop starts (`parallel::for_each_with`), so that no
 //! worker allocates inside it.
 //!
@@ -25,6 +27,8 @@
 //! - rayon's internals (job queues, thread stacks); starting the threads is reported as
 //!   [`Error::OutOfMemory`] by [`crate::Handle::with_threads`];
 //! - error messages, log lines and names;
+//! - lists of at most four dimensions (the layers' walk orders) and the pieces of a parsed
+//!   dimension string;
 //! - selection bookkeeping sized by the number of registered algorithms or threads
 //!   (rankings, chains, timing records, fallback events, the GEMM split's counters), and
 //!   the backward-data residue list (at most 64 entries, made by checks too);
@@ -226,6 +230,16 @@ pub(crate) fn try_reserve_map<K: Eq + std::hash::Hash, V>(
     }
     map.try_reserve(additional)
         .map_err(|e| oom::<(K, V)>(additional, what, e))
+}
+
+/// The items of `iter` in a vector (`collect`), or [`Error::OutOfMemory`] naming `what`.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when the system (or the injector) refuses.
+pub(crate) fn try_collect<T>(iter: impl ExactSizeIterator<Item = T>, what: &str) -> Result<Vec<T>> {
+    let mut v = try_vec_with_capacity(iter.len(), what)?;
+    v.extend(iter);
+    Ok(v)
 }
 
 /// A copy of `src`, or [`Error::OutOfMemory`] naming `what`.

@@ -596,6 +596,339 @@ fn gemm_sweeps(h: &Handle, tag: &str, t: &mut Totals, split: bool, large: bool) 
     }
 }
 
+/// max|got − want| ≤ 1e-5 · max(max|want|, 1).
+fn near(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let scale = want.iter().fold(1.0f64, |a, &v| a.max(v.abs()));
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as f64 - w).abs() <= 1e-5 * scale,
+            "{what}: [{i}] = {g}, the reference gives {w}"
+        );
+    }
+}
+
+/// The other operators (`autodnn::layers`) in both layouts: each one that allocates has every
+/// allocation failed in turn; the pointwise ones allocate nothing, so that an injector armed
+/// from the first allocation on changes nothing.
+fn layer_sweeps(h: &Handle, tag: &str, t: &mut Totals) {
+    use autodnn::layers::norm::{BatchNorm, LayerNorm, ParamGrads, SavedStats, SavedStatsMut};
+    use autodnn::layers::pool::{PoolDesc, PoolMode};
+    use autodnn::layers::softmax::{SoftmaxAlgorithm, SoftmaxMode};
+    use autodnn::layers::tensor_ops::{OpTensorDesc, OpTensorOp, ReduceOp};
+    use autodnn::layers::Blend;
+    use autodnn::reference as rf;
+    use autodnn::{DataType, Padding, TensorDesc};
+    let bl = Blend::default();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let f32d = |dims| TensorDesc::new(DataType::F32, layout, dims).unwrap();
+        let d = f32d([2, 16, 9, 7]);
+        let (c, n) = (16, d.span());
+        let x = int_data(n, 11);
+        let dy = int_data(n, 12);
+        let (g, b) = (int_data(c, 13), int_data(c, 14));
+        let what = |op: &str| format!("{tag} {layout:?} {op}");
+        // Batch norm: training (saved statistics), backward (statistics recomputed), inference.
+        let bn = BatchNorm::new(1e-3).unwrap();
+        let r = rf::norm::batch_norm_training(bl, &d, &x, &d, &[], &g, &b, 1e-3).unwrap();
+        let train = || {
+            let (mut y, mut m, mut i) = (vec![0.0; n], vec![0.0; c], vec![0.0; c]);
+            let saved = SavedStatsMut {
+                mean: &mut m,
+                inv_std: &mut i,
+            };
+            h.batch_norm_forward_training(&bn, bl, &d, &x, &d, &mut y, &g, &b, None, Some(saved))?;
+            Ok((y, m, i))
+        };
+        sweep(
+            &what("batch norm training"),
+            t,
+            false,
+            train,
+            |(y, m, i), l| {
+                near(y, &r.y, l);
+                near(m, &r.mean, l);
+                near(i, &r.inv_std, l);
+            },
+        );
+        let (sm, si): (Vec<f32>, Vec<f32>) = (
+            r.mean.iter().map(|&v| v as f32).collect(),
+            r.inv_std.iter().map(|&v| v as f32).collect(),
+        );
+        let zeros = vec![0.0; c];
+        let rg = rf::norm::batch_norm_backward(
+            bl,
+            bl,
+            &d,
+            &x,
+            &d,
+            &dy,
+            &d,
+            (&[], &zeros, &zeros),
+            &g,
+            &sm,
+            &si,
+        )
+        .unwrap();
+        for saved in [false, true] {
+            let back = || {
+                let (mut dx, mut dg, mut db) = (vec![0.0; n], vec![0.0; c], vec![0.0; c]);
+                let grads = ParamGrads {
+                    dgamma: &mut dg,
+                    dbeta: &mut db,
+                };
+                let s = saved.then_some(SavedStats {
+                    mean: &sm,
+                    inv_std: &si,
+                });
+                h.batch_norm_backward(&bn, bl, bl, &d, &x, &d, &dy, &d, &mut dx, &g, s, grads)?;
+                Ok((dx, dg, db))
+            };
+            let label = what(&format!("batch norm backward (saved {saved})"));
+            sweep(&label, t, false, back, |(dx, dg, db), l| {
+                near(dx, &rg.dx, l);
+                near(dg, &rg.dgamma, l);
+                near(db, &rg.dbeta, l);
+            });
+        }
+        let var: Vec<f32> = b.iter().map(|v| v.abs()).collect();
+        let ri =
+            rf::norm::batch_norm_inference(bl, &d, &x, &d, &[], &g, &b, &g, &var, 1e-3).unwrap();
+        let inf = || {
+            let mut y = vec![0.0; n];
+            h.batch_norm_forward_inference(&bn, bl, &d, &x, &d, &mut y, &g, &b, &g, &var)?;
+            Ok(y)
+        };
+        sweep(&what("batch norm inference"), t, false, inf, |y, l| {
+            near(y, &ri, l)
+        });
+        // Layer norm forward and backward.
+        let ln = LayerNorm::new(1e-3).unwrap();
+        let chw = n / 2;
+        let (lg, lb) = (int_data(chw, 15), int_data(chw, 16));
+        let rl =
+            rf::norm::layer_norm_forward(bl, &d, &x, &d, &[], Some(&lg), Some(&lb), 1e-3).unwrap();
+        let lfwd = || {
+            let (mut y, mut m, mut i) = (vec![0.0; n], vec![0.0; 2], vec![0.0; 2]);
+            let saved = SavedStatsMut {
+                mean: &mut m,
+                inv_std: &mut i,
+            };
+            h.layer_norm_forward(
+                &ln,
+                bl,
+                &d,
+                &x,
+                &d,
+                &mut y,
+                Some(&lg),
+                Some(&lb),
+                Some(saved),
+            )?;
+            Ok((y, m, i))
+        };
+        sweep(
+            &what("layer norm forward"),
+            t,
+            false,
+            lfwd,
+            |(y, m, i), l| {
+                near(y, &rl.y, l);
+                near(m, &rl.mean, l);
+                near(i, &rl.rstd, l);
+            },
+        );
+        let (lm, ls): (Vec<f32>, Vec<f32>) = (
+            rl.mean.iter().map(|&v| v as f32).collect(),
+            rl.rstd.iter().map(|&v| v as f32).collect(),
+        );
+        let lz = vec![0.0; chw];
+        let rlb = rf::norm::layer_norm_backward(
+            bl,
+            bl,
+            &d,
+            &x,
+            &d,
+            &dy,
+            &d,
+            (&[], &lz, &lz),
+            Some(&lg),
+            &lm,
+            &ls,
+        )
+        .unwrap();
+        let lbwd = || {
+            let (mut dx, mut dg, mut db) = (vec![0.0; n], vec![0.0; chw], vec![0.0; chw]);
+            let grads = ParamGrads {
+                dgamma: &mut dg,
+                dbeta: &mut db,
+            };
+            let saved = SavedStats {
+                mean: &lm,
+                inv_std: &ls,
+            };
+            h.layer_norm_backward(
+                bl,
+                bl,
+                &d,
+                &x,
+                &d,
+                &dy,
+                &d,
+                &mut dx,
+                Some(&lg),
+                saved,
+                Some(grads),
+            )?;
+            Ok((dx, dg, db))
+        };
+        sweep(
+            &what("layer norm backward"),
+            t,
+            false,
+            lbwd,
+            |(dx, dg, db), l| {
+                near(dx, &rlb.dx, l);
+                near(dg, &rlb.dgamma, l);
+                near(db, &rlb.dbeta, l);
+            },
+        );
+        // Pooling, forward and backward of each mode (divisors, scratch).
+        for mode in PoolMode::ALL {
+            let pd = PoolDesc::new(mode, [3, 3], [2, 2], Padding::symmetric(1, 1)).unwrap();
+            let yd = pd.output_desc(&d, layout).unwrap();
+            let ry = rf::pool::forward(&pd, bl, &d, &x, &yd, &[]).unwrap();
+            let pdy = int_data(yd.span(), 17);
+            let rdx = rf::pool::backward(&pd, bl, &d, &x, &yd, &pdy, &d, &[]).unwrap();
+            let fwd = || {
+                let mut y = vec![0.0; yd.span()];
+                h.pooling_forward(&pd, bl, &d, &x, &yd, &mut y)?;
+                Ok(y)
+            };
+            let bwd = || {
+                let mut dx = vec![0.0; n];
+                h.pooling_backward(&pd, bl, &d, &x, &yd, &pdy, &d, &mut dx)?;
+                Ok(dx)
+            };
+            let name = mode.name();
+            run_or_sweep(&what(&format!("pool {name} forward")), t, fwd, &ry);
+            run_or_sweep(&what(&format!("pool {name} backward")), t, bwd, &rdx);
+        }
+        // Softmax over the channels and over the instance, forward and backward.
+        for mode in [SoftmaxMode::Channel, SoftmaxMode::Instance] {
+            let algo = SoftmaxAlgorithm::Log;
+            let ry = rf::softmax::forward(algo, mode, bl, &d, &x, &d, &[]).unwrap();
+            let y: Vec<f32> = ry.iter().map(|&v| v as f32).collect();
+            let rdx = rf::softmax::backward(algo, mode, bl, &d, &y, &d, &dy, &d, &[]).unwrap();
+            let fwd = || {
+                let mut out = vec![0.0; n];
+                h.softmax_forward(algo, mode, bl, &d, &x, &d, &mut out)?;
+                Ok(out)
+            };
+            let bwd = || {
+                let mut dx = vec![0.0; n];
+                h.softmax_backward(algo, mode, bl, &d, &y, &d, &dy, &d, &mut dx)?;
+                Ok(dx)
+            };
+            let (f, b) = (
+                what(&format!("softmax {mode:?}")),
+                what(&format!("softmax {mode:?} backward")),
+            );
+            run_or_sweep(&f, t, fwd, &ry);
+            run_or_sweep(&b, t, bwd, &rdx);
+        }
+        // Reductions over the image and over the channels.
+        for cd in [[2, 16, 1, 1], [2, 1, 9, 7], [1, 1, 1, 1]] {
+            let cd = f32d(cd);
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Norm2] {
+                let r = rf::tensor_ops::reduce_tensor(op, bl, &d, &x, &cd, &[]).unwrap();
+                let call = || {
+                    let mut out = vec![0.0; cd.span()];
+                    h.reduce_tensor(op, bl, &d, &x, &cd, &mut out)?;
+                    Ok(out)
+                };
+                run_or_sweep(
+                    &what(&format!("reduce {} to {cd:?}", op.name())),
+                    t,
+                    call,
+                    &r,
+                );
+            }
+        }
+        // The pointwise operators and the transform.
+        let act = autodnn::Activation::Gelu;
+        let r = rf::activation::forward(act, bl, &d, &x, &d, &[]).unwrap();
+        let call = || {
+            let mut y = vec![0.0; n];
+            h.activation_forward(act, bl, &d, &x, &d, &mut y)?;
+            Ok(y)
+        };
+        allocates_nothing(&what("activation"), call, &r);
+        let bd = f32d([1, 16, 1, 1]);
+        let r = rf::tensor_ops::add_tensor(bl, &bd, &g, &d, &[]).unwrap();
+        let call = || {
+            let mut y = vec![0.0; n];
+            h.add_tensor(bl, &bd, &g, &d, &mut y)?;
+            Ok(y)
+        };
+        allocates_nothing(&what("add tensor"), call, &r);
+        let od = OpTensorDesc::new(OpTensorOp::Mul, 1.0, 2.0, 0.0).unwrap();
+        let r = rf::tensor_ops::op_tensor(&od, &d, &x, &bd, &g, &d, &[]).unwrap();
+        let call = || {
+            let mut y = vec![0.0; n];
+            h.op_tensor(&od, &d, &x, &bd, &g, &d, &mut y)?;
+            Ok(y)
+        };
+        allocates_nothing(&what("op tensor"), call, &r);
+        let other = f32d([2, 16, 9, 7]);
+        let other = if layout == Layout::Nchw {
+            TensorDesc::new(DataType::F32, Layout::Nhwc, other.dims()).unwrap()
+        } else {
+            TensorDesc::new(DataType::F32, Layout::Nchw, other.dims()).unwrap()
+        };
+        let r = rf::transform::forward(bl, &d, &x, &other, &[]).unwrap();
+        let call = || {
+            let mut y = vec![0.0; n];
+            h.transform_tensor(bl, &d, &x, &other, &mut y)?;
+            Ok(y)
+        };
+        allocates_nothing(&what("transform"), call, &r);
+    }
+}
+
+/// A call that makes no allocation through the library's allocator: it runs, with the injector
+/// armed from the first allocation on, and gives the reference's output.
+fn allocates_nothing(
+    what: &str,
+    mut call: impl FnMut() -> autodnn::Result<Vec<f32>>,
+    want: &[f64],
+) {
+    FailNth::count();
+    let y = call().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(FailNth::allocations(), 0, "{what}: allocates");
+    near(&y, want, what);
+    FailNth::arm(1, true);
+    let y = call();
+    FailNth::disarm();
+    near(&y.unwrap_or_else(|e| panic!("{what}: {e}")), want, what);
+}
+
+/// [`sweep`] for a call that allocates on some shapes and thread counts and not on others.
+fn run_or_sweep(
+    what: &str,
+    t: &mut Totals,
+    mut call: impl FnMut() -> autodnn::Result<Vec<f32>>,
+    want: &[f64],
+) {
+    FailNth::count();
+    call().unwrap_or_else(|e| panic!("{what}: {e}"));
+    if FailNth::allocations() == 0 {
+        allocates_nothing(what, call, want);
+    } else {
+        sweep(what, t, false, call, |y, l| near(y, want, l));
+    }
+}
+
 #[test]
 fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error() {
     let cases = cases();
@@ -613,6 +946,7 @@ fn every_injected_allocation_failure_ends_in_a_correct_output_or_a_typed_error()
             backward_all(&h, &cases, &tag, &mut t, &mut covered);
             let best = isa == Isa::best_available();
             gemm_sweeps(&h, &tag, &mut t, threads > 1, threads > 1 && best);
+            layer_sweeps(&h, &tag, &mut t);
             println!(
                 "{tag}: {} calls, {} injected failures: {} correct outputs, {} typed errors",
                 t.calls, t.injected, t.survived, t.typed

@@ -485,3 +485,45 @@ fn cost_queries_of_a_huge_grouped_image_do_not_overflow() {
     all_finite::<ConvBackwardFilter>(&fwd.for_op(OpKind::ConvBackwardFilter).unwrap());
     all_finite::<ConvBackwardData>(&fwd.for_op(OpKind::ConvBackwardData).unwrap());
 }
+
+/// Max and average pooling with a 2×2 window and a stride of 2^40 (one output per row and
+/// column) on an 8×8 image (fuzzing the operators): the forward's per-thread scratch held
+/// every column phase of the stride, 2^40 floats. It builds only the phases the window's taps
+/// reach now (at most the window's width), so the scratch stays within the padded row.
+#[test]
+fn pooling_with_a_stride_far_beyond_the_window_allocates_nothing_large() {
+    use autodnn::layers::pool::{PoolDesc, PoolMode};
+    use autodnn::layers::Blend;
+    use autodnn::{DataType, Padding, TensorDesc};
+    let x_desc = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 3, 8, 8]).unwrap();
+    let x = int_data(x_desc.span(), 5);
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    for mode in PoolMode::ALL {
+        for stride in [3usize, 5, 1 << 40] {
+            let pad = Padding::symmetric(0, 1);
+            let desc = PoolDesc::new(mode, [2, 2], [stride, stride], pad).unwrap();
+            let y_desc = desc.output_desc(&x_desc, Layout::Nchw).unwrap();
+            let r = reference::pool::forward(&desc, Blend::default(), &x_desc, &x, &y_desc, &[])
+                .unwrap();
+            for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+                let h = Handle::with_threads(1).unwrap();
+                h.set_isa_cap(isa);
+                let mut y = vec![0.0; y_desc.span()];
+                LARGEST.store(0, Ordering::SeqCst);
+                h.pooling_forward(&desc, Blend::default(), &x_desc, &x, &y_desc, &mut y)
+                    .unwrap();
+                let largest = LARGEST.load(Ordering::SeqCst);
+                assert!(
+                    largest < 1 << 16,
+                    "{mode:?} stride {stride}: {largest} bytes at once"
+                );
+                for (o, (&g, &w)) in y.iter().zip(&r).enumerate() {
+                    assert!(
+                        (g as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
+                        "{mode:?} {o}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -382,13 +382,12 @@ fn group_sums<const K: usize>(
             unsafe { out.write(i, acc) };
         })?;
     }
-    Ok((0..geo.count)
-        .map(|g| {
-            part[g * per..(g + 1) * per]
-                .iter()
-                .fold([0.0; 2], |a, p| [a[0] + p[0], a[1] + p[1]])
-        })
-        .collect())
+    let sums = (0..geo.count).map(|g| {
+        part[g * per..(g + 1) * per]
+            .iter()
+            .fold([0.0; 2], |a, p| [a[0] + p[0], a[1] + p[1]])
+    });
+    crate::alloc::try_collect(sums, "normalization sums")
 }
 
 /// Per-channel pair sums over channels-last rows: `row(offsets, s0, s1)` adds one position's
@@ -414,7 +413,7 @@ fn row_sums<const K: usize>(
             rows.walk(i, |off| row(off, s0, s1));
         })?;
     }
-    let mut sums = vec![[0.0f64; 2]; c];
+    let mut sums = crate::alloc::try_vec(c, [0.0f64; 2], "normalization sums")?;
     for p in part.chunks_exact(size) {
         for (k, s) in sums.iter_mut().enumerate() {
             s[0] += p[k];
@@ -731,23 +730,26 @@ fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec
     let features = ctx.features();
     let sums = match Rows::new(dims, st) {
         Some(rows) => {
-            let shift: Vec<f64> = (0..c).map(|k| x[k] as f64).collect();
+            let shift = (0..c).map(|k| x[k] as f64);
+            let shift = crate::alloc::try_collect(shift, "batch norm shifts")?;
             // Channel k's first element is at k (the positions start at offset 0).
-            row_sums(ctx, &rows, c, |[o], s0, s1| {
+            let sums = row_sums(ctx, &rows, c, |[o], s0, s1| {
                 row_shifted(features, &x[o..o + c], &shift, s0, s1)
-            })?
-            .into_iter()
-            .zip(&shift)
-            .map(|(s, &sh)| shifted_moments(s, sh, m))
-            .collect()
+            })?;
+            let moments = sums
+                .into_iter()
+                .zip(&shift)
+                .map(|(s, &sh)| shifted_moments(s, sh, m));
+            crate::alloc::try_collect(moments, "batch norm statistics")?
         }
         None => {
             let geo = Groups::new(dims, st, 1);
             let sums = shifted_sums(ctx, features, &geo, x)?;
-            sums.into_iter()
+            let moments = sums
+                .into_iter()
                 .enumerate()
-                .map(|(g, s)| shifted_moments(s, x[g * geo.gstride[0]] as f64, m))
-                .collect()
+                .map(|(g, s)| shifted_moments(s, x[g * geo.gstride[0]] as f64, m));
+            crate::alloc::try_collect(moments, "batch norm statistics")?
         }
     };
     Ok(sums)
@@ -1011,19 +1013,27 @@ pub fn backward(
     // Mean (as the f32 the elementwise pass subtracts) and inv_std per channel.
     let (mean, inv): (Vec<f32>, Vec<f64>) = match saved {
         Some(s) => (
-            s.mean.to_vec(),
-            s.inv_std.iter().map(|&v| v as f64).collect(),
+            crate::alloc::try_copy(s.mean, "batch norm means")?,
+            crate::alloc::try_collect(s.inv_std.iter().map(|&v| v as f64), "batch norm scales")?,
         ),
-        None => bn_stats(ctx, x_desc, x)?
-            .iter()
-            .map(|&[mu, var]| (mu as f32, 1.0 / (var + bn.epsilon).sqrt()))
-            .unzip(),
+        None => {
+            let stats = bn_stats(ctx, x_desc, x)?;
+            let mean = stats.iter().map(|&[mu, _]| mu as f32);
+            let inv = stats
+                .iter()
+                .map(|&[_, var]| 1.0 / (var + bn.epsilon).sqrt());
+            (
+                crate::alloc::try_collect(mean, "batch norm means")?,
+                crate::alloc::try_collect(inv, "batch norm scales")?,
+            )
+        }
     };
     let dims = x_desc.dims();
     let features = ctx.features();
     let sums = match Rows::new(dims, [x_desc.strides(), dy_desc.strides()]) {
         Some(rows) => {
-            let mf: Vec<f64> = mean.iter().map(|&v| v as f64).collect();
+            let mf = mean.iter().map(|&v| v as f64);
+            let mf = crate::alloc::try_collect(mf, "batch norm means")?;
             row_sums(ctx, &rows, c, |[ox, og], s0, s1| {
                 row_grad(features, &x[ox..ox + c], &dy[og..og + c], &mf, s0, s1)
             })?
@@ -1302,19 +1312,16 @@ pub fn layer_norm_backward(
         }
     })?;
     let (mf, ad) = (chw as f64, blend_data.alpha as f64);
-    let ks: Vec<[f32; 4]> = sums
-        .iter()
-        .enumerate()
-        .map(|(g, &[s1, s2])| {
-            let r = saved.inv_std[g] as f64;
-            [
-                saved.mean[g],
-                (ad * r) as f32,
-                (-ad * r * r * r * s2 / mf) as f32,
-                (-ad * r * s1 / mf) as f32,
-            ]
-        })
-        .collect();
+    let ks = sums.iter().enumerate().map(|(g, &[s1, s2])| {
+        let r = saved.inv_std[g] as f64;
+        [
+            saved.mean[g],
+            (ad * r) as f32,
+            (-ad * r * r * r * s2 / mf) as f32,
+            (-ad * r * s1 / mf) as f32,
+        ]
+    });
+    let ks = crate::alloc::try_collect(ks, "layer norm coefficients")?;
     let bt = blend_data.beta;
     {
         let out = SharedOut::new(dx);
@@ -1504,7 +1511,7 @@ fn bn_coefficients(
             "must be finite and non-negative",
         ));
     }
-    let mut out = Vec::with_capacity(gamma.len());
+    let mut out = crate::alloc::try_vec_with_capacity(gamma.len(), "batch norm coefficients")?;
     for k in 0..gamma.len() {
         let v = var[k] as f64 + epsilon;
         if !(v > 0.0 && v.is_finite()) {
@@ -1583,11 +1590,8 @@ pub fn fold_scale(
     shift: &[f32],
 ) -> Result<()> {
     check_fold(filter, w, bias, &[("scale", scale), ("shift", shift)])?;
-    let coef: Vec<[f64; 2]> = scale
-        .iter()
-        .zip(shift)
-        .map(|(&s, &t)| [s as f64, t as f64])
-        .collect();
+    let coef = scale.iter().zip(shift).map(|(&s, &t)| [s as f64, t as f64]);
+    let coef = crate::alloc::try_collect(coef, "folding coefficients")?;
     fold_affine(filter, w, bias, &coef)
 }
 
@@ -1622,11 +1626,11 @@ pub fn fold_batch_norm_scale(
             ("shift", shift),
         ],
     )?;
-    let coef: Vec<[f64; 2]> = bn_coefficients(gamma, beta, mean, var, epsilon)?
+    let coef = bn_coefficients(gamma, beta, mean, var, epsilon)?
         .into_iter()
         .zip(scale.iter().zip(shift))
-        .map(|([m, a], (&s, &t))| [m * s as f64, a * s as f64 + t as f64])
-        .collect();
+        .map(|([m, a], (&s, &t))| [m * s as f64, a * s as f64 + t as f64]);
+    let coef = crate::alloc::try_collect(coef, "folding coefficients")?;
     fold_affine(filter, w, bias, &coef)
 }
 

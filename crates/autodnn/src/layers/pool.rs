@@ -733,6 +733,17 @@ struct PlaneFwd<'a> {
     pl: usize,
 }
 
+/// The column phases the plane path's forward builds for stride `sw` and window `kw`: all
+/// `sw` of them up to 2 (the split of stride 2 writes both), else the `min(sw, kw)` that
+/// the taps read.
+fn phase_count(sw: usize, kw: usize) -> usize {
+    if sw <= 2 {
+        sw
+    } else {
+        sw.min(kw)
+    }
+}
+
 /// Per-thread scratch of the plane path, forward: the padded row of the window's rows
 /// reduced, its phases, an accumulator.
 struct PlaneScratch {
@@ -796,7 +807,7 @@ multiversion! {
                     &s.phases
                 }
                 _ => {
-                    for ph in 0..sw {
+                    for ph in 0..phase_count(sw, g.kw) {
                         for (t, d) in s.phases[ph * pl..(ph + 1) * pl].iter_mut().enumerate() {
                             *d = vrow[ph + sw * t];
                         }
@@ -1060,11 +1071,15 @@ pub fn forward(
             |_, item| global_forward(features, &p, &out, item),
         );
     }
-    let row_len = (g.sw * pl).max(g.pad[2] + g.w);
+    // Only the phases a window's taps reach (v mod sw for v < kw) are built: a stride far
+    // beyond the window (the fuzzer's 2^40) must not size the scratch. The row then holds
+    // what those phases read, and at least the padded input.
+    let nph = phase_count(g.sw, g.kw);
+    let row_len = ((pl - 1) * g.sw + nph).max(g.pad[2] + g.w);
     let init = || {
         Ok(PlaneScratch {
             vrow: crate::alloc::try_vec(row_len, 0.0f32, "pooling row")?,
-            phases: crate::alloc::try_vec(g.sw * pl, 0.0f32, "pooling phases")?,
+            phases: crate::alloc::try_vec(nph * pl, 0.0f32, "pooling phases")?,
             acc: crate::alloc::try_vec(g.ow, 0.0f32, "pooling accumulator")?,
         })
     };

@@ -646,9 +646,9 @@ impl ReduceOp {
         let v = v as f64;
         match self {
             ReduceOp::Sum | ReduceOp::Mean => acc + v,
-            ReduceOp::Max => acc.max(v),
-            ReduceOp::Min => acc.min(v),
-            ReduceOp::Amax => acc.max(v.abs()),
+            ReduceOp::Max => max_num(acc, v),
+            ReduceOp::Min => min_num(acc, v),
+            ReduceOp::Amax => max_num(acc, v.abs()),
             ReduceOp::Norm1 => acc + v.abs(),
             ReduceOp::Norm2 => acc + v * v,
             ReduceOp::Mul => acc * v,
@@ -660,8 +660,8 @@ impl ReduceOp {
     fn merge(self, a: f64, b: f64) -> f64 {
         match self {
             ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Norm1 | ReduceOp::Norm2 => a + b,
-            ReduceOp::Max | ReduceOp::Amax => a.max(b),
-            ReduceOp::Min => a.min(b),
+            ReduceOp::Max | ReduceOp::Amax => max_num(a, b),
+            ReduceOp::Min => min_num(a, b),
             ReduceOp::Mul => a * b,
         }
     }
@@ -693,6 +693,29 @@ impl ReduceOp {
             count += 1;
         }
         self.finish(acc, count.max(1))
+    }
+}
+
+/// max(a, b) where a NaN loses to a number (as `f64::max`), written as a compare and a
+/// select: `f64::max` in the reduction loops made the nightly compiler's instruction
+/// selection fail on AVX-512 (`Cannot select: v16i1 = insert_subvector`) in the
+/// coverage-instrumented builds of the fuzz targets.
+#[inline(always)]
+fn max_num(a: f64, b: f64) -> f64 {
+    if b > a || a.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+
+/// min(a, b) where a NaN loses to a number (as `f64::min`); see [`max_num`].
+#[inline(always)]
+fn min_num(a: f64, b: f64) -> f64 {
+    if b < a || a.is_nan() {
+        b
+    } else {
+        a
     }
 }
 
