@@ -9,7 +9,7 @@ autodnn / PyTorch. Rounds are interleaved; medians over rounds are reported.
 
     source "$(bench/peers/setup.sh)"          # PyTorch
     cargo build --release --bin autodnn
-    python3 bench/ops-peers.py [--threads 1] [--rounds 3] [--reps 20] [--json]
+    python3 bench/ops-peers.py [--threads 1] [--rounds 3] [--reps 20] [--only TEXT] [--json]
 
 Not run by CI.
 """
@@ -139,7 +139,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", default="", help="only the cases whose label contains this text")
     a = ap.parse_args()
+    keep = [c for c in CASES if a.only in c[3]]
+    CASES[:] = keep
     import torch
     torch.set_num_threads(a.threads)
     ours, theirs, gbps, copy = {}, {}, {}, []

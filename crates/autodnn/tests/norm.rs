@@ -316,6 +316,116 @@ fn batch_norm_training_and_backward_match_reference() {
     }
 }
 
+/// The statistics sums run in f32 lanes per block of 256 values and fall back to f64 when
+/// those come out not finite: values whose squares pass f32's range (3·10^19) still give the
+/// reference's statistics and gradients, on planes (NCHW) and channels-last rows; a NaN in a
+/// channel makes that channel's statistics NaN and leaves the others exact.
+#[test]
+fn statistics_of_values_beyond_the_f32_squares_and_of_nan() {
+    let bn = BatchNorm::new(1e-3).unwrap();
+    let dims = [2, 3, 20, 20];
+    for (ln, d) in descs(dims).into_iter().take(2) {
+        let mut x = data(&d, 41);
+        x[d.offset(1, 1, 7, 3)] = 3e19;
+        x[d.offset(0, 1, 2, 9)] = -1e20;
+        let dy = real_data(d.span(), 42, 500);
+        let (g, b) = params(3, 43);
+        let r = rn::batch_norm_training(Blend::default(), &d, &x, &d, &[], &g, &b, 1e-3).unwrap();
+        let (sm, si): (Vec<f32>, Vec<f32>) = (
+            r.mean.iter().map(|&v| v as f32).collect(),
+            r.inv_std.iter().map(|&v| v as f32).collect(),
+        );
+        let z = vec![0.0; 3];
+        let rg = rn::batch_norm_backward(
+            Blend::default(),
+            Blend::default(),
+            &d,
+            &x,
+            &d,
+            &dy,
+            &d,
+            (&[], &z, &z),
+            &g,
+            &sm,
+            &si,
+        )
+        .unwrap();
+        for (isa, t, h) in &handles() {
+            let what = format!("{ln} {isa:?} {t}t");
+            let mut y = vec![0.0; d.span()];
+            let (mut m, mut i) = (vec![0.0; 3], vec![0.0; 3]);
+            let saved = SavedStatsMut {
+                mean: &mut m,
+                inv_std: &mut i,
+            };
+            h.batch_norm_forward_training(
+                &bn,
+                Blend::default(),
+                &d,
+                &x,
+                &d,
+                &mut y,
+                &g,
+                &b,
+                None,
+                Some(saved),
+            )
+            .unwrap();
+            check(&d, &y, &r.y, TOL, &what);
+            check_vec(&m, &r.mean, TOL, &what);
+            check_vec(&i, &r.inv_std, TOL, &what);
+            let (mut dx, mut dg, mut db) = (vec![0.0; d.span()], vec![0.0; 3], vec![0.0; 3]);
+            let grads = ParamGrads {
+                dgamma: &mut dg,
+                dbeta: &mut db,
+            };
+            h.batch_norm_backward(
+                &bn,
+                Blend::default(),
+                Blend::default(),
+                &d,
+                &x,
+                &d,
+                &dy,
+                &d,
+                &mut dx,
+                &g,
+                None,
+                grads,
+            )
+            .unwrap();
+            check(&d, &dx, &rg.dx, TOL, &what);
+            check_vec(&dg, &rg.dgamma, TOL, &what);
+            check_vec(&db, &rg.dbeta, TOL, &what);
+        }
+        // A NaN in channel 2: its statistics are NaN, the others as before.
+        x[d.offset(1, 2, 19, 19)] = f32::NAN;
+        let h = &handles()[0].2;
+        let (mut m, mut i) = (vec![0.0; 3], vec![0.0; 3]);
+        let mut y = vec![0.0; d.span()];
+        let saved = SavedStatsMut {
+            mean: &mut m,
+            inv_std: &mut i,
+        };
+        h.batch_norm_forward_training(
+            &bn,
+            Blend::default(),
+            &d,
+            &x,
+            &d,
+            &mut y,
+            &g,
+            &b,
+            None,
+            Some(saved),
+        )
+        .unwrap();
+        assert!(m[2].is_nan() && i[2].is_nan(), "{ln}: {m:?} {i:?}");
+        check_vec(&m[..2], &r.mean[..2], TOL, ln);
+        check_vec(&i[..2], &r.inv_std[..2], TOL, ln);
+    }
+}
+
 #[test]
 fn running_statistics_follow_the_formula_exactly() {
     // Integer data, M = N·H·W = 32 (a power of two): the batch mean and variance are exact

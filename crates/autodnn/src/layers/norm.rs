@@ -63,9 +63,6 @@ const POSITIONS_MIN: usize = 256;
 /// Elements per piece of layer norm's dγ/dβ reduction over the batch.
 const PARAM_CHUNK: usize = 1 << 12;
 
-/// Lanes of the f64 accumulators.
-const LANES: usize = 16;
-
 // ---------------------------------------------------------------------------------------
 // Descriptors and parameter bundles.
 // ---------------------------------------------------------------------------------------
@@ -317,6 +314,72 @@ impl<const K: usize> Rows<K> {
     }
 }
 
+/// Channel planes that are contiguous in every tensor (NCHW, padded between planes or
+/// samples): walked in memory order, sample by sample, channel by channel. Walking a channel's
+/// planes of every sample in turn (megabytes apart) took half as long again as memory order.
+#[derive(Debug, Clone, Copy)]
+struct Planes<const K: usize> {
+    /// (n, c) plane starts: sample and channel strides per tensor.
+    strides: [[usize; 2]; K],
+    c: usize,
+    count: usize,
+    /// Elements per plane (H·W).
+    len: usize,
+}
+
+impl<const K: usize> Planes<K> {
+    /// Planes of at least [`PLANE_MIN`] elements, contiguous in every tensor; `None` for other
+    /// layouts.
+    fn new(dims: [usize; 4], strides: [[usize; 4]; K]) -> Option<Planes<K>> {
+        let [n, c, h, w] = dims;
+        let len = h * w;
+        let planar = strides
+            .iter()
+            .all(|s| (s[3] == 1 || w == 1) && (s[2] == w || h == 1));
+        (planar && len >= PLANE_MIN).then(|| Planes {
+            strides: strides.map(|s| [s[0], s[1]]),
+            c,
+            count: n * c,
+            len,
+        })
+    }
+
+    /// Plane `i`'s start in each tensor, and its channel.
+    fn at(&self, i: usize) -> ([usize; K], usize) {
+        let (b, ch) = (i / self.c, i % self.c);
+        (self.strides.map(|[sn, sc]| b * sn + ch * sc), ch)
+    }
+}
+
+/// Per-channel pair sums over [`Planes`]: `seg(starts, channel)` sums one plane; a channel's
+/// planes added in sample order (an order fixed by the shape, whatever the threads).
+fn plane_sums<const K: usize>(
+    ctx: &ExecContext<'_>,
+    pl: &Planes<K>,
+    seg: impl Fn([usize; K], usize) -> [f64; 2] + Sync,
+) -> Result<Vec<[f64; 2]>> {
+    let mut part = crate::alloc::try_vec(pl.count, [0.0f64; 2], "normalization partial sums")?;
+    {
+        let out = SharedOut::new(&mut part);
+        run_items(ctx, pl.count * pl.len, pl.count, |i| {
+            let (st, ch) = pl.at(i);
+            // SAFETY: slot i is written by item i alone.
+            unsafe { out.write(i, seg(st, ch)) };
+        })?;
+    }
+    let n = pl.count / pl.c;
+    let sums = (0..pl.c).map(|ch| {
+        (0..n).fold([0.0; 2], |a, b| {
+            let p = part[b * pl.c + ch];
+            [a[0] + p[0], a[1] + p[1]]
+        })
+    });
+    crate::alloc::try_collect(sums, "normalization sums")
+}
+
+/// Least elements of a plane for [`Planes`] (smaller planes are walked by channel).
+const PLANE_MIN: usize = 256;
+
 /// Runs `f(i)` for `i` in `0..items`, on the context's threads when the work is large.
 fn run_items(
     ctx: &ExecContext<'_>,
@@ -342,11 +405,11 @@ fn shifted_sums(
 ) -> Result<Vec<[f64; 2]>> {
     let contiguous = geo.contiguous();
     group_sums(ctx, geo, |g, [o], len| {
-        let s = x[g * geo.gstride[0]] as f64;
+        let s = x[g * geo.gstride[0]];
         if contiguous {
             sum_shifted(features, &x[o..o + len], s)
         } else {
-            let mut acc = [0.0; 2];
+            let (s, mut acc) = (s as f64, [0.0; 2]);
             for j in 0..len {
                 let d = x[o + j * geo.inner[0]] as f64 - s;
                 acc[0] += d;
@@ -428,78 +491,158 @@ fn row_sums<const K: usize>(
 // (Rust does not contract), so every instruction set gives the same bits.
 // ---------------------------------------------------------------------------------------
 
-multiversion! {
-    /// (Σ(x − s), Σ(x − s)²) in f64.
-    fn sum_shifted(x: &[f32], s: f64) -> [f64; 2] {
-        let mut a = [0.0f64; LANES];
-        let mut q = [0.0f64; LANES];
-        let mut it = x.chunks_exact(LANES);
-        for ch in &mut it {
-            for l in 0..LANES {
-                let d = ch[l] as f64 - s;
-                a[l] += d;
-                q[l] += d * d;
+/// Values per block of the statistics sums: each of [`FLANES`] f32 lanes sums four of them,
+/// then adds its sum into an f64 lane. The f32 lanes vectorise (the f64 form per element did
+/// not); the order is fixed by the data's length alone, and the f32 sums of four differences
+/// from the shift or the mean lose about 2^-22 of their size, well inside the operators'
+/// documented bounds.
+const BLOCK: usize = 256;
+/// f32 lanes of one block.
+const FLANES: usize = 64;
+
+/// One block's lane sums of (x − s) and (x − s)².
+#[inline(always)]
+fn block_shifted(blk: &[f32], s: f32) -> ([f32; FLANES], [f32; FLANES]) {
+    let mut fa = [0.0f32; FLANES];
+    let mut fq = [0.0f32; FLANES];
+    for ch in blk.chunks_exact(FLANES) {
+        for ((a, q), &v) in fa.iter_mut().zip(fq.iter_mut()).zip(ch) {
+            let d = v - s;
+            *a += d;
+            *q += d * d;
+        }
+    }
+    (fa, fq)
+}
+
+/// One block's lane sums of g and g·(x − m), g = dy (or dy·γ when `gm` is not empty).
+#[inline(always)]
+fn block_grad(x: &[f32], dy: &[f32], gm: &[f32], m: f32) -> ([f32; FLANES], [f32; FLANES]) {
+    let mut fa = [0.0f32; FLANES];
+    let mut fq = [0.0f32; FLANES];
+    if gm.is_empty() {
+        for (cx, cd) in x.chunks_exact(FLANES).zip(dy.chunks_exact(FLANES)) {
+            for (((a, q), &v), &g) in fa.iter_mut().zip(fq.iter_mut()).zip(cx).zip(cd) {
+                *a += g;
+                *q += g * (v - m);
             }
         }
-        let (mut ta, mut tq) = (0.0, 0.0);
-        for &v in it.remainder() {
-            let d = v as f64 - s;
+    } else {
+        for ((cx, cd), cg) in x
+            .chunks_exact(FLANES)
+            .zip(dy.chunks_exact(FLANES))
+            .zip(gm.chunks_exact(FLANES))
+        {
+            for ((((a, q), &v), &d), &w) in fa.iter_mut().zip(fq.iter_mut()).zip(cx).zip(cd).zip(cg)
+            {
+                let g = d * w;
+                *a += g;
+                *q += g * (v - m);
+            }
+        }
+    }
+    (fa, fq)
+}
+
+/// Adds a block's f32 lanes into the f64 lanes.
+#[inline(always)]
+fn add_block(a: &mut [f64; FLANES], q: &mut [f64; FLANES], fa: &[f32], fq: &[f32]) {
+    for ((a, q), (&x, &y)) in a.iter_mut().zip(q.iter_mut()).zip(fa.iter().zip(fq)) {
+        *a += x as f64;
+        *q += y as f64;
+    }
+}
+
+/// The f64 lanes and the tail's sums added in order.
+#[inline(always)]
+fn lanes_total(a: &[f64; FLANES], q: &[f64; FLANES], mut ta: f64, mut tq: f64) -> [f64; 2] {
+    for l in 0..FLANES {
+        ta += a[l];
+        tq += q[l];
+    }
+    [ta, tq]
+}
+
+multiversion! {
+    /// (Σ(x − s), Σ(x − s)²) in f64, s an f32 value (the group's first element): blocks of
+    /// [`BLOCK`] in f32 lanes added into f64 lanes, the tail in f64. Sums that come out not
+    /// finite (values whose squares pass f32's range, or a NaN or infinity in x) are summed
+    /// again wholly in f64.
+    fn sum_shifted(x: &[f32], s: f32) -> [f64; 2] {
+        let mut a = [0.0f64; FLANES];
+        let mut q = [0.0f64; FLANES];
+        let sd = s as f64;
+        let mut blocks = x.chunks_exact(BLOCK);
+        for blk in &mut blocks {
+            let (fa, fq) = block_shifted(blk, s);
+            add_block(&mut a, &mut q, &fa, &fq);
+        }
+        let (mut ta, mut tq) = (0.0f64, 0.0f64);
+        for &v in blocks.remainder() {
+            let d = v as f64 - sd;
             ta += d;
             tq += d * d;
         }
-        for l in 0..LANES {
-            ta += a[l];
-            tq += q[l];
+        let r = lanes_total(&a, &q, ta, tq);
+        if r[0].is_finite() && r[1].is_finite() {
+            return r;
+        }
+        let (mut ta, mut tq) = (0.0f64, 0.0f64);
+        for &v in x {
+            let d = v as f64 - sd;
+            ta += d;
+            tq += d * d;
         }
         [ta, tq]
     }
 }
 
+/// g (dy, or dy·γ) at i, in f64.
+#[inline(always)]
+fn grad_at(dy: &[f32], gm: &[f32], i: usize) -> f64 {
+    if gm.is_empty() {
+        dy[i] as f64
+    } else {
+        dy[i] as f64 * gm[i] as f64
+    }
+}
+
+/// (Σg, Σg·(x − m)) in f64 over the elements from `i0` on, in order.
+#[inline(always)]
+fn grad_sums_f64(x: &[f32], dy: &[f32], gm: &[f32], md: f64, i0: usize) -> [f64; 2] {
+    let (mut ta, mut tq) = (0.0f64, 0.0f64);
+    for (i, &v) in x.iter().enumerate().skip(i0) {
+        let g = grad_at(dy, gm, i);
+        ta += g;
+        tq += g * (v as f64 - md);
+    }
+    [ta, tq]
+}
+
 multiversion! {
-    /// (Σg, Σg·(x − m)) in f64 with g = dy (or dy·γ when `gamma` is not empty).
-    fn sum_grad(x: &[f32], dy: &[f32], gamma: &[f32], m: f64) -> [f64; 2] {
-        let mut a = [0.0f64; LANES];
-        let mut q = [0.0f64; LANES];
+    /// (Σg, Σg·(x − m)) in f64 with g = dy (or dy·γ when `gamma` is not empty), m an f32
+    /// value (the saved mean): blocks, tail and the f64 retry as [`sum_shifted`]'s.
+    fn sum_grad(x: &[f32], dy: &[f32], gamma: &[f32], m: f32) -> [f64; 2] {
+        let mut a = [0.0f64; FLANES];
+        let mut q = [0.0f64; FLANES];
+        let md = m as f64;
         let n = x.len().min(dy.len());
-        let full = n - n % LANES;
-        let (mut ta, mut tq) = (0.0, 0.0);
-        if gamma.is_empty() {
-            for (cx, cd) in x[..full].chunks_exact(LANES).zip(dy[..full].chunks_exact(LANES)) {
-                for l in 0..LANES {
-                    let g = cd[l] as f64;
-                    a[l] += g;
-                    q[l] += g * (cx[l] as f64 - m);
-                }
-            }
-            for i in full..n {
-                let g = dy[i] as f64;
-                ta += g;
-                tq += g * (x[i] as f64 - m);
-            }
-        } else {
-            let gm = &gamma[..n];
-            for ((cx, cd), cg) in x[..full]
-                .chunks_exact(LANES)
-                .zip(dy[..full].chunks_exact(LANES))
-                .zip(gm[..full].chunks_exact(LANES))
-            {
-                for l in 0..LANES {
-                    let g = cd[l] as f64 * cg[l] as f64;
-                    a[l] += g;
-                    q[l] += g * (cx[l] as f64 - m);
-                }
-            }
-            for i in full..n {
-                let g = dy[i] as f64 * gm[i] as f64;
-                ta += g;
-                tq += g * (x[i] as f64 - m);
-            }
+        let (x, dy) = (&x[..n], &dy[..n]);
+        let gm = if gamma.is_empty() { gamma } else { &gamma[..n] };
+        let full = n - n % BLOCK;
+        let mut i = 0;
+        while i < full {
+            let g = if gm.is_empty() { gm } else { &gm[i..i + BLOCK] };
+            let (fa, fq) = block_grad(&x[i..i + BLOCK], &dy[i..i + BLOCK], g, m);
+            add_block(&mut a, &mut q, &fa, &fq);
+            i += BLOCK;
         }
-        for l in 0..LANES {
-            ta += a[l];
-            tq += q[l];
+        let [ta, tq] = grad_sums_f64(x, dy, gm, md, full);
+        let r = lanes_total(&a, &q, ta, tq);
+        if r[0].is_finite() && r[1].is_finite() {
+            return r;
         }
-        [ta, tq]
+        grad_sums_f64(x, dy, gm, md, 0)
     }
 }
 
@@ -728,8 +871,8 @@ fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec
     let dims = x_desc.dims();
     let st = [x_desc.strides()];
     let features = ctx.features();
-    let sums = match Rows::new(dims, st) {
-        Some(rows) => {
+    let sums = match (Rows::new(dims, st), Planes::new(dims, st)) {
+        (Some(rows), _) => {
             let shift = (0..c).map(|k| x[k] as f64);
             let shift = crate::alloc::try_collect(shift, "batch norm shifts")?;
             // Channel k's first element is at k (the positions start at offset 0).
@@ -742,7 +885,19 @@ fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec
                 .map(|(s, &sh)| shifted_moments(s, sh, m));
             crate::alloc::try_collect(moments, "batch norm statistics")?
         }
-        None => {
+        (None, Some(pl)) => {
+            // Channel ch's shift: its first element (sample 0).
+            let shift = |ch: usize| x[ch * st[0][1]];
+            let sums = plane_sums(ctx, &pl, |[o], ch| {
+                sum_shifted(features, &x[o..o + pl.len], shift(ch))
+            })?;
+            let moments = sums
+                .into_iter()
+                .enumerate()
+                .map(|(ch, s)| shifted_moments(s, shift(ch) as f64, m));
+            crate::alloc::try_collect(moments, "batch norm statistics")?
+        }
+        (None, None) => {
             let geo = Groups::new(dims, st, 1);
             let sums = shifted_sums(ctx, features, &geo, x)?;
             let moments = sums
@@ -759,7 +914,10 @@ fn bn_stats(ctx: &ExecContext<'_>, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec
 fn shifted_moments(s: [f64; 2], shift: f64, m: usize) -> [f64; 2] {
     let mf = m as f64;
     let d = s[0] / mf;
-    [shift + d, (s[1] / mf - d * d).max(0.0)]
+    // Rounding may leave a tiny negative variance: 0 then; a NaN stays NaN (`max` would
+    // have made it 0, and 1/√ε of a channel that holds a NaN).
+    let v = s[1] / mf - d * d;
+    [shift + d, if v < 0.0 { 0.0 } else { v }]
 }
 
 /// y = (x − m[c])·a[c] + b[c] (+ beta·y) per channel, x and y of any strides.
@@ -789,6 +947,22 @@ fn bn_apply(
                 let dst = unsafe { out.slice_mut(oy, c) };
                 affine_row(features, &x[ox..ox + c], dst, m, a, b, beta);
             })
+        });
+    }
+    if let Some(pl) = Planes::new(dims, st) {
+        return run_items(ctx, total, pl.count, |i| {
+            let ([oy, ox], ch) = pl.at(i);
+            // SAFETY: each plane belongs to one item.
+            let dst = unsafe { out.slice_mut(oy, pl.len) };
+            affine(
+                features,
+                &x[ox..ox + pl.len],
+                dst,
+                m[ch],
+                a[ch],
+                b[ch],
+                beta,
+            );
         });
     }
     let geo = Groups::new(dims, st, 1);
@@ -1038,24 +1212,30 @@ pub fn backward(
                 row_grad(features, &x[ox..ox + c], &dy[og..og + c], &mf, s0, s1)
             })?
         }
-        None => {
-            let geo = Groups::new(dims, [x_desc.strides(), dy_desc.strides()], 1);
-            let contiguous = geo.contiguous();
-            group_sums(ctx, &geo, |g, [ox, og], n| {
-                let mu = mean[g] as f64;
-                if contiguous {
-                    sum_grad(features, &x[ox..ox + n], &dy[og..og + n], &[], mu)
-                } else {
-                    let mut acc = [0.0; 2];
-                    for j in 0..n {
-                        let d = dy[og + j * geo.inner[1]] as f64;
-                        acc[0] += d;
-                        acc[1] += d * (x[ox + j * geo.inner[0]] as f64 - mu);
+        None => match Planes::new(dims, [x_desc.strides(), dy_desc.strides()]) {
+            Some(pl) => plane_sums(ctx, &pl, |[ox, og], ch| {
+                let n = pl.len;
+                sum_grad(features, &x[ox..ox + n], &dy[og..og + n], &[], mean[ch])
+            })?,
+            None => {
+                let geo = Groups::new(dims, [x_desc.strides(), dy_desc.strides()], 1);
+                let contiguous = geo.contiguous();
+                group_sums(ctx, &geo, |g, [ox, og], n| {
+                    let mu = mean[g];
+                    if contiguous {
+                        sum_grad(features, &x[ox..ox + n], &dy[og..og + n], &[], mu)
+                    } else {
+                        let mut acc = [0.0; 2];
+                        for j in 0..n {
+                            let d = dy[og + j * geo.inner[1]] as f64;
+                            acc[0] += d;
+                            acc[1] += d * (x[ox + j * geo.inner[0]] as f64 - mu as f64);
+                        }
+                        acc
                     }
-                    acc
-                }
-            })?
-        }
+                })?
+            }
+        },
     };
     let mf = m as f64;
     let mut k = crate::alloc::try_vec(4 * c, 0.0f32, "batch norm coefficients")?;
@@ -1083,6 +1263,16 @@ pub fn backward(
                 let dst = unsafe { out.slice_mut(od, c) };
                 grad_row(features, &x[ox..ox + c], &dy[og..og + c], dst, &k, beta);
             })
+        });
+    }
+    if let Some(pl) = Planes::new(dims, st) {
+        return run_items(ctx, total, pl.count, |i| {
+            let ([od, ox, og], g) = pl.at(i);
+            let kk = [k[g], k[c + g], k[2 * c + g], k[3 * c + g]];
+            let n = pl.len;
+            // SAFETY: each plane belongs to one item.
+            let dst = unsafe { out.slice_mut(od, n) };
+            grad_affine(features, &x[ox..ox + n], &dy[og..og + n], dst, kk, beta);
         });
     }
     let geo = Groups::new(dims, st, 1);
@@ -1294,7 +1484,7 @@ pub fn layer_norm_backward(
     let geo = Groups::new(dims, st, 0);
     let contiguous = geo.contiguous();
     let sums = group_sums(ctx, &geo, |g, [_, ox, og, op], len| {
-        let mu = saved.mean[g] as f64;
+        let mu = saved.mean[g];
         if contiguous {
             let gg = if gs.is_empty() { gs } else { &gs[op..op + len] };
             sum_grad(features, &x[ox..ox + len], &dy[og..og + len], gg, mu)
@@ -1306,7 +1496,7 @@ pub fn layer_norm_backward(
                     d *= gm[op + j * geo.inner[3]] as f64;
                 }
                 acc[0] += d;
-                acc[1] += d * (x[ox + j * geo.inner[1]] as f64 - mu);
+                acc[1] += d * (x[ox + j * geo.inner[1]] as f64 - mu as f64);
             }
             acc
         }
