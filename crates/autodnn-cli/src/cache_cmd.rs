@@ -51,6 +51,9 @@ struct EntryLine<'a> {
     isa: &'static str,
     version: &'a str,
     this_machine: bool,
+    /// Measured for calls with prepared weights (`tune --prepared`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    prepared: bool,
     source: &'static str,
     records: &'a [AlgoPerf],
 }
@@ -96,6 +99,7 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                     isa: k.isa.name(),
                     version: &k.version,
                     this_machine: k.is_this_machine(),
+                    prepared: k.prepared,
                     source: e.source.name(),
                     records: &e.records,
                 };
@@ -112,7 +116,7 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                         .collect();
                     writeln!(
                         out,
-                        "{} [{}, {} threads, {}, {}, v{}{}] {}: {}",
+                        "{} [{}, {} threads, {}, {}, v{}{}{}] {}: {}",
                         line.problem,
                         line.layout,
                         line.threads,
@@ -123,6 +127,11 @@ pub fn run(args: &CacheArgs, out: &mut impl Write) -> CliResult {
                             ""
                         } else {
                             ", not this machine"
+                        },
+                        if line.prepared {
+                            ", prepared weights"
+                        } else {
+                            ""
                         },
                         line.source,
                         ranking.join(" > ")

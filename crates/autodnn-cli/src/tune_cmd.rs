@@ -70,6 +70,13 @@ pub struct TuneArgs {
     /// all (fwd, bwd_d and bwd_w per layer, then a total per direction and their sum)
     #[arg(long, value_enum, value_name = "DIR", default_value_t = DirArg::Fwd)]
     pub dir: DirArg,
+    /// Select and time for calls with prepared weights (the filter packed or transformed
+    /// once, as an inference deployment runs): each candidate is timed on its own prepared
+    /// weights, the tuning cache keeps these rankings apart from plain calls', and a layer's
+    /// ms is a call with the chosen algorithm's prepared weights (its preparation's ms and
+    /// bytes reported beside). Forward only
+    #[arg(long)]
+    pub prepared: bool,
 }
 
 /// One distinct layer's result (a JSON line).
@@ -91,6 +98,12 @@ struct LayerLine {
     bias_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_rel_err: Option<f64>,
+    /// --prepared: milliseconds of preparing the chosen algorithm's weights (once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prepare_ms: Option<f64>,
+    /// --prepared: bytes the prepared weights hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prepared_bytes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -189,6 +202,12 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     handle.set_deterministic(args.deterministic);
     handle.set_workspace_limit(args.workspace_limit);
     args.precision.apply(&handle)?;
+    if args.prepared && args.dir != DirArg::Fwd {
+        return Err(CliError::bad(
+            "bad --prepared with --dir: prepared weights serve the forward convolution only",
+        ));
+    }
+    handle.set_prepared_selection(args.prepared);
     let cache_path = args
         .cache
         .clone()
@@ -412,6 +431,8 @@ fn tune_layer(
         bias_algo: None,
         bias_ms: None,
         max_rel_err: None,
+        prepare_ms: None,
+        prepared_bytes: None,
         error: None,
     };
     let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
@@ -466,14 +487,44 @@ fn tune_layer(
             ));
         }
     }
+    // --prepared: the weights prepared once for what ran, outside the timing.
+    let prepared = if args.prepared {
+        let t = std::time::Instant::now();
+        match handle.prepare_weights(p, report.algo, &w) {
+            Ok(pw) => {
+                line.prepare_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+                line.prepared_bytes = Some(pw.bytes());
+                Some(pw)
+            }
+            Err(e) => {
+                line.error = Some(e.to_string());
+                fail(e)?;
+                return Ok((line, Some(plan)));
+            }
+        }
+    } else {
+        None
+    };
     // Fresh timed runs of what ran, the algorithms that failed before it left out.
     let pinned = plan.starting_at(report.algo);
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let t = std::time::Instant::now();
-        if let Err(e) =
-            handle.conv_forward_plan(&pinned, &x, Weights::Plain(&w), &mut y, &epi, None)
-        {
+        let run = match &prepared {
+            Some(pw) => handle.conv_forward_ex(
+                p,
+                report.algo,
+                &x,
+                Weights::Prepared(pw),
+                &mut y,
+                &epi,
+                None,
+            ),
+            None => handle
+                .conv_forward_plan(&pinned, &x, Weights::Plain(&w), &mut y, &epi, None)
+                .map(|_| ()),
+        };
+        if let Err(e) = run {
             line.error = Some(e.to_string());
             fail(e)?;
             return Ok((line, Some(plan)));
@@ -651,6 +702,8 @@ fn tune_layer_bwd(
         bias_algo: None,
         bias_ms: None,
         max_rel_err: t.max_rel_err,
+        prepare_ms: None,
+        prepared_bytes: None,
         error: t.error,
     };
     let mut plans: Vec<PlanInfo> = t.plan.into_iter().collect();

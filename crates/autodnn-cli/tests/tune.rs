@@ -163,6 +163,51 @@ fn tune_json_schema_then_a_second_run_hits_the_cache() {
     assert!(other.exists());
 }
 
+/// `tune --prepared`: selection for calls with prepared weights. Each layer reports its
+/// preparation's ms and bytes beside a prepared call's ms; the rankings go to the cache under
+/// keys of their own (a plain tune after it still times, then hits its own entries); with a
+/// backward direction it is refused.
+#[test]
+fn tune_prepared_selects_for_prepared_weights() {
+    let dir = TempDir::new("prepared");
+    let (layers, total) = tune_json(&dir, &["--prepared"]);
+    let mut keys_prepared = LAYER_KEYS.to_vec();
+    keys_prepared.extend(["prepare_ms", "prepared_bytes"]);
+    for l in &layers {
+        assert_eq!(keys(l), sorted(&keys_prepared), "{l}");
+        assert!(l["prepare_ms"].as_f64().unwrap() >= 0.0, "{l}");
+        assert!(l["prepared_bytes"].as_u64().unwrap() > 0, "{l}");
+        assert_eq!(l["source"], "benchmark", "{l}");
+    }
+    let strip = |v: &[Value]| -> Vec<Value> {
+        v.iter()
+            .map(|l| {
+                let mut l = l.clone();
+                let o = l.as_object_mut().unwrap();
+                o.remove("prepare_ms");
+                o.remove("prepared_bytes");
+                l
+            })
+            .collect()
+    };
+    check_schema(&strip(&layers), &total);
+    let cache: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.cache()).unwrap()).unwrap();
+    let text = cache.to_string();
+    assert!(text.contains(r#""prepared":true"#), "{text}");
+    // The plain intent has no entries yet; then both are cached.
+    let (plain, _) = tune_json(&dir, &[]);
+    assert!(
+        plain.iter().all(|l| l["source"] == "benchmark"),
+        "{plain:?}"
+    );
+    let (again, t) = tune_json(&dir, &["--prepared"]);
+    assert!(again.iter().all(|l| l["source"] == "cache"), "{again:?}");
+    assert_eq!(t["cache_hits"], 3);
+    let err = bad(&dir, &["tune", A, "--prepared", "--dir", "bwd_d"], &[]);
+    assert!(err.contains("--prepared"), "{err}");
+}
+
 #[test]
 fn tune_policies_and_repeated_layers() {
     let dir = TempDir::new("policies");

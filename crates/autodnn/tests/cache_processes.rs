@@ -51,6 +51,8 @@ fn entry(ms: f64) -> CacheEntry {
             workspace_bytes: 0,
             deterministic: true,
             note: None,
+            prepare_ms: None,
+            prepared_bytes: None,
         }],
         tuning_ms: ms,
     }

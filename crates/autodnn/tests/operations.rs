@@ -49,6 +49,12 @@ impl Operation for ScaleOp {
     type Inputs<'a> = ScaleInputs<'a>;
     type Output<'a> = &'a mut [f32];
     type Buffer = Vec<f32>;
+    // Nothing to prepare: selection for prepared weights times its calls as they are.
+    type Prepared = ();
+
+    fn with_prepared<'a: 'b, 'b>(inputs: &ScaleInputs<'a>, _: &'b ()) -> ScaleInputs<'b> {
+        *inputs
+    }
 
     fn check_call<'a>(
         p: &Scale,

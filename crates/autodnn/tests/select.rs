@@ -1104,6 +1104,8 @@ fn noise_guard_keeps_a_choice_unless_clearly_beaten() {
         workspace_bytes: 0,
         deterministic: true,
         note: None,
+        prepare_ms: None,
+        prepared_bytes: None,
     };
     let entry = |r: Vec<autodnn::select::AlgoPerf>| CacheEntry {
         source: Source::Benchmark,
@@ -1251,4 +1253,164 @@ fn calibration_problems_share_no_layer_with_the_models() {
     let kernels: BTreeSet<usize> = cal.iter().map(|s| s.kh).collect();
     assert!([1, 3, 5, 7].iter().all(|k| kernels.contains(k)));
     assert!(cal.iter().any(|s| s.sh == 2) && cal.iter().any(|s| s.g == s.ic && s.g > 1));
+}
+
+/// A test algorithm whose plain calls are slow (a delay standing for the filter transform
+/// every call repeats) and whose prepared calls are fast: its `prepare` returns a copy of the
+/// filter, which its runs take as the prepared form.
+struct Prep {
+    name: &'static str,
+    plain_delay: Duration,
+    prepared_runs: AtomicUsize,
+}
+
+impl ConvAlgorithm for Prep {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn check(&self, _: &ConvProblem) -> Result<(), String> {
+        Ok(())
+    }
+    fn workspace_bytes(&self, _: &ConvProblem) -> usize {
+        0
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn prepare(
+        &self,
+        _: &ExecContext<'_>,
+        _: &ConvProblem,
+        w: &[f32],
+    ) -> autodnn::Result<Option<Vec<f32>>> {
+        Ok(Some(w.to_vec()))
+    }
+    fn run(
+        &self,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        x: &[f32],
+        w: AlgoWeights<'_>,
+        y: &mut [f32],
+        _: &mut [u8],
+        epi: &EpilogueArgs<'_>,
+    ) -> autodnn::Result<()> {
+        let w = match w {
+            AlgoWeights::Prepared(w) => {
+                self.prepared_runs.fetch_add(1, Ordering::SeqCst);
+                w
+            }
+            AlgoWeights::Plain(w) => {
+                std::thread::sleep(self.plain_delay);
+                w
+            }
+        };
+        base().run(ctx, p, x, AlgoWeights::Plain(w), y, &mut [], epi)
+    }
+}
+
+/// With the prepared-weights intent, the race and exhaustive timing time every candidate on
+/// its own prepared weights (made outside the timing and reported), so the algorithm whose
+/// plain calls are slow but prepared calls fast wins; plain selection keeps the other. The
+/// two rankings live under different cache keys, and each is reused by its own intent.
+#[test]
+fn prepared_selection_times_calls_with_prepared_weights() {
+    let prep = Prep {
+        name: "prep",
+        plain_delay: Duration::from_millis(20),
+        prepared_runs: AtomicUsize::new(0),
+    };
+    let steady = Fake::new("steady", 0, 4.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&steady, &prep];
+    let p = problem(SMALL);
+    let d = data(&p, 9);
+    let filter_bytes = p.w().elements() * 4;
+    for policy in [Policy::Benchmark, Policy::Exhaustive] {
+        let h = handle_with(policy, &[("prep", 1.0), ("steady", 1.0)]);
+        h.set_tuning_cache(TuningCache::new());
+        let (r, y) = run_auto(&h, &algos, &p, &d);
+        assert_eq!(r.algo, "steady", "{policy:?} plain");
+        assert_right(&p, &y, &d, Accuracy::Exact, "plain intent");
+        assert!(!h.prepared_selection());
+        h.set_prepared_selection(true);
+        let before = prep.prepared_runs.load(Ordering::SeqCst);
+        let (r, y) = run_auto(&h, &algos, &p, &d);
+        assert_eq!(r.algo, "prep", "{policy:?} prepared");
+        assert!(
+            matches!(r.source, Source::Benchmark | Source::Exhaustive),
+            "{policy:?}"
+        );
+        assert_right(&p, &y, &d, Accuracy::Exact, "prepared intent, plain call");
+        assert!(prep.prepared_runs.load(Ordering::SeqCst) > before);
+        // The records carry each candidate's preparation.
+        let inputs = ConvFwdInputs::new(&d.x, Weights::Plain(&d.w), EpilogueArgs::default());
+        let records = h.find_among::<ConvForward>(&algos, &p, &inputs).unwrap();
+        for rec in &records {
+            assert!(rec.prepare_ms.is_some_and(|ms| ms >= 0.0), "{rec:?}");
+            assert_eq!(rec.prepared_bytes, Some(filter_bytes), "{rec:?}");
+        }
+        assert_eq!(records[0].algo, "prep");
+        if policy == Policy::Benchmark {
+            // Both intents cached apart; each call finds its own.
+            let c = h.tuning_cache();
+            let flags: BTreeSet<bool> = c.entries().into_iter().map(|(k, _)| k.prepared).collect();
+            assert_eq!(flags, BTreeSet::from([false, true]));
+            let (r, _) = run_auto(&h, &algos, &p, &d);
+            assert_eq!((r.algo, r.source), ("prep", Source::Cache));
+            h.set_prepared_selection(false);
+            let (r, _) = run_auto(&h, &algos, &p, &d);
+            assert_eq!((r.algo, r.source), ("steady", Source::Cache));
+        }
+    }
+}
+
+/// The heuristic for prepared calls leaves out what the preparation takes out of a call:
+/// feature 8 (the filter's MB, which a plain call packs or transforms).
+#[test]
+fn prepared_selection_predicts_without_the_filter_transform() {
+    let prep = Prep {
+        name: "prep",
+        plain_delay: Duration::ZERO,
+        prepared_runs: AtomicUsize::new(0),
+    };
+    let steady = Fake::new("steady", 0, 0.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&steady, &prep];
+    let p = problem(SMALL);
+    let h = handle_with(Policy::Heuristic, &[("steady", 1.0)]);
+    let m = h.machine();
+    let fit = |coef: Vec<f64>| AlgoFit {
+        coef,
+        samples: 1,
+        median_rel_err: 0.0,
+        max_rel_err: 0.0,
+    };
+    // prep: 0.1 ms plus 10 ms per KB of filter (5.86 ms on this problem's 576 bytes).
+    let mut prep_coef = vec![0.0; autodnn::op::COST_FEATURES];
+    prep_coef[0] = 0.1;
+    prep_coef[8] = 1e4;
+    let model = CostModel::new(vec![Fit {
+        cpu: m.cpu,
+        isa: m.isa,
+        threads: m.threads,
+        library_version: autodnn::VERSION.into(),
+        algorithms: [
+            ("steady".to_string(), fit(vec![1.0])),
+            ("prep".to_string(), fit(prep_coef)),
+        ]
+        .into_iter()
+        .collect(),
+    }]);
+    h.set_cost_model(model);
+    let ranked = h.get_among::<ConvForward>(&algos, &p).unwrap();
+    assert_eq!(ranked[0].algo, "steady", "{ranked:?}");
+    let plain_prep = ranked
+        .iter()
+        .find(|r| r.algo == "prep")
+        .unwrap()
+        .predicted_ms;
+    assert!((plain_prep - 5.86).abs() < 0.05, "{ranked:?}");
+    h.set_prepared_selection(true);
+    let ranked = h.get_among::<ConvForward>(&algos, &p).unwrap();
+    assert_eq!(ranked[0].algo, "prep", "{ranked:?}");
+    assert!((ranked[0].predicted_ms - 0.1).abs() < 1e-9, "{ranked:?}");
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::cpu::{Features, Isa};
-use crate::desc::{ConvProblem, DataType};
+use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 use crate::op::conv_fwd::check_call;
 use crate::op::epilogue::EpilogueArgs;
@@ -386,35 +386,7 @@ impl Handle {
         let a = find_in::<ConvForward>(ConvForward::algorithms(), algo)?;
         check_call(problem, problem.x().span(), w.len(), problem.y().span())?;
         accept::<ConvForward>(a, problem)?;
-        let mut ctx = self.exec_context();
-        // Reduced-precision tensors: the filter rounded to the problem's type, prepared for
-        // the f32 twin the algorithms compute (on the bf16 units for bf16 tensors, as their
-        // calls are).
-        let rounded;
-        let w = match problem.w().dtype() {
-            DataType::F32 => w,
-            dtype => {
-                let n = problem.w().elements();
-                let typed = crate::op::TensorBuf::from_f32(&w[..n], dtype, "the filter")?;
-                let mut copy = crate::alloc::try_vec(n, 0f32, "the filter in f32")?;
-                typed.widen_into(&mut copy);
-                rounded = copy;
-                &rounded
-            }
-        };
-        if crate::op::conv_fwd::computes_in_bf16(problem) {
-            ctx.math = MathMode::AllowBf16;
-        }
-        let bf16 = ctx.math == MathMode::AllowBf16;
-        let p32 = problem.as_f32();
-        Ok(match crate::op::ConvAlgorithm::prepare(a, &ctx, &p32, w)? {
-            Some(data) => PreparedWeights::new(a.name(), &p32, data, true, bf16),
-            None => {
-                let n = problem.w().elements();
-                let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
-                PreparedWeights::new(a.name(), &p32, data, false, bf16)
-            }
-        })
+        crate::op::prepared::prepare_for(a, &self.exec_context(), problem, w)
     }
 
     /// Bytes of workspace the handle keeps cached between calls.
@@ -440,6 +412,22 @@ impl Handle {
     /// Selects only algorithms whose output bits do not depend on thread scheduling.
     pub fn set_deterministic(&self, on: bool) {
         self.update_settings(|s| s.deterministic = on);
+    }
+    /// True when selection is for calls with prepared weights (see
+    /// [`Handle::set_prepared_selection`]).
+    pub fn prepared_selection(&self) -> bool {
+        self.config().settings.prepared
+    }
+    /// Selects for calls with prepared weights (an inference deployment that prepares the
+    /// chosen algorithm's weights once, [`Handle::prepare_weights`]): the race and exhaustive
+    /// timing run each candidate on its own prepared weights, made outside the timing (its
+    /// preparation's milliseconds and bytes are reported beside, [`crate::select::AlgoPerf`]),
+    /// the cost model predicts calls without the filter's packing or transform, and the
+    /// tuning cache keeps these rankings apart from those of plain calls. Off by default:
+    /// plain calls transform the filter every time, and the winner can differ (a Winograd or
+    /// FFT filter transform is a large part of a small layer's call).
+    pub fn set_prepared_selection(&self, on: bool) {
+        self.update_settings(|s| s.prepared = on);
     }
     /// Most candidates a `benchmark` race times (the best-predicted ones).
     pub fn max_timed(&self) -> usize {
@@ -848,6 +836,48 @@ impl Handle {
     ) -> Result<ConvPlan> {
         let inputs = ConvFwdInputs::new(x, Weights::Plain(w), *epilogue);
         self.plan::<ConvForward>(problem, &inputs)
+    }
+
+    /// Selects an algorithm for calls with prepared weights (as
+    /// [`Handle::set_prepared_selection`] does, whatever the handle's setting) under the
+    /// handle's policy, and prepares `w` for it: tune and prepare once, then pass the weights
+    /// as [`Weights::Prepared`] to every call.
+    ///
+    /// ```
+    /// use autodnn::{Handle, Layout, ProblemSpec};
+    /// use autodnn::conv::{EpilogueArgs, Weights};
+    /// let p = ProblemSpec::parse("mb1ic8ih10oc8kh3ph1")?.to_problem(Layout::Nchw)?;
+    /// let h = Handle::with_threads(1)?;
+    /// let (x, w) = (vec![1.0f32; p.x().span()], vec![1.0f32; p.w().elements()]);
+    /// let (pw, plan) = h.prepare_weights_auto(&p, &x, &w, &EpilogueArgs::default())?;
+    /// assert_eq!(pw.algo(), plan.algo());
+    /// let mut y = vec![0.0f32; p.y().span()];
+    /// let r = h.conv_forward_auto(&p, &x, Weights::Prepared(&pw), &mut y, &EpilogueArgs::default())?;
+    /// assert_eq!((r.algo, y[0], y[55]), (plan.algo(), 32.0, 72.0)); // a corner, the interior
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Handle::plan_conv`] and [`Handle::prepare_weights`].
+    pub fn prepare_weights_auto(
+        &self,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<(PreparedWeights, ConvPlan)> {
+        let inputs = ConvFwdInputs::new(x, Weights::Plain(w), *epilogue);
+        let inputs = ConvForward::check_call(problem, &inputs, None)?;
+        let mut env = self.env();
+        if !env.settings.prepared {
+            let mut s = (*env.settings).clone();
+            s.prepared = true;
+            env.settings = Arc::new(s);
+        }
+        let algos = ConvForward::algorithms();
+        let plan = select::plan::<ConvForward>(&env, algos, problem, Some(&inputs), Mode::Policy)?;
+        let pw = self.prepare_weights(problem, plan.algo(), w)?;
+        Ok((pw, plan))
     }
 
     /// Runs a plan with the fallback chain: [`Handle::run_plan`] for [`ConvForward`].

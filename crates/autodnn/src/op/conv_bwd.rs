@@ -263,6 +263,10 @@ impl Operation for ConvBackwardData {
     type Inputs<'a> = ConvBwdDataInputs<'a>;
     type Output<'a> = TensorMut<'a>;
     type Buffer = Vec<f32>;
+    type Prepared = ();
+    fn with_prepared<'a: 'b, 'b>(inputs: &Self::Inputs<'a>, _: &'b ()) -> Self::Inputs<'b> {
+        *inputs
+    }
 
     fn check_call<'a>(
         p: &ConvProblem,
@@ -294,6 +298,10 @@ impl Operation for ConvBackwardFilter {
     type Inputs<'a> = ConvBwdFilterInputs<'a>;
     type Output<'a> = TensorMut<'a>;
     type Buffer = Vec<f32>;
+    type Prepared = ();
+    fn with_prepared<'a: 'b, 'b>(inputs: &Self::Inputs<'a>, _: &'b ()) -> Self::Inputs<'b> {
+        *inputs
+    }
 
     fn check_call<'a>(
         p: &ConvProblem,
@@ -329,6 +337,10 @@ impl Operation for ConvBackwardBias {
     type Inputs<'a> = ConvBwdBiasInputs<'a>;
     type Output<'a> = TensorMut<'a>;
     type Buffer = Vec<f32>;
+    type Prepared = ();
+    fn with_prepared<'a: 'b, 'b>(inputs: &Self::Inputs<'a>, _: &'b ()) -> Self::Inputs<'b> {
+        *inputs
+    }
 
     fn check_call<'a>(
         p: &ConvProblem,

@@ -7,7 +7,7 @@
 //! there: today's algorithms compute f32).
 
 use super::epilogue::EpilogueArgs;
-use super::prepared::Weights;
+use super::prepared::{PreparedWeights, Weights};
 use super::tensor::{narrow, widen, TensorBuf};
 use super::{Accuracy, Algorithm, OpProblem, Operation, Tensor, TensorMut, COST_FEATURES};
 use crate::desc::{ConvDesc, ConvProblem, DataType, FilterDesc, OpKind, TensorDesc};
@@ -87,6 +87,47 @@ impl Operation for ConvForward {
     type Inputs<'a> = ConvFwdInputs<'a>;
     type Output<'a> = TensorMut<'a>;
     type Buffer = TensorBuf;
+    type Prepared = PreparedWeights;
+
+    fn prepare(
+        a: &Self::Algo<'_>,
+        ctx: &ExecContext<'_>,
+        p: &ConvProblem,
+        inputs: &Self::Inputs<'_>,
+    ) -> Result<Option<PreparedWeights>> {
+        let n = p.w().elements();
+        let widened;
+        let w = match inputs.w {
+            Weights::Plain(w) | Weights::Tensor(Tensor::F32(w)) => w,
+            Weights::Tensor(t) => {
+                let mut v = crate::alloc::try_vec(n, 0f32, "the filter in f32")?;
+                widen(t, &mut v);
+                widened = v;
+                &widened
+            }
+            // Already prepared (for one algorithm): nothing to prepare for the others.
+            Weights::Prepared(_) => return Ok(None),
+        };
+        super::prepared::prepare_for(a, ctx, p, &w[..n]).map(Some)
+    }
+    fn with_prepared<'a: 'b, 'b>(
+        inputs: &Self::Inputs<'a>,
+        prepared: &'b PreparedWeights,
+    ) -> Self::Inputs<'b> {
+        ConvFwdInputs {
+            w: Weights::Prepared(prepared),
+            ..*inputs
+        }
+    }
+    fn prepared_bytes(prepared: &PreparedWeights) -> usize {
+        prepared.bytes()
+    }
+    /// A prepared call neither packs nor transforms the filter: feature 8 (the filter's MB,
+    /// see [`default_cost_features`]) is what preparation takes out.
+    fn prepared_features(mut f: [f64; COST_FEATURES]) -> [f64; COST_FEATURES] {
+        f[8] = 0.0;
+        f
+    }
 
     fn check_call<'a>(
         p: &ConvProblem,

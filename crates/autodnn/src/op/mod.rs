@@ -103,6 +103,41 @@ pub trait Operation: Sized + Send + Sync + 'static {
     ) -> Result<Option<Self::Buffer>>;
     /// Puts a snapshot back.
     fn restore(out: &mut Self::Output<'_>, snapshot: &Self::Buffer);
+
+    /// An algorithm's weights prepared ahead of its calls, as selection with the
+    /// prepared-weights intent times them ([`crate::Handle::set_prepared_selection`]); `()`
+    /// for operations without weights to prepare.
+    type Prepared: Send;
+    /// `a`'s prepared form of the weights `inputs` carry, made outside the timed runs; `None`
+    /// when the operation has nothing to prepare (the calls are then timed as they are).
+    ///
+    /// # Errors
+    /// The preparation's own (allocation failures, mainly).
+    fn prepare(
+        a: &Self::Algo<'_>,
+        ctx: &ExecContext<'_>,
+        p: &Self::Problem,
+        inputs: &Self::Inputs<'_>,
+    ) -> Result<Option<Self::Prepared>> {
+        let _ = (a, ctx, p, inputs);
+        Ok(None)
+    }
+    /// `inputs` with `prepared` in place of the weights (as they are when the operation
+    /// prepares nothing).
+    fn with_prepared<'a: 'b, 'b>(
+        inputs: &Self::Inputs<'a>,
+        prepared: &'b Self::Prepared,
+    ) -> Self::Inputs<'b>;
+    /// Bytes `prepared` holds.
+    fn prepared_bytes(prepared: &Self::Prepared) -> usize {
+        let _ = prepared;
+        0
+    }
+    /// The cost features of a call with prepared weights, from those of a plain call
+    /// ([`Algorithm::cost_features`]): what the preparation takes out of every call.
+    fn prepared_features(f: [f64; COST_FEATURES]) -> [f64; COST_FEATURES] {
+        f
+    }
 }
 
 /// An operation with a registry: its ordered list of algorithms, most specialised first, the

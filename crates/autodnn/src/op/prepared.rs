@@ -1,9 +1,54 @@
 //! Prepared weights for inference: the filter transformed once for one algorithm and problem,
 //! reused on every later call.
 
-use super::conv_fwd::AlgoWeights;
-use crate::desc::ConvProblem;
+use super::conv_fwd::{AlgoWeights, ConvAlgorithm};
+use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
+use crate::runtime::{ExecContext, MathMode};
+
+/// `a`'s prepared form of the f32 filter `w` (the problem's filter values; reduced-precision
+/// problems round it to their type first) under `ctx`'s math mode: the work of
+/// [`crate::Handle::prepare_weights`] once the call is checked, and of selection with the
+/// prepared-weights intent before it times `a`.
+///
+/// # Errors
+/// The algorithm's preparation's; allocation failures.
+pub(crate) fn prepare_for(
+    a: &dyn ConvAlgorithm,
+    ctx: &ExecContext<'_>,
+    problem: &ConvProblem,
+    w: &[f32],
+) -> Result<PreparedWeights> {
+    let mut ctx = *ctx;
+    // Reduced-precision tensors: the filter rounded to the problem's type, prepared for the
+    // f32 twin the algorithms compute (on the bf16 units for bf16 tensors, as their calls
+    // are).
+    let rounded;
+    let w = match problem.w().dtype() {
+        DataType::F32 => w,
+        dtype => {
+            let n = problem.w().elements();
+            let typed = crate::op::TensorBuf::from_f32(&w[..n], dtype, "the filter")?;
+            let mut copy = crate::alloc::try_vec(n, 0f32, "the filter in f32")?;
+            typed.widen_into(&mut copy);
+            rounded = copy;
+            &rounded
+        }
+    };
+    if super::conv_fwd::computes_in_bf16(problem) {
+        ctx.math = MathMode::AllowBf16;
+    }
+    let bf16 = ctx.math == MathMode::AllowBf16;
+    let p32 = problem.as_f32();
+    Ok(match ConvAlgorithm::prepare(a, &ctx, &p32, w)? {
+        Some(data) => PreparedWeights::new(a.name(), &p32, data, true, bf16),
+        None => {
+            let n = problem.w().elements();
+            let data = crate::alloc::try_copy(&w[..n], "a copy of the filter")?;
+            PreparedWeights::new(a.name(), &p32, data, false, bf16)
+        }
+    })
+}
 
 /// A filter transformed once by one algorithm for one problem (its Winograd or FFT domain, or
 /// the GEMM engine's packed panels), or a copy of the plain filter for algorithms with nothing

@@ -157,6 +157,17 @@ pub(crate) struct Timer<'a, 'i, O: Operation> {
     p: &'a O::Problem,
     inputs: O::Inputs<'i>,
     out: O::Buffer,
+    /// With the prepared-weights intent: each algorithm's prepared weights, made before its
+    /// first run and outside every timing.
+    prepared: Vec<Preparation<O>>,
+}
+
+/// One algorithm's preparation for timing.
+struct Preparation<O: Operation> {
+    algo: &'static str,
+    weights: Option<O::Prepared>,
+    ms: f64,
+    bytes: usize,
 }
 
 impl<'a, 'i, O: Operation> Timer<'a, 'i, O> {
@@ -177,21 +188,51 @@ impl<'a, 'i, O: Operation> Timer<'a, 'i, O> {
             p,
             inputs,
             out,
+            prepared: Vec::new(),
         })
+    }
+
+    /// Prepares `a`'s weights once, when the selection is for prepared calls.
+    fn prepare(&mut self, a: &O::Algo<'_>) -> Result<()> {
+        if !self.env.settings.prepared || self.prepared.iter().any(|q| q.algo == a.name()) {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let weights = O::prepare(a, &self.env.ctx, self.p, &self.inputs)?;
+        self.prepared.push(Preparation {
+            algo: a.name(),
+            bytes: weights.as_ref().map_or(0, O::prepared_bytes),
+            weights,
+            ms: t.elapsed().as_secs_f64() * 1e3,
+        });
+        Ok(())
+    }
+
+    /// Adds each record's preparation (milliseconds, bytes) when its algorithm was prepared.
+    pub(crate) fn annotate(&self, records: &mut [AlgoPerf]) {
+        for r in records {
+            if let Some(q) = self.prepared.iter().find(|q| q.algo == r.algo) {
+                r.prepare_ms = Some(q.ms);
+                r.prepared_bytes = Some(q.bytes);
+            }
+        }
     }
 
     /// Milliseconds of `runs` consecutive timed runs of `a` (each one entry).
     fn time(&mut self, a: &O::Algo<'_>, runs: usize) -> Result<Vec<f64>> {
+        self.prepare(a)?;
         let need = a.workspace_bytes(self.p);
         let mut ws = self.env.reserve(need, a.name())?;
         let ctx = self.env.ctx;
-        let mut out = Vec::with_capacity(runs);
+        let prepared = self.prepared.iter().find(|q| q.algo == a.name());
         let mut y = O::output(&mut self.out);
-        for _ in 0..runs {
-            let t = Instant::now();
-            a.run(&ctx, self.p, &self.inputs, &mut y, ws.slice())?;
-            out.push(t.elapsed().as_secs_f64() * 1e3);
-        }
+        let out = match prepared.and_then(|q| q.weights.as_ref()) {
+            Some(w) => {
+                let inputs = O::with_prepared(&self.inputs, w);
+                timed_runs::<O>(a, &ctx, self.p, &inputs, &mut y, ws.slice(), runs)?
+            }
+            None => timed_runs::<O>(a, &ctx, self.p, &self.inputs, &mut y, ws.slice(), runs)?,
+        };
         note_timed();
         Ok(out)
     }
@@ -223,6 +264,25 @@ impl<'a, 'i, O: Operation> Timer<'a, 'i, O> {
     }
 }
 
+/// Milliseconds of `runs` consecutive runs of `a` on `inputs`.
+fn timed_runs<O: Operation>(
+    a: &O::Algo<'_>,
+    ctx: &ExecContext<'_>,
+    p: &O::Problem,
+    inputs: &O::Inputs<'_>,
+    y: &mut O::Output<'_>,
+    ws: &mut [u8],
+    runs: usize,
+) -> Result<Vec<f64>> {
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        a.run(ctx, p, inputs, y, ws)?;
+        out.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(out)
+}
+
 pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -245,6 +305,8 @@ fn record<O: Operation>(
         workspace_bytes: a.workspace_bytes(p),
         deterministic: a.deterministic(),
         note: None,
+        prepare_ms: None,
+        prepared_bytes: None,
     }
 }
 

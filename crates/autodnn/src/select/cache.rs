@@ -81,6 +81,9 @@ pub struct CacheKey {
     pub isa: Isa,
     /// The library version.
     pub version: String,
+    /// Measured for calls with prepared weights ([`crate::Handle::set_prepared_selection`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prepared: bool,
 }
 
 fn f32_types() -> String {
@@ -101,6 +104,7 @@ impl Hash for CacheKey {
         self.cpu.hash(state);
         self.isa.hash(state);
         self.version.hash(state);
+        self.prepared.hash(state);
     }
 }
 
@@ -116,7 +120,14 @@ impl CacheKey {
             cpu: cpu_model(),
             isa,
             version: crate::VERSION.into(),
+            prepared: false,
         }
+    }
+
+    /// The key for calls with prepared weights (`true`) or plain ones.
+    pub fn with_prepared(mut self, prepared: bool) -> CacheKey {
+        self.prepared = prepared;
+        self
     }
 
     /// The key with another math mode ([`crate::runtime::ExecContext::math_key`]; `new` names

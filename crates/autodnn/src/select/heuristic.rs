@@ -186,6 +186,18 @@ impl CostModel {
         p: &O::Problem,
         cfg: &Machine,
     ) -> f64 {
+        self.predict_ms_for::<O>(algo, p, cfg, false)
+    }
+
+    /// [`CostModel::predict_ms`] for calls with prepared weights (`prepared`): the features
+    /// less what preparation takes out of a call ([`Operation::prepared_features`]).
+    pub fn predict_ms_for<O: Operation>(
+        &self,
+        algo: &O::Algo<'_>,
+        p: &O::Problem,
+        cfg: &Machine,
+        prepared: bool,
+    ) -> f64 {
         let types = p.types();
         let mut key = fit_key(p.op_tag(), &types, algo.name());
         if types != "f32" && !self.has_fit(&key, cfg) {
@@ -193,7 +205,9 @@ impl CostModel {
             // widened copies: the f32 fit predicts them.
             key = fit_key(p.op_tag(), "f32", algo.name());
         }
-        self.predict_features(&key, &algo.cost_features(p), cfg)
+        let f = algo.cost_features(p);
+        let f = if prepared { O::prepared_features(f) } else { f };
+        self.predict_features(&key, &f, cfg)
     }
 
     /// True when the fit for `cfg` has coefficients under `key`.

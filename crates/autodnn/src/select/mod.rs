@@ -194,6 +194,13 @@ pub struct AlgoPerf {
     /// Why it failed or was not timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// With the prepared-weights intent: milliseconds its preparation took (once, untimed
+    /// in `ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare_ms: Option<f64>,
+    /// With the prepared-weights intent: bytes its prepared weights hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_bytes: Option<usize>,
 }
 
 /// One entry of the heuristic ranking.
@@ -337,6 +344,9 @@ pub(crate) struct Settings {
     pub fail_alloc: FailAlloc,
     pub forced: Option<String>,
     pub log: bool,
+    /// Select for calls with prepared weights: time them so, predict them so, and keep their
+    /// rankings apart in the tuning cache.
+    pub prepared: bool,
 }
 
 impl Settings {
@@ -356,6 +366,7 @@ impl Settings {
             fail_alloc: FailAlloc::from_env()?,
             forced,
             log,
+            prepared: false,
         })
     }
 }

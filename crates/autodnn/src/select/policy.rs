@@ -107,7 +107,7 @@ pub(crate) fn rank<O: Operation>(
         }
         ranked.push(Ranked {
             algo: a.name(),
-            predicted_ms: model.predict_ms::<O>(a, p, machine),
+            predicted_ms: model.predict_ms_for::<O>(a, p, machine, env.settings.prepared),
             workspace_bytes: ws,
             deterministic: a.deterministic(),
             accuracy: a.accuracy(),
@@ -159,10 +159,17 @@ pub(crate) fn plan<O: Operation>(
     let (ranked, declined) = rank::<O>(env, algos, p);
     if settings.log {
         let math = env.ctx.math_key();
-        if math == crate::select::cache::STRICT_MATH {
+        let mut notes = Vec::new();
+        if math != crate::select::cache::STRICT_MATH {
+            notes.push(format!("math {math}"));
+        }
+        if settings.prepared {
+            notes.push("for prepared weights".to_string());
+        }
+        if notes.is_empty() {
             log.push(format!("problem {}", p.describe()));
         } else {
-            log.push(format!("problem {} (math {math})", p.describe()));
+            log.push(format!("problem {} ({})", p.describe(), notes.join(", ")));
         }
         for d in &declined {
             log.push(format!("  declined {}: {}", d.algo, d.reason));
@@ -250,7 +257,9 @@ pub(crate) fn plan<O: Operation>(
             Mode::Find => super::Policy::Benchmark,
             Mode::Policy => settings.policy,
         };
-        let key = CacheKey::new(p, env.ctx.threads(), env.ctx.isa()).with_math(env.ctx.math_key());
+        let key = CacheKey::new(p, env.ctx.threads(), env.ctx.isa())
+            .with_math(env.ctx.math_key())
+            .with_prepared(settings.prepared);
         let use_cache = matches!(policy, super::Policy::Benchmark | super::Policy::CachedOnly)
             && mode == Mode::Policy;
         let cached = if use_cache {
@@ -277,14 +286,18 @@ pub(crate) fn plan<O: Operation>(
                     workspace_bytes: eligible[0].workspace_bytes(p),
                     deterministic: eligible[0].deterministic(),
                     note: Some("the only candidate".into()),
+                    prepare_ms: None,
+                    prepared_bytes: None,
                 }]
             } else {
                 let mut timer = Timer::<O>::new(env, p, d)?;
-                if exhaustive {
+                let mut records = if exhaustive {
                     benchmark::exhaustive(&mut timer, &eligible)
                 } else {
                     benchmark::race(&mut timer, &predicted, settings.max_timed)
-                }
+                };
+                timer.annotate(&mut records);
+                records
             };
             out.timed = records
                 .iter()
