@@ -10,6 +10,10 @@
 //!   subnormal), +inf above; NaN stays NaN.
 //! - [`expm1`]: at most 3 ulp (accurate near 0, where exp(x) − 1 would cancel).
 //! - [`sigmoid`]: at most 4 ulp; [`tanh`]: at most 6 ulp (relative), 1e-7 absolute.
+//!
+//! Polynomials and the reduction use fused multiply-adds (`f32::mul_add`: the instruction on
+//! the AVX2 and AVX-512 paths, the C library's `fmaf` on the portable one), so every path
+//! gives the same bits.
 
 /// log2(e).
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -32,7 +36,7 @@ fn reduce(x: f32) -> (f32, f32, bool) {
     let x = x.clamp(EXP_LO, EXP_HI);
     let t = x * LOG2E + ROUNDER;
     let n = t - ROUNDER;
-    let r = x - n * LN2_HI - n * LN2_LO;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
     let twice = n > 127.0;
     // t's low mantissa bits hold n (two's complement within the field, offset by the
     // rounder's): 2^n is (n + 127) in the exponent field.
@@ -44,15 +48,22 @@ fn reduce(x: f32) -> (f32, f32, bool) {
     (r, f32::from_bits(k << 23), twice)
 }
 
+/// a·b + c rounded once: a fused multiply-add where the instruction set has one (the
+/// AVX2 and AVX-512 kernels), the C library's `fmaf` elsewhere; the same bits either way.
+#[inline(always)]
+fn fma(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}
+
 /// e^r − 1 − r for |r| ≤ ln 2 / 2, as r² · p(r) (Cephes' minimax coefficients).
 #[inline(always)]
 fn exp_tail(r: f32) -> f32 {
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
+    p = fma(p, r, 1.398_199_9e-3);
+    p = fma(p, r, 8.333_452e-3);
+    p = fma(p, r, 4.166_579_6e-2);
+    p = fma(p, r, 1.666_666_5e-1);
+    p = fma(p, r, 0.5);
     p * r * r
 }
 
@@ -116,19 +127,25 @@ pub(crate) fn erfc(x: f32) -> f32 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
     let mut p = 0.170_872_77f32;
-    p = p * t - 0.822_152_23;
-    p = p * t + 1.488_515_9;
-    p = p * t - 1.135_204;
-    p = p * t + 0.278_868_07;
-    p = p * t - 0.186_288_06;
-    p = p * t + 0.096_784_18;
-    p = p * t + 0.374_091_96;
-    p = p * t + 1.000_023_7;
-    p = p * t - 1.265_512_2;
-    // e^(p − z²) with z² split as s² + (z − s)(z + s), s keeping z's top 12 bits so that s²
-    // is exact: a rounded z² (up to 81 here, an ulp of 8e-6) would cost its relative error.
-    let s = f32::from_bits(z.to_bits() & 0xffff_f000);
-    let r = t * exp(-(s * s)) * exp(p - (z - s) * (z + s));
+    p = fma(p, t, -0.822_152_23);
+    p = fma(p, t, 1.488_515_9);
+    p = fma(p, t, -1.135_204);
+    p = fma(p, t, 0.278_868_07);
+    p = fma(p, t, -0.186_288_06);
+    p = fma(p, t, 0.096_784_18);
+    p = fma(p, t, 0.374_091_96);
+    p = fma(p, t, 1.000_023_7);
+    p = fma(p, t, -1.265_512_2);
+    // e^(p − z²) with one exponential: u = p − z² rounded, and what both roundings lost
+    // (z² = q + e exactly by a fused multiply-add; u = p − q + d exactly by a two-sum) put
+    // back to first order, e^(u + d − e) = e^u · (1 + d − e): a rounded z² (up to 81 here,
+    // an ulp of 8e-6) would otherwise cost its relative error.
+    let q = z * z;
+    let e = fma(z, z, -q);
+    let u = p - q;
+    let bv = u - p;
+    let d = (p - (u - bv)) + (-q - bv);
+    let r = t * exp(u) * (1.0 + (d - e));
     if x < 0.0 {
         2.0 - r
     } else {

@@ -659,7 +659,25 @@ impl Net {
                     }
                     let y = &mut y[..n_out];
                     match (select, &*w) {
-                        (Some(opts), ConvWeights::Plain(plain)) => {
+                        // Prepared weights: selected for calls with prepared weights
+                        // (timed so), then prepared for the winner.
+                        (Some(opts), ConvWeights::Plain(plain)) if opts.prepare => {
+                            let (pw, plan) =
+                                handle.prepare_weights_auto(problem, x, plain, &args)?;
+                            *algo = plan.algo();
+                            handle.conv_forward_ex(
+                                problem,
+                                algo,
+                                x,
+                                Weights::Prepared(&pw),
+                                y,
+                                &args,
+                                None,
+                            )?;
+                            *w = ConvWeights::Prepared(Box::new(pw));
+                            Ok(())
+                        }
+                        (Some(_), ConvWeights::Plain(plain)) => {
                             let plan = handle.plan_conv(problem, x, plain, &args)?;
                             *algo = plan.algo();
                             handle.conv_forward_ex(
@@ -670,13 +688,7 @@ impl Net {
                                 y,
                                 &args,
                                 None,
-                            )?;
-                            if opts.prepare {
-                                *w = ConvWeights::Prepared(Box::new(
-                                    handle.prepare_weights(problem, algo, plain)?,
-                                ));
-                            }
-                            Ok(())
+                            )
                         }
                         (_, ConvWeights::Plain(plain)) => handle.conv_forward_ex(
                             problem,
