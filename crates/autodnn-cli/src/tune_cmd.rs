@@ -7,6 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use autodnn::conv::{Accuracy, EpilogueArgs, Weights};
+use autodnn::select::budget::{choose_timed, TimingCase};
 use autodnn::select::{ConvPlan, Plan, Policy, Source};
 use autodnn::{ConvProblem, Handle, Layout, ProblemSpec};
 use clap::Args;
@@ -77,6 +78,13 @@ pub struct TuneArgs {
     /// bytes reported beside). Forward only
     #[arg(long)]
     pub prepared: bool,
+    /// Most milliseconds of timing for the whole network (benchmark and exhaustive
+    /// policies): the layers whose measurement the cost model expects to gain most per
+    /// millisecond of tuning are timed while the predicted costs fit, the others take the
+    /// heuristic's pick or a measurement already cached (their source says which). Forward
+    /// only
+    #[arg(long, value_name = "MS")]
+    pub budget_ms: Option<f64>,
 }
 
 /// One distinct layer's result (a JSON line).
@@ -119,6 +127,12 @@ struct TotalLine {
     layers: usize,
     instances: usize,
     fallbacks: usize,
+    /// --budget-ms: the budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget_ms: Option<f64>,
+    /// --budget-ms: how many layers were timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timed_layers: Option<usize>,
 }
 
 /// One direction's running totals.
@@ -208,6 +222,18 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
         ));
     }
     handle.set_prepared_selection(args.prepared);
+    if let Some(b) = args.budget_ms {
+        if !(b.is_finite() && b >= 0.0) {
+            return Err(CliError::bad(format!(
+                "bad --budget-ms = {b}: must be a number of milliseconds, 0 or more"
+            )));
+        }
+        if args.dir != DirArg::Fwd {
+            return Err(CliError::bad(
+                "bad --budget-ms with --dir: the budget covers the forward convolution only",
+            ));
+        }
+    }
     let cache_path = args
         .cache
         .clone()
@@ -222,6 +248,22 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     // Cores at full speed before the first layer is selected or timed, under every policy
     // alike (outside the tuning time).
     handle.wake_cores();
+    // --budget-ms: the layers to time (the others take the heuristic's pick), from their
+    // heuristic rankings.
+    let timed: Option<Vec<bool>> = args.budget_ms.map(|b| {
+        let cases: Vec<TimingCase> = layers
+            .iter()
+            .map(|l| match handle.get_conv_algorithms(&l.problem) {
+                Ok(ranked) => TimingCase::new(&ranked, l.count, handle.max_timed()),
+                Err(_) => TimingCase {
+                    cost_ms: 0.0,
+                    gain_ms: 0.0,
+                },
+            })
+            .collect();
+        choose_timed(&cases, b)
+    });
+    let mut timed_layers = 0usize;
     let dirs = args.dir.dirs();
     // Without --dir, the output is today's forward one (plus the "dir" field).
     let labelled = args.dir != DirArg::Fwd;
@@ -241,7 +283,14 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
             "layer", "count", "algo", "source", "ms", "workspace", "fallbacks"
         )?;
     }
-    for layer in &layers {
+    for (li, layer) in layers.iter().enumerate() {
+        if let (Some(t), Some(b)) = (&timed, args.budget_ms) {
+            // Within the budget as spent so far (the costs were predictions).
+            let time_it = t[li] && acc[0].tuning_ms < b;
+            // The others: a measurement already cached, else the heuristic's pick.
+            handle.set_policy(if time_it { policy } else { Policy::CachedOnly });
+            timed_layers += time_it as usize;
+        }
         for (di, &dir) in dirs.iter().enumerate() {
             if let Some(pb) = &progress {
                 pb.set_message(display_name(&layer.spec));
@@ -344,6 +393,8 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 layers: layers.len(),
                 instances,
                 fallbacks: a.fallbacks,
+                budget_ms: args.budget_ms,
+                timed_layers: args.budget_ms.map(|_| timed_layers),
             };
             writeln!(out, "{}", conv_cmd::to_json(&total)?)?;
         } else {
@@ -366,6 +417,14 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 a.fallbacks,
                 policy.name()
             )?;
+            if let Some(b) = args.budget_ms {
+                writeln!(
+                    out,
+                    "budget {b} ms: {timed_layers} of {} layers timed, the others from the \
+                     cache or the heuristic",
+                    layers.len()
+                )?;
+            }
         }
     }
     out.flush()?;

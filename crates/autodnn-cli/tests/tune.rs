@@ -208,6 +208,47 @@ fn tune_prepared_selects_for_prepared_weights() {
     assert!(err.contains("--prepared"), "{err}");
 }
 
+/// `tune --budget-ms`: a budget of 0 times nothing (every layer the heuristic's pick), an
+/// ample one times every layer with something to choose between; the total line says how
+/// many were timed; a bad budget or one with a backward direction is refused.
+#[test]
+fn tune_budget_times_only_what_fits() {
+    let dir = TempDir::new("budget");
+    let (layers, total) = tune_json(&dir, &["--budget-ms", "0"]);
+    assert!(
+        layers.iter().all(|l| l["source"] == "heuristic"),
+        "{layers:?}"
+    );
+    assert_eq!(total["timed_layers"], 0);
+    assert_eq!(total["budget_ms"], 0.0);
+    assert!(total["tuning_ms"].as_f64().unwrap() < 50.0, "{total}");
+    // Nothing measured: nothing cached.
+    let (layers, total) = tune_json(&dir, &["--budget-ms", "1e9"]);
+    let timed = layers.iter().filter(|l| l["source"] == "benchmark").count();
+    assert!(timed >= 2, "{layers:?}");
+    assert_eq!(total["timed_layers"], timed, "{total}");
+    assert!(layers
+        .iter()
+        .all(|l| l["source"] == "benchmark" || l["source"] == "heuristic"));
+    // Without a budget the layers measured then come from the cache.
+    let (layers, _) = tune_json(&dir, &[]);
+    assert_eq!(
+        layers.iter().filter(|l| l["source"] == "cache").count(),
+        timed,
+        "{layers:?}"
+    );
+    for bad_budget in ["--budget-ms=-1", "--budget-ms=nan", "--budget-ms=inf"] {
+        let err = bad(&dir, &["tune", A, bad_budget], &[]);
+        assert!(err.contains("--budget-ms"), "{err}");
+    }
+    let err = bad(
+        &dir,
+        &["tune", A, "--budget-ms", "5", "--dir", "bwd_w"],
+        &[],
+    );
+    assert!(err.contains("--budget-ms"), "{err}");
+}
+
 #[test]
 fn tune_policies_and_repeated_layers() {
     let dir = TempDir::new("policies");

@@ -55,6 +55,7 @@
 //! [`Handle::set_workspace_limit`]: crate::Handle::set_workspace_limit
 
 pub mod benchmark;
+pub mod budget;
 pub mod cache;
 mod fallback;
 pub mod heuristic;
