@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use autodnn::conv::{Accuracy, EpilogueArgs, Weights};
 use autodnn::select::budget::{choose_timed, TimingCase};
+use autodnn::select::deploy::DeployedPlan;
 use autodnn::select::{ConvPlan, Plan, Policy, Source};
 use autodnn::{ConvProblem, Handle, Layout, ProblemSpec};
 use clap::Args;
@@ -85,6 +86,15 @@ pub struct TuneArgs {
     /// only
     #[arg(long, value_name = "MS")]
     pub budget_ms: Option<f64>,
+    /// With --prepared: write each layer's deployable plan (the choice, its ranking and the
+    /// prepared filter) into DIR, one file per distinct problem
+    #[arg(long, value_name = "DIR")]
+    pub save_plans: Option<PathBuf>,
+    /// Run each layer from its plan in DIR (written by --save-plans): no selection, no
+    /// timing, no filter transformation (unless the plan was made under another instruction
+    /// set: then prepared again); a layer's first call is reported beside the steady ones
+    #[arg(long, value_name = "DIR")]
+    pub load_plans: Option<PathBuf>,
 }
 
 /// One distinct layer's result (a JSON line).
@@ -112,6 +122,9 @@ struct LayerLine {
     /// --prepared: bytes the prepared weights hold.
     #[serde(skip_serializing_if = "Option::is_none")]
     prepared_bytes: Option<usize>,
+    /// --load-plans: milliseconds of the first call after loading the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -133,6 +146,12 @@ struct TotalLine {
     /// --budget-ms: how many layers were timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     timed_layers: Option<usize>,
+    /// --load-plans: the distinct layers' first calls after loading, in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_calls_ms: Option<f64>,
+    /// --load-plans: the distinct layers' steady calls (medians), in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steady_calls_ms: Option<f64>,
 }
 
 /// One direction's running totals.
@@ -222,6 +241,29 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
         ));
     }
     handle.set_prepared_selection(args.prepared);
+    if args.save_plans.is_some() && !args.prepared {
+        return Err(CliError::bad(
+            "bad --save-plans without --prepared: a plan holds prepared weights",
+        ));
+    }
+    for (flag, dir) in [
+        ("--save-plans", &args.save_plans),
+        ("--load-plans", &args.load_plans),
+    ] {
+        if let Some(d) = dir {
+            if !d.is_dir() {
+                return Err(CliError::bad(format!(
+                    "bad {flag} {}: not a folder that exists",
+                    d.display()
+                )));
+            }
+            if args.dir != DirArg::Fwd {
+                return Err(CliError::bad(format!(
+                    "bad {flag} with --dir: plans serve the forward convolution only"
+                )));
+            }
+        }
+    }
     if let Some(b) = args.budget_ms {
         if !(b.is_finite() && b >= 0.0) {
             return Err(CliError::bad(format!(
@@ -264,6 +306,11 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
         choose_timed(&cases, b)
     });
     let mut timed_layers = 0usize;
+    let loaded = match &args.load_plans {
+        Some(dir) => Some(load_plans(&handle, &layers, dir)?),
+        None => None,
+    };
+    let (mut first_calls, mut steady_calls) = (0.0f64, 0.0f64);
     let dirs = args.dir.dirs();
     // Without --dir, the output is today's forward one (plus the "dir" field).
     let labelled = args.dir != DirArg::Fwd;
@@ -295,8 +342,11 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
             if let Some(pb) = &progress {
                 pb.set_message(display_name(&layer.spec));
             }
-            let line = match dir {
-                Dir::Fwd => tune_layer(&handle, layer, args).map(|(line, plan)| {
+            let line = match (dir, &loaded) {
+                (Dir::Fwd, Some(plans)) => {
+                    load_layer(&handle, layer, args, &plans[li]).map(|(line, _)| (line, Vec::new()))
+                }
+                (Dir::Fwd, None) => tune_layer(&handle, layer, args).map(|(line, plan)| {
                     let plans = plan.iter().map(PlanInfo::of).collect::<Vec<_>>();
                     (line, plans)
                 }),
@@ -313,6 +363,10 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 measured |= plan.measured;
             }
             a.fallbacks += line.fallbacks;
+            if let (Some(f), Some(ms)) = (line.first_ms, line.ms) {
+                first_calls += f;
+                steady_calls += ms;
+            }
             if let Some(ms) = line.ms {
                 a.total_ms += ms * layer.count as f64;
             }
@@ -395,6 +449,8 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 fallbacks: a.fallbacks,
                 budget_ms: args.budget_ms,
                 timed_layers: args.budget_ms.map(|_| timed_layers),
+                first_calls_ms: args.load_plans.as_ref().map(|_| first_calls),
+                steady_calls_ms: args.load_plans.as_ref().map(|_| steady_calls),
             };
             writeln!(out, "{}", conv_cmd::to_json(&total)?)?;
         } else {
@@ -417,6 +473,13 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 a.fallbacks,
                 policy.name()
             )?;
+            if args.load_plans.is_some() {
+                writeln!(
+                    out,
+                    "plans loaded: first calls {first_calls:.3} ms against steady calls \
+                     {steady_calls:.3} ms (each distinct layer once)"
+                )?;
+            }
             if let Some(b) = args.budget_ms {
                 writeln!(
                     out,
@@ -492,6 +555,7 @@ fn tune_layer(
         max_rel_err: None,
         prepare_ms: None,
         prepared_bytes: None,
+        first_ms: None,
         error: None,
     };
     let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
@@ -566,6 +630,12 @@ fn tune_layer(
     };
     // Fresh timed runs of what ran, the algorithms that failed before it left out.
     let pinned = plan.starting_at(report.algo);
+    if let (Some(dir), Some(pw)) = (&args.save_plans, &prepared) {
+        let d = DeployedPlan::new(pinned.clone(), pw.clone(), handle.isa())?;
+        let path = plan_path(dir, p);
+        std::fs::write(&path, d.to_bytes()?)
+            .map_err(|e| CliError::fail(format!("writing {}: {e}", path.display())))?;
+    }
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let t = std::time::Instant::now();
@@ -592,6 +662,105 @@ fn tune_layer(
     }
     line.ms = Some(conv_cmd::median_ms(&mut times));
     Ok((line, Some(plan)))
+}
+
+/// The plan file of problem `p` in `dir`: its benchdnn string, unnamed, with characters other
+/// than letters, digits, `_` and `-` replaced.
+fn plan_path(dir: &std::path::Path, p: &ConvProblem) -> PathBuf {
+    let s: String = ProblemSpec::from_problem(p, "")
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let layout = p.x().layout().map_or("strided", |l| l.name());
+    dir.join(format!("{s}_{layout}.plan"))
+}
+
+/// `--load-plans`: every layer's plan read and checked before anything runs (the filter
+/// given, to prepare again a plan made under another instruction set).
+fn load_plans(
+    handle: &Handle,
+    layers: &[Layer],
+    dir: &std::path::Path,
+) -> CliResult<Vec<DeployedPlan>> {
+    layers
+        .iter()
+        .map(|layer| {
+            let p = &layer.problem;
+            let path = plan_path(dir, p);
+            let bytes = std::fs::read(&path).map_err(|e| {
+                CliError::bad(format!("--load-plans: reading {}: {e}", path.display()))
+            })?;
+            let w = data::small_ints(p.w().elements(), data::W_SEED, "w")?;
+            handle
+                .load_plan(&bytes, p, Some(&w))
+                .map_err(|e| CliError::from(e).context(format!("--load-plans {}", path.display())))
+        })
+        .collect()
+}
+
+/// `--load-plans`: one layer run from its plan: the first call after loading, then the timed
+/// runs.
+fn load_layer(
+    handle: &Handle,
+    layer: &Layer,
+    args: &TuneArgs,
+    d: &DeployedPlan,
+) -> CliResult<(LayerLine, Option<ConvPlan>)> {
+    let p = &layer.problem;
+    let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
+    let w = data::small_ints(p.w().elements(), data::W_SEED, "w")?;
+    let mut y = data::filled(p.y().span(), 0.0, "y")?;
+    let epi = EpilogueArgs::default();
+    let t = std::time::Instant::now();
+    handle.conv_forward_deployed(d, &x, &mut y, &epi)?;
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut line = LayerLine {
+        problem: layer.spec.to_string(),
+        dir: Dir::Fwd.name(),
+        count: layer.count,
+        algo: Some(d.weights().algo()),
+        source: Some("plan"),
+        ms: None,
+        workspace_bytes: Some(handle.conv_workspace_size(p, d.weights().algo())?),
+        fallbacks: 0,
+        bias_algo: None,
+        bias_ms: None,
+        max_rel_err: None,
+        prepare_ms: None,
+        prepared_bytes: Some(d.weights().bytes()),
+        first_ms: Some(first_ms),
+        error: None,
+    };
+    if args.check {
+        let reference = autodnn::reference::conv_forward(p, &x, &w)?;
+        let err = conv_cmd::max_rel_err(p, &y, &reference);
+        line.max_rel_err = Some(err);
+        let tolerance = autodnn::conv::find(d.weights().algo())
+            .map(|a| a.accuracy())
+            .unwrap_or(Accuracy::Exact)
+            .integer_tolerance();
+        if err.is_nan() || err > tolerance {
+            line.error = Some(format!(
+                "wrong result from {}: max_rel_err {err:e} exceeds {tolerance:e}",
+                d.weights().algo()
+            ));
+        }
+    }
+    let mut times = Vec::with_capacity(args.reps);
+    for _ in 0..args.reps {
+        let t = std::time::Instant::now();
+        handle.conv_forward_deployed(d, &x, &mut y, &epi)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    line.ms = Some(conv_cmd::median_ms(&mut times));
+    Ok((line, None))
 }
 
 /// max_rel_err of an output against its oracle.
@@ -763,6 +932,7 @@ fn tune_layer_bwd(
         max_rel_err: t.max_rel_err,
         prepare_ms: None,
         prepared_bytes: None,
+        first_ms: None,
         error: t.error,
     };
     let mut plans: Vec<PlanInfo> = t.plan.into_iter().collect();

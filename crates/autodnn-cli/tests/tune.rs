@@ -249,6 +249,63 @@ fn tune_budget_times_only_what_fits() {
     assert!(err.contains("--budget-ms"), "{err}");
 }
 
+/// `tune --prepared --save-plans DIR` writes one plan per distinct layer; `tune --load-plans
+/// DIR` runs every layer from its plan (source "plan", nothing timed or selected) with the
+/// reference's output and reports each first call; a missing plan, a corrupt one and a
+/// folder that does not exist are refused.
+#[test]
+fn tune_saves_and_loads_plans() {
+    let dir = TempDir::new("plans");
+    let plans = dir.path("plans");
+    std::fs::create_dir(&plans).unwrap();
+    let pdir = plans.to_str().unwrap();
+    let (layers, _) = tune_json(&dir, &["--prepared", "--save-plans", pdir]);
+    let files: Vec<_> = std::fs::read_dir(&plans).unwrap().flatten().collect();
+    assert_eq!(files.len(), layers.len());
+    let (loaded, total) = tune_json(&dir, &["--load-plans", pdir, "--check"]);
+    assert_eq!(loaded.len(), layers.len());
+    for (l, m) in loaded.iter().zip(&layers) {
+        assert_eq!(l["source"], "plan", "{l}");
+        assert_eq!(l["algo"], m["algo"], "{l} {m}");
+        assert!(l["first_ms"].as_f64().unwrap() > 0.0, "{l}");
+        assert!(
+            l.get("max_rel_err").is_some() && l.get("error").is_none(),
+            "{l}"
+        );
+    }
+    assert_eq!(total["tuning_ms"], 0.0);
+    assert!(total["first_calls_ms"].as_f64().unwrap() > 0.0, "{total}");
+    // A corrupt plan is refused naming it.
+    let victim = std::fs::read_dir(&plans)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let mut b = std::fs::read(&victim).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&victim, &b).unwrap();
+    let err = bad(&dir, &["tune", A, B, C, "--load-plans", pdir], &[]);
+    assert!(err.contains("plan"), "{err}");
+    std::fs::remove_file(&victim).unwrap();
+    let err = bad(&dir, &["tune", A, B, C, "--load-plans", pdir], &[]);
+    assert!(err.contains("--load-plans"), "{err}");
+    let err = bad(
+        &dir,
+        &[
+            "tune",
+            A,
+            "--load-plans",
+            dir.path("none").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(err.contains("not a folder"), "{err}");
+    let err = bad(&dir, &["tune", A, "--save-plans", pdir], &[]);
+    assert!(err.contains("--prepared"), "{err}");
+}
+
 #[test]
 fn tune_policies_and_repeated_layers() {
     let dir = TempDir::new("policies");

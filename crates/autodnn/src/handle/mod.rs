@@ -24,6 +24,7 @@ use crate::op::{Tensor, TensorMut};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
 use crate::runtime::{Bf16Units, MathMode};
+use crate::select::deploy::DeployedPlan;
 use crate::select::heuristic::Machine;
 use crate::select::{
     self, AlgoPerf, ConvPlan, CostModel, Env, FailAlloc, Mode, Plan, Policy, Ranked, RunReport,
@@ -878,6 +879,130 @@ impl Handle {
         let plan = select::plan::<ConvForward>(&env, algos, problem, Some(&inputs), Mode::Policy)?;
         let pw = self.prepare_weights(problem, plan.algo(), w)?;
         Ok((pw, plan))
+    }
+
+    /// Tunes `problem` for calls with prepared weights ([`Handle::prepare_weights_auto`]) and
+    /// returns the deployable plan: the choice, the ranking and the prepared filter, made
+    /// under this handle's instruction set, to save with
+    /// [`DeployedPlan::to_bytes`](crate::select::deploy::DeployedPlan::to_bytes).
+    ///
+    /// ```
+    /// use autodnn::{Handle, Layout, ProblemSpec};
+    /// use autodnn::conv::EpilogueArgs;
+    /// let p = ProblemSpec::parse("mb1ic8ih10oc8kh3ph1")?.to_problem(Layout::Nchw)?;
+    /// let h = Handle::with_threads(1)?;
+    /// let (x, w) = (vec![1.0f32; p.x().span()], vec![1.0f32; p.w().elements()]);
+    /// let bytes = h.deploy_conv(&p, &x, &w, &EpilogueArgs::default())?.to_bytes()?;
+    /// // Later, elsewhere: no timing, no transformation.
+    /// let plan = h.load_plan(&bytes, &p, None)?;
+    /// let mut y = vec![0.0f32; p.y().span()];
+    /// h.conv_forward_deployed(&plan, &x, &mut y, &EpilogueArgs::default())?;
+    /// assert_eq!(y[55], 72.0);
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Handle::prepare_weights_auto`].
+    pub fn deploy_conv(
+        &self,
+        problem: &ConvProblem,
+        x: &[f32],
+        w: &[f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<DeployedPlan> {
+        let (weights, plan) = self.prepare_weights_auto(problem, x, w, epilogue)?;
+        Ok(DeployedPlan {
+            plan,
+            weights,
+            isa: self.isa(),
+        })
+    }
+
+    /// The deployable plan of `algo` on `problem` (a forced choice): its prepared weights, the
+    /// chain `algo` alone.
+    ///
+    /// # Errors
+    /// As [`Handle::prepare_weights`].
+    pub fn deploy_conv_with(
+        &self,
+        problem: &ConvProblem,
+        algo: &str,
+        w: &[f32],
+    ) -> Result<DeployedPlan> {
+        let weights = self.prepare_weights(problem, algo, w)?;
+        Ok(DeployedPlan {
+            plan: Plan::single(problem, weights.algo(), Source::Forced),
+            weights,
+            isa: self.isa(),
+        })
+    }
+
+    /// Loads a plan for `problem` from bytes
+    /// ([`DeployedPlan::from_bytes`](crate::select::deploy::DeployedPlan::from_bytes) checks
+    /// them). One made under this handle's instruction set runs as saved; one made under
+    /// another is prepared again from `plain` (the dispatch log says so), or refused naming
+    /// `plan.isa` without it.
+    ///
+    /// # Errors
+    /// As `DeployedPlan::from_bytes`; [`Error::BadParam`] naming `plan.isa`; as
+    /// [`Handle::prepare_weights`] when preparing again.
+    pub fn load_plan(
+        &self,
+        bytes: &[u8],
+        problem: &ConvProblem,
+        plain: Option<&[f32]>,
+    ) -> Result<DeployedPlan> {
+        let mut d = DeployedPlan::from_bytes(bytes, problem)?;
+        if d.isa != self.isa() {
+            let Some(w) = plain else {
+                return Err(Error::bad(
+                    "plan.isa",
+                    d.isa.name(),
+                    format!(
+                        "prepared under {} and this handle runs {}: give the plain filter to \
+                         prepare it again",
+                        d.isa.name(),
+                        self.isa().name()
+                    ),
+                ));
+            };
+            d.weights = self.prepare_weights(problem, d.weights.algo(), w)?;
+            if self.log_dispatch() {
+                select::log_lines(&[format!(
+                    "plan for {} prepared under {}, loaded under {}: prepared again for {}",
+                    crate::op::OpProblem::describe(problem),
+                    d.isa.name(),
+                    self.isa().name(),
+                    d.weights.algo()
+                )]);
+            }
+            d.isa = self.isa();
+        }
+        Ok(d)
+    }
+
+    /// Runs a deployed plan: its algorithm on its prepared weights, nothing timed or
+    /// transformed.
+    ///
+    /// # Errors
+    /// As [`Handle::conv_forward_ex`].
+    pub fn conv_forward_deployed(
+        &self,
+        plan: &DeployedPlan,
+        x: &[f32],
+        y: &mut [f32],
+        epilogue: &EpilogueArgs<'_>,
+    ) -> Result<()> {
+        let w = &plan.weights;
+        self.conv_forward_ex(
+            plan.plan.problem(),
+            w.algo(),
+            x,
+            Weights::Prepared(w),
+            y,
+            epilogue,
+            None,
+        )
     }
 
     /// Runs a plan with the fallback chain: [`Handle::run_plan`] for [`ConvForward`].

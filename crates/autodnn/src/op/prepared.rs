@@ -81,6 +81,10 @@ impl PreparedWeights {
             bf16,
         }
     }
+    /// The values (the transformed filter, or the plain one).
+    pub(crate) fn data(&self) -> &[f32] {
+        &self.data
+    }
     /// The algorithm it was made for.
     pub fn algo(&self) -> &'static str {
         self.algo

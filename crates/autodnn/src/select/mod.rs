@@ -57,6 +57,7 @@
 pub mod benchmark;
 pub mod budget;
 pub mod cache;
+pub mod deploy;
 mod fallback;
 pub mod heuristic;
 mod policy;
