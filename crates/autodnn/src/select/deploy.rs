@@ -20,7 +20,7 @@ use crate::cpu::Isa;
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 use crate::op::prepared::PreparedWeights;
-use crate::op::ConvForward;
+use crate::op::{Algorithm, ConvForward, Registered};
 
 /// The first bytes of a plan.
 pub const PLAN_MAGIC: &[u8; 8] = b"ADNNPLAN";
@@ -47,6 +47,15 @@ struct Header {
     transformed: bool,
     bf16: bool,
     values: usize,
+}
+
+/// The registered forward algorithm of that name.
+fn registered(name: &str) -> Result<&'static str> {
+    <ConvForward as Registered>::algorithms()
+        .iter()
+        .map(|a| Algorithm::<ConvForward>::name(*a))
+        .find(|n| *n == name)
+        .ok_or_else(|| bad("plan.algo", name, "not an algorithm of this build"))
 }
 
 /// FNV-1a, 64 bits.
@@ -210,14 +219,10 @@ impl DeployedPlan {
                 "this plan was made for another problem",
             ));
         }
-        let algo = crate::conv::find(&header.algo)
-            .map_err(|_| bad("plan.algo", &header.algo, "not an algorithm of this build"))?
-            .name();
+        let algo = registered(&header.algo)?;
         let mut chain = Vec::with_capacity(header.chain.len().min(64));
         for name in &header.chain {
-            let a = crate::conv::find(name)
-                .map_err(|_| bad("plan.algo", name, "not an algorithm of this build"))?;
-            chain.push(a.name());
+            chain.push(registered(name)?);
         }
         if chain.first() != Some(&algo) {
             return Err(bad(
