@@ -23,7 +23,7 @@ runs=${1:-1000000}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans capi ops)
+    targets=(problem_string descriptors cache_file cost_model_file gemm npy plans capi ops plan_file)
 fi
 san=${SANITIZER:-address}
 # Timed selections come many a second here: no 150 ms wake-up of the workers before each
@@ -38,7 +38,7 @@ export AUTODNN_EXHAUSTIVE_MIN_MS=${AUTODNN_EXHAUSTIVE_MIN_MS:-0}
 # loops (the thread pool's idle spinning among them) took half a capi campaign's time, so
 # those build without it, in their own folder (problem_string's tokens come from its
 # dictionary).
-traced=" cache_file cost_model_file npy "
+traced=" cache_file cost_model_file npy plan_file "
 build_for() {
     if [[ $traced == *" $1 "* ]]; then
         echo --sanitizer "$san" --target-dir "target/$san"

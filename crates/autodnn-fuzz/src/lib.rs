@@ -16,6 +16,7 @@ pub mod gemm;
 pub mod input;
 pub mod npy;
 pub mod ops;
+pub mod plan_file;
 pub mod plans;
 pub mod problem_string;
 
@@ -26,6 +27,7 @@ pub use descriptors::descriptors;
 pub use gemm::gemm;
 pub use npy::npy;
 pub use ops::ops;
+pub use plan_file::plan_file;
 pub use plans::plans;
 pub use problem_string::problem_string;
 
@@ -33,7 +35,7 @@ pub use problem_string::problem_string;
 pub type Harness = fn(&[u8]);
 
 /// Every harness by name, as the fuzz targets and the corpus folders call them.
-pub const HARNESSES: [(&str, Harness); 9] = [
+pub const HARNESSES: [(&str, Harness); 10] = [
     ("problem_string", problem_string),
     ("descriptors", descriptors),
     ("cache_file", cache_file),
@@ -43,4 +45,5 @@ pub const HARNESSES: [(&str, Harness); 9] = [
     ("plans", plans),
     ("capi", capi),
     ("ops", ops),
+    ("plan_file", plan_file),
 ];

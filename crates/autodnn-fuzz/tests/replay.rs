@@ -89,6 +89,11 @@ fn ops_corpus() {
     replay_nonempty("ops");
 }
 
+#[test]
+fn plan_file_corpus() {
+    replay_nonempty("plan_file");
+}
+
 /// The corpora of the Python harnesses (`fuzz/python/`), replayed by
 /// `python/tests/test_fuzz_corpus.py`.
 const PYTHON_HARNESSES: [&str; 1] = ["python_functional"];

@@ -151,6 +151,24 @@ fn bad_bytes_are_refused_naming_the_part() {
         ),
         "plan.algo"
     );
+    // A plain filter (an algorithm with nothing to prepare) cut short, the header made to
+    // agree and the bytes resealed: refused, never read past its end.
+    let direct = h.deploy_conv_with(&p, "direct", &w).unwrap();
+    let db = direct.to_bytes().unwrap();
+    let n = p.w().elements();
+    let hlen = u64::from_le_bytes(db[12..20].try_into().unwrap()) as usize;
+    let header = String::from_utf8(db[20..20 + hlen].to_vec()).unwrap();
+    let short = header.replace(&format!("\"values\":{n}"), &format!("\"values\":{}", n - 1));
+    assert_ne!(short, header);
+    let mut cut = db[..12].to_vec();
+    cut.extend_from_slice(&(short.len() as u64).to_le_bytes());
+    cut.extend_from_slice(short.as_bytes());
+    cut.extend_from_slice(&db[20 + hlen..20 + hlen + 4 * (n - 1)]);
+    cut.extend_from_slice(&[0; 8]);
+    assert_eq!(
+        field(&h.load_plan(&resealed(cut), &p, None).unwrap_err()),
+        "plan.length"
+    );
     // Another problem.
     let q = problem("mb1ic8ih12oc8kh3ph1", Layout::Nchw);
     assert_eq!(

@@ -231,6 +231,19 @@ impl DeployedPlan {
                 "the chain does not start with the prepared algorithm",
             ));
         }
+        // A plain filter must be whole: the calls read it as the problem's filter without
+        // checking its length again. A transformed one is checked by its algorithm at every
+        // call (header and length).
+        if !header.transformed && header.values != problem.w().elements() {
+            return Err(bad(
+                "plan.length",
+                header.values,
+                format!(
+                    "a plain filter of this problem holds {} values",
+                    problem.w().elements()
+                ),
+            ));
+        }
         let mut data = crate::alloc::try_vec_with_capacity(header.values, "a plan's weights")?;
         data.extend(
             values
