@@ -316,6 +316,37 @@ fn batch_norm_training_and_backward_match_reference() {
     }
 }
 
+/// Batch-norm training forward (no blend) on one tensor: y, the saved mean and 1/σ.
+fn train(
+    h: &Handle,
+    bn: &BatchNorm,
+    d: &TensorDesc,
+    x: &[f32],
+    g: &[f32],
+    b: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let c = d.c();
+    let (mut y, mut m, mut i) = (vec![0.0; d.span()], vec![0.0; c], vec![0.0; c]);
+    let saved = SavedStatsMut {
+        mean: &mut m,
+        inv_std: &mut i,
+    };
+    h.batch_norm_forward_training(
+        bn,
+        Blend::default(),
+        d,
+        x,
+        d,
+        &mut y,
+        g,
+        b,
+        None,
+        Some(saved),
+    )
+    .unwrap();
+    (y, m, i)
+}
+
 /// The statistics sums run in f32 lanes per block of 256 values and fall back to f64 when
 /// those come out not finite: values whose squares pass f32's range (3·10^19) still give the
 /// reference's statistics and gradients, on planes (NCHW) and channels-last rows; a NaN in a
@@ -352,25 +383,7 @@ fn statistics_of_values_beyond_the_f32_squares_and_of_nan() {
         .unwrap();
         for (isa, t, h) in &handles() {
             let what = format!("{ln} {isa:?} {t}t");
-            let mut y = vec![0.0; d.span()];
-            let (mut m, mut i) = (vec![0.0; 3], vec![0.0; 3]);
-            let saved = SavedStatsMut {
-                mean: &mut m,
-                inv_std: &mut i,
-            };
-            h.batch_norm_forward_training(
-                &bn,
-                Blend::default(),
-                &d,
-                &x,
-                &d,
-                &mut y,
-                &g,
-                &b,
-                None,
-                Some(saved),
-            )
-            .unwrap();
+            let (y, m, i) = train(h, &bn, &d, &x, &g, &b);
             check(&d, &y, &r.y, TOL, &what);
             check_vec(&m, &r.mean, TOL, &what);
             check_vec(&i, &r.inv_std, TOL, &what);
@@ -400,26 +413,7 @@ fn statistics_of_values_beyond_the_f32_squares_and_of_nan() {
         }
         // A NaN in channel 2: its statistics are NaN, the others as before.
         x[d.offset(1, 2, 19, 19)] = f32::NAN;
-        let h = &handles()[0].2;
-        let (mut m, mut i) = (vec![0.0; 3], vec![0.0; 3]);
-        let mut y = vec![0.0; d.span()];
-        let saved = SavedStatsMut {
-            mean: &mut m,
-            inv_std: &mut i,
-        };
-        h.batch_norm_forward_training(
-            &bn,
-            Blend::default(),
-            &d,
-            &x,
-            &d,
-            &mut y,
-            &g,
-            &b,
-            None,
-            Some(saved),
-        )
-        .unwrap();
+        let (_, m, i) = train(&handles()[0].2, &bn, &d, &x, &g, &b);
         assert!(m[2].is_nan() && i[2].is_nan(), "{ln}: {m:?} {i:?}");
         check_vec(&m[..2], &r.mean[..2], TOL, ln);
         check_vec(&i[..2], &r.inv_std[..2], TOL, ln);
