@@ -45,35 +45,6 @@ fn desc(rng: &mut Rng, dims: [usize; 4]) -> TensorDesc {
     }
 }
 
-/// The groups of coordinates one softmax runs over.
-fn groups(mode: SoftmaxMode, dims: [usize; 4]) -> Vec<Vec<[usize; 4]>> {
-    let [n, c, h, w] = dims;
-    let mut out = Vec::new();
-    for b in 0..n {
-        match mode {
-            SoftmaxMode::Channel => {
-                for i in 0..h {
-                    for j in 0..w {
-                        out.push((0..c).map(|k| [b, k, i, j]).collect());
-                    }
-                }
-            }
-            SoftmaxMode::Instance => {
-                let mut g = Vec::new();
-                for k in 0..c {
-                    for i in 0..h {
-                        for j in 0..w {
-                            g.push([b, k, i, j]);
-                        }
-                    }
-                }
-                out.push(g);
-            }
-        }
-    }
-    out
-}
-
 fn off(d: &TensorDesc, p: [usize; 4]) -> usize {
     d.offset(p[0], p[1], p[2], p[3])
 }
@@ -88,7 +59,10 @@ fn data(
     equal_rows: bool,
 ) -> Vec<f32> {
     let mut v = vec![f32::NAN; d.span()];
-    for (gi, g) in groups(mode, d.dims()).into_iter().enumerate() {
+    for (gi, g) in reference::softmax::groups(mode, d.dims())
+        .into_iter()
+        .enumerate()
+    {
         let same = rng.range(-1000, 1000) as f32 / 1000.0 * scale;
         for p in g {
             v[off(d, p)] = if equal_rows && gi % 3 == 1 {
@@ -128,7 +102,7 @@ fn check_forward(
     let r = reference::softmax::forward(algo, mode, blend, xd, x, yd, prior).unwrap();
     let (al, be) = (blend.alpha as f64, blend.beta as f64);
     let mut worst = 0.0f64;
-    for g in groups(mode, xd.dims()) {
+    for g in reference::softmax::groups(mode, xd.dims()) {
         let xs: Vec<f64> = g.iter().map(|&p| x[off(xd, p)] as f64).collect();
         let m = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let s: f64 = xs.iter().map(|v| (v - m).exp()).sum();
@@ -190,7 +164,7 @@ fn check_backward(
     let r = reference::softmax::backward(algo, mode, blend, yd, y, dyd, dy, dxd, prior).unwrap();
     let (al, be) = (blend.alpha as f64, blend.beta as f64);
     let mut worst = 0.0f64;
-    for g in groups(mode, yd.dims()) {
+    for g in reference::softmax::groups(mode, yd.dims()) {
         let ys: Vec<f64> = g.iter().map(|&p| y[off(yd, p)] as f64).collect();
         let ds: Vec<f64> = g.iter().map(|&p| dy[off(dyd, p)] as f64).collect();
         let s: f64 = match algo {

@@ -7,7 +7,7 @@ use crate::layers::Blend;
 
 /// The groups of logical coordinates one softmax runs over: per (n, h, w) the C channels
 /// (channel mode), per n the C·H·W elements (instance mode), as lists of (n, c, h, w).
-fn groups(mode: SoftmaxMode, dims: [usize; 4]) -> Vec<Vec<[usize; 4]>> {
+pub fn groups(mode: SoftmaxMode, dims: [usize; 4]) -> Vec<Vec<[usize; 4]>> {
     let [n, c, h, w] = dims;
     let mut out = Vec::new();
     for b in 0..n {
