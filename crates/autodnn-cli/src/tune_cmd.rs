@@ -596,19 +596,7 @@ fn tune_layer(
     line.algo = Some(report.algo);
     line.workspace_bytes = Some(report.workspace_bytes);
     if args.check {
-        let reference = autodnn::reference::conv_forward(p, &x, &w)?;
-        let err = conv_cmd::max_rel_err(p, &y, &reference);
-        line.max_rel_err = Some(err);
-        let tolerance = autodnn::conv::find(report.algo)
-            .map(|a| a.accuracy())
-            .unwrap_or(Accuracy::Exact)
-            .integer_tolerance();
-        if err.is_nan() || err > tolerance {
-            line.error = Some(format!(
-                "wrong result from {}: max_rel_err {err:e} exceeds {tolerance:e}",
-                report.algo
-            ));
-        }
+        check_forward(&mut line, p, &x, &w, &y, report.algo)?;
     }
     // --prepared: the weights prepared once for what ran, outside the timing.
     let prepared = if args.prepared {
@@ -662,6 +650,31 @@ fn tune_layer(
     }
     line.ms = Some(conv_cmd::median_ms(&mut times));
     Ok((line, Some(plan)))
+}
+
+/// `--check` of a forward layer: max_rel_err of `y` against the f64 reference, and an error
+/// on the line when it exceeds the tolerance of `algo`, the algorithm that computed it.
+fn check_forward(
+    line: &mut LayerLine,
+    p: &ConvProblem,
+    x: &[f32],
+    w: &[f32],
+    y: &[f32],
+    algo: &str,
+) -> CliResult<()> {
+    let reference = autodnn::reference::conv_forward(p, x, w)?;
+    let err = conv_cmd::max_rel_err(p, y, &reference);
+    line.max_rel_err = Some(err);
+    let tolerance = autodnn::conv::find(algo)
+        .map(|a| a.accuracy())
+        .unwrap_or(Accuracy::Exact)
+        .integer_tolerance();
+    if err.is_nan() || err > tolerance {
+        line.error = Some(format!(
+            "wrong result from {algo}: max_rel_err {err:e} exceeds {tolerance:e}"
+        ));
+    }
+    Ok(())
 }
 
 /// The plan file of problem `p` in `dir`: its benchdnn string, unnamed, with characters other
@@ -739,19 +752,7 @@ fn load_layer(
         error: None,
     };
     if args.check {
-        let reference = autodnn::reference::conv_forward(p, &x, &w)?;
-        let err = conv_cmd::max_rel_err(p, &y, &reference);
-        line.max_rel_err = Some(err);
-        let tolerance = autodnn::conv::find(d.weights().algo())
-            .map(|a| a.accuracy())
-            .unwrap_or(Accuracy::Exact)
-            .integer_tolerance();
-        if err.is_nan() || err > tolerance {
-            line.error = Some(format!(
-                "wrong result from {}: max_rel_err {err:e} exceeds {tolerance:e}",
-                d.weights().algo()
-            ));
-        }
+        check_forward(&mut line, p, &x, &w, &y, d.weights().algo())?;
     }
     let mut times = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {

@@ -5,7 +5,7 @@
 //! instruction set's handle (never a panic or a read past a buffer).
 
 use autodnn::conv::EpilogueArgs;
-use autodnn::select::deploy::DeployedPlan;
+use autodnn::select::deploy::{checksum, DeployedPlan};
 use autodnn::{Error, Layout, ProblemSpec};
 
 use crate::conv_checks::handle;
@@ -22,13 +22,6 @@ fn named(e: &Error) {
         Error::OutOfMemory { .. } | Error::Declined { .. } | Error::Unsupported { .. } => {}
         other => panic!("an error of an unexpected kind: {other:?}"),
     }
-}
-
-/// The FNV-1a checksum of a plan's bytes before the last eight.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// Loads `data[1..]` as a plan; `data[0]` picks the problem, its layout, whether the checksum
@@ -50,7 +43,7 @@ pub fn plan_file(data: &[u8]) {
     let mut bytes = rest.to_vec();
     if sel & 4 != 0 && bytes.len() >= 8 {
         let n = bytes.len() - 8;
-        let sum = fnv1a(&bytes[..n]);
+        let sum = checksum(&bytes[..n]);
         bytes[n..].copy_from_slice(&sum.to_le_bytes());
     }
     let d = match DeployedPlan::from_bytes(&bytes, &p) {

@@ -8,7 +8,7 @@ mod common;
 
 use autodnn::conv::{self, EpilogueArgs};
 use autodnn::cpu::Isa;
-use autodnn::select::deploy::{DeployedPlan, PLAN_MAGIC};
+use autodnn::select::deploy::{checksum, DeployedPlan, PLAN_MAGIC};
 use autodnn::{reference, ConvProblem, Error, Handle, Layout};
 use common::{assert_exact, int_data, problem};
 
@@ -19,16 +19,10 @@ const PROBLEMS: [&str; 4] = [
     "mb1ic4ih20oc4kh5ph2",
 ];
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The bytes with their checksum made right again (after an edit).
 fn resealed(mut b: Vec<u8>) -> Vec<u8> {
     let n = b.len() - 8;
-    let sum = fnv1a(&b[..n]);
+    let sum = checksum(&b[..n]);
     b[n..].copy_from_slice(&sum.to_le_bytes());
     b
 }

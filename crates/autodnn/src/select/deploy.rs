@@ -58,8 +58,9 @@ fn registered(name: &str) -> Result<&'static str> {
         .ok_or_else(|| bad("plan.algo", name, "not an algorithm of this build"))
 }
 
-/// FNV-1a, 64 bits.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// The checksum a plan ends with, of the bytes before it (FNV-1a, 64 bits): what detects
+/// corruption (not tampering: anyone may compute it).
+pub fn checksum(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -141,7 +142,7 @@ impl DeployedPlan {
         for v in data {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        let sum = fnv1a(&out);
+        let sum = checksum(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         Ok(out)
     }
@@ -178,7 +179,7 @@ impl DeployedPlan {
         }
         let (body, tail) = bytes.split_at(n - 8);
         let sum = u64::from_le_bytes(tail.try_into().unwrap_or_default());
-        if fnv1a(body) != sum {
+        if checksum(body) != sum {
             return Err(bad(
                 "plan.checksum",
                 format!("{sum:#x}"),
