@@ -202,6 +202,10 @@ fn cases() -> Vec<Case> {
         // Large enough for im2col's and the GEMM engine's threads to share the work.
         Case::new("mb1ic16ih16oc32kh3ph1", Layout::Nchw, fused, 1.0, 12),
         Case::new("mb1ic16ih16oc32kh3ph1", Layout::Nhwc, none, 0.0, 13),
+        // Dilated: kn2row and the space-to-batch algorithms (sub-images run by Winograd and
+        // the implicit GEMM), with and without the epilogue, both layouts.
+        Case::new("mb1ic4ih13oc5kh3ph2dh1", Layout::Nchw, fused, 1.0, 14),
+        Case::new("mb2ic3ih12oc4kh3ph4dh3", Layout::Nhwc, bias, 0.5, 15),
     ]
 }
 

@@ -268,12 +268,14 @@ int main(void) {
     EXPECT(FUSED(&zero, NULL, NULL, NULL, NULL, act_unset), AUTODNN_STATUS_NOT_INITIALIZED,
            "activationDesc");
 
-    /* Backward calls. */
-    EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y, yb, conv, direct, NULL, 0, &zero, x,
-                                          NULL),
+    /* Backward calls, with backward data's own index of `direct` (indices are per registry). */
+    int direct_bwd;
+    OK(autodnnGetAlgorithmIndex(AUTODNN_CONVOLUTION_BWD_DATA, "direct", &direct_bwd));
+    EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y, yb, conv, direct_bwd, NULL, 0, &zero,
+                                          x, NULL),
            BAD, "dx");
-    EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y_bad, yb, conv, direct, NULL, 0, &zero,
-                                          x, xb),
+    EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y_bad, yb, conv, direct_bwd, NULL, 0,
+                                          &zero, x, xb),
            BAD, "dy.h");
     EXPECT(autodnnConvolutionBackwardData(h, &one, w, wb, y, yb, conv, 9999, NULL, 0, &zero, x, xb),
            BAD, "algo");

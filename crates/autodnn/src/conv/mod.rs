@@ -5,7 +5,9 @@
 //! frame cost, im2col, patch packing, the packed filter; `explicit_fwd.rs` is `gemm`,
 //! `implicit_fwd.rs` is `implicit_gemm`; a col2im for backward data will sit beside
 //! im2col), `winograd/` (the three tile sizes over one frame), `fft/` (plans, filter spectra,
-//! products, overlap-save tiling; `full_fwd.rs` is `fft`, `tiling_fwd.rs` is `fft_tiling`).
+//! products, overlap-save tiling; `full_fwd.rs` is `fft`, `tiling_fwd.rs` is `fft_tiling`),
+//! `dilated/` (atrous kernels: `kn2row.rs`, one GEMM per tap over the outputs it reaches
+//! inside the image; `space_to_batch.rs`, the `s2b_*` dense algorithms on sub-images).
 //! Forward algorithms implement [`ConvAlgorithm`], the forward convolution's trait
 //! ([`crate::op::conv_fwd`]): a name, a predicate that accepts a problem or declines it with a
 //! reason, an exact workspace size, a determinism flag and a run function. `registry.rs`
@@ -14,6 +16,7 @@
 //! fallback chain. Selection works over this list and never names an algorithm.
 
 mod depthwise;
+mod dilated;
 mod direct;
 mod fft;
 mod gemm;

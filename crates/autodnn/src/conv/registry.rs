@@ -3,6 +3,9 @@
 //! algorithm is one file plus one line here.
 
 use super::depthwise::{Depthwise, DEPTHWISE_BWD_DATA, DEPTHWISE_BWD_FILTER};
+use super::dilated::{
+    KN2ROW, S2B_IMPLICIT_GEMM, S2B_WINOGRAD_2X2, S2B_WINOGRAD_4X4, S2B_WINOGRAD_6X6,
+};
 use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
 use super::fft::{FFT, FFT_BWD_DATA, FFT_TILING, FFT_TILING_BWD_DATA};
 use super::gemm::{GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA};
@@ -29,8 +32,13 @@ static ALGORITHMS: &[&dyn ConvAlgorithm] = &[
     &WINOGRAD_6X6,
     &WINOGRAD_6X6_BATCH,
     &WINOGRAD_2X2,
+    &S2B_WINOGRAD_4X4,
+    &S2B_WINOGRAD_6X6,
+    &S2B_WINOGRAD_2X2,
     &FFT_TILING,
     &FFT,
+    &KN2ROW,
+    &S2B_IMPLICIT_GEMM,
     &IMPLICIT_GEMM,
     &IMPLICIT_GEMM_BATCH,
     &GEMM,

@@ -321,6 +321,94 @@ pub fn random_problem(rng: &mut Rng) -> ConvProblem {
     }
 }
 
+/// A random dilated problem for the atrous algorithms (`kn2row`, `s2b_*`): dilations 1 to 24
+/// (mostly above 1) per dimension, strides 1 to 3 (multiples and non-multiples of the
+/// dilation), paddings from none to past the image (rows and columns of outputs that see only
+/// padding), unequal and negative trailing sides, groups, both modes, both layouts with packed
+/// or padded strides, both filter layouts; 3x3 kernels half the time (the Winograd sub-image
+/// algorithms' only kernel), a tenth dense 3x3 at stride 1 and a tenth depthwise, so that every
+/// registered algorithm meets some of them.
+pub fn random_dilated_problem(rng: &mut Rng) -> ConvProblem {
+    loop {
+        let kind = rng.range(0, 9);
+        let (dense, depthwise) = (kind == 0, kind == 1);
+        let groups = if depthwise {
+            rng.range(1, 6) as usize
+        } else {
+            rng.range(1, 2) as usize
+        };
+        let cg = if depthwise {
+            1
+        } else {
+            rng.range(1, 5) as usize
+        };
+        let kg = if depthwise {
+            1
+        } else {
+            rng.range(1, 9) as usize
+        };
+        let (r, s) = if dense || rng.range(0, 1) == 0 {
+            (3, 3)
+        } else {
+            (rng.range(1, 4) as usize, rng.range(1, 4) as usize)
+        };
+        let dil_side = |rng: &mut Rng| match rng.range(0, 5) {
+            0 => 1,
+            1 | 2 => rng.range(2, 4) as usize,
+            _ => rng.range(2, 24) as usize,
+        };
+        let mut dil = [dil_side(rng), dil_side(rng)];
+        let mut stride = match rng.range(0, 3) {
+            0 => [rng.range(1, 3) as usize, rng.range(1, 3) as usize],
+            _ => [1, 1],
+        };
+        if dense {
+            dil = [1, 1];
+            stride = [1, 1];
+        }
+        let (h, w) = (rng.range(1, 40) as usize, rng.range(1, 40) as usize);
+        let side = |rng: &mut Rng, d: usize| match rng.range(0, 4) {
+            0 => 0,
+            1 => d as i64,
+            2 => rng.range(0, 3),
+            _ => rng.range(0, 50),
+        };
+        let (pt, pl) = (side(rng, dil[0]), side(rng, dil[1]));
+        let pad = if rng.range(0, 2) == 0 {
+            Padding {
+                top: pt,
+                bottom: pt,
+                left: pl,
+                right: pl,
+            }
+        } else {
+            Padding {
+                top: pt,
+                bottom: rng.range(-4, 30),
+                left: pl,
+                right: rng.range(-4, 30),
+            }
+        };
+        let mode = rng.pick(&[ConvMode::CrossCorrelation, ConvMode::Convolution]);
+        let layout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let wl = rng.pick(&[FilterLayout::Kcrs, FilterLayout::Krsc]);
+        let n = rng.range(1, 2) as usize;
+        let x = packed_or_padded(rng, [n, groups * cg, h, w], layout);
+        let wd = FilterDesc::new(DataType::F32, wl, [groups * kg, cg, r, s]).unwrap();
+        let conv = ConvDesc::new(pad, stride, dil, groups, mode).unwrap();
+        let Ok(dims) = ConvProblem::output_dims(&x, &wd, &conv) else {
+            continue;
+        };
+        // Keep the f64 reference quick: skip the rare huge outputs of wide padding.
+        if dims[2] * dims[3] > 4096 {
+            continue;
+        }
+        let ylayout = rng.pick(&[Layout::Nchw, Layout::Nhwc]);
+        let y = packed_or_padded(rng, dims, ylayout);
+        return ConvProblem::forward(x, wd, conv, y).unwrap();
+    }
+}
+
 /// A random depthwise problem (groups == input channels, channel multiplier 1 to 3) for the
 /// `depthwise` algorithm's frames: both layouts with packed or padded strides, the unrolled
 /// 3x3 and 5x5 kernels at strides 1 and 2 (rows of at most half a vector too, where two
