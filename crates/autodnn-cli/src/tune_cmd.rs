@@ -92,7 +92,9 @@ pub struct TuneArgs {
     pub save_plans: Option<PathBuf>,
     /// Run each layer from its plan in DIR (written by --save-plans): no selection, no
     /// timing, no filter transformation (unless the plan was made under another instruction
-    /// set: then prepared again); a layer's first call is reported beside the steady ones
+    /// set: then prepared again); the handle is warmed up for the plans (workspace and packing
+    /// buffers), then the first inference (each distinct layer once, in order) is reported
+    /// beside the steady ones
     #[arg(long, value_name = "DIR")]
     pub load_plans: Option<PathBuf>,
 }
@@ -146,10 +148,10 @@ struct TotalLine {
     /// --budget-ms: how many layers were timed.
     #[serde(skip_serializing_if = "Option::is_none")]
     timed_layers: Option<usize>,
-    /// --load-plans: the distinct layers' first calls after loading, in all.
+    /// --load-plans: the first inference after loading (each distinct layer once).
     #[serde(skip_serializing_if = "Option::is_none")]
     first_calls_ms: Option<f64>,
-    /// --load-plans: the distinct layers' steady calls (medians), in all.
+    /// --load-plans: the median of the steady inferences (each distinct layer once).
     #[serde(skip_serializing_if = "Option::is_none")]
     steady_calls_ms: Option<f64>,
 }
@@ -307,10 +309,18 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
     });
     let mut timed_layers = 0usize;
     let loaded = match &args.load_plans {
-        Some(dir) => Some(load_plans(&handle, &layers, dir)?),
+        Some(dir) => {
+            let plans = load_plans(&handle, &layers, dir)?;
+            let refs: Vec<&DeployedPlan> = plans.iter().collect();
+            handle.warm_up_plans(&refs)?;
+            let times = time_plans(&handle, &layers, &plans, args.reps)?;
+            Some((plans, times))
+        }
         None => None,
     };
-    let (mut first_calls, mut steady_calls) = (0.0f64, 0.0f64);
+    let (first_calls, steady_calls) = loaded
+        .as_ref()
+        .map_or((0.0, 0.0), |(_, t)| (t.first_total, t.steady_total));
     let dirs = args.dir.dirs();
     // Without --dir, the output is today's forward one (plus the "dir" field).
     let labelled = args.dir != DirArg::Fwd;
@@ -343,8 +353,9 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 pb.set_message(display_name(&layer.spec));
             }
             let line = match (dir, &loaded) {
-                (Dir::Fwd, Some(plans)) => {
-                    load_layer(&handle, layer, args, &plans[li]).map(|(line, _)| (line, Vec::new()))
+                (Dir::Fwd, Some((plans, times))) => {
+                    let t = (times.first[li], times.steady[li]);
+                    load_layer(&handle, layer, args, &plans[li], t).map(|line| (line, Vec::new()))
                 }
                 (Dir::Fwd, None) => tune_layer(&handle, layer, args).map(|(line, plan)| {
                     let plans = plan.iter().map(PlanInfo::of).collect::<Vec<_>>();
@@ -363,10 +374,6 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
                 measured |= plan.measured;
             }
             a.fallbacks += line.fallbacks;
-            if let (Some(f), Some(ms)) = (line.first_ms, line.ms) {
-                first_calls += f;
-                steady_calls += ms;
-            }
             if let Some(ms) = line.ms {
                 a.total_ms += ms * layer.count as f64;
             }
@@ -476,8 +483,8 @@ pub fn run(args: &TuneArgs, out: &mut impl Write) -> CliResult {
             if args.load_plans.is_some() {
                 writeln!(
                     out,
-                    "plans loaded: first calls {first_calls:.3} ms against steady calls \
-                     {steady_calls:.3} ms (each distinct layer once)"
+                    "plans loaded: first inference {first_calls:.3} ms against steady \
+                     inferences {steady_calls:.3} ms (median; each distinct layer once, in order)"
                 )?;
             }
             if let Some(b) = args.budget_ms {
@@ -718,29 +725,83 @@ fn load_plans(
         .collect()
 }
 
-/// `--load-plans`: one layer run from its plan: the first call after loading, then the timed
-/// runs.
+/// `--load-plans`: the layers' times from their plans, taken a whole inference at a time
+/// (each distinct layer once, in order, as a network runs them): the first inference right
+/// after loading, then `reps` steady ones.
+struct PlanTimes {
+    /// Per layer: its first call, and the median of its steady calls.
+    first: Vec<f64>,
+    steady: Vec<f64>,
+    /// The first inference, and the median of the steady ones.
+    first_total: f64,
+    steady_total: f64,
+}
+
+fn time_plans(
+    handle: &Handle,
+    layers: &[Layer],
+    plans: &[DeployedPlan],
+    reps: usize,
+) -> CliResult<PlanTimes> {
+    // Every layer's input and output first, so that an inference only runs convolutions.
+    let mut data = layers
+        .iter()
+        .map(|l| {
+            let p = &l.problem;
+            Ok((
+                data::small_ints(p.x().span(), data::X_SEED, "x")?,
+                data::filled(p.y().span(), 0.0, "y")?,
+            ))
+        })
+        .collect::<CliResult<Vec<_>>>()?;
+    let epi = EpilogueArgs::default();
+    let mut inference = || -> CliResult<Vec<f64>> {
+        let mut times = Vec::with_capacity(plans.len());
+        for (d, (x, y)) in plans.iter().zip(data.iter_mut()) {
+            let t = std::time::Instant::now();
+            handle.conv_forward_deployed(d, x, y, &epi)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(times)
+    };
+    let first = inference()?;
+    let mut per_layer = vec![Vec::with_capacity(reps); plans.len()];
+    let mut totals = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = inference()?;
+        totals.push(t.iter().sum::<f64>());
+        for (v, ms) in per_layer.iter_mut().zip(t) {
+            v.push(ms);
+        }
+    }
+    Ok(PlanTimes {
+        first_total: first.iter().sum(),
+        first,
+        steady: per_layer
+            .iter_mut()
+            .map(|v| conv_cmd::median_ms(v))
+            .collect(),
+        steady_total: conv_cmd::median_ms(&mut totals),
+    })
+}
+
+/// `--load-plans`: one layer's line from its plan and its times `(first, steady)`; with
+/// `--check`, one more call checked against the reference.
 fn load_layer(
     handle: &Handle,
     layer: &Layer,
     args: &TuneArgs,
     d: &DeployedPlan,
-) -> CliResult<(LayerLine, Option<ConvPlan>)> {
+    (first_ms, steady_ms): (f64, f64),
+) -> CliResult<LayerLine> {
     let p = &layer.problem;
-    let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
-    let w = data::small_ints(p.w().elements(), data::W_SEED, "w")?;
-    let mut y = data::filled(p.y().span(), 0.0, "y")?;
-    let epi = EpilogueArgs::default();
-    let t = std::time::Instant::now();
-    handle.conv_forward_deployed(d, &x, &mut y, &epi)?;
-    let first_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut line = LayerLine {
         problem: layer.spec.to_string(),
         dir: Dir::Fwd.name(),
         count: layer.count,
         algo: Some(d.weights().algo()),
         source: Some("plan"),
-        ms: None,
+        ms: Some(steady_ms),
         workspace_bytes: Some(handle.conv_workspace_size(p, d.weights().algo())?),
         fallbacks: 0,
         bias_algo: None,
@@ -752,16 +813,13 @@ fn load_layer(
         error: None,
     };
     if args.check {
+        let x = data::small_ints(p.x().span(), data::X_SEED, "x")?;
+        let w = data::small_ints(p.w().elements(), data::W_SEED, "w")?;
+        let mut y = data::filled(p.y().span(), 0.0, "y")?;
+        handle.conv_forward_deployed(d, &x, &mut y, &EpilogueArgs::default())?;
         check_forward(&mut line, p, &x, &w, &y, d.weights().algo())?;
     }
-    let mut times = Vec::with_capacity(args.reps);
-    for _ in 0..args.reps {
-        let t = std::time::Instant::now();
-        handle.conv_forward_deployed(d, &x, &mut y, &epi)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    line.ms = Some(conv_cmd::median_ms(&mut times));
-    Ok((line, None))
+    Ok(line)
 }
 
 /// max_rel_err of an output against its oracle.

@@ -2,7 +2,8 @@
 //! the same prepared values and the same output, bit for bit, in both layouts; truncated,
 //! corrupt, foreign-version, other-library and other-problem bytes are refused naming the
 //! part; a plan made under one instruction set and loaded under a lower one is prepared again
-//! from the plain filter (and refused without it), and computes the reference's output.
+//! from the plain filter (and refused without it), and computes the reference's output; after
+//! `warm_up_plans`, the plans' first calls find the workspace they need.
 
 mod common;
 
@@ -10,13 +11,15 @@ use autodnn::conv::{self, EpilogueArgs};
 use autodnn::cpu::Isa;
 use autodnn::select::deploy::{checksum, DeployedPlan, PLAN_MAGIC};
 use autodnn::{reference, ConvProblem, Error, Handle, Layout};
-use common::{assert_exact, int_data, problem};
+use common::{assert_accurate, assert_exact, int_data, problem};
 
-const PROBLEMS: [&str; 4] = [
+const PROBLEMS: [&str; 5] = [
     "mb1ic8ih10oc8kh3ph1",
     "mb2ic16ih7oc8kh1",
     "mb1g8ic8ih9oc8kh3ph1",
     "mb1ic4ih20oc4kh5ph2",
+    // Dilated: kn2row's and the space-to-batch algorithms' plans.
+    "mb1ic8ih12oc8kh3ph2dh1",
 ];
 
 /// The bytes with their checksum made right again (after an edit).
@@ -213,5 +216,48 @@ fn a_plan_from_another_instruction_set_is_prepared_again() {
                 assert_exact(&p, &y, &r, &format!("{spec} {}", a.name()));
             }
         }
+    }
+}
+
+/// After `warm_up_plans`, a fresh handle holds the largest workspace its loaded plans need,
+/// and their first calls (each right) do not grow it.
+#[test]
+fn warming_up_reserves_the_plans_largest_workspace() {
+    let maker = Handle::with_threads(2).unwrap();
+    let h = Handle::with_threads(2).unwrap();
+    let mut loaded = Vec::new();
+    for (spec, algo) in [
+        ("mb1ic8ih10oc8kh3ph1", "winograd_4x4"),
+        ("mb1ic4ih20oc4kh5ph2", "fft_tiling"),
+        ("mb1ic8ih12oc8kh3ph2dh1", "kn2row"),
+        ("mb2ic16ih7oc8kh3ph1", "gemm"),
+    ] {
+        let p = problem(spec, Layout::Nchw);
+        let w = int_data(p.w().elements(), 6);
+        let bytes = maker
+            .deploy_conv_with(&p, algo, &w)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        loaded.push((p, w, h.load_plan(&bytes, &p, None).unwrap()));
+    }
+    let most = loaded
+        .iter()
+        .map(|(p, _, d)| h.conv_workspace_size(p, d.weights().algo()).unwrap())
+        .max()
+        .unwrap();
+    assert!(most > 0);
+    assert_eq!(h.cached_workspace_bytes(), 0);
+    let refs: Vec<&DeployedPlan> = loaded.iter().map(|(_, _, d)| d).collect();
+    assert_eq!(h.warm_up_plans(&refs).unwrap(), most);
+    let cached = h.cached_workspace_bytes();
+    assert!(cached >= most, "{cached} < {most}");
+    for (p, w, d) in &loaded {
+        let x = int_data(p.x().span(), 7);
+        let y = run(&h, d, &x, p);
+        let r = reference::conv_forward(p, &x, w).unwrap();
+        let acc = conv::find(d.weights().algo()).unwrap().accuracy();
+        assert_accurate(p, &y, &r, acc, "warmed up");
+        assert_eq!(h.cached_workspace_bytes(), cached, "{}", d.weights().algo());
     }
 }

@@ -301,6 +301,17 @@ fn with_buf<R>(
     })
 }
 
+/// Grows this thread's packing buffers to the largest blocks `ks` packs (their pages
+/// written), so that the products that follow on this thread allocate nothing.
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when they cannot grow.
+pub(crate) fn warm_buffers(ks: &KernelSet) -> Result<()> {
+    let bl = ks.blocking;
+    with_buf(&BUF_B, bl.kc * (bl.nc + bl.nr), |_| Ok(()))?;
+    with_buf(&BUF_A, bl.kc * (bl.mc + bl.mr), |_| Ok(()))
+}
+
 /// The first error any thread of a split reported.
 #[derive(Default)]
 struct FirstError(std::sync::Mutex<Option<Error>>);

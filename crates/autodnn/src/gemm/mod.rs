@@ -247,6 +247,23 @@ pub(crate) fn amx_slot(d: usize, j: usize, w: usize, b_side: bool) -> (usize, bo
     (d / 2 * w + j, d % 2 == 1)
 }
 
+/// Grows the packing buffers of the calling thread and of every worker of `ctx` to the
+/// largest blocks the f32 kernels under `ctx` pack, their pages written, so that the products
+/// that follow allocate nothing (a deployed model's first inference).
+///
+/// # Errors
+/// [`Error::OutOfMemory`] when a buffer cannot grow.
+pub(crate) fn warm_packing_buffers(ctx: &ExecContext<'_>) -> Result<()> {
+    let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units, 4096);
+    loops::warm_buffers(ks)?;
+    for pool in std::iter::once(ctx.pool).chain(ctx.helpers) {
+        pool.broadcast(|_| loops::warm_buffers(ks))
+            .into_iter()
+            .collect::<Result<()>>()?;
+    }
+    Ok(())
+}
+
 /// Runs one checked product with the context's threads and ISA.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_in_context<T: GemmInput>(

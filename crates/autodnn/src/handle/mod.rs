@@ -981,6 +981,44 @@ impl Handle {
         Ok(d)
     }
 
+    /// Readies the handle to run `plans` with nothing allocated on their first calls: its
+    /// workspace grows to the largest one the plans' algorithms need, and the GEMM engine's
+    /// packing buffers on this thread and the handle's workers to their largest blocks, their
+    /// pages written now (an engine's loader calls this once after [`Handle::load_plan`], so that
+    /// the first inference does not pay for fresh memory). Returns the workspace's bytes.
+    ///
+    /// # Errors
+    /// [`Error::OutOfMemory`] when that workspace is over the handle's budget or cannot be
+    /// allocated; as [`Handle::conv_workspace_size`].
+    ///
+    /// ```
+    /// # use autodnn::{Handle, Layout, ProblemSpec};
+    /// let h = Handle::with_threads(1)?;
+    /// let p = ProblemSpec::parse("mb1ic8ih12oc8kh3ph2dh1")?.to_problem(Layout::Nchw)?;
+    /// let w = vec![1.0; p.w().elements()];
+    /// let plan = h.deploy_conv_with(&p, "kn2row", &w)?;
+    /// let bytes = h.warm_up_plans(&[&plan])?;
+    /// assert_eq!(bytes, h.conv_workspace_size(&p, "kn2row")?);
+    /// assert!(h.cached_workspace_bytes() >= bytes);
+    /// # Ok::<(), autodnn::Error>(())
+    /// ```
+    pub fn warm_up_plans(&self, plans: &[&DeployedPlan]) -> Result<usize> {
+        let mut most = 0;
+        for d in plans {
+            most = most.max(self.conv_workspace_size(d.plan.problem(), d.weights.algo())?);
+        }
+        let c = self.config();
+        // Reserved and given back: the pool keeps it, its bytes written once as it grew.
+        self.shared.workspace.reserve(
+            most,
+            "the plans",
+            c.workspace_limit,
+            &c.settings.fail_alloc,
+        )?;
+        crate::gemm::warm_packing_buffers(&self.exec_context())?;
+        Ok(most)
+    }
+
     /// Runs a deployed plan: its algorithm on its prepared weights, nothing timed or
     /// transformed.
     ///
