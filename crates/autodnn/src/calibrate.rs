@@ -35,7 +35,7 @@ pub const SLOW_MS: f64 = 20.0;
 /// none of them a layer of a built-in model.
 pub fn calibration_problems() -> Vec<ProblemSpec> {
     // (ic, oc, size, kernel, stride, groups, dilation from 0)
-    const SET: [(usize, usize, usize, usize, usize, usize, usize); 78] = [
+    const SET: [(usize, usize, usize, usize, usize, usize, usize); 85] = [
         (16, 32, 47, 1, 1, 1, 0),
         (64, 48, 33, 1, 1, 1, 0),
         (96, 200, 17, 1, 1, 1, 0),
@@ -120,6 +120,15 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         // Deep 3x3 layers whose transformed filters do not fit the caches.
         (640, 768, 17, 3, 1, 1, 0),
         (448, 896, 23, 3, 1, 1, 0),
+        // Atrous 3x3 layers (dilations 2 to 18, "same" padding): the share of products with
+        // padding and the sub-images' sizes decide between kn2row and space-to-batch.
+        (256, 128, 33, 3, 1, 1, 5),
+        (512, 128, 33, 3, 1, 1, 11),
+        (256, 256, 33, 3, 1, 1, 17),
+        (128, 128, 65, 3, 1, 1, 1),
+        (256, 256, 17, 3, 1, 1, 7),
+        (128, 128, 65, 3, 1, 1, 15),
+        (192, 192, 33, 3, 1, 1, 3),
     ];
     SET.iter()
         .enumerate()
