@@ -31,6 +31,8 @@ struct Fake {
     name: &'static str,
     ws: usize,
     delay: Duration,
+    /// Added to the first run only (a one-time cost: fresh memory, cold caches).
+    first_delay: Duration,
     deterministic: bool,
     accept: fn(&ConvProblem) -> Result<(), String>,
     fail: Option<fn() -> Error>,
@@ -70,6 +72,7 @@ impl Fake {
             name,
             ws,
             delay: Duration::from_secs_f64(delay_ms / 1e3),
+            first_delay: Duration::ZERO,
             deterministic: true,
             accept: accept_all,
             fail: None,
@@ -113,7 +116,9 @@ impl ConvAlgorithm for Fake {
         workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> autodnn::Result<()> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
+        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 && !self.first_delay.is_zero() {
+            std::thread::sleep(self.first_delay);
+        }
         self.max_ws_seen
             .fetch_max(workspace.len(), Ordering::SeqCst);
         if workspace.len() < self.ws {
@@ -500,6 +505,23 @@ fn a_limit_on_timed_candidates() {
     assert_eq!(third.status, PerfStatus::NotTimed);
     assert_eq!(c.runs(), 0);
     assert!(a.runs() > 0 && b.runs() > 0);
+}
+
+/// A candidate whose first run carries a one-time cost is timed again before the warm-up
+/// eliminates it: the fastest algorithm still wins.
+#[test]
+fn a_slow_first_run_does_not_eliminate_the_fastest() {
+    let h = handle_with(Policy::Benchmark, &[("slow_start", 1.0), ("steady", 1.0)]);
+    let mut slow_start = Fake::new("slow_start", 0, 0.0);
+    slow_start.first_delay = Duration::from_millis(80);
+    let steady = Fake::new("steady", 0, 8.0);
+    let algos: Vec<&dyn ConvAlgorithm> = vec![&steady, &slow_start];
+    let p = problem(SMALL);
+    let d = data(&p, 9);
+    let (r, y) = run_auto(&h, &algos, &p, &d);
+    assert_eq!(r.algo, "slow_start", "{:?}", r);
+    assert_right(&p, &y, &d, Accuracy::Exact, "slow start");
+    assert!(slow_start.runs() >= 3, "{}", slow_start.runs());
 }
 
 #[test]

@@ -97,11 +97,12 @@ mod tests {
 
     #[test]
     fn a_case_counts_what_a_race_would_time() {
-        // c is past the cutoff (3x the best), d not eligible: a and b timed.
+        // c is past the cutoff (RACE_PREDICTED_CUTOFF times the best), d not eligible: a and
+        // b timed.
         let ranked = [
             r("a", 1.0, true),
             r("b", 2.0, true),
-            r("c", 4.0, true),
+            r("c", RACE_PREDICTED_CUTOFF + 1.0, true),
             r("d", 0.5, false),
         ];
         let c = TimingCase::new(&ranked, 3, 8);
