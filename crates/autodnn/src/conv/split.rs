@@ -125,7 +125,8 @@ fn tensor_parts<'a>(out: &'a mut TensorMut<'_>, s: usize, per_part: usize) -> Ve
     }
 }
 
-fn declined(name: &str, reason: String) -> Error {
+/// `name` declined the problem for `reason` (found only when it runs: a wrapper's inner problem).
+pub(crate) fn declined(name: &str, reason: String) -> Error {
     Error::Declined {
         algo: name.into(),
         reason,

@@ -31,6 +31,7 @@ use crate::runtime::Carve;
 
 use super::check_dilated;
 use crate::conv::gemm::IMPLICIT_GEMM;
+use crate::conv::split::declined;
 use crate::conv::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 
 /// Space-to-batch over Winograd F(2x2, 3x3).
@@ -169,13 +170,6 @@ fn frames(p: &ConvProblem) -> std::result::Result<(ConvProblem, [Dim; 2]), Strin
         return Err("the frames' output does not match the classes".into());
     }
     Ok((q, dims))
-}
-
-fn declined(name: &str, reason: String) -> Error {
-    Error::Declined {
-        algo: name.into(),
-        reason,
-    }
 }
 
 impl SpaceToBatch {
