@@ -160,7 +160,7 @@ fn run(h: &Handle, name: &str, p: &ConvProblem, x: &[f32], w: &[f32]) -> Vec<f32
 }
 
 /// Compares `y` with `want` over the tensor's elements: equal for exact algorithms, within
-/// the integer-data bound otherwise.
+/// the documented bound otherwise ([`Accuracy::tolerance`]).
 fn compare(p: &ConvProblem, y: &[f32], want: &[f32], acc: Accuracy, what: &str) {
     let [n, k, oh, ow] = p.y().dims();
     let (mut diff, mut max) = (0.0f64, 0.0f64);
@@ -185,7 +185,9 @@ fn compare(p: &ConvProblem, y: &[f32], want: &[f32], acc: Accuracy, what: &str) 
             }
         }
     }
-    let tol = acc.integer_tolerance() * max.max(1.0);
+    // The data are integers in [-4, 4] (`int_data`).
+    let depth = p.c_per_group() * p.w().r() * p.w().s();
+    let tol = acc.tolerance(depth, 4.0, 4.0, max);
     assert!(
         diff <= tol,
         "{what}: max|y - direct| = {diff} > {tol} ({p:?})"

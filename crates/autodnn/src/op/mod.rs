@@ -195,7 +195,9 @@ pub enum Accuracy {
     Exact,
     /// Computes in a transformed domain (Winograd, FFT). On real data,
     /// max|y − ref| ≤ `c` · ε_f32 · C·R·S · max|x| · max|w| (C input channels per group);
-    /// on integer data in [−4, 4], max|y − ref| ≤ `int_rel` · max|ref|.
+    /// on integer data in [−4, 4], also within `int_rel` · max|ref| wherever that is the
+    /// larger (outputs that cancel to near zero keep the normwise bound:
+    /// [`Accuracy::tolerance`]).
     Normwise {
         /// The constant of the normwise bound, measured across channel counts.
         c: f64,
@@ -211,6 +213,28 @@ impl Accuracy {
         match self {
             Accuracy::Exact => 0.0,
             Accuracy::Normwise { int_rel, .. } => *int_rel,
+        }
+    }
+
+    /// The largest max|y − ref| allowed: 0 for exact algorithms; otherwise the normwise bound
+    /// for `depth` (C·R·S) products per output of inputs at most `x_max` and `w_max` in
+    /// magnitude, or on integer data the relative one, [`Accuracy::integer_tolerance`] ·
+    /// max(`ref_max`, 1), when that is larger.
+    ///
+    /// ```
+    /// use autodnn::conv::Accuracy;
+    /// let a = Accuracy::Normwise { c: 48.0, int_rel: 2e-5 };
+    /// // One output of 715 · 9 products that cancel to 2: the normwise bound holds.
+    /// assert!(a.tolerance(715 * 9, 4.0, 4.0, 2.0) > 0.5);
+    /// assert_eq!(Accuracy::Exact.tolerance(9, 4.0, 4.0, 100.0), 0.0);
+    /// ```
+    pub fn tolerance(&self, depth: usize, x_max: f64, w_max: f64, ref_max: f64) -> f64 {
+        match self {
+            Accuracy::Exact => 0.0,
+            Accuracy::Normwise { c, int_rel } => {
+                let normwise = c * f64::from(f32::EPSILON) * depth as f64 * x_max * w_max;
+                normwise.max(int_rel * ref_max.max(1.0))
+            }
         }
     }
 }
