@@ -13,8 +13,17 @@ cache hits.
 
     cargo build --release --bin autodnn
     python3 bench/selection.py [--model resnet50] [--threads 1] [--mb 1] [--dir fwd]
+                               [--prepared] [--policies heuristic,calibrated,benchmark]
 
-`--dir` (fwd, bwd_d, bwd_w) picks the operation whose selection is measured.
+`--dir` (fwd, bwd_d, bwd_w) picks the operation whose selection is measured; `--prepared`
+measures selection for calls with prepared weights (every policy, exhaustive included, with
+`tune --prepared`); `--policies` keeps some of the policies (`benchmark` alone skips the
+calibration). Each intent's race on every built-in model:
+
+    for m in resnet50 googlenet_v1 vgg11 alexnet mobilenet_v1 yolov2; do
+      python3 bench/selection.py --model $m --policies benchmark
+      python3 bench/selection.py --model $m --policies benchmark --prepared
+    done
 
 Run it on an idle machine: timings taken while other work runs pick noise.
 
@@ -40,7 +49,8 @@ ARGS = None
 def tune(model, threads, policy, cache):
     out = subprocess.run(
         [BIN, "tune", "--model", model, "--threads", threads, "--policy", policy,
-         "--cache", cache, "--mb", ARGS.mb, "--dir", ARGS.dir, "--json"],
+         "--cache", cache, "--mb", ARGS.mb, "--dir", ARGS.dir, "--json"]
+        + (["--prepared"] if ARGS.prepared else []),
         capture_output=True, text=True, check=True).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.strip()]
     return lines[:-1], lines[-1]
@@ -52,6 +62,8 @@ def main():
     ap.add_argument("--threads", default="1")
     ap.add_argument("--mb", default="1")
     ap.add_argument("--dir", default="fwd", choices=sorted(OPS))
+    ap.add_argument("--prepared", action="store_true")
+    ap.add_argument("--policies", default="heuristic,calibrated,benchmark")
     global ARGS
     args = ARGS = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="autodnn-selection-")
@@ -73,18 +85,24 @@ def main():
             records[e["problem"]] = {r["algo"]: r["ms"] for r in e["records"]
                                      if r["status"] == "ok"}
         per_layer = [records[layer["problem"].split('n"')[0]] for layer in ex_layers]
-        results = [("heuristic (shipped)", *tune(args.model, args.threads, "heuristic",
-                                                 cache["shipped"]))]
-        subprocess.run([BIN, "calibrate", "--threads", args.threads, "--out",
-                        os.path.join(dirs["fitted"], "cost_model.json")],
-                       capture_output=True, check=True)
-        results.append(("heuristic (calibrated)",
-                        *tune(args.model, args.threads, "heuristic", cache["fitted"])))
-        results.append(("benchmark", *tune(args.model, args.threads, "benchmark",
-                                           cache["bench"])))
-        results.append(("benchmark, 2nd run", *tune(args.model, args.threads, "benchmark",
-                                                    cache["bench"])))
-        print(f"model {args.model}, batch {args.mb}, {args.dir}, {args.threads} thread(s); "
+        wanted = set(args.policies.split(","))
+        results = []
+        if "heuristic" in wanted:
+            results.append(("heuristic (shipped)",
+                            *tune(args.model, args.threads, "heuristic", cache["shipped"])))
+        if "calibrated" in wanted:
+            subprocess.run([BIN, "calibrate", "--threads", args.threads, "--out",
+                            os.path.join(dirs["fitted"], "cost_model.json")],
+                           capture_output=True, check=True)
+            results.append(("heuristic (calibrated)",
+                            *tune(args.model, args.threads, "heuristic", cache["fitted"])))
+        if "benchmark" in wanted:
+            results.append(("benchmark", *tune(args.model, args.threads, "benchmark",
+                                               cache["bench"])))
+            results.append(("benchmark, 2nd run", *tune(args.model, args.threads, "benchmark",
+                                                        cache["bench"])))
+        intent = ", prepared weights" if args.prepared else ""
+        print(f"model {args.model}, batch {args.mb}, {args.dir}{intent}, {args.threads} thread(s); "
               f"exhaustive: "
               f"{ex_total['total_ms']:.2f} ms, tuning {ex_total['tuning_ms']:.0f} ms")
         for name, layers, total in results:

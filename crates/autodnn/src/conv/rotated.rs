@@ -56,7 +56,8 @@ struct Axis {
     pad_hi: i64,
 }
 
-fn gcd(a: usize, b: usize) -> usize {
+/// The greatest common divisor.
+pub(crate) fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {
         a
     } else {

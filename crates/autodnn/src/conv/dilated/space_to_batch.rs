@@ -31,6 +31,7 @@ use crate::runtime::Carve;
 
 use super::check_dilated;
 use crate::conv::gemm::IMPLICIT_GEMM;
+use crate::conv::rotated::gcd;
 use crate::conv::split::declined;
 use crate::conv::winograd::{WINOGRAD_2X2, WINOGRAD_4X4, WINOGRAD_6X6};
 
@@ -79,13 +80,6 @@ struct Dim {
     pad: i64,
     /// Outputs of y in this dimension.
     total: usize,
-}
-
-fn gcd(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl Dim {
