@@ -1474,7 +1474,7 @@ fn tensor_mask(t: &TensorDesc) -> Vec<bool> {
 
 /// Compares the C output with the expected one: over the elements, exact or within the
 /// bound; the gaps between elements untouched.
-fn compare(got: &[f32], want: &[f32], before: &[f32], mask: &[bool], tol: f64, what: &str) {
+fn compare(got: &[f32], want: &[f32], before: &[f32], mask: &[bool], bound: Bound<'_>, what: &str) {
     let (mut diff, mut max) = (0.0f64, 0.0f64);
     for i in 0..got.len() {
         if !mask[i] {
@@ -1486,7 +1486,7 @@ fn compare(got: &[f32], want: &[f32], before: &[f32], mask: &[bool], tol: f64, w
             continue;
         }
         let (g, e) = (f64::from(got[i]), f64::from(want[i]));
-        if tol == 0.0 {
+        if bound.is_none() {
             assert!(g == e, "{what}: element {i} is {g}, direct gives {e}");
         } else {
             assert!(!g.is_nan(), "{what}: element {i} is NaN");
@@ -1494,8 +1494,44 @@ fn compare(got: &[f32], want: &[f32], before: &[f32], mask: &[bool], tol: f64, w
             max = max.max(e.abs());
         }
     }
-    let bound = tol * max.max(1.0);
-    assert!(diff <= bound, "{what}: max|y - direct| = {diff} > {bound}");
+    if let Some(bound) = bound {
+        let bound = bound(max);
+        assert!(diff <= bound, "{what}: max|y - direct| = {diff} > {bound}");
+    }
+}
+
+/// How far an output may be from `direct`'s, given max|direct|: `None` for exactly equal.
+type Bound<'a> = Option<&'a dyn Fn(f64) -> f64>;
+
+/// The products summed into one output element of `dir` on `p`: C/g·R·S forward, K/g·R·S
+/// for dx, N·OH·OW for dw.
+fn depth(dir: Dir, p: &ConvProblem) -> usize {
+    let [n, _, oh, ow] = p.y().dims();
+    let (r, s) = (p.w().r(), p.w().s());
+    match dir {
+        Dir::Fwd => p.c_per_group() * r * s,
+        Dir::BwdData => (p.w().k() / p.groups()) * r * s,
+        Dir::BwdFilter => n * oh * ow,
+    }
+}
+
+/// The widest of `accs`' documented bounds ([`Accuracy::tolerance`]) for `dir` on `p` with
+/// integer data in [-4, 4] scaled by `alpha`; `None` when every one is exact.
+fn bound_of(
+    dir: Dir,
+    p: &ConvProblem,
+    accs: &[Accuracy],
+    alpha: f32,
+) -> Option<impl Fn(f64) -> f64> {
+    if accs.iter().all(|a| *a == Accuracy::Exact) {
+        return None;
+    }
+    let (depth, accs, x_max) = (depth(dir, p), accs.to_vec(), 4.0 * f64::from(alpha.abs()));
+    Some(move |max: f64| {
+        accs.iter()
+            .map(|a| a.tolerance(depth, x_max, 4.0, max))
+            .fold(0.0, f64::max)
+    })
 }
 
 /// The output the Rust library's `direct` gives.
@@ -1627,10 +1663,10 @@ fn run(b: &mut Bytes<'_>, sh: &StepHandle, d: &Descs, dir: Dir, p: &ConvProblem,
         // AUTO: the handle's selection, its own workspace; within the widest bound.
         let s = dir.run(sh.h, d, algo, ab, pa, pb, (null_mut(), 0), po);
         expect(s, OK, "an AUTO run");
-        let tol = (0..names.len())
-            .map(|i| dir.accuracy(i).integer_tolerance())
-            .fold(0.0, f64::max);
-        compare(&out, &want, &before, &mask, tol, &format!("{dir:?} AUTO"));
+        let accs: Vec<Accuracy> = (0..names.len()).map(|i| dir.accuracy(i)).collect();
+        let bound = bound_of(dir, p, &accs, alpha);
+        let bound = bound.as_ref().map(|f| f as &dyn Fn(f64) -> f64);
+        compare(&out, &want, &before, &mask, bound, &format!("{dir:?} AUTO"));
         return;
     };
     let i = algo as usize;
@@ -1657,8 +1693,16 @@ fn run(b: &mut Bytes<'_>, sh: &StepHandle, d: &Descs, dir: Dir, p: &ConvProblem,
     };
     let s = dir.run(sh.h, d, algo, ab, pa, pb, wsp, po);
     expect(s, OK, &format!("{dir:?} {name}"));
-    let tol = dir.accuracy(i).integer_tolerance();
-    compare(&out, &want, &before, &mask, tol, &format!("{dir:?} {name}"));
+    let bound = bound_of(dir, p, &[dir.accuracy(i)], alpha);
+    let bound = bound.as_ref().map(|f| f as &dyn Fn(f64) -> f64);
+    compare(
+        &out,
+        &want,
+        &before,
+        &mask,
+        bound,
+        &format!("{dir:?} {name}"),
+    );
     if need > 0 {
         let mut out2 = before.clone();
         let s = dir.run(
@@ -1758,7 +1802,7 @@ fn bias(b: &mut Bytes<'_>, sh: &StepHandle, d: &mut Descs, y: Option<&TensorDesc
         )
     };
     expect(s, OK, "bias gradient");
-    compare(&got, &want, &before, &vec![true; k], 0.0, "bias gradient");
+    compare(&got, &want, &before, &vec![true; k], None, "bias gradient");
 }
 
 /// Sgemm and SgemmStridedBatched with arbitrary shapes, transposes and leading dimensions;
@@ -1921,5 +1965,5 @@ fn gemm(b: &mut Bytes<'_>) {
             }
         }
     }
-    compare(&cm, &want, &before, &written, 0.0, "gemm");
+    compare(&cm, &want, &before, &written, None, "gemm");
 }
