@@ -37,8 +37,9 @@ CASES = [
     ("bnorm", "mb8ic256ih56", ["--dir", "fwd_i"], "bnorm inference"),
     ("bnorm", "mb8ic256ih56", ["--dir", "fwd"], "bnorm training fwd"),
     ("bnorm", "mb8ic256ih56", ["--dir", "bwd"], "bnorm bwd"),
-    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max"], "max pool fwd"),
-    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "bwd"], "max pool bwd"),
+    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "fwd_i"], "max pool fwd (inference)"),
+    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "fwd"], "max pool fwd (training, indices)"),
+    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "bwd"], "max pool bwd (from indices)"),
     ("pool", "mb8ic2048ih7kh7", ["--alg", "avg_np"], "global avg pool"),
     ("softmax", "8x1000", ["--alg", "softmax"], "softmax fwd"),
     ("softmax", "8x1000", ["--alg", "softmax", "--dir", "bwd"], "softmax bwd"),
@@ -60,7 +61,8 @@ def torch_case(torch, op, problem, flags):
         return torch.randn(*shape, generator=g)
 
     alg = flags[flags.index("--alg") + 1] if "--alg" in flags else None
-    bwd = "--dir" in flags and flags[flags.index("--dir") + 1] == "bwd"
+    direction = flags[flags.index("--dir") + 1] if "--dir" in flags else "fwd"
+    bwd = direction == "bwd"
     if op == "act":
         x = rnd(*dims(problem))
         if bwd:
@@ -98,6 +100,8 @@ def torch_case(torch, op, problem, flags):
                 dy = rnd(*y.shape)
                 return lambda: torch.ops.aten.max_pool2d_with_indices_backward(
                     dy, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+            if direction == "fwd":
+                return lambda: F.max_pool2d(x, 3, 2, 1, return_indices=True)
             return lambda: F.max_pool2d(x, 3, 2, 1)
         x = rnd(8, 2048, 7, 7)
         return lambda: F.adaptive_avg_pool2d(x, 1)

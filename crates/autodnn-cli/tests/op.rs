@@ -28,6 +28,18 @@ fn every_operator_passes_its_check() {
             "act", "3x17", "--alg", "elu:0.5", "--layout", "nhwc", "--alpha", "2",
         ],
         &["pool", "mb2ic3ih13oh7kh3sh2ph1", "--alg", "max"],
+        &["pool", "mb2ic3ih13oh7kh3sh2ph1", "--dir", "fwd_i"],
+        &[
+            "pool",
+            "mb2ic9ih13oh7kh3sh2ph1",
+            "--dir",
+            "bwd",
+            "--layout",
+            "nhwc",
+            "--beta",
+            "1",
+        ],
+        &["pool", "mb2ic3ih13oh7kh3sh2ph1", "--dir", "bwd"],
         &[
             "pool",
             "mb2ic3ih13oh7kh3sh2ph1",

@@ -475,7 +475,9 @@ fn run_pool(
     let bl = blend(b);
     let what = format!("pool {desc:?} {bl:?} {x:?} → {y:?}");
     let xb = buf(b, x, seed, 1.0);
-    if b.bool() {
+    if b.below(4) == 0 {
+        run_pool_indexed(b, h, seed, desc, bl, x, &xb, y);
+    } else if b.bool() {
         let mut yb = out_buf(b, y, seed ^ 1, bl.beta);
         let before = yb.v.clone();
         let r = h.pooling_forward(desc, bl, x, &xb.v, y, &mut yb.v);
@@ -496,6 +498,80 @@ fn run_pool(
             let want = rf::pool::backward(desc, bl, x, &xb.v, y, &dyb.v, &dx, &before).unwrap();
             compare(&what, &dx, &dxb.v, &before, &want, TOL);
         }
+    }
+}
+
+/// Max pooling's training pair: the forward with indices (y as the reference's, each index
+/// the reference's choice), then the backward from those indices (or from indices made
+/// wrong, which it must refuse without writing dx).
+#[allow(clippy::too_many_arguments)]
+fn run_pool_indexed(
+    b: &mut Bytes<'_>,
+    h: &Handle,
+    seed: u64,
+    desc: &PoolDesc,
+    bl: Blend,
+    x: &TensorDesc,
+    xb: &Buf,
+    y: &TensorDesc,
+) {
+    let what = format!("pool with indices {desc:?} {bl:?} {x:?} → {y:?}");
+    let mut yb = out_buf(b, y, seed ^ 1, bl.beta);
+    let n_out = y.elements();
+    let short_ind = b.below(16) == 0 && n_out > 0;
+    let mut ind = vec![u32::MAX; (n_out - usize::from(short_ind)).min(RUN_MAX)];
+    let ind_whole = ind.len() == n_out;
+    let before = yb.v.clone();
+    let r = h.pooling_forward_with_indices(desc, bl, x, &xb.v, y, &mut yb.v, &mut ind);
+    let short = !(xb.whole && yb.whole && ind_whole);
+    if let Err(e) = &r {
+        assert!(
+            ind.iter().all(|&i| i == u32::MAX),
+            "{what}: refused ({e}) but wrote the indices"
+        );
+        if desc.mode() != PoolMode::Max {
+            assert!(
+                matches!(e, Error::BadParam { field, .. } if field == "pool.mode"),
+                "{e:?}"
+            );
+        }
+    }
+    if !settle(&what, r, short, &[(&yb.v, &before)]) {
+        return;
+    }
+    let want = rf::pool::forward(desc, bl, x, &xb.v, y, &before).unwrap();
+    compare(&what, y, &yb.v, &before, &want, TOL);
+    let chosen = rf::pool::indices(desc, x, &xb.v).unwrap();
+    assert!(
+        ind.iter().zip(&chosen).all(|(&a, &c)| a as usize == c),
+        "{what}: indices {ind:?}, the reference's {chosen:?}"
+    );
+    let Some(dx) = new_like(b, x.dtype(), x.dims()) else {
+        return;
+    };
+    let bl = blend(b);
+    let dyb = buf(b, y, seed ^ 2, 1.0);
+    let mut dxb = out_buf(b, &dx, seed ^ 3, bl.beta);
+    let before = dxb.v.clone();
+    // Now and then one index outside its plane.
+    let corrupt = b.below(8) == 0;
+    if corrupt {
+        let k = b.below(ind.len());
+        ind[k] = (x.h() * x.w() + b.below(3)) as u32;
+    }
+    let r = h.pooling_backward_with_indices(desc, bl, y, &dyb.v, &ind, &dx, &mut dxb.v);
+    if corrupt {
+        if let Err(e) = &r {
+            named(e);
+        }
+        assert!(r.is_err(), "{what}: accepted an index outside its plane");
+        assert!(same_bits(&dxb.v, &before), "{what}: refused but wrote dx");
+        return;
+    }
+    let short = !(dyb.whole && dxb.whole);
+    if settle(&what, r, short, &[(&dxb.v, &before)]) {
+        let want = rf::pool::backward(desc, bl, x, &xb.v, y, &dyb.v, &dx, &before).unwrap();
+        compare(&what, &dx, &dxb.v, &before, &want, TOL);
     }
 }
 

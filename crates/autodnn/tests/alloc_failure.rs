@@ -817,6 +817,20 @@ fn layer_sweeps(h: &Handle, tag: &str, t: &mut Totals) {
             let name = mode.name();
             run_or_sweep(&what(&format!("pool {name} forward")), t, fwd, &ry);
             run_or_sweep(&what(&format!("pool {name} backward")), t, bwd, &rdx);
+            if mode == PoolMode::Max {
+                // The training pair: y through the indices (the backward's scratch).
+                let ne = yd.elements();
+                let pair = || {
+                    let (mut y, mut ind) = (vec![0.0; yd.span()], vec![0u32; ne]);
+                    h.pooling_forward_with_indices(&pd, bl, &d, &x, &yd, &mut y, &mut ind)?;
+                    let mut dx = vec![0.0; n];
+                    let one = Blend::default();
+                    h.pooling_backward_with_indices(&pd, one, &yd, &pdy, &ind, &d, &mut dx)?;
+                    Ok(dx)
+                };
+                let one = rf::pool::backward(&pd, Blend::default(), &d, &x, &yd, &pdy, &d, &[]);
+                run_or_sweep(&what("pool max with indices"), t, pair, &one.unwrap());
+            }
         }
         // Softmax over the channels and over the instance, forward and backward.
         for mode in [SoftmaxMode::Channel, SoftmaxMode::Instance] {

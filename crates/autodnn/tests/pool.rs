@@ -198,10 +198,34 @@ fn run_case(
             Some((_, d1)) => assert!(same_bits(d1, &dx), "{what}: backward bits differ"),
             None => {
                 check_backward(&what, pd, blend, xd, &x, yd, &dy, dxd, &dx0, &dx);
-                bwd.push((*isa, dx));
+                bwd.push((*isa, dx.clone()));
             }
         }
+        if pd.mode() == PoolMode::Max {
+            // Training's pair: the same y, the reference's choices, the same dx (integer
+            // data: the sums are exact in any order).
+            let mut y2 = y0.clone();
+            let mut ind = vec![u32::MAX; indices_len(yd)];
+            h.pooling_forward_with_indices(pd, blend, xd, &x, yd, &mut y2, &mut ind)
+                .unwrap();
+            let y1 = &fwd.iter().find(|(i, _)| i == isa).unwrap().1;
+            assert!(same_bits(y1, &y2), "{what}: y with indices differs");
+            let want = reference::pool::indices(pd, xd, &x).unwrap();
+            assert!(
+                ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
+                "{what}: indices {ind:?}, the reference's {want:?}"
+            );
+            let mut dx2 = dx0.clone();
+            h.pooling_backward_with_indices(pd, blend, yd, &dy, &ind, dxd, &mut dx2)
+                .unwrap();
+            assert!(same_bits(&dx, &dx2), "{what}: dx from indices differs");
+        }
     }
+}
+
+/// N·C·OH·OW: one index per output.
+fn indices_len(yd: &TensorDesc) -> usize {
+    yd.dims().iter().product()
 }
 
 fn random_desc(rng: &mut Rng, x: [usize; 4]) -> Option<PoolDesc> {
@@ -723,6 +747,33 @@ fn bad_descriptors_and_calls() {
     assert_eq!(field_of(bwd(&yd, &dy[..1], &xd, &mut dx, &x)), "dy");
     assert_eq!(field_of(bwd(&yd, &dy, &xd, &mut dx[..4], &x)), "dx");
     assert_eq!(field_of(bwd(&yd, &dy, &xd, &mut dx, &x[..2])), "x");
+
+    // The indexed pair: max only, one index per output, every index inside its plane, and
+    // nothing written by a refused call.
+    let mut ind = vec![0u32; indices_len(&yd)];
+    let e = h
+        .pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y, &mut ind[1..])
+        .unwrap_err();
+    assert_eq!(field_of(e), "indices");
+    let avg = pd.with_mode(PoolMode::AvgIncludePad);
+    let e = h
+        .pooling_forward_with_indices(&avg, Blend::default(), &xd, &x, &yd, &mut y, &mut ind)
+        .unwrap_err();
+    assert_eq!(field_of(e), "pool.mode");
+    h.pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y, &mut ind)
+        .unwrap();
+    let bwd_i = |ind: &[u32], dyd: &TensorDesc, dx: &mut [f32]| {
+        h.pooling_backward_with_indices(&pd, Blend::default(), dyd, &dy, ind, &xd, dx)
+            .unwrap_err()
+    };
+    let mut dx = vec![7.0f32; xd.span()];
+    assert_eq!(field_of(bwd_i(&ind[1..], &yd, &mut dx)), "indices");
+    assert_eq!(field_of(bwd_i(&ind, &wrong, &mut dx)), "dy");
+    assert_eq!(field_of(bwd_i(&ind, &yd, &mut dx[..4])), "dx");
+    let mut bad = ind.clone();
+    *bad.last_mut().unwrap() = (xd.h() * xd.w()) as u32;
+    assert_eq!(field_of(bwd_i(&bad, &yd, &mut dx)), "indices");
+    assert!(dx.iter().all(|&v| v == 7.0), "a refused call wrote dx");
 }
 
 /// Max backward of planes (NCHW and strided) over a sweep of windows, strides, paddings
@@ -779,6 +830,20 @@ fn max_backward_planes_sweep() {
                     for o in xd.offsets() {
                         assert_eq!(dx[o] as f64, r[o], "{what}: at {o}");
                     }
+                    // The indexed pair: the reference's choices, the same dx.
+                    let mut y = vec![0.0f32; yd.span()];
+                    let mut ind = vec![u32::MAX; indices_len(&yd)];
+                    h.pooling_forward_with_indices(&pd, blend, &xd, &x, &yd, &mut y, &mut ind)
+                        .unwrap();
+                    let want = reference::pool::indices(&pd, &xd, &x).unwrap();
+                    assert!(
+                        ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
+                        "{what}: indices {ind:?}, the reference's {want:?}"
+                    );
+                    let mut dx2 = dx0.clone();
+                    h.pooling_backward_with_indices(&pd, blend, &yd, &dy, &ind, &xd, &mut dx2)
+                        .unwrap();
+                    assert!(same_bits(&dx, &dx2), "{what}: dx from indices differs");
                     match &first {
                         Some(f) => assert!(same_bits(f, &dx), "{what}: bits differ"),
                         None => first = Some(dx),

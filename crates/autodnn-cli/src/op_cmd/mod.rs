@@ -265,9 +265,6 @@ fn build(op: OpKind, problem: &str, setup: &Setup) -> CliResult<Box<dyn Case>> {
             Err(CliError::bad("--dir fwd_i: act has fwd and bwd"))
         }
         OpKind::Act => act::build(problem, setup),
-        OpKind::Pool if setup.dir == Dir::FwdInference => {
-            Err(CliError::bad("--dir fwd_i: pool has fwd and bwd"))
-        }
         OpKind::Pool => pool::build(problem, setup),
         OpKind::Softmax if setup.dir == Dir::FwdInference => {
             Err(CliError::bad("--dir fwd_i: softmax has fwd and bwd"))

@@ -17,6 +17,10 @@
 //!   first maximum in the window's row-major scan; a NaN is chosen over any number, the first
 //!   NaN over later ones. Backward recomputes that choice from x and routes dy to exactly
 //!   that element; overlapping windows accumulate into dx.
+//! - **Max for training** ([`forward_with_indices`], [`backward_with_indices`]): the forward
+//!   also records each window's choice as its offset in the (n, c) plane (oneDNN's
+//!   forward-training workspace, PyTorch's `max_pool2d_with_indices`), and the backward
+//!   routes dy by those offsets without reading x: the same y and dx as the pair above.
 //! - **Average including padding** ([`PoolMode::AvgIncludePad`], benchdnn's `avg_p`): the sum
 //!   of the real elements divided by the window clipped to the padded input, as PyTorch's
 //!   `count_include_pad=True`: rows min(start + kh, H + bottom) − start (start counted in
@@ -46,6 +50,9 @@
 //! whole output row at once (running maximum and winning offset across the window's taps,
 //! as vectors), adds each dy at its chosen offset into a plane accumulator and blends the
 //! plane out once; only the few edge windows that overlap the padding scan one by one.
+//! The indexed forward chooses plane by plane the same way (any layout) and writes the
+//! offsets beside y; the indexed backward adds each dy at its offset, straight into dense dx
+//! planes when the blend is (1, 0), through a plane accumulator otherwise.
 //! Forward items are (plane, block of output rows), backward
 //! items whole dx planes, so no two threads write the same dx element however windows
 //! overlap. Every output element is computed by the same operations in the same order
@@ -1119,6 +1126,155 @@ struct BwdScratch {
     phases: Vec<f32>,
 }
 
+/// One choice of max windows on a plane ([`choose_max_plane`]).
+enum Chosen<'s> {
+    /// Output columns `jlo..jlo + m.len()` of the row: maxima `m` at plane offsets `at`.
+    Row {
+        jlo: usize,
+        m: &'s [f32],
+        at: &'s [u32],
+    },
+    /// Output column `j`: the maximum `v` at plane offset `at`.
+    One { j: usize, v: f32, at: usize },
+}
+
+/// The choices of max pooling on the plane of x at `xb`, row by row: `sink(i, choice)` for
+/// every output of each output row i, in order. Each window takes its first maximum in
+/// row-major order (the first NaN over any number; a chosen NaN is the canonical one).
+/// With `fast`, the output columns whose windows lie wholly inside the row are chosen for a
+/// row at once from the input rows split by the column stride into `phases` (row r, phase
+/// ph, element t = column ph + sw·t), as vectors of running maxima `m` and offsets `idx`;
+/// the rest scan one by one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn choose_max_plane(
+    g: &Geom,
+    x: &[f32],
+    xs: [usize; 4],
+    fast: bool,
+    xb: usize,
+    (phases, m, idx): (&mut [f32], &mut [f32], &mut [u32]),
+    mut sink: impl FnMut(usize, Chosen<'_>),
+) {
+    let (h, w) = (g.h, g.w);
+    let (sw, left, sxw) = (g.sw, g.pad[2], xs[3]);
+    let pl = w.div_ceil(sw);
+    let (jlo, jhi) = if fast {
+        let jhi = if w + left >= g.kw {
+            ((w + left - g.kw) / sw + 1).min(g.ow)
+        } else {
+            0
+        };
+        (left.div_ceil(sw).min(jhi), jhi)
+    } else {
+        (0, 0)
+    };
+    let nj = jhi - jlo;
+    if nj > 0 {
+        let phases = &mut phases[..h * sw * pl];
+        for r in 0..h {
+            let xr = xb + r * xs[2];
+            let dst = &mut phases[r * sw * pl..(r + 1) * sw * pl];
+            if sxw == 1 && sw == 1 {
+                dst.copy_from_slice(&x[xr..xr + w]);
+            } else if sxw == 1 && sw == 2 {
+                let src = &x[xr..xr + w];
+                let (e, o) = dst.split_at_mut(pl);
+                for ((a, b), c2) in e.iter_mut().zip(o.iter_mut()).zip(src.chunks_exact(2)) {
+                    *a = c2[0];
+                    *b = c2[1];
+                }
+                if w % 2 == 1 {
+                    e[pl - 1] = src[w - 1];
+                }
+            } else {
+                for ph in 0..sw.min(w) {
+                    let cnt = (w - ph).div_ceil(sw);
+                    for (t, d) in dst[ph * pl..ph * pl + cnt].iter_mut().enumerate() {
+                        *d = x[xr + (ph + sw * t) * sxw];
+                    }
+                }
+            }
+        }
+    }
+    let (m, idx) = (&mut m[..nj], &mut idx[..nj]);
+    for i in 0..g.oh {
+        let (lo, hi, _) = g.rows(i);
+        if nj > 0 {
+            // Kept as the offset in the plane less the output column's start, j·sw.
+            let mut first = true;
+            for r in lo..hi {
+                let prow = &phases[r * sw * pl..(r + 1) * sw * pl];
+                for v in 0..g.kw {
+                    let off = v as isize - left as isize;
+                    let ph = off.rem_euclid(sw as isize) as usize;
+                    let t0 = (jlo as isize + off.div_euclid(sw as isize)) as usize;
+                    let tap = &prow[ph * pl + t0..][..nj];
+                    let k = (r * w) as u32;
+                    let k = k.wrapping_add(off as i32 as u32);
+                    if first {
+                        m.copy_from_slice(tap);
+                        idx.fill(k);
+                        first = false;
+                    } else {
+                        for ((mv, ix), &x) in m.iter_mut().zip(idx.iter_mut()).zip(tap) {
+                            #[allow(clippy::eq_op)]
+                            let take = x > *mv || (x != x && *mv == *mv);
+                            *mv = if take { x } else { *mv };
+                            *ix = if take { k } else { *ix };
+                        }
+                    }
+                }
+            }
+            for (jj, (ix, mv)) in idx.iter_mut().zip(m.iter_mut()).enumerate() {
+                *ix = ix.wrapping_add(((jlo + jj) * sw) as u32);
+                #[allow(clippy::eq_op)]
+                let nan = *mv != *mv;
+                *mv = if nan { f32::NAN } else { *mv };
+            }
+        }
+        for j in 0..jlo {
+            let (v, at) = window_max(g, x, xs, xb, lo, hi, j);
+            sink(i, Chosen::One { j, v, at });
+        }
+        if nj > 0 {
+            sink(i, Chosen::Row { jlo, m, at: idx });
+        }
+        for j in jhi..g.ow {
+            let (v, at) = window_max(g, x, xs, xb, lo, hi, j);
+            sink(i, Chosen::One { j, v, at });
+        }
+    }
+}
+
+/// The max of window (rows lo..hi, output column j) on the plane at `xb`, scanned: its value
+/// (a NaN canonical) and plane offset.
+#[inline(always)]
+fn window_max(
+    g: &Geom,
+    x: &[f32],
+    xs: [usize; 4],
+    xb: usize,
+    lo: usize,
+    hi: usize,
+    j: usize,
+) -> (f32, usize) {
+    let (clo, chi, _) = g.cols(j);
+    let mut best = x[xb + lo * xs[2] + clo * xs[3]];
+    let mut at = lo * g.w + clo;
+    for r in lo..hi {
+        let xr = xb + r * xs[2];
+        for col in clo..chi {
+            let v = x[xr + col * xs[3]];
+            if v > best || (v.is_nan() && !best.is_nan()) {
+                best = v;
+                at = r * g.w + col;
+            }
+        }
+    }
+    (if best.is_nan() { f32::NAN } else { best }, at)
+}
+
 multiversion! {
     fn plane_backward(p: &Bwd<'_>, s: &mut BwdScratch, out: &SharedOut<'_>, plane: usize) {
         let g = &p.g;
@@ -1129,102 +1285,27 @@ multiversion! {
         acc.fill(0.0);
         let xb = n * p.xs[0] + c * p.xs[1];
         let dyb = n * p.dys[0] + c * p.dys[1];
-        let is_max = g.mode.is_max();
-        let (sw, left, sxw) = (g.sw, g.pad[2], p.xs[3]);
-        // Max: output columns [jlo, jhi) have windows wholly inside the row; they are
-        // chosen for a row of outputs at once from the input rows split by the column
-        // stride into phases (row r, phase ph, element t = column ph + sw·t).
-        let pl = w.div_ceil(sw);
-        let (jlo, jhi) = if is_max && p.fast {
-            let jhi = if w + left >= g.kw { ((w + left - g.kw) / sw + 1).min(g.ow) } else { 0 };
-            (left.div_ceil(sw).min(jhi), jhi)
+        if g.mode.is_max() {
+            // dy routed to each window's choice.
+            let (dy, dys) = (p.dy, p.dys);
+            choose_max_plane(g, p.x, p.xs, p.fast, xb, (phases, m, idx), |i, ch| {
+                let dyr = dyb + i * dys[2];
+                match ch {
+                    Chosen::Row { jlo, at, .. } => {
+                        for (jj, &a) in at.iter().enumerate() {
+                            acc[a as usize] += dy[dyr + (jlo + jj) * dys[3]];
+                        }
+                    }
+                    Chosen::One { j, at, .. } => acc[at] += dy[dyr + j * dys[3]],
+                }
+            });
         } else {
-            (0, 0)
-        };
-        let nj = jhi - jlo;
-        if nj > 0 {
-            let phases = &mut phases[..h * sw * pl];
-            for r in 0..h {
-                let xr = xb + r * p.xs[2];
-                let dst = &mut phases[r * sw * pl..(r + 1) * sw * pl];
-                if sxw == 1 && sw == 1 {
-                    dst.copy_from_slice(&p.x[xr..xr + w]);
-                } else if sxw == 1 && sw == 2 {
-                    let src = &p.x[xr..xr + w];
-                    let (e, o) = dst.split_at_mut(pl);
-                    for ((a, b), c2) in e.iter_mut().zip(o.iter_mut()).zip(src.chunks_exact(2)) {
-                        *a = c2[0];
-                        *b = c2[1];
-                    }
-                    if w % 2 == 1 {
-                        e[pl - 1] = src[w - 1];
-                    }
-                } else {
-                    for ph in 0..sw.min(w) {
-                        let cnt = (w - ph).div_ceil(sw);
-                        for (t, d) in dst[ph * pl..ph * pl + cnt].iter_mut().enumerate() {
-                            *d = p.x[xr + (ph + sw * t) * sxw];
-                        }
-                    }
-                }
-            }
-        }
-        let (m, idx) = (&mut m[..nj], &mut idx[..nj]);
-        for i in 0..g.oh {
-            let (lo, hi, rc) = g.rows(i);
-            let dyr = dyb + i * p.dys[2];
-            if nj > 0 {
-                // The first maximum in row-major order (the first NaN over any number), kept
-                // as its offset in the plane less the output column's start, j·sw.
-                let mut first = true;
-                for r in lo..hi {
-                    let prow = &phases[r * sw * pl..(r + 1) * sw * pl];
-                    for v in 0..g.kw {
-                        let off = v as isize - left as isize;
-                        let ph = off.rem_euclid(sw as isize) as usize;
-                        let t0 = (jlo as isize + off.div_euclid(sw as isize)) as usize;
-                        let tap = &prow[ph * pl + t0..][..nj];
-                        let k = (r * w) as u32;
-                        let k = k.wrapping_add(off as i32 as u32);
-                        if first {
-                            m.copy_from_slice(tap);
-                            idx.fill(k);
-                            first = false;
-                        } else {
-                            for ((mv, ix), &x) in m.iter_mut().zip(idx.iter_mut()).zip(tap) {
-                                #[allow(clippy::eq_op)]
-                                let take = x > *mv || (x != x && *mv == *mv);
-                                *mv = if take { x } else { *mv };
-                                *ix = if take { k } else { *ix };
-                            }
-                        }
-                    }
-                }
-                for (jj, &ix) in idx.iter().enumerate() {
-                    let j = jlo + jj;
-                    let at = ix.wrapping_add((j * sw) as u32) as usize;
-                    acc[at] += p.dy[dyr + j * p.dys[3]];
-                }
-            }
-            for j in (0..jlo).chain(jhi..g.ow) {
-                let d = p.dy[dyr + j * p.dys[3]];
-                let (clo, chi, _) = g.cols(j);
-                if is_max {
-                    // The first maximum in row-major order; the first NaN over any number.
-                    let mut best = p.x[xb + lo * p.xs[2] + clo * p.xs[3]];
-                    let mut at = lo * w + clo;
-                    for r in lo..hi {
-                        let xr = xb + r * p.xs[2];
-                        for col in clo..chi {
-                            let v = p.x[xr + col * p.xs[3]];
-                            if v > best || (v.is_nan() && !best.is_nan()) {
-                                best = v;
-                                at = r * w + col;
-                            }
-                        }
-                    }
-                    acc[at] += d;
-                } else {
+            for i in 0..g.oh {
+                let (lo, hi, rc) = g.rows(i);
+                let dyr = dyb + i * p.dys[2];
+                for j in 0..g.ow {
+                    let d = p.dy[dyr + j * p.dys[3]];
+                    let (clo, chi, _) = g.cols(j);
                     let gv = d / (rc as f32 * p.cc[j]);
                     for r in lo..hi {
                         for a in &mut acc[r * w + clo..r * w + chi] {
@@ -1403,6 +1484,273 @@ pub fn backward(
             plane_backward(features, &p, s, &out, item)
         })
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Max pooling with indices (training: the forward keeps its choices for the backward)
+
+/// The checks of the indexed calls: max mode, plane offsets that fit in u32, and an
+/// `indices` buffer of one element per output.
+fn check_indexed(g: &Geom, len: usize) -> Result<usize> {
+    if !g.mode.is_max() {
+        return Err(Error::bad(
+            "pool.mode",
+            g.mode.name(),
+            "only max pooling has indices (average pooling's backward needs none)",
+        ));
+    }
+    if u32::try_from(g.h.saturating_mul(g.w)).is_err() {
+        return Err(Error::Unsupported {
+            what: "max pooling indices of planes of more than 2^32 elements".into(),
+        });
+    }
+    let needed = g.n * g.c * g.oh * g.ow; // cannot overflow: y's span was checked
+    if len < needed {
+        return Err(Error::BufferTooSmall {
+            field: "indices".into(),
+            needed,
+            got: len,
+        });
+    }
+    Ok(needed)
+}
+
+/// Read-only inputs of the indexed forward.
+struct FwdIdx<'a> {
+    g: Geom,
+    blend: Blend,
+    x: &'a [f32],
+    xs: [usize; 4],
+    ys: [usize; 4],
+    fast: bool,
+}
+
+multiversion! {
+    fn plane_forward_indices(
+        p: &FwdIdx<'_>,
+        s: &mut BwdScratch,
+        out: &SharedOut<'_>,
+        out_idx: &SharedOut<'_, u32>,
+        plane: usize,
+    ) {
+        let g = &p.g;
+        let (n, c) = (plane / g.c, plane % g.c);
+        let ohw = g.oh * g.ow;
+        // SAFETY: plane (n, c) of y and of the indices belongs to this item alone.
+        let ind = unsafe { out_idx.slice_mut(plane * ohw, ohw) };
+        let xb = n * p.xs[0] + c * p.xs[1];
+        let yb = n * p.ys[0] + c * p.ys[1];
+        let BwdScratch { m, idx, phases, .. } = s;
+        let (ys, blend, ow) = (p.ys, p.blend, g.ow);
+        choose_max_plane(g, p.x, p.xs, p.fast, xb, (phases, m, idx), |i, ch| {
+            let yr = yb + i * ys[2];
+            match ch {
+                Chosen::Row { jlo, m, at } => {
+                    ind[i * ow + jlo..][..at.len()].copy_from_slice(at);
+                    // SAFETY: as above.
+                    unsafe { store(out, blend, m, yr + jlo * ys[3], ys[3]) };
+                }
+                Chosen::One { j, v, at } => {
+                    ind[i * ow + j] = at as u32;
+                    // SAFETY: as above.
+                    unsafe { store(out, blend, &[v], yr + j * ys[3], 1) };
+                }
+            }
+        });
+    }
+}
+
+/// Max pooling forward for training (oneDNN's forward-training workspace, PyTorch's
+/// `max_pool2d_with_indices`): y as [`forward`] gives it (the same bits), and for each
+/// output, in logical order (n, c, i, j) whatever y's layout, the offset r · W + c in its
+/// (n, c) plane of x of the element its window chose. [`backward_with_indices`] then routes
+/// dy without reading x. Any layout and strides of x and y.
+///
+/// # Errors
+/// As [`forward`]; [`Error::BadParam`] naming `pool.mode` for an average;
+/// [`Error::BufferTooSmall`] naming `indices` when it holds fewer than N·C·OH·OW;
+/// [`Error::Unsupported`] for planes of more than 2^32 elements.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::{pool::{PoolDesc, PoolMode}, Blend}, DataType, Handle, Layout, Padding, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let pool = PoolDesc::new(PoolMode::Max, [2, 2], [2, 2], Padding::default())?;
+/// let xd = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 1, 2, 4])?;
+/// let yd = pool.output_desc(&xd, Layout::Nchw)?;
+/// let x = [1.0, 5.0, 2.0, 0.0,
+///          3.0, 4.0, 7.0, 6.0];
+/// let (mut y, mut ind) = ([0.0; 2], [0u32; 2]);
+/// h.pooling_forward_with_indices(&pool, Blend::default(), &xd, &x, &yd, &mut y, &mut ind)?;
+/// assert_eq!((y, ind), ([5.0, 7.0], [1, 6]));
+/// let mut dx = [0.0; 8];
+/// h.pooling_backward_with_indices(&pool, Blend::default(), &yd, &[10.0, 20.0], &ind, &xd, &mut dx)?;
+/// assert_eq!(dx, [0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 20.0, 0.0]);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn forward_with_indices(
+    ctx: &ExecContext<'_>,
+    desc: &PoolDesc,
+    blend: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    indices: &mut [u32],
+) -> Result<()> {
+    let g = check_common(desc, blend, x_desc, x.len(), "y", y_desc)?;
+    check_buffer("y", y_desc, y.len())?;
+    check_indexed(&g, indices.len())?;
+    let features = ctx.features();
+    let work = x_desc.elements().saturating_add(y_desc.elements());
+    let plane = g.h * g.w;
+    let fast = g.sw <= g.w && u32::try_from(2 * plane).is_ok();
+    let (row_choices, phase_len) = if fast {
+        (g.ow, g.h * g.sw * g.w.div_ceil(g.sw))
+    } else {
+        (0, 0)
+    };
+    let planes = g.n * g.c;
+    let p = FwdIdx {
+        g,
+        blend,
+        x,
+        xs: x_desc.strides(),
+        ys: y_desc.strides(),
+        fast,
+    };
+    let out = SharedOut::new(y);
+    let out_idx = SharedOut::new(indices);
+    let init = || {
+        Ok(BwdScratch {
+            acc: Vec::new(),
+            m: crate::alloc::try_vec(row_choices, 0.0f32, "pooling maxima")?,
+            idx: crate::alloc::try_vec(row_choices, 0u32, "pooling choices")?,
+            phases: crate::alloc::try_vec(phase_len, 0.0f32, "pooling phases")?,
+        })
+    };
+    run_items(ctx, planes, work, init, |s, plane| {
+        plane_forward_indices(features, &p, s, &out, &out_idx, plane)
+    })
+}
+
+/// Read-only inputs of the indexed backward.
+struct BwdIdx<'a> {
+    g: Geom,
+    blend: Blend,
+    dy: &'a [f32],
+    indices: &'a [u32],
+    dys: [usize; 4],
+    dxs: [usize; 4],
+    /// dx's planes are dense and the blend is (1, 0): scatter straight into dx.
+    direct: bool,
+}
+
+multiversion! {
+    fn plane_backward_indices(p: &BwdIdx<'_>, acc: &mut [f32], out: &SharedOut<'_>, plane: usize) {
+        let g = &p.g;
+        let (n, c) = (plane / g.c, plane % g.c);
+        let (hw, ow) = (g.h * g.w, g.ow);
+        let ind = &p.indices[plane * g.oh * ow..][..g.oh * ow];
+        let dyb = n * p.dys[0] + c * p.dys[1];
+        let dxb = n * p.dxs[0] + c * p.dxs[1];
+        let acc: &mut [f32] = if p.direct {
+            // SAFETY: plane (n, c) of dx belongs to this item alone (dense: hw elements).
+            unsafe { out.slice_mut(dxb, hw) }
+        } else {
+            &mut acc[..hw]
+        };
+        acc.fill(0.0);
+        for i in 0..g.oh {
+            let dyr = dyb + i * p.dys[2];
+            let row = &ind[i * ow..(i + 1) * ow];
+            if p.dys[3] == 1 {
+                for (&at, &d) in row.iter().zip(&p.dy[dyr..dyr + ow]) {
+                    acc[at as usize] += d;
+                }
+            } else {
+                for (j, &at) in row.iter().enumerate() {
+                    acc[at as usize] += p.dy[dyr + j * p.dys[3]];
+                }
+            }
+        }
+        if !p.direct {
+            for r in 0..g.h {
+                // SAFETY: plane (n, c) of dx belongs to this item alone.
+                unsafe { store(out, p.blend, &acc[r * g.w..(r + 1) * g.w], dxb + r * p.dxs[2], p.dxs[3]) };
+            }
+        }
+    }
+}
+
+/// dx = alpha · pool_bwd(dy) + beta · dx for max pooling, each dy routed to the element its
+/// window chose as [`forward_with_indices`] recorded it in `indices` (x is not read;
+/// overlapping windows add up, in the outputs' order). dx's dimensions are x's; any layout
+/// and strides of dy and dx.
+///
+/// # Errors
+/// As [`backward`] (naming `dx` where it names `x`); [`Error::BadParam`] naming `pool.mode`
+/// for an average, `indices` for an offset outside its plane (checked before anything is
+/// written); [`Error::BufferTooSmall`] naming `indices`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_with_indices(
+    ctx: &ExecContext<'_>,
+    desc: &PoolDesc,
+    blend: Blend,
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    indices: &[u32],
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+) -> Result<()> {
+    blend.check()?;
+    let g = Geom::new(desc, dx_desc)?;
+    let want = [g.n, g.c, g.oh, g.ow];
+    if dy_desc.dims() != want {
+        return Err(Error::bad(
+            "dy",
+            format!("{:?}", dy_desc.dims()),
+            format!("must have the pooling's output dimensions {want:?}"),
+        ));
+    }
+    check_buffer("dy", dy_desc, dy.len())?;
+    check_buffer("dx", dx_desc, dx.len())?;
+    let needed = check_indexed(&g, indices.len())?;
+    let plane = g.h * g.w;
+    if let Some(k) = indices[..needed].iter().position(|&i| i as usize >= plane) {
+        return Err(Error::bad(
+            "indices",
+            format!("{} at output {k}", indices[k]),
+            format!(
+                "must be an offset in the {}x{} plane (below {plane})",
+                g.h, g.w
+            ),
+        ));
+    }
+    let features = ctx.features();
+    let work = dx_desc.elements().saturating_add(dy_desc.elements());
+    let dxs = dx_desc.strides();
+    let direct = blend.alpha == 1.0 && !blend.reads_output() && dxs[3] == 1 && dxs[2] == g.w;
+    let planes = g.n * g.c;
+    let p = BwdIdx {
+        g,
+        blend,
+        dy,
+        indices,
+        dys: dy_desc.strides(),
+        dxs,
+        direct,
+    };
+    let out = SharedOut::new(dx);
+    let scratch = if direct { 0 } else { plane };
+    run_items(
+        ctx,
+        planes,
+        work,
+        || crate::alloc::try_vec(scratch, 0.0f32, "pooling dx accumulator"),
+        |acc, plane| plane_backward_indices(features, &p, acc, &out, plane),
+    )
 }
 
 #[cfg(test)]

@@ -175,3 +175,34 @@ pub fn backward(
     }
     Ok(out)
 }
+
+/// The element each max window takes, as its offset r · W + c in its (n, c) plane of x, for
+/// the outputs in logical order (n, c, i, j): what [`crate::layers::pool::forward_with_indices`]
+/// must write.
+///
+/// # Errors
+/// As [`PoolDesc::output_dims`].
+pub fn indices(desc: &PoolDesc, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec<usize>> {
+    let win = Windows::new(desc, x_desc)?;
+    let [n, ch, oh, ow] = win.out;
+    let w = x_desc.w();
+    let mut out = Vec::with_capacity(n * ch * oh * ow);
+    for b in 0..n {
+        for c in 0..ch {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let (rows, cols, _) = win.window(i, j);
+                    let o = argmax(x_desc, x, b, c, rows, cols);
+                    // The chosen (r, col): scan again for the offset (x's strides may be any).
+                    let (rows, cols, _) = win.window(i, j);
+                    let at = rows
+                        .flat_map(|r| cols.clone().map(move |col| (r, col)))
+                        .find(|&(r, col)| x_desc.offset(b, c, r, col) == o)
+                        .map_or(0, |(r, col)| r * w + col);
+                    out.push(at);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
