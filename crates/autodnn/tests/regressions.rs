@@ -373,9 +373,40 @@ fn a_lone_column_with_a_huge_stride_backward() {
     }
 }
 
+/// The lone column with dilated rows (fuzzing, descriptors): kn2row's gather multiplied the
+/// conv stride by x's column stride (4 · 2^62) for a rectangle one column wide, which never
+/// steps; an overflow panic with overflow checks on. Every accepting algorithm, kn2row and
+/// the space-to-batch ones among them, is exact on it.
+#[test]
+fn a_lone_column_with_a_huge_stride_dilated() {
+    let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let p = lone_column_problem_dilated([2, 1]);
+    let xd = int_data(p.x().span(), 1);
+    let wd = int_data(p.w().elements(), 2);
+    let r = reference::conv_forward(&p, &xd, &wd).unwrap();
+    let mut ran = Vec::new();
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let h = Handle::with_threads(1).unwrap();
+        h.set_isa_cap(isa);
+        for a in conv::algorithms() {
+            if a.check(&p).is_ok() {
+                let y = run_plain(&h, a.name(), &p, &xd, &wd);
+                assert_exact(&p, &y, &r, &format!("{} {isa:?}", a.name()));
+                ran.push(a.name());
+            }
+        }
+    }
+    assert!(ran.contains(&"kn2row"), "{ran:?}");
+}
+
 /// x of 2 channels, 3 rows and 1 column whose column stride is 2^62, a 2x1 kernel, stride
 /// 1x4: one output column.
 fn lone_column_problem() -> ConvProblem {
+    lone_column_problem_dilated([1, 1])
+}
+
+/// [`lone_column_problem`] with a dilation.
+fn lone_column_problem_dilated(dilation: [usize; 2]) -> ConvProblem {
     use autodnn::TensorDesc;
     use autodnn::{ConvDesc, ConvMode, DataType, FilterDesc, FilterLayout, Padding};
     let x = TensorDesc::with_strides(DataType::F32, [1, 2, 3, 1], [6, 3, 1, 1 << 62]).unwrap();
@@ -386,7 +417,7 @@ fn lone_column_problem() -> ConvProblem {
         left: 0,
         right: 0,
     };
-    let conv = ConvDesc::new(pad, [1, 4], [1, 1], 1, ConvMode::CrossCorrelation).unwrap();
+    let conv = ConvDesc::new(pad, [1, 4], dilation, 1, ConvMode::CrossCorrelation).unwrap();
     let dims = ConvProblem::output_dims(&x, &w, &conv).unwrap();
     let y = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
     ConvProblem::forward(x, w, conv, y).unwrap()

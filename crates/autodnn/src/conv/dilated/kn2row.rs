@@ -142,7 +142,8 @@ impl Shape {
         let [_, sw] = p.conv().stride();
         let [_, dw] = p.conv().dilation();
         cols == self.ow
-            && (si * dw) as i64 == p.conv().padding().left
+            && si.checked_mul(dw).and_then(|v| i64::try_from(v).ok())
+                == Some(p.conv().padding().left)
             && sw == 1
             && xs[3] == 1
             && xs[2] == self.ow
@@ -213,7 +214,9 @@ fn gather(
     let cols = t.cols.1 - t.cols.0;
     let m = rows * cols;
     let cg = dst.len() / m;
-    let step = sw * xs[3];
+    // A rectangle one column wide never steps (its stride times x's column stride may
+    // overflow).
+    let step = if cols > 1 { sw * xs[3] } else { 0 };
     // Inside the image: the rectangle's rows and columns are.
     let iw0 = ((t.cols.0 * sw) as i64 + t.shift[1]) as usize;
     for c in 0..cg {
