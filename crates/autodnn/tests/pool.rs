@@ -509,6 +509,21 @@ fn max_ties_and_nan() {
             );
             assert_eq!(g(3), g(0), "{what}");
             assert_eq!(g(4), g(0), "{what}");
+            // The indexed pair makes the same choices (both paths: NHWC packs the channels).
+            let mut y2 = vec![0.0f32; yd.span()];
+            let mut ind = vec![u32::MAX; indices_len(&yd)];
+            h.pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y2, &mut ind)
+                .unwrap();
+            assert!(same_bits(&y, &y2), "{what}: y with indices");
+            let want = reference::pool::indices(&pd, &xd, &x).unwrap();
+            assert!(
+                ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
+                "{what}: {ind:?}"
+            );
+            let mut dx2 = vec![f32::NAN; xd.span()];
+            h.pooling_backward_with_indices(&pd, Blend::default(), &yd, &dy, &ind, &xd, &mut dx2)
+                .unwrap();
+            assert!(same_bits(&dx, &dx2), "{what}: dx from indices");
         }
     }
 }

@@ -50,9 +50,10 @@
 //! whole output row at once (running maximum and winning offset across the window's taps,
 //! as vectors), adds each dy at its chosen offset into a plane accumulator and blends the
 //! plane out once; only the few edge windows that overlap the padding scan one by one.
-//! The indexed forward chooses plane by plane the same way (any layout) and writes the
-//! offsets beside y; the indexed backward adds each dy at its offset, straight into dense dx
-//! planes when the blend is (1, 0), through a plane accumulator otherwise.
+//! The indexed forward chooses plane by plane the same way (packed channels: per output
+//! pixel across a block of channels) and writes the offsets beside y; the indexed backward
+//! adds each dy at its offset, straight into dense dx planes when the blend is (1, 0),
+//! through a plane (or channel-block) accumulator otherwise.
 //! Forward items are (plane, block of output rows), backward
 //! items whole dx planes, so no two threads write the same dx element however windows
 //! overlap. Every output element is computed by the same operations in the same order
@@ -1622,6 +1623,21 @@ pub fn forward_with_indices(
     };
     let out = SharedOut::new(y);
     let out_idx = SharedOut::new(indices);
+    if channels_packed(&p.g, &[x_desc, y_desc]) {
+        let outer = g.n * g.oh;
+        let cb = channel_block(g.c, outer, ctx.threads, usize::MAX);
+        let cblocks = g.c.div_ceil(cb);
+        let init = || {
+            Ok((
+                crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
+                crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
+            ))
+        };
+        return run_items(ctx, outer * cblocks, work, init, |(m, idx), item| {
+            let (cblk, row) = (item % cblocks, item / cblocks);
+            chan_forward_indices(features, &p, (m, idx), &out, &out_idx, (row, cblk, cb))
+        });
+    }
     let init = || {
         Ok(BwdScratch {
             acc: Vec::new(),
@@ -1633,6 +1649,105 @@ pub fn forward_with_indices(
     run_items(ctx, planes, work, init, |s, plane| {
         plane_forward_indices(features, &p, s, &out, &out_idx, plane)
     })
+}
+
+multiversion! {
+    /// The packed-channels path of the indexed forward: output row `row` (image and row) of
+    /// channel block `cblk` (of `cb` channels), each window's running maximum and its plane
+    /// offset per channel, in the windows' row-major order.
+    fn chan_forward_indices(
+        p: &FwdIdx<'_>,
+        s: (&mut [f32], &mut [u32]),
+        out: &SharedOut<'_>,
+        out_idx: &SharedOut<'_, u32>,
+        item: (usize, usize, usize),
+    ) {
+        let (row, cblk, cb) = item;
+        let g = &p.g;
+        let (n, i) = (row / g.oh, row % g.oh);
+        let c0 = cblk * cb;
+        let cl = cb.min(g.c - c0);
+        let (m, idx) = (&mut s.0[..cl], &mut s.1[..cl]);
+        let (lo, hi, _) = g.rows(i);
+        let xbase = n * p.xs[0] + c0;
+        let ybase = n * p.ys[0] + i * p.ys[2] + c0;
+        let ohw = g.oh * g.ow;
+        for j in 0..g.ow {
+            let (clo, chi, _) = g.cols(j);
+            let mut first = true;
+            for r in lo..hi {
+                for col in clo..chi {
+                    let src = &p.x[xbase + r * p.xs[2] + col * p.xs[3]..][..cl];
+                    let k = (r * g.w + col) as u32; // checked: the plane fits in u32
+                    if first {
+                        m.copy_from_slice(src);
+                        idx.fill(k);
+                        first = false;
+                    } else {
+                        for ((mv, ix), &v) in m.iter_mut().zip(idx.iter_mut()).zip(src) {
+                            #[allow(clippy::eq_op)]
+                            let take = v > *mv || (v != v && *mv == *mv);
+                            *mv = if take { v } else { *mv };
+                            *ix = if take { k } else { *ix };
+                        }
+                    }
+                }
+            }
+            for mv in m.iter_mut() {
+                #[allow(clippy::eq_op)]
+                let nan = *mv != *mv;
+                *mv = if nan { f32::NAN } else { *mv };
+            }
+            // SAFETY: (n, i, j, this channel block) of y and of the indices belongs to this
+            // item alone.
+            unsafe {
+                store(out, p.blend, m, ybase + j * p.ys[3], 1);
+                for (c, &ix) in idx.iter().enumerate() {
+                    out_idx.write((n * g.c + c0 + c) * ohw + i * g.ow + j, ix);
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// The packed-channels path of the indexed backward: image `n`, channel block `cblk`,
+    /// each dy added at its recorded offset into a block accumulator (offset-major, channels
+    /// inner), then blended into dx.
+    fn chan_backward_indices(
+        p: &BwdIdx<'_>,
+        acc: &mut [f32],
+        out: &SharedOut<'_>,
+        item: (usize, usize, usize),
+    ) {
+        let (n, cblk, cb) = item;
+        let g = &p.g;
+        let c0 = cblk * cb;
+        let cl = cb.min(g.c - c0);
+        let (h, w, ohw) = (g.h, g.w, g.oh * g.ow);
+        let acc = &mut acc[..h * w * cl];
+        acc.fill(0.0);
+        let dyb = n * p.dys[0] + c0;
+        let ib = (n * g.c + c0) * ohw;
+        for i in 0..g.oh {
+            for j in 0..g.ow {
+                let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
+                let e = ib + i * g.ow + j;
+                for (c, &d) in dyv.iter().enumerate() {
+                    let at = p.indices[e + c * ohw] as usize;
+                    acc[at * cl + c] += d;
+                }
+            }
+        }
+        let dxb = n * p.dxs[0] + c0;
+        for r in 0..h {
+            for col in 0..w {
+                let src = &acc[(r * w + col) * cl..][..cl];
+                // SAFETY: (n, this channel block) of dx belongs to this item alone.
+                unsafe { store(out, p.blend, src, dxb + r * p.dxs[2] + col * p.dxs[3], 1) };
+            }
+        }
+    }
 }
 
 /// Read-only inputs of the indexed backward.
@@ -1743,6 +1858,23 @@ pub fn backward_with_indices(
         direct,
     };
     let out = SharedOut::new(dx);
+    if channels_packed(&p.g, &[dy_desc, dx_desc]) {
+        let cb = channel_block(g.c, g.n, ctx.threads, (BWD_SCRATCH_CAP / plane) & !15);
+        let cblocks = g.c.div_ceil(cb);
+        let len = plane
+            .checked_mul(cb)
+            .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
+        return run_items(
+            ctx,
+            g.n * cblocks,
+            work,
+            || crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator"),
+            |acc, item| {
+                let (n, cblk) = (item / cblocks, item % cblocks);
+                chan_backward_indices(features, &p, acc, &out, (n, cblk, cb))
+            },
+        );
+    }
     let scratch = if direct { 0 } else { plane };
     run_items(
         ctx,
