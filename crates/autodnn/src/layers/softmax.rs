@@ -39,7 +39,8 @@
 //!   threads, in three phases (chunk maxima, chunk sums, writes).
 //! - Channel softmax with contiguous positions (NCHW): blocks of up to 256 positions per thread,
 //!   vectorised across the positions, with per-position running max and sum arrays while the
-//!   channels are walked.
+//!   channels are walked; softmax with beta = 0 writes each exponential into y as it sums it
+//!   and scales y in place at the end (one exp per element instead of two, the same bits).
 //! - Anything else (explicit strides that fit neither): each row gathered into per-thread
 //!   scratch, computed as a contiguous row, scattered back.
 //!
@@ -557,7 +558,22 @@ multiversion! {
         }
         let mut sbuf = [0.0f64; BLOCK];
         let s = &mut sbuf[..np];
+        // Softmax onto an output it does not blend: each exponential is written once, where
+        // the sum reads it, and scaled there at the end (the same values, one exp each).
+        let staged = kind == Kind::Forward(SoftmaxAlgorithm::Accurate) && be == 0.0;
         match kind {
+            Kind::Forward(_) if staged => {
+                for k in 0..ch {
+                    // SAFETY: channel k of this block's positions belongs to this item alone.
+                    let t = unsafe { out.slice_mut(oo + k * so, np) };
+                    for ((o, &v), &mm) in t.iter_mut().zip(&a[k * sa..k * sa + np]).zip(&*m) {
+                        *o = vmath::exp(v - mm);
+                    }
+                    for (acc, &v) in s.iter_mut().zip(&*t) {
+                        *acc += v as f64;
+                    }
+                }
+            }
             Kind::Forward(_) => {
                 let mut tb = [0.0f32; BLOCK];
                 let t = &mut tb[..np];
@@ -599,6 +615,11 @@ multiversion! {
             // work item alone.
             let dst = unsafe { out.slice_mut(oo + k * so, np) };
             match kind {
+                Kind::Forward(SoftmaxAlgorithm::Accurate) if staged => {
+                    for (o, &cc) in dst.iter_mut().zip(c) {
+                        *o *= cc;
+                    }
+                }
                 Kind::Forward(SoftmaxAlgorithm::Accurate) => blend_loop!(
                     be, dst, xs.iter().zip(m).zip(c), |((&x, &mm), &cc)| vmath::exp(x - mm) * cc
                 ),
