@@ -558,3 +558,48 @@ fn pooling_with_a_stride_far_beyond_the_window_allocates_nothing_large() {
         }
     }
 }
+
+/// A dilated problem with strides and paddings of 2^31 − 1 on a 16x24 image (fuzzing,
+/// descriptors): space-to-batch built frames that kept every column the stride skips, a
+/// workspace of 137 GB for tensors of 12 KB. It declines such frames now; every algorithm
+/// that accepts the problem runs it in small allocations, exactly.
+#[test]
+fn space_to_batch_of_a_huge_stride_allocates_nothing_large() {
+    use autodnn::{ConvDesc, ConvMode, DataType, FilterDesc, FilterLayout, Padding, TensorDesc};
+    let big = i64::from(i32::MAX);
+    let x = TensorDesc::new(DataType::F32, Layout::Nchw, [2, 4, 16, 24]).unwrap();
+    let w = FilterDesc::new(DataType::F32, FilterLayout::Kcrs, [8, 2, 1, 3]).unwrap();
+    let pad = Padding {
+        top: big,
+        bottom: -big,
+        left: big,
+        right: big,
+    };
+    let s = i32::MAX as usize;
+    let conv = ConvDesc::new(pad, [s, s], [3, 1], 2, ConvMode::Convolution).unwrap();
+    let dims = ConvProblem::output_dims(&x, &w, &conv).unwrap();
+    assert_eq!(dims, [2, 8, 1, 3]);
+    let y = TensorDesc::with_strides(DataType::F32, dims, [40, 5, 4, 1]).unwrap();
+    let p = ConvProblem::forward(x, w, conv, y).unwrap();
+    for name in ["s2b_implicit_gemm", "s2b_winograd_4x4"] {
+        let e = conv::find(name).unwrap().check(&p).unwrap_err();
+        assert!(e.contains("frames"), "{name}: {e}");
+    }
+    let xd = int_data(p.x().span(), 1);
+    let wd = int_data(p.w().elements(), 2);
+    let r = reference::conv_forward(&p, &xd, &wd).unwrap();
+    let h = Handle::with_threads(1).unwrap();
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ran = 0;
+    for a in conv::algorithms().iter().filter(|a| a.check(&p).is_ok()) {
+        LARGEST.store(0, Ordering::SeqCst);
+        let y = run_plain(&h, a.name(), &p, &xd, &wd);
+        let largest = LARGEST.load(Ordering::SeqCst);
+        assert!(largest < 1 << 20, "{}: {largest} bytes at once", a.name());
+        if a.accuracy() == Accuracy::Exact {
+            assert_exact(&p, &y, &r, a.name());
+        }
+        ran += 1;
+    }
+    assert!(ran >= 3, "{ran} algorithms ran");
+}

@@ -16,8 +16,9 @@
 //!   65x65, 6 on 33x33).
 //! - **Workspace:** the frames (as x's layout) and their outputs, plus the inner algorithm's
 //!   workspace for the batch of frames.
-//! - **Declines:** dense kernels, and what the inner algorithm declines of the frames'
-//!   problem.
+//! - **Declines:** dense kernels, frames of more than twice the image's positions plus the
+//!   outputs' taps (strides far beyond the kernel, padding far beyond the image), and what
+//!   the inner algorithm declines of the frames' problem.
 //! - **Prepared weights:** the inner algorithm's, for the frames' problem.
 //! - **Deterministic:** as the inner algorithm.
 
@@ -135,6 +136,18 @@ fn frames(p: &ConvProblem) -> std::result::Result<(ConvProblem, [Dim; 2]), Strin
         Dim::new(h, oh, p.w().r(), sh, dh, pad.top),
         Dim::new(w, ow, p.w().s(), sw, dw, pad.left),
     ];
+    // The frames repeat the rows and columns the classes share and keep what a frame's
+    // stride skips: decline when they would hold more than twice the image plus every
+    // output's taps (a stride far beyond the kernel, or padding far beyond the image).
+    let framed = [0, 1].map(|i| dims[i].classes as f64 * dims[i].frame as f64);
+    let needed = h as f64 * w as f64 + oh as f64 * ow as f64 * (p.w().r() * p.w().s()) as f64;
+    if framed[0] * framed[1] > 2.0 * needed {
+        return Err(format!(
+            "the frames would hold {} positions per channel, more than twice the image and \
+             the outputs' taps ({needed})",
+            framed[0] * framed[1]
+        ));
+    }
     let batch = n
         .checked_mul(dims[0].classes)
         .and_then(|b| b.checked_mul(dims[1].classes))
