@@ -778,7 +778,7 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
 /// stride apart, and the whole batch at once where they interleave (batch innermost); either
 /// way only each block's own elements of y are read and written. Both give the f64 result
 /// rounded once, bit for bit, on integer data, with beta reading the prior y, images
-/// interleaved in x and y or in y alone.
+/// interleaved in x and y or in y alone, and images large enough to be converted in parts.
 #[test]
 fn gemm_algorithms_chunk_reduced_batches_by_image_or_whole() {
     use autodnn::TensorDesc;
@@ -791,6 +791,9 @@ fn gemm_algorithms_chunk_reduced_batches_by_image_or_whole() {
         ("mb3ic6ih8oc5oh8kh1ph0", [true, true]),
         ("mb3ic6ih8oc5oh8kh1ph0", [false, true]),
         ("mb2ic4ih10oc600oh5kh3sh2ph1", [false, false]),
+        // Images of 73 728 elements in x and y: their widening and rounding run in parts
+        // on both threads.
+        ("mb2ic32ih48oc32oh48kh3ph1", [false, false]),
     ] {
         let base = problem(spec, Layout::Nchw);
         let batch_inner = |d: &autodnn::TensorDesc, dt: DataType| {

@@ -3,6 +3,8 @@
 use crate::cpu::Features;
 use crate::desc::DataType;
 use crate::error::{Error, Result};
+use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::ExecContext;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::{Avx2, Avx512, Token};
 use half::{bf16, f16};
@@ -313,18 +315,76 @@ pub(crate) fn tail(t: Tensor<'_>, at: usize) -> Tensor<'_> {
     }
 }
 
-/// Rounds `src` into `dst[start..start + src.len()]`, as [`narrow`] does.
+/// Elements below which a conversion stays on the calling thread (and the size of the
+/// parts above it, at the most one part per thread).
+const PAR_CONVERT_MIN: usize = 1 << 14;
+
+/// Runs `f(part, offset)` over `dst` cut into parts of the context's threads, each part at
+/// least [`PAR_CONVERT_MIN`] elements; one call on the calling thread when `dst` is smaller.
+fn split_parts<T: Copy + Send>(
+    ctx: &ExecContext<'_>,
+    dst: &mut [T],
+    f: impl Fn(&mut [T], usize) + Sync,
+) -> Result<()> {
+    let n = dst.len();
+    let parts = (n / PAR_CONVERT_MIN).clamp(1, ctx.threads.max(1));
+    if parts == 1 {
+        f(dst, 0);
+        return Ok(());
+    }
+    let per = n.div_ceil(parts);
+    let out = SharedOut::new(dst);
+    for_each_with(
+        ctx,
+        parts,
+        || Ok(()),
+        |_, i| {
+            let s = i * per;
+            // SAFETY: part i's elements belong to it alone.
+            let d = unsafe { out.slice_mut(s, per.min(n - s)) };
+            f(d, s);
+        },
+    )
+}
+
+/// [`widen_at`] on the context's threads (large ranges in parts).
 ///
-/// # Panics
-/// If the range lies outside `dst` (callers check their coordinates against the tensor).
-pub(crate) fn narrow_at(src: &[f32], dst: &mut TensorMut<'_>, start: usize, features: Features) {
-    let n = src.len();
-    let mut part = match dst {
-        TensorMut::F32(v) => TensorMut::F32(&mut v[start..][..n]),
-        TensorMut::Bf16(v) => TensorMut::Bf16(&mut v[start..][..n]),
-        TensorMut::F16(v) => TensorMut::F16(&mut v[start..][..n]),
-    };
-    narrow(src, &mut part, features);
+/// # Errors
+/// Out of memory for the threads' bookkeeping.
+pub(crate) fn widen_at_par(
+    ctx: &ExecContext<'_>,
+    src: Tensor<'_>,
+    start: usize,
+    dst: &mut [f32],
+) -> Result<()> {
+    let features = ctx.features;
+    split_parts(ctx, dst, |d, s| widen_at(src, start + s, d, features))
+}
+
+/// Rounds `src` into `dst[start..start + src.len()]`, as [`narrow`] does, on the context's
+/// threads (large ranges in parts).
+///
+/// # Errors
+/// Out of memory for the threads' bookkeeping.
+pub(crate) fn narrow_at_par(
+    ctx: &ExecContext<'_>,
+    src: &[f32],
+    dst: &mut TensorMut<'_>,
+    start: usize,
+) -> Result<()> {
+    use half::slice::HalfFloatSliceExt;
+    let (n, features) = (src.len(), ctx.features);
+    match dst {
+        TensorMut::F32(v) => split_parts(ctx, &mut v[start..][..n], |d, s| {
+            d.copy_from_slice(&src[s..s + d.len()])
+        }),
+        TensorMut::Bf16(v) => split_parts(ctx, &mut v[start..][..n], |d, s| {
+            narrow_bf16(&src[s..s + d.len()], d, features)
+        }),
+        TensorMut::F16(v) => split_parts(ctx, &mut v[start..][..n], |d, s| {
+            d.convert_from_f32_slice(&src[s..s + d.len()])
+        }),
+    }
 }
 
 /// f32 to bf16 bits, rounded to nearest even, NaN kept (quiet): what `half::bf16::from_f32`

@@ -9,7 +9,7 @@ use crate::conv::{
 use crate::desc::{ConvProblem, DataType};
 use crate::error::Result;
 use crate::gemm::{self, PackA, PackB};
-use crate::op::tensor::{narrow_at, tail, widen_at, widen_with};
+use crate::op::tensor::{narrow_at_par, tail, widen_at_par, widen_with};
 use crate::op::{Tensor, TensorMut};
 use crate::runtime::Carve;
 
@@ -275,7 +275,7 @@ impl ConvAlgorithm for GemmConv {
             let (x0, y0) = (i * chunk.x_stride, i * chunk.y_stride);
             let xc = match xb.as_deref_mut() {
                 Some(xb) => {
-                    widen_at(x, x0, xb, features);
+                    widen_at_par(ctx, x, x0, xb)?;
                     Tensor::F32(xb)
                 }
                 None => tail(x, x0),
@@ -294,15 +294,30 @@ impl ConvAlgorithm for GemmConv {
                     (reduced, Some(yb)) => {
                         // The block's f32 output is rounded into y right after its GEMM.
                         let (base, m, n, st) = geo.c_view(&b);
+                        let mut done = Ok(());
                         if reads_y {
                             runs_of(base, m, n, st, |o, len| {
-                                widen_at(reduced.as_tensor(), y0 + o, &mut yb[o..o + len], features)
+                                let r = widen_at_par(
+                                    ctx,
+                                    reduced.as_tensor(),
+                                    y0 + o,
+                                    &mut yb[o..o + len],
+                                );
+                                if done.is_ok() {
+                                    done = r;
+                                }
                             });
                         }
+                        done?;
                         self.block(ctx, &geo, &b, xc, w, yb, col, &e)?;
+                        let mut done = Ok(());
                         runs_of(base, m, n, st, |o, len| {
-                            narrow_at(&yb[o..o + len], reduced, y0 + o, features)
+                            let r = narrow_at_par(ctx, &yb[o..o + len], reduced, y0 + o);
+                            if done.is_ok() {
+                                done = r;
+                            }
                         });
+                        done?;
                     }
                     (_, None) => unreachable!("a reduced y has its f32 copy"),
                 }
@@ -313,9 +328,11 @@ impl ConvAlgorithm for GemmConv {
 }
 
 /// Calls `f(offset, len)` for each contiguous run of elements of the `m × n` view at `base`
-/// with strides `[rs, cs]`.
+/// with strides `[rs, cs]` (once when the whole view is contiguous).
 fn runs_of(base: usize, m: usize, n: usize, [rs, cs]: [usize; 2], mut f: impl FnMut(usize, usize)) {
-    if cs == 1 {
+    if (cs == 1 && (rs == n || m == 1)) || (rs == 1 && (cs == m || n == 1)) {
+        f(base, m * n); // one run: the view is contiguous
+    } else if cs == 1 {
         (0..m).for_each(|i| f(base + i * rs, n));
     } else if rs == 1 {
         (0..n).for_each(|j| f(base + j * cs, m));
