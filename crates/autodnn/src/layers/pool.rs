@@ -1127,6 +1127,23 @@ struct BwdScratch {
     phases: Vec<f32>,
 }
 
+/// One tap of a running first maximum: where `src` is larger than `m` (or the first NaN over
+/// a number), `m` takes its value and `idx` takes `k`; the `first` tap sets both.
+#[inline(always)]
+fn running_max(m: &mut [f32], idx: &mut [u32], src: &[f32], k: u32, first: bool) {
+    if first {
+        m.copy_from_slice(src);
+        idx.fill(k);
+        return;
+    }
+    for ((mv, ix), &v) in m.iter_mut().zip(idx.iter_mut()).zip(src) {
+        #[allow(clippy::eq_op)]
+        let take = v > *mv || (v != v && *mv == *mv);
+        *mv = if take { v } else { *mv };
+        *ix = if take { k } else { *ix };
+    }
+}
+
 /// One choice of max windows on a plane ([`choose_max_plane`]).
 enum Chosen<'s> {
     /// Output columns `jlo..jlo + m.len()` of the row: maxima `m` at plane offsets `at`.
@@ -1213,18 +1230,8 @@ fn choose_max_plane(
                     let tap = &prow[ph * pl + t0..][..nj];
                     let k = (r * w) as u32;
                     let k = k.wrapping_add(off as i32 as u32);
-                    if first {
-                        m.copy_from_slice(tap);
-                        idx.fill(k);
-                        first = false;
-                    } else {
-                        for ((mv, ix), &x) in m.iter_mut().zip(idx.iter_mut()).zip(tap) {
-                            #[allow(clippy::eq_op)]
-                            let take = x > *mv || (x != x && *mv == *mv);
-                            *mv = if take { x } else { *mv };
-                            *ix = if take { k } else { *ix };
-                        }
-                    }
+                    running_max(m, idx, tap, k, first);
+                    first = false;
                 }
             }
             for (jj, (ix, mv)) in idx.iter_mut().zip(m.iter_mut()).enumerate() {
@@ -1349,17 +1356,7 @@ multiversion! {
                     for r in lo..hi {
                         for col in clo..chi {
                             let src = &p.x[xb + r * p.xs[2] + col * p.xs[3]..][..cl];
-                            if t == 0 {
-                                m.copy_from_slice(src);
-                                idx.fill(0);
-                            } else {
-                                for ((mv, ix), &v) in m.iter_mut().zip(idx.iter_mut()).zip(src) {
-                                    #[allow(clippy::eq_op)]
-                                    let take = v > *mv || (v != v && *mv == *mv);
-                                    *mv = if take { v } else { *mv };
-                                    *ix = if take { t } else { *ix };
-                                }
-                            }
+                            running_max(m, idx, src, t, t == 0);
                             t += 1;
                         }
                     }
@@ -1679,18 +1676,8 @@ multiversion! {
                 for col in clo..chi {
                     let src = &p.x[xbase + r * p.xs[2] + col * p.xs[3]..][..cl];
                     let k = (r * g.w + col) as u32; // checked: the plane fits in u32
-                    if first {
-                        m.copy_from_slice(src);
-                        idx.fill(k);
-                        first = false;
-                    } else {
-                        for ((mv, ix), &v) in m.iter_mut().zip(idx.iter_mut()).zip(src) {
-                            #[allow(clippy::eq_op)]
-                            let take = v > *mv || (v != v && *mv == *mv);
-                            *mv = if take { v } else { *mv };
-                            *ix = if take { k } else { *ix };
-                        }
-                    }
+                    running_max(m, idx, src, k, first);
+                    first = false;
                 }
             }
             for mv in m.iter_mut() {
