@@ -40,6 +40,8 @@ CASES = [
     ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "fwd_i"], "max pool fwd (inference)"),
     ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "fwd"], "max pool fwd (training, indices)"),
     ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "bwd"], "max pool bwd (from indices)"),
+    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "fwd", "--layout", "nhwc"], "max pool fwd (training, NHWC)"),
+    ("pool", "mb8ic64ih112oh56kh3sh2ph1", ["--alg", "max", "--dir", "bwd", "--layout", "nhwc"], "max pool bwd (NHWC)"),
     ("pool", "mb8ic2048ih7kh7", ["--alg", "avg_np"], "global avg pool"),
     ("softmax", "8x1000", ["--alg", "softmax"], "softmax fwd"),
     ("softmax", "8x1000", ["--alg", "softmax", "--dir", "bwd"], "softmax bwd"),
@@ -95,9 +97,11 @@ def torch_case(torch, op, problem, flags):
     if op == "pool":
         if problem == "mb8ic64ih112oh56kh3sh2ph1":
             x = rnd(8, 64, 112, 112)
+            if "nhwc" in flags:
+                x = x.contiguous(memory_format=torch.channels_last)
             if bwd:
                 y, idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
-                dy = rnd(*y.shape)
+                dy = rnd(*y.shape).contiguous(memory_format=torch.channels_last if "nhwc" in flags else torch.contiguous_format)
                 return lambda: torch.ops.aten.max_pool2d_with_indices_backward(
                     dy, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
             if direction == "fwd":

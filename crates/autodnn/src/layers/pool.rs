@@ -1624,15 +1624,19 @@ pub fn forward_with_indices(
         let outer = g.n * g.oh;
         let cb = channel_block(g.c, outer, ctx.threads, usize::MAX);
         let cblocks = g.c.div_ceil(cb);
+        let tile = cb
+            .checked_mul(g.ow)
+            .ok_or_else(|| Error::overflow("pooling scratch", "channels times output columns"))?;
         let init = || {
-            Ok((
-                crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
-                crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
-            ))
+            Ok(ChanIdxScratch {
+                m: crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
+                idx: crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
+                tile: crate::alloc::try_vec(tile, 0u32, "pooling index rows")?,
+            })
         };
-        return run_items(ctx, outer * cblocks, work, init, |(m, idx), item| {
+        return run_items(ctx, outer * cblocks, work, init, |s, item| {
             let (cblk, row) = (item % cblocks, item / cblocks);
-            chan_forward_indices(features, &p, (m, idx), &out, &out_idx, (row, cblk, cb))
+            chan_forward_indices(features, &p, s, &out, &out_idx, (row, cblk, cb))
         });
     }
     let init = || {
@@ -1654,7 +1658,7 @@ multiversion! {
     /// offset per channel, in the windows' row-major order.
     fn chan_forward_indices(
         p: &FwdIdx<'_>,
-        s: (&mut [f32], &mut [u32]),
+        s: &mut ChanIdxScratch,
         out: &SharedOut<'_>,
         out_idx: &SharedOut<'_, u32>,
         item: (usize, usize, usize),
@@ -1664,7 +1668,7 @@ multiversion! {
         let (n, i) = (row / g.oh, row % g.oh);
         let c0 = cblk * cb;
         let cl = cb.min(g.c - c0);
-        let (m, idx) = (&mut s.0[..cl], &mut s.1[..cl]);
+        let (m, idx, tile) = (&mut s.m[..cl], &mut s.idx[..cl], &mut s.tile[..cl * g.ow]);
         let (lo, hi, _) = g.rows(i);
         let xbase = n * p.xs[0] + c0;
         let ybase = n * p.ys[0] + i * p.ys[2] + c0;
@@ -1685,16 +1689,28 @@ multiversion! {
                 let nan = *mv != *mv;
                 *mv = if nan { f32::NAN } else { *mv };
             }
-            // SAFETY: (n, i, j, this channel block) of y and of the indices belongs to this
-            // item alone.
-            unsafe {
-                store(out, p.blend, m, ybase + j * p.ys[3], 1);
-                for (c, &ix) in idx.iter().enumerate() {
-                    out_idx.write((n * g.c + c0 + c) * ohw + i * g.ow + j, ix);
-                }
+            // SAFETY: (n, i, j, this channel block) of y belongs to this item alone.
+            unsafe { store(out, p.blend, m, ybase + j * p.ys[3], 1) };
+            // The row's indices gathered channel-major, written as one run per channel.
+            for (c, &ix) in idx.iter().enumerate() {
+                tile[c * g.ow + j] = ix;
             }
         }
+        for c in 0..cl {
+            // SAFETY: row i of channel c0 + c of the indices belongs to this item alone.
+            unsafe {
+                out_idx.write_slice((n * g.c + c0 + c) * ohw + i * g.ow, &tile[c * g.ow..][..g.ow])
+            };
+        }
     }
+}
+
+/// Per-thread scratch of the indexed packed-channels paths: running maxima and offsets per
+/// channel, and an output row's indices channel-major (`tile[c·OW + j]`).
+struct ChanIdxScratch {
+    m: Vec<f32>,
+    idx: Vec<u32>,
+    tile: Vec<u32>,
 }
 
 multiversion! {
@@ -1703,7 +1719,7 @@ multiversion! {
     /// inner), then blended into dx.
     fn chan_backward_indices(
         p: &BwdIdx<'_>,
-        acc: &mut [f32],
+        s: &mut (Vec<f32>, Vec<u32>),
         out: &SharedOut<'_>,
         item: (usize, usize, usize),
     ) {
@@ -1712,16 +1728,21 @@ multiversion! {
         let c0 = cblk * cb;
         let cl = cb.min(g.c - c0);
         let (h, w, ohw) = (g.h, g.w, g.oh * g.ow);
-        let acc = &mut acc[..h * w * cl];
+        let (acc, tile) = (&mut s.0[..h * w * cl], &mut s.1);
         acc.fill(0.0);
         let dyb = n * p.dys[0] + c0;
         let ib = (n * g.c + c0) * ohw;
+        let tile = &mut tile[..cl * g.ow];
         for i in 0..g.oh {
+            // The row's indices, channel-major (a run per channel), then read across.
+            for c in 0..cl {
+                let at = ib + c * ohw + i * g.ow;
+                tile[c * g.ow..(c + 1) * g.ow].copy_from_slice(&p.indices[at..at + g.ow]);
+            }
             for j in 0..g.ow {
                 let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
-                let e = ib + i * g.ow + j;
                 for (c, &d) in dyv.iter().enumerate() {
-                    let at = p.indices[e + c * ohw] as usize;
+                    let at = tile[c * g.ow + j] as usize;
                     acc[at * cl + c] += d;
                 }
             }
@@ -1851,16 +1872,19 @@ pub fn backward_with_indices(
         let len = plane
             .checked_mul(cb)
             .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
-        return run_items(
-            ctx,
-            g.n * cblocks,
-            work,
-            || crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator"),
-            |acc, item| {
-                let (n, cblk) = (item / cblocks, item % cblocks);
-                chan_backward_indices(features, &p, acc, &out, (n, cblk, cb))
-            },
-        );
+        let tile = cb
+            .checked_mul(g.ow)
+            .ok_or_else(|| Error::overflow("pooling scratch", "channels times output columns"))?;
+        let init = || {
+            Ok((
+                crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator")?,
+                crate::alloc::try_vec(tile, 0u32, "pooling index rows")?,
+            ))
+        };
+        return run_items(ctx, g.n * cblocks, work, init, |s, item| {
+            let (n, cblk) = (item / cblocks, item % cblocks);
+            chan_backward_indices(features, &p, s, &out, (n, cblk, cb))
+        });
     }
     let scratch = if direct { 0 } else { plane };
     run_items(
