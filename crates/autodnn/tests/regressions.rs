@@ -310,20 +310,28 @@ fn fft_declines_a_grid_far_larger_than_the_output() {
 fn a_lone_column_with_a_huge_stride() {
     // Its allocations would count in another test's measurement: not at the same time.
     let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    let p = lone_column_problem();
+    exact_on_every_isa(&lone_column_problem());
+}
+
+/// Runs every algorithm accepting `p` on every instruction set (one thread, plain weights)
+/// and asserts each output equals the reference exactly; the names that ran.
+fn exact_on_every_isa(p: &ConvProblem) -> Vec<&'static str> {
     let xd = int_data(p.x().span(), 1);
     let wd = int_data(p.w().elements(), 2);
-    let r = reference::conv_forward(&p, &xd, &wd).unwrap();
+    let r = reference::conv_forward(p, &xd, &wd).unwrap();
+    let mut ran = Vec::new();
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
         let h = Handle::with_threads(1).unwrap();
         h.set_isa_cap(isa);
         for a in conv::algorithms() {
-            if a.check(&p).is_ok() {
-                let y = run_plain(&h, a.name(), &p, &xd, &wd);
-                assert_exact(&p, &y, &r, &format!("{} {isa:?}", a.name()));
+            if a.check(p).is_ok() {
+                let y = run_plain(&h, a.name(), p, &xd, &wd);
+                assert_exact(p, &y, &r, &format!("{} {isa:?}", a.name()));
+                ran.push(a.name());
             }
         }
     }
+    ran
 }
 
 /// The lone column's backward operations (fuzzing, descriptors): direct's backward filter
@@ -380,22 +388,7 @@ fn a_lone_column_with_a_huge_stride_backward() {
 #[test]
 fn a_lone_column_with_a_huge_stride_dilated() {
     let _serial = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
-    let p = lone_column_problem_dilated([2, 1]);
-    let xd = int_data(p.x().span(), 1);
-    let wd = int_data(p.w().elements(), 2);
-    let r = reference::conv_forward(&p, &xd, &wd).unwrap();
-    let mut ran = Vec::new();
-    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
-        let h = Handle::with_threads(1).unwrap();
-        h.set_isa_cap(isa);
-        for a in conv::algorithms() {
-            if a.check(&p).is_ok() {
-                let y = run_plain(&h, a.name(), &p, &xd, &wd);
-                assert_exact(&p, &y, &r, &format!("{} {isa:?}", a.name()));
-                ran.push(a.name());
-            }
-        }
-    }
+    let ran = exact_on_every_isa(&lone_column_problem_dilated([2, 1]));
     assert!(ran.contains(&"kn2row"), "{ran:?}");
 }
 

@@ -960,6 +960,17 @@ fn check_common(
 ) -> Result<Geom> {
     blend.check()?;
     check_buffer("x", x_desc, x_len)?;
+    check_geometry(desc, x_desc, out_field, out_desc)
+}
+
+/// The geometry of `desc` on an input like `x_desc` whose output `out_desc` (named
+/// `out_field`) must have the pooling's output dimensions.
+fn check_geometry(
+    desc: &PoolDesc,
+    x_desc: &TensorDesc,
+    out_field: &str,
+    out_desc: &TensorDesc,
+) -> Result<Geom> {
     let g = Geom::new(desc, x_desc)?;
     let want = [g.n, g.c, g.oh, g.ow];
     if out_desc.dims() != want {
@@ -1828,15 +1839,7 @@ pub fn backward_with_indices(
     dx: &mut [f32],
 ) -> Result<()> {
     blend.check()?;
-    let g = Geom::new(desc, dx_desc)?;
-    let want = [g.n, g.c, g.oh, g.ow];
-    if dy_desc.dims() != want {
-        return Err(Error::bad(
-            "dy",
-            format!("{:?}", dy_desc.dims()),
-            format!("must have the pooling's output dimensions {want:?}"),
-        ));
-    }
+    let g = check_geometry(desc, dx_desc, "dy", dy_desc)?;
     check_buffer("dy", dy_desc, dy.len())?;
     check_buffer("dx", dx_desc, dx.len())?;
     let needed = check_indexed(&g, indices.len())?;
