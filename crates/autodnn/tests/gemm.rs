@@ -1044,3 +1044,110 @@ fn operands_read_in_place_at_aliasing_leading_dimensions() {
     }
     assert!(count >= 60);
 }
+
+/// One row or one column of C from a matrix read along its depth (the dot-product path): a
+/// classifier's `x·Wᵀ` at batch 1 and `W·x`, at depths around the 16 lanes, rows around the
+/// groups of four and the thread split, padded leading dimensions, beta and the epilogue;
+/// integer data exact against the reference, real data the same bits on every instruction
+/// set and thread count.
+#[test]
+fn matrix_vector_products() {
+    let mut first: Vec<(String, Vec<f32>)> = Vec::new();
+    for isa in isas() {
+        for threads in [1, 2] {
+            let h = handle(isa, threads);
+            let mut outs = Vec::new();
+            for &(len, k) in &[
+                (1usize, 1usize),
+                (3, 15),
+                (4, 16),
+                (9, 17),
+                (1000, 2051),
+                (4099, 64),
+            ] {
+                for (case, row) in [false, true].into_iter().enumerate() {
+                    let pad = 3 * case;
+                    // row: C (1 × len) = x (1 × k) · Wᵀ, W stored len × (k + pad).
+                    // column: C (len × 1) = W (len × (k + pad)) · x.
+                    let d = if row {
+                        GemmDesc::new(1, len, k)
+                            .with_transb(true)
+                            .with_b_strides(k + pad, 1)
+                    } else {
+                        GemmDesc::new(len, 1, k).with_a_strides(k + pad, 1)
+                    };
+                    let wlen = (len - 1) * (k + pad) + k;
+                    for integer in [true, false] {
+                        let w = data(wlen, 7, integer);
+                        let x = data(k, 8, integer);
+                        let c0 = data(len, 9, integer);
+                        let bias = data(len, 10, integer);
+                        let res = data(len, 11, integer);
+                        let (a, b) = if row { (&x, &w) } else { (&w, &x) };
+                        for (beta, epi) in [(0.0f32, false), (2.0, false), (1.0, true)] {
+                            let mut c = c0.clone();
+                            let e = if epi {
+                                let e = Epilogue::new().with_activation(Activation::Relu);
+                                if row {
+                                    e.with_bias_per_col(&bias).with_residual(&res, len, 1)
+                                } else {
+                                    e.with_bias_per_row(&bias).with_residual(&res, 1, len)
+                                }
+                            } else {
+                                Epilogue::new()
+                            };
+                            h.gemm_with_epilogue(&d, 2.0, a, b, beta, &mut c, &e)
+                                .unwrap();
+                            let mut want: Vec<f64> = c0.iter().map(|&v| v as f64).collect();
+                            autodnn::reference::gemm(
+                                d.m(),
+                                d.n(),
+                                k,
+                                2.0,
+                                a,
+                                op_strides(d.a_strides(), false),
+                                b,
+                                op_strides(d.b_strides(), row),
+                                beta as f64,
+                                &mut want,
+                                d.c_strides(),
+                            )
+                            .unwrap();
+                            if epi {
+                                for (i, v) in want.iter_mut().enumerate() {
+                                    *v = (*v + bias[i] as f64 + res[i] as f64).max(0.0);
+                                }
+                            }
+                            for i in 0..len {
+                                let err = (c[i] as f64 - want[i]).abs();
+                                let ok = if integer {
+                                    c[i] as f64 == want[i]
+                                } else {
+                                    err <= 4.0 * (k as f64 + 4.0) * f32::EPSILON as f64 * 16.0
+                                };
+                                assert!(
+                                    ok,
+                                    "{isa:?} x{threads} len {len} k {k} row {row} beta {beta} \
+                                     epilogue {epi}: C[{i}] = {}, want {}",
+                                    c[i], want[i]
+                                );
+                            }
+                            outs.push(c);
+                        }
+                    }
+                }
+            }
+            let key = format!("{isa:?} x{threads}");
+            match first.first() {
+                None => first.push((key, outs.concat())),
+                Some((k0, o0)) => assert!(
+                    outs.concat()
+                        .iter()
+                        .zip(o0)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{key} differs from {k0}"
+                ),
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! python scripts/export_resnet50.py DIR [--mb N]     # weights, input, PyTorch's logits
 //! cargo run --release -p autodnn --example resnet50 -- DIR [--threads T] [--reps R] [--mb N]
 //!     [--layout nchw|nhwc] [--plain] [--policy heuristic|benchmark|exhaustive] [--json]
-//!     [--algos]
+//!     [--algos] [--profile]
 //! ```
 //!
 //! Reads the layers listed in `DIR/manifest.json` (written by the exporter), folds each
@@ -41,6 +41,7 @@ struct Args {
     policy: Option<Policy>,
     json: bool,
     algos: bool,
+    profile: bool,
 }
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -55,6 +56,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         policy: None,
         json: false,
         algos: false,
+        profile: false,
     };
     let mut dir = None;
     while let Some(s) = it.next() {
@@ -76,6 +78,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             }
             "--plain" => a.prepare = false,
             "--json" => a.json = true,
+            "--profile" => a.profile = true,
             "--algos" => a.algos = true,
             "-h" | "--help" => return Err(String::new()),
             o if !o.starts_with("--") && dir.is_none() => dir = Some(PathBuf::from(o)),
@@ -273,6 +276,12 @@ fn run(a: &Args) -> Result<()> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let ms = median(times);
+    if a.profile {
+        net.profile();
+        for _ in 0..a.reps {
+            net.forward(&handle, x)?;
+        }
+    }
 
     let logits = net.tensor(logits_t);
     let probs = net.tensor(probs_t);
@@ -290,6 +299,20 @@ fn run(a: &Args) -> Result<()> {
         for (name, algo) in net.algorithms() {
             println!("{name:24} {algo}");
         }
+    }
+    if a.profile {
+        let steps = net.step_profile();
+        let total: f64 = steps.iter().map(|s| s.1).sum();
+        println!("{:24} {:>9} {:>6} {:>9}", "step", "ms", "share", "GFLOP/s");
+        for (name, s, macs) in &steps {
+            println!(
+                "{name:24} {:9.3} {:5.1}% {:9.1}",
+                s * 1e3,
+                100.0 * s / total,
+                2.0 * macs / s / 1e9
+            );
+        }
+        println!("{:24} {:9.3}", "sum of step medians", total * 1e3);
     }
     let layout = a.layout.name();
     println!(
@@ -335,7 +358,7 @@ fn main() {
             }
             eprintln!(
                 "usage: resnet50 DIR [--threads T] [--reps R] [--mb N] [--layout nchw|nhwc] \
-                 [--plain] [--policy P] [--json] [--algos]"
+                 [--plain] [--policy P] [--json] [--algos] [--profile]"
             );
             std::process::exit(2);
         }

@@ -392,6 +392,8 @@ pub struct Net {
     /// The buffer each tensor lives in (the input's own buffer is the last).
     slot_of: Vec<usize>,
     slots: Vec<Vec<f32>>,
+    /// Per step, the seconds of each pass since [`Net::profile`] turned timing on.
+    step_times: Option<Vec<Vec<f64>>>,
 }
 
 impl std::fmt::Debug for Net {
@@ -573,6 +575,7 @@ impl Net {
             layout,
             slot_of,
             slots: sizes.iter().map(|&s| vec![0.0; s]).collect(),
+            step_times: None,
         };
         net.run(handle, sample, Some(opts))?;
         Ok(net)
@@ -601,6 +604,37 @@ impl Net {
             .filter_map(|(s, _, _)| match s {
                 Step::Conv { name, algo, .. } => Some((name.as_str(), *algo)),
                 _ => None,
+            })
+            .collect()
+    }
+
+    /// Times every step of the following passes (see [`Net::step_profile`]).
+    pub fn profile(&mut self) {
+        self.step_times = Some(vec![Vec::new(); self.steps.len()]);
+    }
+
+    /// (step name, median seconds, multiply-adds) of each step over the passes since
+    /// [`Net::profile`], in running order.
+    pub fn step_profile(&self) -> Vec<(String, f64, f64)> {
+        let Some(times) = &self.step_times else {
+            return Vec::new();
+        };
+        self.steps
+            .iter()
+            .zip(times)
+            .map(|((s, _, _), t)| {
+                let mut t = t.clone();
+                t.sort_by(f64::total_cmp);
+                let med = t.get(t.len() / 2).copied().unwrap_or(0.0);
+                let (name, macs) = match s {
+                    Step::Conv { name, problem, .. } => (name.clone(), problem.macs()),
+                    Step::Pool { .. } => ("pool".to_string(), 0.0),
+                    Step::Fc { desc, .. } => {
+                        ("fc".to_string(), (desc.m() * desc.n() * desc.k()) as f64)
+                    }
+                    Step::Softmax { .. } => ("softmax".to_string(), 0.0),
+                };
+                (name, med, macs)
             })
             .collect()
     }
@@ -634,7 +668,8 @@ impl Net {
                 )?;
             }
         }
-        for (step, inputs, out) in &mut self.steps {
+        for (i, (step, inputs, out)) in self.steps.iter_mut().enumerate() {
+            let started = std::time::Instant::now();
             let out_slot = self.slot_of[*out];
             let n_out = self.dims[*out].iter().product::<usize>();
             // The output buffer out of the list while the inputs are borrowed from it.
@@ -734,6 +769,9 @@ impl Net {
             };
             self.slots[out_slot] = y;
             result?;
+            if let Some(t) = &mut self.step_times {
+                t[i].push(started.elapsed().as_secs_f64());
+            }
         }
         Ok(())
     }

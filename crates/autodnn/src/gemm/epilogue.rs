@@ -193,6 +193,47 @@ impl FrameEpilogue<'_> {
         act: impl Fn(f32) -> f32 + Copy,
     ) {
         let (m, n) = (tile.m, tile.n);
+        if tile.rs != 1 && tile.cs == 1 {
+            // Rows contiguous (a tile the engine transposed into NCHW-like y): row by row,
+            // so that the loops run along memory and vectorise.
+            for i in 0..m {
+                let rb = self.row_bias.map_or(0.0, |b| b[i0 + i]);
+                let cb = self.col_bias.map(|b| &b[j0..j0 + n]);
+                let res = self
+                    .residual
+                    .map(|(d, rs, cs)| (d, (i0 + i) * rs + j0 * cs, cs));
+                let row = tile.row_mut(i);
+                match (cb, res) {
+                    (Some(cb), Some((d, base, 1))) => {
+                        for ((c, b), r) in row.iter_mut().zip(cb).zip(&d[base..base + n]) {
+                            *c = act(*c + rb + *b + *r);
+                        }
+                    }
+                    (None, Some((d, base, 1))) => {
+                        for (c, r) in row.iter_mut().zip(&d[base..base + n]) {
+                            *c = act(*c + rb + *r);
+                        }
+                    }
+                    (Some(cb), None) => {
+                        for (c, b) in row.iter_mut().zip(cb) {
+                            *c = act(*c + rb + *b);
+                        }
+                    }
+                    (None, None) => {
+                        for c in row.iter_mut() {
+                            *c = act(*c + rb);
+                        }
+                    }
+                    (cb, Some((d, base, cs))) => {
+                        for (j, c) in row.iter_mut().enumerate() {
+                            let b = cb.map_or(0.0, |cb| cb[j]);
+                            *c = act(*c + rb + b + d[base + j * cs]);
+                        }
+                    }
+                }
+            }
+            return;
+        }
         for j in 0..n {
             let cb = self.col_bias.map_or(0.0, |b| b[j0 + j]);
             let rb = self.row_bias.map(|b| &b[i0..i0 + m]);
@@ -260,6 +301,15 @@ impl TileView<'_> {
         // whose elements (i, j), i < m, j < n, lie inside the output buffer and belong to
         // this thread alone; with rs == 1 column j is the m contiguous elements at j·cs.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(j * self.cs), self.m) }
+    }
+
+    /// Row i (requires cs == 1).
+    #[inline(always)]
+    fn row_mut(&mut self, i: usize) -> &mut [f32] {
+        assert!(i < self.m && self.cs == 1);
+        // SAFETY: as for col_mut, with the roles of rows and columns exchanged: with cs == 1
+        // row i is the n contiguous elements at i·rs, inside the tile.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.rs), self.n) }
     }
 
     #[inline(always)]

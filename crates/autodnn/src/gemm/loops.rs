@@ -98,6 +98,16 @@ impl<'a> OutMatrix<'a> {
         })
     }
 
+    /// Rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
     /// The transposed view of the same memory.
     pub(crate) fn t(self) -> OutMatrix<'a> {
         OutMatrix {
@@ -114,7 +124,7 @@ impl<'a> OutMatrix<'a> {
     /// # Safety
     /// While the returned view (or a kernel writing through its pointer) is in use, no other
     /// view of an overlapping tile is used by any thread.
-    unsafe fn tile(&self, i0: usize, j0: usize, m: usize, n: usize) -> TileView<'_> {
+    pub(crate) unsafe fn tile(&self, i0: usize, j0: usize, m: usize, n: usize) -> TileView<'_> {
         assert!(i0 + m <= self.rows && j0 + n <= self.cols);
         TileView {
             // The offset is inside the buffer (validated span) for any non-empty tile.

@@ -42,6 +42,7 @@
 pub mod blocking;
 mod desc;
 mod epilogue;
+mod gemv;
 mod kernels;
 mod loops;
 mod pack;
@@ -318,6 +319,44 @@ fn run_validated<T: GemmInput>(
         .expect(invalid)
         .with_transposer(ks.transposer);
     let out = OutMatrix::new(c, m, n, crs, ccs).expect(invalid);
+    // One row or column of C from a matrix read along the depth: dot products.
+    if k > 0 && alpha != 0.0 {
+        if let (Some(af), Some(bf)) = (T::as_f32(a), T::as_f32(b)) {
+            // Rows of `ld` apart, each k long, inside `mat`; the vector k long.
+            let fits = |mat: &[f32], ld: usize, len: usize, v: &[f32]| {
+                v.len() >= k
+                    && ld
+                        .checked_mul(len - 1)
+                        .and_then(|x| x.checked_add(k))
+                        .is_some_and(|x| x <= mat.len())
+            };
+            if n == 1 && acs == 1 && brs == 1 && fits(af, ars, m, bf) {
+                let g = gemv::Gemv {
+                    m: af,
+                    ld: ars,
+                    k,
+                    v: bf,
+                    alpha,
+                    beta,
+                    epilogue: fe,
+                };
+                return gemv::run(ks, ctx, &g, &out);
+            }
+            if m == 1 && brs == 1 && acs == 1 && fits(bf, bcs, n, af) {
+                let epilogue = fe.transposed();
+                let g = gemv::Gemv {
+                    m: bf,
+                    ld: bcs,
+                    k,
+                    v: af,
+                    alpha,
+                    beta,
+                    epilogue,
+                };
+                return gemv::run(ks, ctx, &g, &out.t());
+            }
+        }
+    }
     // The kernels' vectors run down the engine's rows: transpose when C's columns are the
     // unit-stride direction (C row-major).
     let rows_unit = crs == 1 || m == 1;
