@@ -136,6 +136,73 @@ fn integer_epilogues_are_exact() {
     }
 }
 
+/// Output channels in whole 16- and 32-channel blocks and a tail (the vector blocks of
+/// Winograd's output transform and the GEMM's panels; `random_problem` draws at most 12 per
+/// group), on images whose tiles overhang or not, both layouts, every accepting algorithm:
+/// integer epilogues exact, with and without y's prior contents.
+#[test]
+fn wide_channel_epilogues_are_exact() {
+    let h = Handle::with_threads(2).unwrap();
+    let mut i = 0;
+    for text in [
+        "mb1ic16ih12oc32oh12kh3ph1",
+        "mb2ic20ih13oc40oh13kh3ph1",
+        "mb1ic8ih7oc48oh7kh3ph1",
+        "mb1ic24ih9oc32oh9kh1ph0",
+    ] {
+        let spec = autodnn::ProblemSpec::parse(text).unwrap();
+        for layout in [autodnn::Layout::Nchw, autodnn::Layout::Nhwc] {
+            for (bias, residual, act, alpha, beta) in [
+                (true, false, Activation::Relu, 1.0, 0.0),
+                (true, false, Activation::None, 2.0, 0.0),
+                (
+                    false,
+                    false,
+                    Activation::Clip { lo: -3.0, hi: 5.0 },
+                    1.0,
+                    0.0,
+                ),
+                (true, true, Activation::Relu, 1.0, 1.0),
+                (true, false, Activation::Relu, 1.0, 2.0),
+            ] {
+                let epi = Epilogue {
+                    bias,
+                    residual,
+                    act,
+                };
+                let p = spec.to_problem(layout).unwrap().with_epilogue(epi);
+                let seed = 1000 + i;
+                i += 10;
+                let c = Case {
+                    x: int_data(p.x().span(), seed),
+                    w: int_data(p.w().elements(), seed + 1),
+                    bias: bias.then(|| int_data(p.w().k(), seed + 2)),
+                    z: residual.then(|| int_data(p.y().span(), seed + 3)),
+                    prior: int_data(p.y().span(), seed + 4),
+                    alpha,
+                    beta,
+                    p,
+                };
+                let r = expected(&c);
+                let mut winograd = 0;
+                run_all(&h, &c, |name, y| {
+                    winograd += usize::from(name.starts_with("winograd"));
+                    assert_accurate(
+                        &c.p,
+                        y,
+                        &r,
+                        accuracy(name),
+                        &format!("{text} {layout:?} {name} {epi:?} alpha {alpha} beta {beta}"),
+                    );
+                });
+                if spec.kh == 3 {
+                    assert!(winograd >= 6, "{text}: Winograd ran {winograd} times");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn transcendental_activations_within_tolerance() {
     let h = Handle::with_threads(1).unwrap();
