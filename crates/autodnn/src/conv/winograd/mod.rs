@@ -1063,56 +1063,50 @@ fn epilogue_lanes(
     off: usize,
     out: &SharedOut<'_>,
 ) {
-    for x in v.iter_mut() {
-        *x *= epi.alpha;
-    }
-    if let Some(b) = epi.bias {
-        for (x, b) in v.iter_mut().zip(&b[kg..kg + 16]) {
-            *x += b;
-        }
-    }
-    if epi.beta != 0.0 {
-        match epi.residual {
-            Some(z) => {
-                for (x, z) in v.iter_mut().zip(&z[off..off + 16]) {
-                    *x += epi.beta * z;
-                }
-            }
-            None => {
-                for (l, x) in v.iter_mut().enumerate() {
-                    // SAFETY: this item alone reads and writes these elements (store_tile).
-                    *x += epi.beta * unsafe { out.read(off + l) };
-                }
-            }
-        }
-    }
-    match epi.act {
-        Activation::None => {}
-        Activation::Relu => {
-            for x in v.iter_mut() {
-                *x = x.max(0.0);
-            }
-        }
-        act => {
-            for x in v.iter_mut() {
-                *x = act.apply(*x);
-            }
-        }
-    }
+    let bias = epi.bias.map(|b| RunBias::PerElement(&b[kg..kg + 16]));
+    epilogue_slice(epi, v, bias, off, out);
 }
 
 /// The epilogue on a run of outputs of channel `kg` at offset `off` of y (pixels
 /// contiguous), in the order of [`EpilogueArgs::value`].
 #[inline(always)]
 fn epilogue_run(epi: &EpilogueArgs<'_>, v: &mut [f32], kg: usize, off: usize, out: &SharedOut<'_>) {
+    let bias = epi.bias.map(|b| RunBias::One(b[kg]));
+    epilogue_slice(epi, v, bias, off, out);
+}
+
+/// The bias of a run of outputs: one value per element, or one for all.
+#[derive(Clone, Copy)]
+enum RunBias<'a> {
+    PerElement(&'a [f32]),
+    One(f32),
+}
+
+/// The epilogue on the outputs `v` at consecutive offsets of y from `off`, in the order of
+/// [`EpilogueArgs::value`].
+#[inline(always)]
+fn epilogue_slice(
+    epi: &EpilogueArgs<'_>,
+    v: &mut [f32],
+    bias: Option<RunBias<'_>>,
+    off: usize,
+    out: &SharedOut<'_>,
+) {
     for x in v.iter_mut() {
         *x *= epi.alpha;
     }
-    if let Some(b) = epi.bias {
-        let b = b[kg];
-        for x in v.iter_mut() {
-            *x += b;
+    match bias {
+        Some(RunBias::PerElement(b)) => {
+            for (x, b) in v.iter_mut().zip(b) {
+                *x += b;
+            }
         }
+        Some(RunBias::One(b)) => {
+            for x in v.iter_mut() {
+                *x += b;
+            }
+        }
+        None => {}
     }
     if epi.beta != 0.0 {
         match epi.residual {
