@@ -276,11 +276,16 @@ fn run(a: &Args) -> Result<()> {
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let ms = median(times);
+    let mut profiled_ms = 0.0;
     if a.profile {
         net.profile();
+        let mut passes = Vec::with_capacity(a.reps);
         for _ in 0..a.reps {
+            let t = Instant::now();
             net.forward(&handle, x)?;
+            passes.push(t.elapsed().as_secs_f64() * 1e3);
         }
+        profiled_ms = median(passes);
     }
 
     let logits = net.tensor(logits_t);
@@ -303,16 +308,27 @@ fn run(a: &Args) -> Result<()> {
     if a.profile {
         let steps = net.step_profile();
         let total: f64 = steps.iter().map(|s| s.1).sum();
-        println!("{:24} {:>9} {:>6} {:>9}", "step", "ms", "share", "GFLOP/s");
-        for (name, s, macs) in &steps {
+        let total_mean: f64 = steps.iter().map(|s| s.2).sum();
+        println!(
+            "{:24} {:>9} {:>6} {:>9} {:>9}",
+            "step", "ms", "share", "GFLOP/s", "mean ms"
+        );
+        for (name, s, mean, macs) in &steps {
             println!(
-                "{name:24} {:9.3} {:5.1}% {:9.1}",
+                "{name:24} {:9.3} {:5.1}% {:9.1} {:9.3}",
                 s * 1e3,
                 100.0 * s / total,
-                2.0 * macs / s / 1e9
+                2.0 * macs / s / 1e9,
+                mean * 1e3
             );
         }
-        println!("{:24} {:9.3}", "sum of step medians", total * 1e3);
+        println!(
+            "sum of step medians {:.3} ms, of step means {:.3} ms; profiled passes {:.3} ms \
+             (median)",
+            total * 1e3,
+            total_mean * 1e3,
+            profiled_ms
+        );
     }
     let layout = a.layout.name();
     println!(

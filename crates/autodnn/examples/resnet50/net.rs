@@ -613,9 +613,9 @@ impl Net {
         self.step_times = Some(vec![Vec::new(); self.steps.len()]);
     }
 
-    /// (step name, median seconds, multiply-adds) of each step over the passes since
-    /// [`Net::profile`], in running order.
-    pub fn step_profile(&self) -> Vec<(String, f64, f64)> {
+    /// (step name, median seconds, mean seconds, multiply-adds) of each step over the passes
+    /// since [`Net::profile`], in running order.
+    pub fn step_profile(&self) -> Vec<(String, f64, f64, f64)> {
         let Some(times) = &self.step_times else {
             return Vec::new();
         };
@@ -626,6 +626,7 @@ impl Net {
                 let mut t = t.clone();
                 t.sort_by(f64::total_cmp);
                 let med = t.get(t.len() / 2).copied().unwrap_or(0.0);
+                let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
                 let (name, macs) = match s {
                     Step::Conv { name, problem, .. } => (name.clone(), problem.macs()),
                     Step::Pool { .. } => ("pool".to_string(), 0.0),
@@ -634,7 +635,7 @@ impl Net {
                     }
                     Step::Softmax { .. } => ("softmax".to_string(), 0.0),
                 };
-                (name, med, macs)
+                (name, med, mean, macs)
             })
             .collect()
     }
