@@ -22,7 +22,9 @@
 //! 8×4), listed as data by preference and chosen at run time as the first whose required
 //! features the handle's usable features include. Row-major C is computed as the
 //! transposed product (Cᵀ = op(B)ᵀ·op(A)ᵀ) so that the kernels' vectors always run along
-//! C's contiguous dimension. The input element type is generic ([`GemmInput`]: packing
+//! C's contiguous dimension. A product with one row or one column of C whose matrix operand
+//! runs along the depth (a classifier at batch 1) is a set of dot products instead (`gemv.rs`):
+//! the engine would pack the whole matrix to use 1/14 of its kernel. The input element type is generic ([`GemmInput`]: packing
 //! converts to f32, the kernels accumulate in f32), so bf16 and f16 inputs need only new
 //! implementations of that trait; f32 is the one implemented today.
 //!
