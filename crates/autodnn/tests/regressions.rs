@@ -260,6 +260,22 @@ fn strided_batch_with_empty_operands_and_huge_strides() {
     assert_eq!(c, vec![2.0f32; 18]);
 }
 
+/// A matrix-vector product with no rows (m = 0, n = 1; fuzzing, gemm, on the day the dot
+/// product path landed): its bounds check computed (rows − 1)·ld before asking whether
+/// there were any rows, an overflow panic with overflow checks on. Empty products of either
+/// orientation change nothing.
+#[test]
+fn a_matrix_vector_product_with_no_rows() {
+    let h = Handle::with_threads(1).unwrap();
+    for (m, n) in [(0, 1), (1, 0)] {
+        let d = autodnn::gemm::GemmDesc::new(m, n, 3).with_transb(true);
+        let (a, b) = (vec![1.0f32; m * 3], vec![1.0f32; n * 3]);
+        let mut c = vec![7.0f32; 2];
+        h.gemm(&d, 1.0, &a, &b, 0.0, &mut c).unwrap();
+        assert_eq!(c, [7.0, 7.0], "{m}x{n}");
+    }
+}
+
 /// A kernel of 2·10^5 rows on a one-pixel image (all but one tap in the padding): `direct`
 /// kept a load description of every tap for every tile (480 bytes each), and
 /// `implicit_gemm` described every window for every strip it packed (quadratic in the
