@@ -276,6 +276,29 @@ fn a_matrix_vector_product_with_no_rows() {
     }
 }
 
+/// A product of depth 1 whose A is read in place with a depth stride near 2^61 (fuzzing,
+/// gemm): the AVX-512 kernel that packs A as it first reads it prefetched 16 steps ahead
+/// at 16·lda, an overflow panic with overflow checks on, though the stride never steps.
+#[test]
+fn a_depth_stride_that_never_steps_near_the_top_of_usize() {
+    let h = Handle::with_threads(1).unwrap();
+    for n in [1usize, 2, 31] {
+        let d = autodnn::gemm::GemmDesc::new(289, n, 1)
+            .with_a_strides(1, 2_242_546_323_825_885_183)
+            .with_b_strides(1, 1)
+            .with_c_strides(1, 289);
+        let a: Vec<f32> = (0..289).map(|i| (i % 7) as f32).collect();
+        let b: Vec<f32> = (0..n).map(|j| (j + 1) as f32).collect();
+        let mut c = vec![0.0f32; 289 * n];
+        h.gemm(&d, 1.0, &a, &b, 0.0, &mut c).unwrap();
+        for j in 0..n {
+            for i in 0..289 {
+                assert_eq!(c[i + 289 * j], a[i] * b[j], "C[{i},{j}] with n = {n}");
+            }
+        }
+    }
+}
+
 /// A kernel of 2·10^5 rows on a one-pixel image (all but one tap in the padding): `direct`
 /// kept a load description of every tap for every tile (480 bytes each), and
 /// `implicit_gemm` described every window for every strip it packed (quadratic in the

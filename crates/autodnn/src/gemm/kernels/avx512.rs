@@ -147,7 +147,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
                     // A read from its source: its rows are lda apart, often a page or more,
                     // where the hardware prefetchers stop. The first and last element of a
                     // step's MR rows and every 16th between cover its cache lines.
-                    let ahead = a.wrapping_add(A_SOURCE_PREFETCH_STEPS * t.lda);
+                    let ahead = a.wrapping_add(A_SOURCE_PREFETCH_STEPS.wrapping_mul(t.lda));
                     for r in (0..16 * MVN).step_by(16).chain([16 * MVN - 1]) {
                         // A prefetch is a hint: it never faults, whatever the address.
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(r).cast());
