@@ -321,8 +321,10 @@ fn run_validated<T: GemmInput>(
         .expect(invalid)
         .with_transposer(ks.transposer);
     let out = OutMatrix::new(c, m, n, crs, ccs).expect(invalid);
-    // One row or column of C from a matrix read along the depth: dot products.
-    if m > 0 && n > 0 && k > 0 && alpha != 0.0 {
+    // One row or column of C from a matrix read along the depth: dot products, where the
+    // kernels would compute in f32 too (not where `allow_bf16` rounds f32 operands for the
+    // bf16 units).
+    if m > 0 && n > 0 && k > 0 && alpha != 0.0 && ks.operand == DataType::F32 {
         if let (Some(af), Some(bf)) = (T::as_f32(a), T::as_f32(b)) {
             // Rows of `ld` apart, each k long, inside `mat`; the vector k long.
             let fits = |mat: &[f32], ld: usize, len: usize, v: &[f32]| {
