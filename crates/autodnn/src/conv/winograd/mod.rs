@@ -944,9 +944,9 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
                 }
             }
             match mo {
-                2 => store_tile::<2>(a, a.t0 + tl, k0, &vals),
-                4 => store_tile::<4>(a, a.t0 + tl, k0, &vals),
-                _ => store_tile::<6>(a, a.t0 + tl, k0, &vals),
+                2 => store_tile::<2>(a, a.t0 + tl, k0, &mut vals),
+                4 => store_tile::<4>(a, a.t0 + tl, k0, &mut vals),
+                _ => store_tile::<6>(a, a.t0 + tl, k0, &mut vals),
             }
         }
     }
@@ -954,9 +954,10 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
 
 /// Writes one transformed-back tile (`vals[i·m + j]`: 16 output channels from `k0`, within
 /// the group) to y through the epilogue, clipped to the image and the group's channels.
+/// `vals` is the caller's scratch for this tile: the epilogue may run on it in place.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `l` picks a lane inside each vector: a transpose
-fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[f32; 16]; 36]) {
+fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &mut [[f32; 16]; 36]) {
     let m = M;
     let pl = a.plan;
     let (n, ti) = (t / pl.tiles, t % pl.tiles);
@@ -988,16 +989,11 @@ fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &[[
     } else if ys[3] == 1 && (identity || (epi.beta == 0.0 && lanes == CB)) {
         // Pixels contiguous (NCHW): one run of `cols` per channel and row. An epilogue that
         // reads nothing of y (beta = 0) runs first on the tile's 16-channel vectors.
-        let mut done;
-        let vals = if identity {
-            vals
-        } else {
-            done = *vals;
-            for v in done.iter_mut().take(rows * m) {
+        if !identity {
+            for v in vals.iter_mut().take(rows * m) {
                 epilogue_lanes(epi, v, kg, 0, out);
             }
-            &done
-        };
+        }
         for l in 0..lanes {
             for i in 0..rows {
                 let off = base + l * ys[1] + i * ys[2];
