@@ -202,35 +202,7 @@ impl FrameEpilogue<'_> {
                 let res = self
                     .residual
                     .map(|(d, rs, cs)| (d, (i0 + i) * rs + j0 * cs, cs));
-                let row = tile.row_mut(i);
-                match (cb, res) {
-                    (Some(cb), Some((d, base, 1))) => {
-                        for ((c, b), r) in row.iter_mut().zip(cb).zip(&d[base..base + n]) {
-                            *c = act(*c + rb + *b + *r);
-                        }
-                    }
-                    (None, Some((d, base, 1))) => {
-                        for (c, r) in row.iter_mut().zip(&d[base..base + n]) {
-                            *c = act(*c + rb + *r);
-                        }
-                    }
-                    (Some(cb), None) => {
-                        for (c, b) in row.iter_mut().zip(cb) {
-                            *c = act(*c + rb + *b);
-                        }
-                    }
-                    (None, None) => {
-                        for c in row.iter_mut() {
-                            *c = act(*c + rb);
-                        }
-                    }
-                    (cb, Some((d, base, cs))) => {
-                        for (j, c) in row.iter_mut().enumerate() {
-                            let b = cb.map_or(0.0, |cb| cb[j]);
-                            *c = act(*c + rb + b + d[base + j * cs]);
-                        }
-                    }
-                }
+                apply_line::<false>(tile.row_mut(i), cb, rb, res, act);
             }
             return;
         }
@@ -241,35 +213,7 @@ impl FrameEpilogue<'_> {
                 .residual
                 .map(|(d, rs, cs)| (d, (i0 * rs + (j0 + j) * cs), rs));
             if tile.rs == 1 {
-                let col = tile.col_mut(j);
-                match (rb, res) {
-                    (Some(rb), Some((d, base, 1))) => {
-                        for ((c, b), r) in col.iter_mut().zip(rb).zip(&d[base..base + m]) {
-                            *c = act(*c + *b + cb + *r);
-                        }
-                    }
-                    (None, Some((d, base, 1))) => {
-                        for (c, r) in col.iter_mut().zip(&d[base..base + m]) {
-                            *c = act(*c + cb + *r);
-                        }
-                    }
-                    (Some(rb), None) => {
-                        for (c, b) in col.iter_mut().zip(rb) {
-                            *c = act(*c + *b + cb);
-                        }
-                    }
-                    (None, None) => {
-                        for c in col.iter_mut() {
-                            *c = act(*c + cb);
-                        }
-                    }
-                    (rb, Some((d, base, rs))) => {
-                        for (i, c) in col.iter_mut().enumerate() {
-                            let b = rb.map_or(0.0, |rb| rb[i]);
-                            *c = act(*c + b + cb + d[base + i * rs]);
-                        }
-                    }
-                }
+                apply_line::<true>(tile.col_mut(j), rb, cb, res, act);
             } else {
                 for i in 0..m {
                     let b = rb.map_or(0.0, |rb| rb[i]);
@@ -277,6 +221,58 @@ impl FrameEpilogue<'_> {
                     let c = tile.get_mut(i, j);
                     *c = act(*c + b + cb + r);
                 }
+            }
+        }
+    }
+}
+
+/// The epilogue on one contiguous line of a tile (a column, or a row of a transposed tile):
+/// `c = act(c + bias + residual)` where the bias is the line's own `scalar` and one value per
+/// element from `per_elem`, added in the order the engine's frame gives them (row bias first:
+/// `PER_ELEM_FIRST` for a column), so that either walk gives the same bits. `res` is the
+/// residual's data, the line's first offset in it and its step along the line. One loop per
+/// combination, so that each vectorises.
+#[inline(always)]
+fn apply_line<const PER_ELEM_FIRST: bool>(
+    line: &mut [f32],
+    per_elem: Option<&[f32]>,
+    scalar: f32,
+    res: Option<(&[f32], usize, usize)>,
+    act: impl Fn(f32) -> f32 + Copy,
+) {
+    let add = |c: f32, b: f32| {
+        if PER_ELEM_FIRST {
+            c + b + scalar
+        } else {
+            c + scalar + b
+        }
+    };
+    let n = line.len();
+    match (per_elem, res) {
+        (Some(pb), Some((d, base, 1))) => {
+            for ((c, b), r) in line.iter_mut().zip(pb).zip(&d[base..base + n]) {
+                *c = act(add(*c, *b) + *r);
+            }
+        }
+        (None, Some((d, base, 1))) => {
+            for (c, r) in line.iter_mut().zip(&d[base..base + n]) {
+                *c = act(*c + scalar + *r);
+            }
+        }
+        (Some(pb), None) => {
+            for (c, b) in line.iter_mut().zip(pb) {
+                *c = act(add(*c, *b));
+            }
+        }
+        (None, None) => {
+            for c in line.iter_mut() {
+                *c = act(*c + scalar);
+            }
+        }
+        (pb, Some((d, base, step))) => {
+            for (k, c) in line.iter_mut().enumerate() {
+                let b = pb.map_or(0.0, |pb| pb[k]);
+                *c = act(add(*c, b) + d[base + k * step]);
             }
         }
     }
