@@ -24,8 +24,9 @@
 //! **Deliberately not routed:**
 //! - rustfft's planners and plans (twiddle tables of O(nh + nw) values per grid size, made
 //!   once per size and cached for the process): rustfft has no fallible planning API;
-//! - rayon's internals (job queues, thread stacks); starting the threads is reported as
+//! - the worker threads' stacks and names; starting the threads is reported as
 //!   [`Error::OutOfMemory`] by [`crate::Handle::with_threads`];
+//! - the batch split's list of at most four parts;
 //! - error messages, log lines and names;
 //! - lists of at most four dimensions (the layers' walk orders) and the pieces of a parsed
 //!   dimension string;

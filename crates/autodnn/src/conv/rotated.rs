@@ -25,9 +25,9 @@ use crate::desc::{
 use crate::error::{Error, Result};
 use crate::op::conv_bwd::{check_problem, scaled};
 use crate::op::{Accuracy, Algorithm, ConvBackwardData, ConvBwdDataInputs, TensorMut};
+use crate::runtime::parallel::for_each;
 use crate::runtime::parallel::SharedOut;
 use crate::runtime::workspace::Carve;
-use rayon::prelude::*;
 
 /// Backward data through a forward algorithm.
 pub(crate) struct ViaForward {
@@ -324,8 +324,7 @@ fn scatter(
         }
     };
     if ctx.threads > 1 && n * c > 1 && n * c * h * w >= 1 << 14 {
-        ctx.pool
-            .install(|| (0..n * c).into_par_iter().for_each(plane));
+        for_each(ctx, n * c, plane);
     } else {
         (0..n * c).for_each(plane);
     }

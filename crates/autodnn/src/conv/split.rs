@@ -10,8 +10,6 @@
 //! order. The workspace is one slot per part (the inner algorithm's workspace for one part,
 //! and for backward filter the part's partial gradient).
 
-use rayon::prelude::*;
-
 use crate::conv::{
     AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights, COST_FEATURES,
 };
@@ -22,6 +20,7 @@ use crate::op::{
     Accuracy, Algorithm, ConvBackwardData, ConvBackwardFilter, ConvBwdDataInputs,
     ConvBwdFilterInputs, Tensor, TensorMut,
 };
+use crate::runtime::parallel::try_for_each_chunk;
 use crate::runtime::workspace::Carve;
 
 /// Parts of a batch of `n`: the largest of 4, 3, 2 that divides it (1: no split).
@@ -58,7 +57,6 @@ fn part_problem(p: &ConvProblem) -> std::result::Result<(usize, ConvProblem), St
 fn part_context<'a>(ctx: &ExecContext<'a>, s: usize) -> ExecContext<'a> {
     ExecContext {
         threads: (ctx.threads / s).max(1),
-        helpers: None,
         ..*ctx
     }
 }
@@ -70,12 +68,11 @@ fn run_parts<S: Send>(
     f: impl Fn(usize, S) -> Result<()> + Sync + Send,
 ) -> Result<()> {
     if ctx.threads > 1 {
-        ctx.pool.install(|| {
-            slots
-                .into_par_iter()
-                .enumerate()
-                .with_max_len(1)
-                .try_for_each(|(i, s)| f(i, s))
+        // At most 4 parts: each taken out of its place by the one item that runs it.
+        let mut slots: Vec<Option<S>> = slots.into_iter().map(Some).collect();
+        try_for_each_chunk(ctx, &mut slots, 1, |i, s| match s[0].take() {
+            Some(s) => f(i, s),
+            None => Ok(()),
         })
     } else {
         slots.into_iter().enumerate().try_for_each(|(i, s)| f(i, s))

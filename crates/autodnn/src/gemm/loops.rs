@@ -52,13 +52,12 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::LocalKey;
 
-use rayon::prelude::*;
-
 use super::blocking::THRESHOLDS;
 use super::epilogue::{FrameEpilogue, TileView};
 use super::kernels::{KernelSet, Tile};
 use super::pack::{PackA, PackB};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::runtime::parallel::{try_for_each, try_for_each_chunk, FirstError};
 
 /// The output of the engine: a mutable matrix with validated strides, shared by the threads
 /// of one call, each writing its own tiles.
@@ -322,25 +321,6 @@ pub(crate) fn warm_buffers(ks: &KernelSet) -> Result<()> {
     with_buf(&BUF_A, bl.kc * (bl.mc + bl.mr), |_| Ok(()))
 }
 
-/// The first error any thread of a split reported.
-#[derive(Default)]
-struct FirstError(std::sync::Mutex<Option<Error>>);
-
-impl FirstError {
-    fn set(&self, r: Result<()>) {
-        if let Err(e) = r {
-            let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            f.get_or_insert(e);
-        }
-    }
-    fn into_result(self) -> Result<()> {
-        match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
-
 /// Splits `0..len` into `parts` near-equal contiguous ranges; this is range `t`.
 fn part(len: usize, parts: usize, t: usize) -> Range<usize> {
     len * t / parts..len * (t + 1) / parts
@@ -388,7 +368,6 @@ fn frame(
     c: &OutMatrix<'_>,
     nt: usize,
 ) -> Result<()> {
-    let pool = ctx.pool;
     let bl = ks.blocking;
     let (mr, nr) = (bl.mr, bl.nr);
     let a_src = a_source(ks, g);
@@ -404,7 +383,7 @@ fn frame(
     let a_in_place = matches!(a_src, ASource::InPlace(..));
     let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, a_in_place, b_free);
     if split_rows && share_b {
-        return pool.install(|| shared_b(ks, g, c, nt, a_src));
+        return shared_b(ks, ctx, g, c, nt, a_src);
     }
     // A row split with B read in place duplicates nothing: where B is small, finer blocks
     // taken by whichever thread is free once done with its own absorb a late start of one
@@ -445,58 +424,11 @@ fn frame(
         }
         Ok(())
     };
-    // The calling thread takes blocks itself rather than handing all of them to the pool and
-    // sleeping until they are done: one hand-off and one wake-up fewer per call (3 to 4% at
-    // 256³ and 512³ on 2 threads), and then spins briefly for the other threads.
+    // The calling thread takes part (range 0), as in every region of the pool.
     let work = &work;
-    // A caller outside the pool is joined by the helpers (nt − 1 threads): with the pool's nt
-    // workers there would be a third runnable thread on 2 cores, and the scheduler then
-    // sometimes placed the woken worker on the caller's core (calls at twice the time, at
-    // 512³ and 1024³ in three of five benchmark runs; none in two runs with the helpers).
-    let outside = pool.current_thread_index().is_none();
-    let pool = match ctx.helpers {
-        Some(h) if outside && h.current_num_threads() + 1 >= nt => h,
-        _ => pool,
-    };
-    // Threads of the pool that have finished.
-    let done = AtomicUsize::new(0);
-    let done = &done;
     let failed = FirstError::default();
-    let failed_ref = &failed;
-    pool.in_place_scope(|s| {
-        for t in 1..nt {
-            s.spawn(move |_| {
-                failed_ref.set(work(t));
-                done.fetch_add(1, Ordering::Release);
-            });
-        }
-        failed_ref.set(work(0));
-        if outside {
-            // Outside the pool, the scope would put this thread to sleep until the others
-            // are done, and waking it is one more hand-off: spin a while first.
-            spin_until(SPIN_WAIT, || done.load(Ordering::Acquire) == nt - 1);
-        }
-    });
+    ctx.pool.run(nt, &|t| failed.set(work(t)));
     failed.into_result()
-}
-
-/// How long the calling thread spins for the other blocks of a split before it sleeps. On a
-/// virtual machine a sleeping thread is woken late: on 2 threads, spinning up to 50 µs made
-/// 256³ products 7.7% faster and 512³ 1.4% (back-to-back calls), while spinning for a few
-/// hundred µs made them slower (a worker sharing the spinning thread's core waits for it).
-const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Spins until `ready()` or for at most `limit`.
-fn spin_until(limit: std::time::Duration, ready: impl Fn() -> bool) {
-    let start = std::time::Instant::now();
-    let mut spins = 0u32;
-    while !ready() {
-        std::hint::spin_loop();
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) && start.elapsed() > limit {
-            return;
-        }
-    }
 }
 
 /// B as the micro-kernels can read it in place (see [`super::PackB::in_place_b`]), when the
@@ -620,9 +552,10 @@ fn serial(
 /// The five loops with the threads splitting the rows of C and sharing each B panel, which
 /// they pack together (each a contiguous share of its micro-panels): two forks per depth
 /// block, worth it on large problems, where packing B once instead of once per thread
-/// saves more than the forks cost. Runs inside the pool.
+/// saves more than the forks cost.
 fn shared_b(
     ks: &KernelSet,
+    ctx: &crate::runtime::ExecContext<'_>,
     g: &Gemm<'_>,
     c: &OutMatrix<'_>,
     nt: usize,
@@ -641,12 +574,10 @@ fn shared_b(
                 let kc = kc_blk.min(g.k - pc);
                 let bp = &mut bbuf[..npan * nr * kc];
                 let per = npan.div_ceil(nt);
-                bp.par_chunks_mut(per * nr * kc)
-                    .enumerate()
-                    .try_for_each(|(q, d)| {
-                        let j0 = q * per * nr;
-                        g.b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
-                    })?;
+                try_for_each_chunk(ctx, bp, per * nr * kc, |q, d| {
+                    let j0 = q * per * nr;
+                    g.b.pack_b(pc, kc, jc + j0, (per * nr).min(nc - j0), nr, d)
+                })?;
                 let step = Step {
                     pc,
                     kc,
@@ -657,7 +588,7 @@ fn shared_b(
                     b: bp,
                     b_in_place: None,
                 };
-                (0..nt).into_par_iter().try_for_each(|t| {
+                let one_row_block = |t: usize| {
                     let rp = part(mpan, nt, t);
                     let (i_lo, i_hi) = (rp.start * mr, (rp.end * mr).min(g.m));
                     if i_lo >= i_hi {
@@ -672,7 +603,8 @@ fn shared_b(
                         }
                         Ok(())
                     })
-                })?;
+                };
+                try_for_each(ctx, nt, one_row_block)?;
             }
         }
         Ok(())

@@ -60,8 +60,6 @@ pub use peak::{
     bf16_unit_speedup_under, fma_peak, BF16_UNITS_MIN_SPEEDUP,
 };
 
-use rayon::prelude::*;
-
 use crate::cpu::{Features, Isa};
 use crate::desc::DataType;
 use crate::error::{Error, Result};
@@ -258,13 +256,10 @@ pub(crate) fn amx_slot(d: usize, j: usize, w: usize, b_side: bool) -> (usize, bo
 /// [`Error::OutOfMemory`] when a buffer cannot grow.
 pub(crate) fn warm_packing_buffers(ctx: &ExecContext<'_>) -> Result<()> {
     let ks = kernels::kernel_set_for(ctx.features, DataType::F32, ctx.math, ctx.bf16_units, 4096);
-    loops::warm_buffers(ks)?;
-    for pool in std::iter::once(ctx.pool).chain(ctx.helpers) {
-        pool.broadcast(|_| loops::warm_buffers(ks))
-            .into_iter()
-            .collect::<Result<()>>()?;
-    }
-    Ok(())
+    let failed = crate::runtime::parallel::FirstError::default();
+    ctx.pool
+        .each_thread(&|_| failed.set(loops::warm_buffers(ks)));
+    failed.into_result()
 }
 
 /// Runs one checked product with the context's threads and ISA.
@@ -458,11 +453,9 @@ pub(crate) fn run_batch<T: GemmInput>(
     let fe = FrameEpilogue::default();
     if ctx.threads > 1 && items.len() > 1 && fmas <= blocking::THRESHOLDS.batch_split_max_fmas {
         let one = ExecContext { threads: 1, ..*ctx };
-        let chunk = items.len().div_ceil(ctx.threads * 4).max(1);
-        ctx.pool.install(|| {
-            items
-                .into_par_iter()
-                .with_min_len(chunk)
+        let mut items = items;
+        crate::runtime::parallel::try_for_each_chunk(ctx, &mut items, 1, |_, item| {
+            item.iter_mut()
                 .try_for_each(|(a, b, c)| run_validated(&one, desc, alpha, a, b, beta, c, fe))
         })
     } else {

@@ -21,6 +21,7 @@ use crate::op::epilogue::EpilogueArgs;
 use crate::op::prepared::{PreparedWeights, Weights};
 use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
+use crate::runtime::pool::Pool;
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
 use crate::runtime::{Bf16Units, MathMode};
@@ -66,10 +67,8 @@ pub enum Backend {
 #[derive(Debug)]
 pub struct Handle {
     threads: usize,
-    pool: Arc<rayon::ThreadPool>,
-    /// `threads − 1` workers for GEMM splits called from outside the pool (see
-    /// `ExecContext::helpers`); `None` with one thread.
-    helpers: Option<Arc<rayon::ThreadPool>>,
+    /// The calling thread and `threads − 1` workers.
+    pool: Arc<Pool>,
     backend: Backend,
     /// The settings, replaced whole by a setter (`&self`, from any thread); a call works
     /// with the snapshot it took when it started.
@@ -99,7 +98,6 @@ impl Clone for Handle {
         Handle {
             threads: self.threads,
             pool: self.pool.clone(),
-            helpers: self.helpers.clone(),
             backend: self.backend,
             config: RwLock::new(self.config()),
             shared: self.shared.clone(),
@@ -115,18 +113,6 @@ struct Shared {
     cache_path: RwLock<Option<PathBuf>>,
     cost_model: RwLock<Option<Arc<CostModel>>>,
     workspace: WorkspacePool,
-}
-
-/// Starts `n` rayon threads named `name-0`, `name-1`, ...
-fn start_pool(n: usize, name: &'static str, what: &str) -> Result<rayon::ThreadPool> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(move |i| format!("{name}-{i}"))
-        .build()
-        .map_err(|e| Error::OutOfMemory {
-            bytes: 0,
-            what: format!("starting {n} {what} threads: {e}"),
-        })
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -147,9 +133,8 @@ impl Handle {
         Handle::with_threads(n)
     }
 
-    /// A CPU handle with `threads` worker threads, and `threads − 1` helper threads that a
-    /// matrix product called from outside the workers splits its work with (the calling
-    /// thread computing a share, so that no more threads run than `threads`). The
+    /// A CPU handle computing on `threads` threads: the calling thread and `threads − 1`
+    /// worker threads it starts (idle workers spin briefly, then sleep). The
     /// instruction set is the widest this machine has, capped by `AUTODNN_ISA` when set.
     /// Selection settings start from their defaults (policy `benchmark`, no determinism
     /// requirement, an empty tuning cache) with `AUTODNN_ALGO`, `AUTODNN_FAIL_ALLOC` and
@@ -169,16 +154,10 @@ impl Handle {
         let isa = Isa::widest_within(features);
         let settings = Settings::from_env()?;
         crate::alloc::FailNth::arm_from_env()?;
-        let pool = start_pool(threads, "autodnn", "worker")?;
-        let helpers = if threads > 1 {
-            Some(Arc::new(start_pool(threads - 1, "autodnn-gemm", "helper")?))
-        } else {
-            None
-        };
+        let pool = Pool::new(threads, "autodnn")?;
         Ok(Handle {
             threads,
             pool: Arc::new(pool),
-            helpers,
             backend: Backend::Cpu,
             config: RwLock::new(Arc::new(Config {
                 isa,
@@ -276,7 +255,6 @@ impl Handle {
         let c = self.config();
         ExecContext {
             pool: &self.pool,
-            helpers: self.helpers.as_deref(),
             threads: self.threads,
             isa: c.isa,
             features: c.features,

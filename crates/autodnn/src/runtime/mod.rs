@@ -1,11 +1,12 @@
-//! The bottom layer every operation runs on: the execution context (worker threads, helper
-//! threads, the instruction-set cap), parallel loops with fallible per-thread scratch, and
+//! The bottom layer every operation runs on: the execution context (the worker threads'
+//! pool, the instruction-set cap), parallel loops with fallible per-thread scratch, and
 //! the workspace allocator (budget, cached buffer, fault injection, typed carving).
 //!
 //! Nothing here knows an operation or an algorithm: `gemm`, `conv` and `select` all build on
 //! it, and it imports none of them (the layering is checked by `tests/layering.rs`).
 
 pub(crate) mod parallel;
+pub(crate) mod pool;
 pub mod workspace;
 
 use serde::{Deserialize, Serialize};
@@ -19,11 +20,8 @@ pub use workspace::{Carve, FailAlloc, WorkspaceElement};
 /// cap.
 #[derive(Debug, Clone, Copy)]
 pub struct ExecContext<'a> {
-    pub(crate) pool: &'a rayon::ThreadPool,
-    /// `threads − 1` workers that join a caller outside `pool` in a GEMM split, the caller
-    /// computing a share itself (`None` with one thread): with `pool`'s own workers there
-    /// would be one more runnable thread than cores.
-    pub(crate) helpers: Option<&'a rayon::ThreadPool>,
+    /// The caller and `threads − 1` workers.
+    pub(crate) pool: &'a pool::Pool,
     pub(crate) threads: usize,
     pub(crate) isa: Isa,
     /// The processor features kernels may use (within the handle's cap).

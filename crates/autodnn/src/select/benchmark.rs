@@ -110,7 +110,7 @@ pub fn wake_cores(ctx: &ExecContext<'_>) {
         note_timed();
         return;
     }
-    ctx.pool.broadcast(|_| {
+    ctx.pool.each_thread(&|_| {
         let start = Instant::now();
         let mut x = 1.0f64;
         while start.elapsed() < spell {

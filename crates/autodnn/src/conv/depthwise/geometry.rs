@@ -2,7 +2,7 @@
 //! geometry in the kernels' terms ([`Geo`]), the split of the work over the threads and the
 //! pass applying the activations the kernels leave out.
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each;
 
 use crate::conv::{Activation, EpilogueArgs, ExecContext};
 use crate::desc::{ConvMode, ConvProblem};
@@ -122,11 +122,7 @@ pub(super) fn for_ranges(ctx: &ExecContext<'_>, units: usize, f: impl Fn(usize, 
     }
     let per = units.div_ceil((ctx.threads * ITEMS_PER_THREAD).min(units));
     let items = units.div_ceil(per);
-    ctx.pool.install(|| {
-        (0..items)
-            .into_par_iter()
-            .for_each(|i| f(i * per, ((i + 1) * per).min(units)))
-    });
+    for_each(ctx, items, |i| f(i * per, ((i + 1) * per).min(units)));
 }
 
 /// Whether the activation is applied by [`activate`] rather than in the kernels (see

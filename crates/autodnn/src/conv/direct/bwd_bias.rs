@@ -4,7 +4,7 @@
 //! - **Deterministic:** each channel is summed by one thread in a fixed order (images, rows,
 //!   then interleaved partial sums along a row), whatever the thread count.
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each_chunk;
 
 use super::bwd_filter::LANES;
 use crate::conv::ExecContext;
@@ -75,8 +75,7 @@ impl Algorithm<ConvBackwardBias> for DirectBwdBias {
         let (alpha, beta) = (inputs.alpha, inputs.beta);
         let one = |(k, d): (usize, &mut f32)| *d = scaled(channel_sum(p, dy, k), *d, alpha, beta);
         if ctx.threads > 1 && p.y().elements() >= 1 << 16 {
-            ctx.pool
-                .install(|| db.par_iter_mut().enumerate().for_each(one));
+            for_each_chunk(ctx, db, 1, |k, d| one((k, &mut d[0])));
         } else {
             db.iter_mut().enumerate().for_each(one);
         }

@@ -10,7 +10,7 @@
 //! [`CHUNK`] columns accumulated in registers on the stack, each kernel tap adding one row of
 //! dy (contiguous for stride 1, so the loop vectorises).
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each;
 
 use crate::conv::{default_cost_features, ExecContext};
 use crate::desc::{ConvMode, ConvProblem, OpKind};
@@ -60,8 +60,7 @@ impl Algorithm<ConvBackwardData> for DirectBwdData {
         let [n, c, _, _] = p.x().dims();
         let plane = |i: usize| plane(p, dy, w, &dx, i / c, i % c, inputs.alpha, inputs.beta);
         if ctx.threads > 1 {
-            ctx.pool
-                .install(|| (0..n * c).into_par_iter().for_each(plane));
+            for_each(ctx, n * c, plane);
         } else {
             (0..n * c).for_each(plane);
         }

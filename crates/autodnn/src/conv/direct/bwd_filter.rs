@@ -7,7 +7,7 @@
 //!   rows, then [`LANES`] interleaved partial sums along a row, added in a fixed order),
 //!   whatever the thread count.
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each;
 
 use crate::conv::{default_cost_features, ExecContext};
 use crate::desc::{ConvMode, ConvProblem, OpKind};
@@ -78,8 +78,7 @@ impl Algorithm<ConvBackwardFilter> for DirectBwdFilter {
         let [k, cg, _, _] = p.w().dims();
         let item = |i: usize| filter_row(p, x, dy, &dw, i / cg, i % cg, inputs.alpha, inputs.beta);
         if ctx.threads > 1 {
-            ctx.pool
-                .install(|| (0..k * cg).into_par_iter().for_each(item));
+            for_each(ctx, k * cg, item);
         } else {
             (0..k * cg).for_each(item);
         }

@@ -11,7 +11,7 @@
 //!   gives each input channel to one thread, adding its taps in a fixed order, blocks in
 //!   order.
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each;
 
 use crate::conv::{default_cost_features, ExecContext};
 use crate::desc::{ConvMode, ConvProblem, OpKind};
@@ -122,7 +122,7 @@ fn col2im(
         }
     };
     if ctx.threads > 1 && cg > 1 && col.len() >= 1 << 14 {
-        ctx.pool.install(|| (0..cg).into_par_iter().for_each(one));
+        for_each(ctx, cg, one);
     } else {
         (0..cg).for_each(one);
     }

@@ -15,7 +15,7 @@
 //! - **Deterministic:** every dw element is computed by one thread with the same depth
 //!   blocks in the same order, blocks accumulated in image order, whatever the thread count.
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each_chunk;
 
 use crate::conv::{default_cost_features, ExecContext};
 use crate::desc::{ConvMode, ConvProblem, FilterLayout, OpKind};
@@ -206,8 +206,7 @@ fn im2col(ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], g: usize, bk: Block
     };
     let col = &mut col[..taps(p) * jj];
     if ctx.threads > 1 && col.len() >= 1 << 15 {
-        ctx.pool
-            .install(|| col.par_chunks_mut(jj).enumerate().for_each(fill));
+        for_each_chunk(ctx, col, jj, |i, c| fill((i, c)));
     } else {
         col.chunks_mut(jj).enumerate().for_each(fill);
     }

@@ -34,7 +34,6 @@ impl Geometry {
         b: &Block,
         col: &mut [f32],
     ) -> Result<()> {
-        use rayon::prelude::*;
         let xbase = self.x_base(b);
         let np = b.np;
         let col = &mut col[..self.depth * np];
@@ -44,8 +43,7 @@ impl Geometry {
                 self.fill_patch(x, xbase, b.p0 + i, 0, row);
             };
             if parallel {
-                ctx.pool
-                    .install(|| col.par_chunks_mut(self.depth).enumerate().for_each(fill));
+                crate::runtime::parallel::for_each_chunk(ctx, col, self.depth, |i, r| fill((i, r)));
             } else {
                 col.chunks_mut(self.depth).enumerate().for_each(fill);
             }
@@ -85,8 +83,9 @@ impl Geometry {
                 Ok(())
             };
             if parts > 1 {
-                ctx.pool
-                    .install(|| col.par_chunks_mut(rows * np).enumerate().try_for_each(fill))
+                crate::runtime::parallel::try_for_each_chunk(ctx, col, rows * np, |i, r| {
+                    fill((i, r))
+                })
             } else {
                 fill((0, col))
             }

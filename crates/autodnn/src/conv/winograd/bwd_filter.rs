@@ -35,7 +35,7 @@
 
 use std::marker::PhantomData;
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each_chunk;
 
 use super::simd::{Family, Scalar, Simd, CB};
 use super::{carve_floats, for_chunks2, F2x2, F4x4, InputArgs, Plan, Tile, ALIGN};
@@ -342,11 +342,7 @@ fn frame<S: Family, T: Tile>(
             let m_chunk = kg * plan.cpe;
             let mbuf = &mut mbuf[..fw.p * m_chunk];
             if ctx.threads > 1 {
-                ctx.pool.install(|| {
-                    mbuf.par_chunks_mut(m_chunk)
-                        .enumerate()
-                        .for_each(|(xi, m)| s.bwdw_product_item(&pa, xi, m))
-                });
+                for_each_chunk(ctx, mbuf, m_chunk, |xi, m| s.bwdw_product_item(&pa, xi, m));
             } else {
                 for (xi, m) in mbuf.chunks_mut(m_chunk).enumerate() {
                     s.bwdw_product_item(&pa, xi, m);
@@ -364,11 +360,7 @@ fn frame<S: Family, T: Tile>(
         };
         let dwg = &mut dw[g * kg * ws[0]..(g + 1) * kg * ws[0]];
         if ctx.threads > 1 && kg > 1 {
-            ctx.pool.install(|| {
-                dwg.par_chunks_mut(ws[0])
-                    .enumerate()
-                    .for_each(|(k, d)| s.bwdw_filter_item::<T>(&fa, k, d))
-            });
+            for_each_chunk(ctx, dwg, ws[0], |k, d| s.bwdw_filter_item::<T>(&fa, k, d));
         } else {
             for (k, d) in dwg.chunks_mut(ws[0]).enumerate() {
                 s.bwdw_filter_item::<T>(&fa, k, d);

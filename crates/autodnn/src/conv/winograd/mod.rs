@@ -73,7 +73,7 @@ mod simd;
 
 use std::marker::PhantomData;
 
-use rayon::prelude::*;
+use crate::runtime::parallel::for_each;
 
 use crate::activation::Activation;
 use crate::conv::{
@@ -511,11 +511,11 @@ fn for_chunks2(
 ) {
     let (a, b) = (&mut a[..alen * count], &mut b[..blen * count]);
     if ctx.threads > 1 && count > 1 {
-        ctx.pool.install(|| {
-            a.par_chunks_mut(alen)
-                .zip(b.par_chunks_mut(blen))
-                .enumerate()
-                .for_each(|(i, (a, b))| f(i, a, b))
+        let (a, b) = (SharedOut::new(a), SharedOut::new(b));
+        for_each(ctx, count, |i| {
+            // SAFETY: item i alone takes chunk i of each buffer.
+            let (ai, bi) = unsafe { (a.slice_mut(i * alen, alen), b.slice_mut(i * blen, blen)) };
+            f(i, ai, bi)
         });
     } else {
         for (i, (a, b)) in a.chunks_mut(alen).zip(b.chunks_mut(blen)).enumerate() {
