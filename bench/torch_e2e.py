@@ -9,7 +9,9 @@
   call of `autodnn.conv2d(x, w, out=y)` against the same Rust call looped in Rust.
 
 Each figure is the median of several runs, the two sides interleaved. Thread counts are set
-for both libraries (torch.set_num_threads and the autodnn handle). `--torch-threads N` runs
+for both libraries (torch.set_num_threads and the autodnn handle). The autodnn handle runs
+its parallel work on PyTorch's own OpenMP team (`Handle(threading="openmp")`, the default
+here); `--threading own` gives it threads of its own instead. `--torch-threads N` runs
 PyTorch's own operators (batch norm, pooling, the loss, ...) on N threads on the autodnn
 side only (default: as many as autodnn's): on a machine with as many cores as threads,
 PyTorch's OpenMP workers spin-wait between operators and take the cores autodnn's workers
@@ -128,6 +130,8 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--skip-training", action="store_true")
     ap.add_argument("--cache", default=None, help="tuning cache file (default: in memory)")
+    ap.add_argument("--threading", choices=["openmp", "own"], default="openmp",
+                    help="the autodnn handle's threads: PyTorch's OpenMP team, or its own")
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="PyTorch's threads on the autodnn side (default: the same count)")
     args = ap.parse_args()
@@ -135,7 +139,7 @@ def main():
     rows = []
     for t in args.threads:
         torch.set_num_threads(t)
-        h = autodnn.Handle(threads=t, cache=args.cache)
+        h = autodnn.Handle(threads=t, cache=args.cache, threading=args.threading)
         for name in ("resnet50", "mobilenet_v2"):
             tt, ta = inference(name, args.size, t, args.runs, h, args.torch_threads)
             rows.append((f"{name} inference b1 {args.size}px", t, tt, ta))

@@ -8,6 +8,8 @@
 //! else is copied first. Outputs are written in place when they are float32 and packed (NCHW
 //! or NHWC order); otherwise the result is computed into a packed buffer and copied into them.
 
+mod openmp;
+
 use std::sync::{Arc, RwLock};
 
 use autodnn::conv::{Epilogue, EpilogueArgs, PreparedWeights, Weights};
@@ -741,7 +743,13 @@ fn plain_output<'py>(
 
 /// A library context: worker threads, selection policy, workspace budget, tuning cache, and
 /// the math mode: `Handle(threads=None, policy="benchmark", workspace_limit=None, cache=None,
-/// deterministic=False, math="strict", bf16_units="auto")`.
+/// deterministic=False, math="strict", bf16_units="auto", threading="own")`.
+///
+/// `threading="own"` computes on the calling thread and `threads − 1` workers of the
+/// handle's own; `threading="openmp"` runs the parallel work on the OpenMP team already
+/// loaded in the process (PyTorch's; `threads=None` then takes the team's size,
+/// `torch.get_num_threads()`), so that no thread of autodnn's competes with PyTorch's
+/// spinning workers for the cores. `ValueError` when no OpenMP runtime is loaded.
 #[pyclass(name = "Handle", module = "autodnn._autodnn", frozen, weakref)]
 struct PyHandle {
     inner: RwLock<Option<Arc<Handle>>>,
@@ -866,7 +874,7 @@ impl PyHandle {
 #[pymethods]
 impl PyHandle {
     #[new]
-    #[pyo3(signature = (threads=None, policy=None, workspace_limit=None, cache=None, deterministic=None, math=None, bf16_units=None))]
+    #[pyo3(signature = (threads=None, policy=None, workspace_limit=None, cache=None, deterministic=None, math=None, bf16_units=None, threading=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -877,7 +885,22 @@ impl PyHandle {
         deterministic: Option<&Bound<'_, PyAny>>,
         math: Option<&Bound<'_, PyAny>>,
         bf16_units: Option<&Bound<'_, PyAny>>,
+        threading: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyHandle> {
+        let openmp = match threading {
+            None => None,
+            Some(t) => match text(py, t, "threading")?.as_str() {
+                "own" => None,
+                "openmp" => Some(openmp::OpenMp::find().map_err(|e| bad_arg(py, "threading", e))?),
+                other => {
+                    return Err(bad_arg(
+                        py,
+                        "threading",
+                        format!("{other:?}: expected \"own\" or \"openmp\""),
+                    ))
+                }
+            },
+        };
         let math = match math {
             None => MathMode::Strict,
             Some(m) => math_arg(py, m)?,
@@ -911,10 +934,16 @@ impl PyHandle {
             Some(b) if b < 0 => return Err(bad_arg(py, "workspace_limit", "must be at least 0")),
             Some(b) => Some(b as usize),
         };
-        let h = match threads {
-            None => Handle::new(),
-            Some(t) if t < 1 => return Err(bad_arg(py, "threads", "must be at least 1")),
-            Some(t) => Handle::with_threads(usize::try_from(t).unwrap_or(usize::MAX)),
+        let h = match (threads, openmp) {
+            (Some(t), _) if t < 1 => return Err(bad_arg(py, "threads", "must be at least 1")),
+            (None, None) => Handle::new(),
+            (Some(t), None) => Handle::with_threads(usize::try_from(t).unwrap_or(usize::MAX)),
+            (t, Some(omp)) => {
+                let n = t.map_or(omp.max_threads(), |t| {
+                    usize::try_from(t).unwrap_or(usize::MAX)
+                });
+                Handle::with_runner(n, omp.runner())
+            }
         }
         .py(py)?;
         h.set_policy(policy);

@@ -284,3 +284,39 @@ def test_double_backward_refused(handle):
     (gx,) = torch.autograd.grad((mod(x) ** 2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="twice"):
         gx.sum().backward()
+
+
+def test_handle_on_pytorchs_openmp_team():
+    """threading="openmp": the work runs on PyTorch's OpenMP team (loaded with torch), with
+    the bits of a one-thread handle for exact algorithms on integer data, and the team's
+    size by default; forward and backward through a converted model; bad values raise."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        h = autodnn.Handle(threading="openmp", policy="heuristic")
+        assert h.threads == 2
+        one = autodnn.Handle(threads=1, policy="heuristic")
+        rng = np.random.default_rng(7)
+        x = rng.integers(-3, 4, (2, 32, 28, 28)).astype(np.float32)
+        w = rng.integers(-3, 4, (48, 32, 3, 3)).astype(np.float32)
+        for algo in ("direct", "gemm", "implicit_gemm"):
+            a = autodnn.conv2d(x, w, padding=1, algo=algo, handle=h)
+            b = autodnn.conv2d(x, w, padding=1, algo=algo, handle=one)
+            assert np.array_equal(a, b), algo
+        # Against the same model on a handle of its own 2 threads (the same choices of
+        # algorithm): a gradient is compared with PyTorch's in test_training_against_pytorch.
+        m = _model("resnet50", random_bn=False).eval()
+        a = at.convert(copy.deepcopy(m), handle=h)
+        b = at.convert(copy.deepcopy(m), handle=autodnn.Handle(threads=2, policy="heuristic"))
+        xt = torch.randn(2, 3, 48, 48)
+        ya, yb, yt = a(xt), b(xt), m(xt)
+        assert _rel(ya, yt) < 1e-4
+        assert _rel(ya, yb) < 1e-6
+        ya.sum().backward()
+        yb.sum().backward()
+        for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
+            assert _rel(pa.grad, pb.grad) < 1e-5, n
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(ValueError, match="threading"):
+        autodnn.Handle(threading="tbb")

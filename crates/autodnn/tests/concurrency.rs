@@ -28,14 +28,17 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let specs = [
+    cases_of(&[
         "mb2ic8ih12oc16kh3ph1",
         "mb2ic16ih9oc8kh1",
         "mb1ic8ih13oc8kh3sh2ph1",
         "mb2g4ic8ih10oc8kh3ph1",
         "mb1g8ic8ih11oc8kh3ph1",
         "mb1ic4ih16oc4kh5ph2",
-    ];
+    ])
+}
+
+fn cases_of(specs: &[&str]) -> Vec<Case> {
     let mut out = Vec::new();
     for (i, s) in specs.iter().enumerate() {
         for layout in [Layout::Nchw, Layout::Nhwc] {
@@ -425,4 +428,62 @@ fn training_calls_from_eight_threads_on_one_handle() {
     });
     let counts = counts.map(|c| c.into_inner());
     assert!(counts.iter().all(|&n| n > 0), "{counts:?}");
+}
+
+/// A handle whose parallel work runs on threads lent by the program (`Handle::with_runner`:
+/// here scoped threads, the runner lending 2 of the 3 threads it is asked for, as an
+/// OpenMP team may): every algorithm on every case is right, with the bits of a one-thread
+/// handle where the algorithm is deterministic; calls from several threads at once too.
+#[test]
+fn a_handle_on_lent_threads_computes_every_output_right() {
+    use autodnn::runtime::ParallelRunner;
+    use std::sync::Arc;
+    static REGIONS: AtomicUsize = AtomicUsize::new(0);
+    let runner: Arc<ParallelRunner> = Arc::new(|n, body| {
+        REGIONS.fetch_add(1, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            for i in 1..n.min(2) {
+                s.spawn(move || body(i));
+            }
+            body(0);
+        })
+    });
+    let lent = Handle::with_runner(3, runner).unwrap();
+    assert_eq!(lent.threads(), 3);
+    let one = Handle::with_threads(1).unwrap();
+    // Large enough that the algorithms split their work among threads.
+    let cases = cases_of(&[
+        "mb2ic32ih28oc48kh3ph1",
+        "mb2ic64ih14oc64kh1",
+        "mb1ic32ih29oc32kh3sh2ph1",
+        "mb2g32ic32ih28oc32kh3ph1",
+    ]);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (cases, lent, one) = (&cases, &lent, &one);
+            s.spawn(move || {
+                for case in cases.iter().skip(t) {
+                    for &(algo, _) in &case.algos {
+                        let what = format!("{algo} on lent threads, caller {t}");
+                        let mut y = vec![f32::NAN; case.p.y().span()];
+                        lent.conv_forward(&case.p, algo, &case.x, &case.w, &mut y)
+                            .unwrap_or_else(|e| panic!("{}: {what}: {e}", case.name));
+                        check(case, algo, &y, &what);
+                        if common::algo(algo).deterministic() {
+                            let mut y1 = vec![f32::NAN; case.p.y().span()];
+                            one.conv_forward(&case.p, algo, &case.x, &case.w, &mut y1)
+                                .unwrap();
+                            let same = y.iter().zip(&y1).all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "{}: {what}: bits differ from 1 thread", case.name);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let regions = REGIONS.load(Ordering::Relaxed);
+    assert!(
+        regions > 100,
+        "only {regions} parallel regions ran on the lent threads"
+    );
 }

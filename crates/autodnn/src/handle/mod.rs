@@ -21,7 +21,7 @@ use crate::op::epilogue::EpilogueArgs;
 use crate::op::prepared::{PreparedWeights, Weights};
 use crate::op::{Algorithm, ConvForward, ConvFwdInputs, Operation, Registered};
 use crate::op::{Tensor, TensorMut};
-use crate::runtime::pool::Pool;
+use crate::runtime::pool::{ParallelRunner, Pool};
 use crate::runtime::workspace::WorkspacePool;
 use crate::runtime::ExecContext;
 use crate::runtime::{Bf16Units, MathMode};
@@ -144,17 +144,37 @@ impl Handle {
     /// [`Error::BadParam`] for 0 threads, a bad `AUTODNN_ISA` or `AUTODNN_FAIL_ALLOC`;
     /// [`Error::OutOfMemory`] when the threads cannot be started.
     pub fn with_threads(threads: usize) -> Result<Handle> {
+        Handle::check_threads(threads)?;
+        Handle::on_pool(threads, Pool::new(threads, "autodnn")?)
+    }
+
+    /// A CPU handle whose parallel work runs on up to `threads` threads lent by `runner`
+    /// (see [`ParallelRunner`]) rather than on threads of its own: for a program whose own
+    /// thread team (OpenMP's, in PyTorch) runs between autodnn's calls, so that autodnn's
+    /// work runs on that team instead of beside it. Otherwise as [`Handle::with_threads`].
+    ///
+    /// # Errors
+    /// As [`Handle::with_threads`].
+    pub fn with_runner(threads: usize, runner: Arc<ParallelRunner>) -> Result<Handle> {
+        Handle::check_threads(threads)?;
+        Handle::on_pool(threads, Pool::with_runner(threads, runner))
+    }
+
+    fn check_threads(threads: usize) -> Result<()> {
         if threads == 0 {
             return Err(Error::bad("threads", 0, "must be at least 1"));
         }
         if threads > 4096 {
             return Err(Error::bad("threads", threads, "must be at most 4096"));
         }
+        Ok(())
+    }
+
+    fn on_pool(threads: usize, pool: Pool) -> Result<Handle> {
         let features = Isa::cap_from_env()?.usable();
         let isa = Isa::widest_within(features);
         let settings = Settings::from_env()?;
         crate::alloc::FailNth::arm_from_env()?;
-        let pool = Pool::new(threads, "autodnn")?;
         Ok(Handle {
             threads,
             pool: Arc::new(pool),

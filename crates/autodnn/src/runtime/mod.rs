@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::cpu::{Features, Isa};
 use crate::error::{Error, Result};
 
+pub use pool::ParallelRunner;
 pub use workspace::{Carve, FailAlloc, WorkspaceElement};
 
 /// What an algorithm may use while running: the handle's worker threads and instruction-set

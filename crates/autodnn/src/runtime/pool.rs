@@ -13,6 +13,10 @@
 //! when work arrives: with rayon's idle loop (which yields), ResNet-50 at batch 1 on 2
 //! threads took 52 ms beside two `nice -n 19` busy loops against 21 ms without them.
 //!
+//! A pool may instead run its regions on threads the embedding program owns (a
+//! [`ParallelRunner`], for example the OpenMP team of a framework whose own operators run
+//! between autodnn's calls): then no worker of autodnn's spins beside the framework's.
+//!
 //! One region runs at a time. A region started while another thread's region runs, or from
 //! inside a task, runs all its tasks on the calling thread: a handle shared by several
 //! threads never waits on itself, and a nested region never deadlocks.
@@ -36,6 +40,34 @@ pub(crate) const WORKER_SPIN: Duration = Duration::from_micros(200);
 pub(crate) const CALLER_SPIN: Duration = Duration::from_micros(50);
 
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// Threads the embedding program lends for a parallel region: `runner(n, body)` calls
+/// `body(i)` once on each of up to `n` threads at once, `i` in `0..n` being each thread's
+/// number (one of them may be the calling thread), and returns when every call has returned.
+/// It may run fewer than `n` (the region's remaining work then runs on the calling thread).
+/// `body` never unwinds: a panic inside it is caught and resumed on the caller after the
+/// runner returns, so a runner in C (OpenMP's `GOMP_parallel`) is safe.
+///
+/// ```
+/// use std::sync::Arc;
+/// use autodnn::{gemm::GemmDesc, runtime::ParallelRunner, Handle};
+/// // Scoped threads started for each region: correct, if slower than a team kept waiting.
+/// let runner: Arc<ParallelRunner> = Arc::new(|n, body| {
+///     std::thread::scope(|s| {
+///         for i in 1..n {
+///             s.spawn(move || body(i));
+///         }
+///         body(0);
+///     })
+/// });
+/// let h = Handle::with_runner(2, runner)?;
+/// let (a, b) = (vec![1.0f32; 256 * 256], vec![1.0f32; 256 * 256]);
+/// let mut c = vec![0.0f32; 256 * 256];
+/// h.gemm(&GemmDesc::new(256, 256, 256), 1.0, &a, &b, 0.0, &mut c)?;
+/// assert!(c.iter().all(|&v| v == 256.0));
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+pub type ParallelRunner = dyn Fn(usize, &(dyn Fn(usize) + Sync)) + Send + Sync;
 
 /// A published region. It lives on the caller's stack; workers reach it only while
 /// [`Shared::active`] counts them (see [`Pool::run`]).
@@ -80,6 +112,24 @@ struct Shared {
 }
 
 impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                job: None,
+                epoch: 0,
+                shutdown: false,
+                caller_waits: false,
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+            epoch: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            ran: AtomicUsize::new(0),
+            panic: Mutex::new(None),
+            busy: Mutex::new(()),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -109,6 +159,8 @@ impl Drop for InTask {
 pub(crate) struct Pool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Regions run on the embedder's threads (`threads` of them) instead of `workers`.
+    external: Option<(Arc<ParallelRunner>, usize)>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -124,24 +176,10 @@ impl Pool {
     /// # Errors
     /// [`Error::OutOfMemory`] when a thread cannot be started.
     pub(crate) fn new(threads: usize, name: &str) -> Result<Pool> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                job: None,
-                epoch: 0,
-                shutdown: false,
-                caller_waits: false,
-            }),
-            work: Condvar::new(),
-            done: Condvar::new(),
-            epoch: AtomicU64::new(0),
-            active: AtomicUsize::new(0),
-            ran: AtomicUsize::new(0),
-            panic: Mutex::new(None),
-            busy: Mutex::new(()),
-        });
         let mut pool = Pool {
-            shared,
+            shared: Shared::new(),
             workers: Vec::new(),
+            external: None,
         };
         for w in 1..threads.max(1) {
             let shared = pool.shared.clone();
@@ -158,9 +196,22 @@ impl Pool {
         Ok(pool)
     }
 
+    /// A pool whose regions run on up to `threads` threads lent by `runner`; it starts no
+    /// threads of its own.
+    pub(crate) fn with_runner(threads: usize, runner: Arc<ParallelRunner>) -> Pool {
+        Pool {
+            shared: Shared::new(),
+            workers: Vec::new(),
+            external: Some((runner, threads.max(1))),
+        }
+    }
+
     /// Threads a region runs on: the caller and the workers.
     pub(crate) fn threads(&self) -> usize {
-        self.workers.len() + 1
+        match &self.external {
+            Some((_, n)) => *n,
+            None => self.workers.len() + 1,
+        }
     }
 
     /// Runs `f(t)` for every `t` in `0..tasks`, each exactly once, on the caller and the
@@ -171,7 +222,7 @@ impl Pool {
             return;
         }
         let nested = IN_TASK.with(Cell::get);
-        let busy = if tasks == 1 || self.workers.is_empty() || nested {
+        let busy = if tasks == 1 || self.threads() == 1 || nested {
             None
         } else {
             match self.shared.busy.try_lock() {
@@ -180,9 +231,10 @@ impl Pool {
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
         };
-        match busy {
-            Some(_guard) => self.publish(tasks, f, false),
-            None => {
+        match (busy, &self.external) {
+            (Some(_guard), Some((runner, n))) => lend(&**runner, (*n).min(tasks), tasks, f, false),
+            (Some(_guard), None) => self.publish(tasks, f, false),
+            (None, _) => {
                 let _in = InTask::enter();
                 (0..tasks).for_each(f);
             }
@@ -194,13 +246,16 @@ impl Pool {
     /// (packing buffers) and for keeping every core busy. From inside a task it runs `f(0)`
     /// alone.
     pub(crate) fn each_thread(&self, f: &(dyn Fn(usize) + Sync)) {
-        if IN_TASK.with(Cell::get) || self.workers.is_empty() {
+        if IN_TASK.with(Cell::get) || self.threads() == 1 {
             let _in = InTask::enter();
             f(0);
             return;
         }
         let _guard = self.shared.busy.lock().unwrap_or_else(|e| e.into_inner());
-        self.publish(self.threads(), f, true);
+        match &self.external {
+            Some((runner, n)) => lend(&**runner, *n, *n, f, true),
+            None => self.publish(self.threads(), f, true),
+        }
     }
 
     /// Publishes a region, takes part in it and waits for it (the caller holds `busy`).
@@ -231,7 +286,7 @@ impl Pool {
             panic::catch_unwind(AssertUnwindSafe(|| {
                 f(0);
                 if !per_thread {
-                    take_tasks(&job, f);
+                    take_tasks(&job.next, job.tasks, f);
                 }
             }))
         };
@@ -253,11 +308,48 @@ impl Pool {
     }
 }
 
-/// Takes the job's tasks until none is left.
-fn take_tasks(job: &Job, f: &Task<'_>) {
+/// Runs a region on `threads` threads lent by `runner`: each takes tasks (or, `per_thread`,
+/// runs `f(its number)`), then the caller takes whatever they left.
+fn lend(
+    runner: &ParallelRunner,
+    threads: usize,
+    tasks: usize,
+    f: &(dyn Fn(usize) + Sync),
+    per_thread: bool,
+) {
+    let next = AtomicUsize::new(0);
+    let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+    let body = |i: usize| {
+        let _in = InTask::enter();
+        let r = panic::catch_unwind(AssertUnwindSafe(|| {
+            if per_thread {
+                if i < tasks {
+                    f(i);
+                }
+            } else {
+                take_tasks(&next, tasks, f);
+            }
+        }));
+        if let Err(p) = r {
+            let mut slot = panicked.lock().unwrap_or_else(|e| e.into_inner());
+            slot.get_or_insert(p);
+        }
+    };
+    runner(threads, &body);
+    if !per_thread && panicked.lock().map_or(true, |p| p.is_none()) {
+        let _in = InTask::enter();
+        take_tasks(&next, tasks, f);
+    }
+    if let Some(p) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        panic::resume_unwind(p);
+    }
+}
+
+/// Takes tasks `next..tasks` one at a time until none is left.
+fn take_tasks(next: &AtomicUsize, tasks: usize, f: &Task<'_>) {
     loop {
-        let t = job.next.fetch_add(1, Ordering::Relaxed);
-        if t >= job.tasks {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= tasks {
             return;
         }
         f(t);
@@ -321,7 +413,7 @@ fn worker(s: &Shared, index: usize) {
                 if job.per_thread {
                     f(index);
                 } else {
-                    take_tasks(job, f);
+                    take_tasks(&job.next, job.tasks, f);
                 }
             }))
         };
@@ -446,6 +538,50 @@ mod tests {
                 assert_eq!(distinct.len(), threads);
             }
         }
+    }
+
+    /// A runner of scoped threads that runs only `lent` of the threads it is asked for.
+    fn scoped_runner(lent: usize) -> Arc<ParallelRunner> {
+        Arc::new(move |n, body| {
+            std::thread::scope(|s| {
+                for i in 1..n.min(lent) {
+                    s.spawn(move || body(i));
+                }
+                body(0);
+            })
+        })
+    }
+
+    #[test]
+    fn regions_on_lent_threads() {
+        for lent in [1, 2, 3] {
+            let pool = Pool::with_runner(3, scoped_runner(lent));
+            assert_eq!(pool.threads(), 3);
+            for tasks in [0, 1, 2, 3, 50] {
+                assert_eq!(counts(&pool, tasks), vec![1; tasks], "{lent} lent");
+            }
+            let ran = Mutex::new(Vec::new());
+            pool.each_thread(&|i| ran.lock().unwrap().push(i));
+            let mut ran = ran.into_inner().unwrap();
+            ran.sort_unstable();
+            assert_eq!(ran, (0..lent).collect::<Vec<_>>());
+            // Nested regions run on the calling thread, not on the runner again.
+            let total = AtomicUsize::new(0);
+            pool.run(4, &|_| {
+                pool.run(3, &|_| _ = total.fetch_add(1, Ordering::Relaxed))
+            });
+            assert_eq!(total.load(Ordering::Relaxed), 12);
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_on_lent_threads_reaches_the_caller() {
+        let pool = Pool::with_runner(2, scoped_runner(2));
+        let r = panic::catch_unwind(AssertUnwindSafe(|| {
+            pool.run(8, &|t| assert!(t != 3, "task 3"));
+        }));
+        assert!(r.is_err());
+        assert_eq!(counts(&pool, 9), vec![1; 9]);
     }
 
     #[test]
