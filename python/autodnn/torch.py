@@ -20,7 +20,10 @@ Folding replaces the BatchNorm and activation modules by ``nn.Identity``, so the
 a model converted for inference differs from the original's.
 
 Each layer's algorithm comes from the handle's selection (its policy and tuning cache): with
-``Handle(cache=path)`` a second process on the same cache times nothing.
+``Handle(cache=path)`` a second process on the same cache times nothing. Layers given no
+handle use :func:`default_handle`, whose parallel work runs on PyTorch's own OpenMP team
+(``Handle(threading="openmp")``), so that autodnn's threads never compete with PyTorch's
+for the cores; a handle of your own should be made the same way.
 
 Limits: the backward pass is differentiable once (double backward raises); a model holding an
 autodnn handle saves through its ``state_dict`` (the handle itself does not pickle).
@@ -36,9 +39,23 @@ from torch.autograd.function import once_differentiable
 from . import _autodnn as _ext
 from . import _api
 
-__all__ = ["Conv2d", "FusedConv2d", "convert"]
+__all__ = ["Conv2d", "FusedConv2d", "convert", "default_handle"]
 
 _warned = set()
+_default = None
+
+
+def default_handle():
+    """The handle of layers given none: ``autodnn.Handle(threading="openmp")``, on PyTorch's
+    OpenMP team with ``torch.get_num_threads()`` threads when it is made (the first call);
+    the package's :func:`autodnn.default_handle` where PyTorch runs no OpenMP runtime."""
+    global _default
+    if _default is None:
+        try:
+            _default = _ext.Handle(threading="openmp")
+        except ValueError:
+            _default = _api.default_handle()
+    return _default
 
 
 def _warn_once(reason):
@@ -110,7 +127,7 @@ class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` computed by autodnn (forward and backward).
 
     Takes ``nn.Conv2d``'s arguments and an optional ``handle`` (an :class:`autodnn.Handle`;
-    None: the default handle). Parameters and state_dict are ``nn.Conv2d``'s.
+    None: :func:`default_handle`). Parameters and state_dict are ``nn.Conv2d``'s.
     """
 
     def __init__(self, *args, handle=None, **kwargs):
@@ -119,7 +136,7 @@ class Conv2d(nn.Conv2d):
 
     def _autodnn_handle(self):
         h = self.__dict__.get("handle")
-        return _api.default_handle() if h is None else h
+        return default_handle() if h is None else h
 
     def forward(self, x):
         reason = _unsupported(self, x)
@@ -207,7 +224,7 @@ class FusedConv2d(nn.Module):
         if reason is not None:
             _warn_once(reason)
             return self._torch(x, residual)
-        h = self.handle if self.handle is not None else _api.default_handle()
+        h = self.handle if self.handle is not None else default_handle()
         g = _geometry(self)
         key = (tuple(x.shape), x.is_contiguous(), id(h))
         pw = self._prepared.get(key)
@@ -372,8 +389,8 @@ def convert(model, inference=False, handle=None):
     ``inference=True``: the model must be in eval mode; BatchNorms following a convolution
     are folded into it, following activations and torchvision's residual adds are fused into
     autodnn's epilogue, and weights are prepared (see the module's documentation for the
-    patterns recognised). ``handle``: the :class:`autodnn.Handle` the layers use (None: the
-    default handle).
+    patterns recognised). ``handle``: the :class:`autodnn.Handle` the layers use (None:
+    :func:`default_handle`, on PyTorch's OpenMP team).
     """
     if handle is not None and not isinstance(handle, _ext.Handle):
         raise _api._bad("handle", "expected an autodnn.Handle")

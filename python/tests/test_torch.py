@@ -320,3 +320,9 @@ def test_handle_on_pytorchs_openmp_team():
         torch.set_num_threads(old)
     with pytest.raises(ValueError, match="threading"):
         autodnn.Handle(threading="tbb")
+    # Layers given no handle use autodnn.torch's, on the OpenMP team (PyTorch's wheels run
+    # libgomp): its thread count is PyTorch's when it was made.
+    d = at.default_handle()
+    assert d is at.default_handle() and d is not autodnn.default_handle()
+    conv = at.Conv2d(4, 4, 3, padding=1)
+    assert conv._autodnn_handle() is d
