@@ -444,7 +444,13 @@ fn worker(s: &Shared, index: usize) {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
+        {
+            // A new epoch as well, so that a spinning worker stops spinning at once.
+            let mut st = self.shared.lock();
+            st.shutdown = true;
+            st.epoch += 1;
+            self.shared.epoch.store(st.epoch, Ordering::Release);
+        }
         self.shared.work.notify_all();
         for w in self.workers.drain(..) {
             // A worker's tasks catch their panics, so a join error is not expected; there
