@@ -963,7 +963,7 @@ impl PyHandle {
         })
     }
 
-    /// Worker threads.
+    /// Threads a call computes on (the calling thread among them).
     #[getter]
     fn threads(&self, py: Python<'_>) -> PyResult<usize> {
         Ok(self.get(py)?.threads())

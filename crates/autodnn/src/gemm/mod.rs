@@ -447,13 +447,12 @@ pub(crate) fn run_batch<T: GemmInput>(
     desc: &GemmDesc,
     alpha: f32,
     beta: f32,
-    items: Vec<(&[T], &[T], &mut [f32])>,
+    mut items: Vec<(&[T], &[T], &mut [f32])>,
 ) -> Result<()> {
     let fmas = desc.m().saturating_mul(desc.n()).saturating_mul(desc.k());
     let fe = FrameEpilogue::default();
     if ctx.threads > 1 && items.len() > 1 && fmas <= blocking::THRESHOLDS.batch_split_max_fmas {
         let one = ExecContext { threads: 1, ..*ctx };
-        let mut items = items;
         crate::runtime::parallel::try_for_each_chunk(ctx, &mut items, 1, |_, item| {
             item.iter_mut()
                 .try_for_each(|(a, b, c)| run_validated(&one, desc, alpha, a, b, beta, c, fe))

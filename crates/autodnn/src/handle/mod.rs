@@ -66,7 +66,6 @@ pub enum Backend {
 /// ```
 #[derive(Debug)]
 pub struct Handle {
-    threads: usize,
     /// The calling thread and `threads − 1` workers.
     pool: Arc<Pool>,
     backend: Backend,
@@ -96,7 +95,6 @@ impl Clone for Handle {
     /// a copy of the settings (changing one handle's settings leaves the other's as they are).
     fn clone(&self) -> Handle {
         Handle {
-            threads: self.threads,
             pool: self.pool.clone(),
             backend: self.backend,
             config: RwLock::new(self.config()),
@@ -145,7 +143,7 @@ impl Handle {
     /// [`Error::OutOfMemory`] when the threads cannot be started.
     pub fn with_threads(threads: usize) -> Result<Handle> {
         Handle::check_threads(threads)?;
-        Handle::on_pool(threads, Pool::new(threads, "autodnn")?)
+        Handle::on_pool(Pool::new(threads, "autodnn")?)
     }
 
     /// A CPU handle whose parallel work runs on up to `threads` threads lent by `runner`
@@ -157,7 +155,7 @@ impl Handle {
     /// As [`Handle::with_threads`].
     pub fn with_runner(threads: usize, runner: Arc<ParallelRunner>) -> Result<Handle> {
         Handle::check_threads(threads)?;
-        Handle::on_pool(threads, Pool::with_runner(threads, runner))
+        Handle::on_pool(Pool::with_runner(threads, runner))
     }
 
     fn check_threads(threads: usize) -> Result<()> {
@@ -170,13 +168,12 @@ impl Handle {
         Ok(())
     }
 
-    fn on_pool(threads: usize, pool: Pool) -> Result<Handle> {
+    fn on_pool(pool: Pool) -> Result<Handle> {
         let features = Isa::cap_from_env()?.usable();
         let isa = Isa::widest_within(features);
         let settings = Settings::from_env()?;
         crate::alloc::FailNth::arm_from_env()?;
         Ok(Handle {
-            threads,
             pool: Arc::new(pool),
             backend: Backend::Cpu,
             config: RwLock::new(Arc::new(Config {
@@ -191,9 +188,9 @@ impl Handle {
         })
     }
 
-    /// Worker threads.
+    /// Threads a call computes on: the calling thread and the workers (or the lent threads).
     pub fn threads(&self) -> usize {
-        self.threads
+        self.pool.threads()
     }
     /// The backend this handle runs on.
     pub fn backend(&self) -> Backend {
@@ -275,7 +272,7 @@ impl Handle {
         let c = self.config();
         ExecContext {
             pool: &self.pool,
-            threads: self.threads,
+            threads: self.pool.threads(),
             isa: c.isa,
             features: c.features,
             math: c.math,
@@ -468,7 +465,7 @@ impl Handle {
         Machine {
             cpu: select::cache::cpu_model(),
             isa: self.isa(),
-            threads: self.threads,
+            threads: self.pool.threads(),
         }
     }
 

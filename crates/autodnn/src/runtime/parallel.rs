@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
+use crate::runtime::pool::claim;
 use crate::runtime::ExecContext;
 
 /// Runs `f(i)` for every `i` in `0..items` on the context's threads (on the calling thread
@@ -16,12 +17,8 @@ pub(crate) fn for_each(ctx: &ExecContext<'_>, items: usize, f: impl Fn(usize) + 
         return;
     }
     let next = AtomicUsize::new(0);
-    ctx.pool.run(ctx.threads.min(items), &|_| loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        if i >= items {
-            return;
-        }
-        f(i);
+    ctx.pool.run(ctx.threads.min(items), &|_| {
+        claim(&next, items).for_each(&f)
     });
 }
 
@@ -150,13 +147,7 @@ pub(crate) fn for_each_with<S: Send>(
     ctx.pool.run(tasks, &|t| {
         // Task t alone uses slot t: the lock is never contended.
         let mut s = slots[t].lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            if i >= items {
-                return;
-            }
-            f(&mut s, i);
-        }
+        claim(&next, items).for_each(|i| f(&mut s, i));
     });
     Ok(())
 }

@@ -110,8 +110,8 @@ struct Shared {
     active: AtomicUsize,
     /// Workers that ran their task of a per-thread region.
     ran: AtomicUsize,
-    /// The first panic of a worker's task in the current region.
-    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// The first panic of a task in the current region.
+    panic: PanicSlot,
     /// Held by the thread whose region runs.
     busy: Mutex<()>,
 }
@@ -286,15 +286,12 @@ impl Pool {
             s.epoch.store(st.epoch, Ordering::Release);
         }
         s.work.notify_all();
-        let mine = {
-            let _in = InTask::enter();
-            panic::catch_unwind(AssertUnwindSafe(|| {
-                f(0);
-                if !per_thread {
-                    take_tasks(&job.next, job.tasks, f);
-                }
-            }))
-        };
+        run_caught(&s.panic, || {
+            f(0);
+            if !per_thread {
+                take_tasks(&job.next, job.tasks, f);
+            }
+        });
         // A per-thread region waits for every worker to have run its task.
         if per_thread {
             let workers = self.workers.len();
@@ -303,13 +300,7 @@ impl Pool {
         // Withdraw the job: no worker joins it any more; then wait for those inside.
         s.lock().job = None;
         wait_until(s, || s.active.load(Ordering::Acquire) == 0);
-        let theirs = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Err(p) = mine {
-            panic::resume_unwind(p);
-        }
-        if let Some(p) = theirs {
-            panic::resume_unwind(p);
-        }
+        resume_first(&s.panic);
     }
 }
 
@@ -325,40 +316,53 @@ fn lend(
     let next = AtomicUsize::new(0);
     let panicked: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
     let body = |i: usize| {
-        let _in = InTask::enter();
-        let r = panic::catch_unwind(AssertUnwindSafe(|| {
-            if per_thread {
-                if i < tasks {
-                    f(i);
-                }
-            } else {
+        run_caught(&panicked, || {
+            if !per_thread {
                 take_tasks(&next, tasks, f);
+            } else if i < tasks {
+                f(i);
             }
-        }));
-        if let Err(p) = r {
-            let mut slot = panicked.lock().unwrap_or_else(|e| e.into_inner());
-            slot.get_or_insert(p);
-        }
+        })
     };
     runner(threads, &body);
-    if !per_thread && panicked.lock().map_or(true, |p| p.is_none()) {
-        let _in = InTask::enter();
-        take_tasks(&next, tasks, f);
+    if !per_thread {
+        run_caught(&panicked, || take_tasks(&next, tasks, f));
     }
-    if let Some(p) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    resume_first(&panicked);
+}
+
+/// The first panic of a region's tasks, resumed on the caller once the region is over.
+type PanicSlot = Mutex<Option<Box<dyn Any + Send>>>;
+
+/// Runs `f` as a region's task on this thread: a panic is kept in `slot` (the first one
+/// only) rather than unwinding through the pool or a runner's C frames.
+fn run_caught(slot: &PanicSlot, f: impl FnOnce()) {
+    let _in = InTask::enter();
+    if let Err(p) = panic::catch_unwind(AssertUnwindSafe(f)) {
+        slot.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(p);
+    }
+}
+
+/// Resumes the panic kept in `slot`, if any.
+fn resume_first(slot: &PanicSlot) {
+    if let Some(p) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
         panic::resume_unwind(p);
     }
 }
 
+/// The numbers `next..n`, each handed out once however many threads ask for them.
+pub(crate) fn claim(next: &AtomicUsize, n: usize) -> impl Iterator<Item = usize> + '_ {
+    std::iter::from_fn(move || {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        (i < n).then_some(i)
+    })
+}
+
 /// Takes tasks `next..tasks` one at a time until none is left.
 fn take_tasks(next: &AtomicUsize, tasks: usize, f: &Task<'_>) {
-    loop {
-        let t = next.fetch_add(1, Ordering::Relaxed);
-        if t >= tasks {
-            return;
-        }
-        f(t);
-    }
+    claim(next, tasks).for_each(f);
 }
 
 /// Spins for [`CALLER_SPIN`], then sleeps on `done`, until `ready()`.
@@ -412,20 +416,13 @@ fn worker(s: &Shared, index: usize) {
         let job = unsafe { &*job };
         // SAFETY: as above.
         let f = unsafe { &*job.f };
-        let result = {
-            let _in = InTask::enter();
-            panic::catch_unwind(AssertUnwindSafe(|| {
-                if job.per_thread {
-                    f(index);
-                } else {
-                    take_tasks(&job.next, job.tasks, f);
-                }
-            }))
-        };
-        if let Err(p) = result {
-            let mut slot = s.panic.lock().unwrap_or_else(|e| e.into_inner());
-            slot.get_or_insert(p);
-        }
+        run_caught(&s.panic, || {
+            if job.per_thread {
+                f(index);
+            } else {
+                take_tasks(&job.next, job.tasks, f);
+            }
+        });
         let per_thread = job.per_thread;
         if per_thread {
             s.ran.fetch_add(1, Ordering::AcqRel);
