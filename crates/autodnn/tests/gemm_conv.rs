@@ -47,6 +47,10 @@ const LAYERS: &[&str] = &[
     "mb1ic6ih3iw70oc9oh1ow68kh3kw3ph0",
     "mb1ic128ih7oc96oh7kh1ph0",
     "mb1ic5ih20iw3oc7oh20ow3kh3kw3ph1pw1",
+    // Stride 4 (the AVX-512 packer's step-4 loads), with the window in the padding on
+    // every side, and AlexNet's first layer in small.
+    "mb1ic3ih39iw45oc20oh10ow12kh7kw5sh4sw4ph3pw2",
+    "mb1ic3ih51oc16oh11kh11sh4ph0",
 ];
 
 #[test]
