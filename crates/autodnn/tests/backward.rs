@@ -478,3 +478,56 @@ fn gemm_backward_data_with_and_without_the_column_buffer() {
         }
     }
 }
+
+/// `depthwise` backward filter on both of its NCHW paths: the channel-blocked one (at least
+/// 16 output channels, at most 64 output pixels: channel counts off the 16-lane blocks,
+/// channel multipliers, strides, dilation, padding on every side, 2x2, 3x3, 5x5 and odd
+/// kernels) and the flattened one beside it (the same problems with more pixels or fewer
+/// channels), exactly against the oracle on integer data, every instruction set, 1 to 3
+/// threads, beta 0 and 1, convolution and cross-correlation.
+#[test]
+fn depthwise_backward_filter_takes_both_paths_exactly() {
+    let cases = [
+        "mb3g1024ic1024ih7oc1024oh7kh3ph1",
+        "mb2g20ic20ih9iw11oc40oh5ow6kh3kw2sh2sw2ph1pw1",
+        "mb2g17ic17ih14oc17oh7kh3sh2ph0",
+        "mb2g24ic24ih12iw10oc48oh4ow4kh5kw5sh2sw2ph2pw1dh0",
+        "mb2g33ic33ih9oc33oh5kh2ph0dh1",
+        "mb1g18ic18ih6iw5oc18oh8ow7kh3kw3ph2pw2",
+        "mb2g16ic16ih8oc16oh8kh1ph0",
+        "mb2g20ic20ih9iw11oc40oh9ow11kh3kw3ph1pw1",
+        "mb2g15ic15ih7oc15oh7kh3ph1",
+        "mb2g32ic32ih12oc32oh12kh3ph1",
+    ];
+    for (i, s) in cases.into_iter().enumerate() {
+        let base = common::problem(s, autodnn::Layout::Nchw);
+        let conv = base.conv().with_mode(autodnn::ConvMode::Convolution);
+        let flipped = ConvProblem::forward(*base.x(), *base.w(), conv, *base.y()).unwrap();
+        let modes = [base, flipped];
+        for p in modes {
+            let x = int_data(p.x().span(), i as u64);
+            let dy = int_data(p.y().span(), i as u64 + 50);
+            let want = reference::conv_backward_filter(&p, &x, &dy).unwrap();
+            let prior = int_data(p.w().elements(), i as u64 + 90);
+            for (isa, threads, h) in handles() {
+                for beta in [0.0f32, 1.0] {
+                    let mut dw = if beta == 0.0 {
+                        vec![f32::NAN; p.w().elements()]
+                    } else {
+                        prior.clone()
+                    };
+                    h.conv_backward_filter(&p, "depthwise", &x, &dy, &mut dw, 1.0, beta)
+                        .unwrap();
+                    for (j, (&g, &r)) in dw.iter().zip(&want).enumerate() {
+                        let r = r + beta as f64 * prior[j] as f64;
+                        assert!(
+                            g == r as f32,
+                            "{s} {:?} {isa:?} {threads}T beta {beta}: dw[{j}] = {g}, want {r}",
+                            p.conv().mode()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
