@@ -480,11 +480,12 @@ fn gemm_backward_data_with_and_without_the_column_buffer() {
 }
 
 /// `depthwise` backward filter on both of its NCHW paths: the channel-blocked one (at least
-/// 16 output channels, at most 64 output pixels: channel counts off the 16-lane blocks,
-/// channel multipliers, strides, dilation, padding on every side, 2x2, 3x3, 5x5 and odd
-/// kernels) and the flattened one beside it (the same problems with more pixels or fewer
-/// channels), exactly against the oracle on integer data, every instruction set, 1 to 3
-/// threads, beta 0 and 1, convolution and cross-correlation.
+/// 16 output channels on small images: channel counts off the 16-lane blocks, channel
+/// multipliers, strides, dilation, padding on every side, 2x2, 3x3, 5x5 and odd kernels;
+/// transposed in registers with AVX-512, lane by lane without) and the flattened one beside
+/// it (fewer channels, more pixels, and the middle sizes without AVX-512), exactly against
+/// the oracle on integer data, every instruction set, 1 to 3 threads, beta 0 and 1,
+/// convolution and cross-correlation.
 #[test]
 fn depthwise_backward_filter_takes_both_paths_exactly() {
     let cases = [
@@ -498,6 +499,8 @@ fn depthwise_backward_filter_takes_both_paths_exactly() {
         "mb2g20ic20ih9iw11oc40oh9ow11kh3kw3ph1pw1",
         "mb2g15ic15ih7oc15oh7kh3ph1",
         "mb2g32ic32ih12oc32oh12kh3ph1",
+        "mb1g16ic16ih30oc16oh30kh3ph1",
+        "mb1g40ic40ih29iw27oc40oh14ow13kh3sh2ph0",
     ];
     for (i, s) in cases.into_iter().enumerate() {
         let base = common::problem(s, autodnn::Layout::Nchw);

@@ -2,10 +2,11 @@
 //! dy\[n, k, p, q\] · x\[n, k / (K/g), p·sh − pt + r·dh, q·sw − pl + s·dw\] for one input
 //! channel per group, on images whose rows are unit-stride (NCHW-like).
 //!
-//! How, on small images (at least 16 output channels, at most 64 output pixels): 16 output
-//! channels per work item, one per vector lane; per image, their zero-padded input window
-//! and dy are transposed channels-innermost into a scratch of at most 128 KiB, and every
-//! tap's product is a whole vector ([`block`]). Otherwise:
+//! How, on small images (at least 16 output channels, at most 784 output pixels with
+//! AVX-512, 64 without): 16 output channels per work item, one per vector lane; per image,
+//! their zero-padded input window and dy are transposed channels-innermost into a scratch
+//! of at most 115 KiB (in registers, 16 pixels at a time, with AVX-512), and every tap's
+//! product is a whole vector ([`block`]). Otherwise:
 //! one output channel per work item; for each output row and kernel tap, the row's dy
 //! and the tap's x run are multiplied in [`LANES`]-wide chunks into one accumulator vector
 //! per tap (R·S ≤ [`MAX_TAPS`] vectors), summed across lanes at the end. The loops are
@@ -332,20 +333,32 @@ fn channel(
 /// Largest zero-padded input window (rows × columns covered by the output and the kernel)
 /// of the channel-blocked path.
 const BLOCKED_MAX_PLANE: usize = 1024;
-/// Most output pixels per image of the channel-blocked path. Its transposition (one lane
-/// at a time, scalar) costs as much as the flattened kernel's copies at 14x14 and twice
-/// them at 28x28 (MobileNet's layers at batch 8, one Zen 5 core); at 7x7 it halves the time.
-const BLOCKED_MAX_PIXELS: usize = 64;
+/// Most output pixels per image of the channel-blocked path where it transposes in registers
+/// (AVX-512): 28x28, where it took 0.71 ms against the flattened kernel's 1.68 (MobileNet's
+/// conv_dw_5 at batch 8 on 2 threads, one Zen 5 VM; 7x7 0.29 against 0.77).
+const BLOCKED_MAX_PIXELS: usize = 784;
+/// The same where the transposition is portable code, lane by lane: it costs what it saves
+/// at 14x14 and twice that at 28x28; at 7x7 it halved the time.
+const BLOCKED_MAX_PIXELS_PORTABLE: usize = 64;
 
-/// The input window of the channel-blocked path (rows, columns), when the problem takes it:
-/// at least [`LANES`] output channels on small images, where the flattened kernel's
-/// per-(image, channel) copies and short rows cost more than the products (MobileNet's 7x7
-/// layers ran at a sixth of PyTorch's speed).
-fn blocked_plane(p: &ConvProblem) -> Option<(usize, usize)> {
+/// Whether the channel-blocked path computes the problem: at least [`LANES`] output
+/// channels on small images, where the flattened kernel's per-(image, channel) copies and
+/// short rows cost more than the products (MobileNet's 7x7 layers ran at a sixth of
+/// PyTorch's speed). `in_registers`: the AVX-512 transposition is at hand.
+fn takes_blocked(p: &ConvProblem, in_registers: bool) -> bool {
     let [_, k, oh, ow] = p.y().dims();
-    if k < LANES || oh * ow > BLOCKED_MAX_PIXELS {
-        return None;
-    }
+    let most = if in_registers {
+        BLOCKED_MAX_PIXELS
+    } else {
+        BLOCKED_MAX_PIXELS_PORTABLE
+    };
+    k >= LANES && oh * ow <= most && blocked_plane(p).is_some()
+}
+
+/// The zero-padded input window of the channel-blocked path (rows × columns covered by the
+/// output and the kernel), when it is at most [`BLOCKED_MAX_PLANE`].
+fn blocked_plane(p: &ConvProblem) -> Option<(usize, usize)> {
+    let [_, _, oh, ow] = p.y().dims();
     let (r, s) = (p.w().r(), p.w().s());
     let [sh, sw] = p.conv().stride();
     let [dh, dw] = p.conv().dilation();
@@ -397,8 +410,11 @@ fn pixels<const T: usize>(
 /// `scratch` with the channels innermost; every product is then a whole vector, and each
 /// channel's sum runs over images, rows and columns in order (deterministic). Lane l of
 /// tap t holds dw\[k0 + l, t\].
+///
+/// `GATHER` (the AVX-512 entry only): the transposition 16 pixels at a time in registers,
+/// where the portable one writes lane by lane.
 #[inline(always)]
-fn block(
+fn block<const GATHER: bool>(
     p: &ConvProblem,
     x: &[f32],
     dy: &[f32],
@@ -431,10 +447,35 @@ fn block(
     if lanes < LANES {
         ys.fill(0.0);
     }
+    // Element distance from lane 0 to lane l, in x and in dy.
+    let (xs1, ys1) = (xd.strides()[1], yd.strides()[1]);
+    let x_off: [usize; LANES] =
+        std::array::from_fn(|l| ((k0 + l.min(lanes - 1)) / mult - k0 / mult) * xs1);
+    let y_off: [usize; LANES] = std::array::from_fn(|l| l.min(lanes - 1) * ys1);
+    let gather = GATHER;
     let mut acc = [[0.0f32; LANES]; MAX_TAPS];
     for b in 0..n {
         xs.fill(0.0);
-        for l in 0..lanes {
+        #[cfg(target_arch = "x86_64")]
+        if gather {
+            for pr in 0..rows {
+                let ih = pr as i64 - pad.top;
+                if ih < 0 || ih >= h as i64 || c_lo >= c_hi {
+                    continue;
+                }
+                let start = xd.offset(b, k0 / mult, ih as usize, (c_lo as i64 - pad.left) as usize);
+                let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
+                // SAFETY: GATHER is set by the AVX-512 entry alone; `run` checks its reads.
+                unsafe { transpose::run(x, start, c_hi - c_lo, &x_off, lanes, dst) };
+            }
+            for i in 0..oh {
+                let start = yd.offset(b, k0, i, 0);
+                let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
+                // SAFETY: as above.
+                unsafe { transpose::run(dy, start, ow, &y_off, lanes, dst) };
+            }
+        }
+        for l in 0..if gather { 0 } else { lanes } {
             let c = (k0 + l) / mult;
             for pr in 0..rows {
                 let ih = pr as i64 - pad.top;
@@ -613,7 +654,7 @@ fn block_avx512(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block(p, x, dy, k0, scratch)
+    block::<true>(p, x, dy, k0, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -626,7 +667,7 @@ fn block_avx2(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block(p, x, dy, k0, scratch)
+    block::<false>(p, x, dy, k0, scratch)
 }
 
 fn block_portable(
@@ -636,7 +677,7 @@ fn block_portable(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block(p, x, dy, k0, scratch)
+    block::<false>(p, x, dy, k0, scratch)
 }
 
 impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
@@ -714,9 +755,104 @@ impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
                 $all(ctx, p, x, dy, &dw, ab, &$portable)
             }};
         }
-        if blocked_plane(p).is_some() {
+        #[cfg(target_arch = "x86_64")]
+        let in_registers = Avx512::new(ctx.features).is_some();
+        #[cfg(not(target_arch = "x86_64"))]
+        let in_registers = false;
+        if takes_blocked(p, in_registers) {
             return dispatch!(all_blocked, block_avx512, block_avx2, block_portable);
         }
         dispatch!(all, channel_avx512, channel_avx2, channel_portable)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod transpose {
+    use std::arch::x86_64::*;
+
+    use super::LANES;
+
+    /// 16 vectors of 16 floats transposed: out\[j\]\[i\] = r\[i\]\[j\].
+    #[target_feature(enable = "avx512f")]
+    fn square(r: &[__m512; LANES]) -> [__m512; LANES] {
+        let mut a = [_mm512_setzero_ps(); LANES];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // b[4i + m], 128-bit lane L: column 4L + m of rows 4i .. 4i + 4.
+        let mut b = [_mm512_setzero_ps(); LANES];
+        let pd = _mm512_castps_pd;
+        let ps = _mm512_castpd_ps;
+        for i in 0..4 {
+            let (a0, a1, a2, a3) = (a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]);
+            b[4 * i] = ps(_mm512_unpacklo_pd(pd(a0), pd(a2)));
+            b[4 * i + 1] = ps(_mm512_unpackhi_pd(pd(a0), pd(a2)));
+            b[4 * i + 2] = ps(_mm512_unpacklo_pd(pd(a1), pd(a3)));
+            b[4 * i + 3] = ps(_mm512_unpackhi_pd(pd(a1), pd(a3)));
+        }
+        // Per m, the 4x4 transpose of 128-bit lanes: column 4L + m from lane L of b[m],
+        // b[4 + m], b[8 + m], b[12 + m].
+        let mut out = [_mm512_setzero_ps(); LANES];
+        for m in 0..4 {
+            let (b0, b1, b2, b3) = (b[m], b[4 + m], b[8 + m], b[12 + m]);
+            let p0 = _mm512_shuffle_f32x4::<0x44>(b0, b1);
+            let p1 = _mm512_shuffle_f32x4::<0xEE>(b0, b1);
+            let p2 = _mm512_shuffle_f32x4::<0x44>(b2, b3);
+            let p3 = _mm512_shuffle_f32x4::<0xEE>(b2, b3);
+            out[m] = _mm512_shuffle_f32x4::<0x88>(p0, p2);
+            out[4 + m] = _mm512_shuffle_f32x4::<0xDD>(p0, p2);
+            out[8 + m] = _mm512_shuffle_f32x4::<0x88>(p1, p3);
+            out[12 + m] = _mm512_shuffle_f32x4::<0xDD>(p1, p3);
+        }
+        out
+    }
+
+    /// dst\[q·16 + l\] = src\[start + off\[l\] + q\] for q < `count` and lanes l < `lanes` (0 in
+    /// the others): a run of pixels of 16 channels transposed channels-innermost, 16 pixels
+    /// at a time (16 masked loads, a transpose in registers, 16 stores).
+    ///
+    /// # Safety
+    /// AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn run(
+        src: &[f32],
+        start: usize,
+        count: usize,
+        off: &[usize; LANES],
+        lanes: usize,
+        dst: &mut [f32],
+    ) {
+        if count == 0 || lanes == 0 {
+            return;
+        }
+        // Offsets grow with the lane: the last lane's last element is the largest read.
+        assert!(lanes <= LANES && dst.len() >= count * LANES);
+        assert!(off[..lanes].windows(2).all(|w| w[0] <= w[1]));
+        assert!(start + off[lanes - 1] + count - 1 < src.len());
+        let sp = src.as_ptr();
+        let dp = dst.as_mut_ptr();
+        for q0 in (0..count).step_by(LANES) {
+            let n = LANES.min(count - q0);
+            let mask = if n == LANES {
+                u16::MAX
+            } else {
+                (1u16 << n) - 1
+            };
+            let r: [__m512; LANES] = std::array::from_fn(|l| {
+                if l < lanes {
+                    // SAFETY: the n enabled elements are src[start + off[l] + q0 ..][..n],
+                    // inside src (asserted).
+                    unsafe { _mm512_maskz_loadu_ps(mask, sp.add(start + off[l] + q0)) }
+                } else {
+                    _mm512_setzero_ps()
+                }
+            });
+            let t = square(&r);
+            for (j, v) in t.iter().enumerate().take(n) {
+                // SAFETY: pixel q0 + j < count: its 16 lanes are inside dst (asserted).
+                unsafe { _mm512_storeu_ps(dp.add((q0 + j) * LANES), *v) };
+            }
+        }
     }
 }
