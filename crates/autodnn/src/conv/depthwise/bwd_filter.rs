@@ -411,10 +411,10 @@ fn pixels<const T: usize>(
 /// channel's sum runs over images, rows and columns in order (deterministic). Lane l of
 /// tap t holds dw\[k0 + l, t\].
 ///
-/// `GATHER` (the AVX-512 entry only): the transposition 16 pixels at a time in registers,
-/// where the portable one writes lane by lane.
+/// `IN_REGISTERS` (the AVX-512 entry only): the transposition 16 pixels at a time in
+/// registers, where the portable one writes lane by lane.
 #[inline(always)]
-fn block<const GATHER: bool>(
+fn block<const IN_REGISTERS: bool>(
     p: &ConvProblem,
     x: &[f32],
     dy: &[f32],
@@ -444,55 +444,59 @@ fn block<const GATHER: bool>(
     // Window columns inside x: iw = column − left padding.
     let c_lo = pad.left.clamp(0, cols as i64) as usize;
     let c_hi = (wi as i64 + pad.left).clamp(c_lo as i64, cols as i64) as usize;
-    if lanes < LANES {
-        ys.fill(0.0);
-    }
+    // Only the window's part inside x, and dy's lanes of existing channels, are written
+    // per image: the padding and the missing channels stay these zeros.
+    xs.fill(0.0);
+    ys.fill(0.0);
     // Element distance from lane 0 to lane l, in x and in dy.
     let (xs1, ys1) = (xd.strides()[1], yd.strides()[1]);
     let x_off: [usize; LANES] =
         std::array::from_fn(|l| ((k0 + l.min(lanes - 1)) / mult - k0 / mult) * xs1);
     let y_off: [usize; LANES] = std::array::from_fn(|l| l.min(lanes - 1) * ys1);
-    let gather = GATHER;
     let mut acc = [[0.0f32; LANES]; MAX_TAPS];
     for b in 0..n {
-        xs.fill(0.0);
-        #[cfg(target_arch = "x86_64")]
-        if gather {
-            for pr in 0..rows {
-                let ih = pr as i64 - pad.top;
-                if ih < 0 || ih >= h as i64 || c_lo >= c_hi {
-                    continue;
+        if IN_REGISTERS {
+            #[cfg(target_arch = "x86_64")]
+            {
+                for pr in 0..rows {
+                    let ih = pr as i64 - pad.top;
+                    if ih < 0 || ih >= h as i64 || c_lo >= c_hi {
+                        continue;
+                    }
+                    let iw = (c_lo as i64 - pad.left) as usize;
+                    let start = xd.offset(b, k0 / mult, ih as usize, iw);
+                    let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
+                    // SAFETY: IN_REGISTERS is set by the AVX-512 entry alone; `run` checks
+                    // its reads.
+                    unsafe { transpose::run(x, start, c_hi - c_lo, &x_off, lanes, dst) };
                 }
-                let start = xd.offset(b, k0 / mult, ih as usize, (c_lo as i64 - pad.left) as usize);
-                let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
-                // SAFETY: GATHER is set by the AVX-512 entry alone; `run` checks its reads.
-                unsafe { transpose::run(x, start, c_hi - c_lo, &x_off, lanes, dst) };
-            }
-            for i in 0..oh {
-                let start = yd.offset(b, k0, i, 0);
-                let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
-                // SAFETY: as above.
-                unsafe { transpose::run(dy, start, ow, &y_off, lanes, dst) };
-            }
-        }
-        for l in 0..if gather { 0 } else { lanes } {
-            let c = (k0 + l) / mult;
-            for pr in 0..rows {
-                let ih = pr as i64 - pad.top;
-                if ih < 0 || ih >= h as i64 {
-                    continue;
-                }
-                let src = xd.offset(b, c, ih as usize, 0) as i64 - pad.left;
-                let row = &mut xs[pr * cols * LANES..(pr + 1) * cols * LANES];
-                for pc in c_lo..c_hi {
-                    row[pc * LANES + l] = x[(src + pc as i64) as usize];
+                for i in 0..oh {
+                    let start = yd.offset(b, k0, i, 0);
+                    let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
+                    // SAFETY: as above.
+                    unsafe { transpose::run(dy, start, ow, &y_off, lanes, dst) };
                 }
             }
-            for i in 0..oh {
-                let src = yd.offset(b, k0 + l, i, 0);
-                let row = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
-                for (j, &v) in dy[src..src + ow].iter().enumerate() {
-                    row[j * LANES + l] = v;
+        } else {
+            for l in 0..lanes {
+                let c = (k0 + l) / mult;
+                for pr in 0..rows {
+                    let ih = pr as i64 - pad.top;
+                    if ih < 0 || ih >= h as i64 {
+                        continue;
+                    }
+                    let src = xd.offset(b, c, ih as usize, 0) as i64 - pad.left;
+                    let row = &mut xs[pr * cols * LANES..(pr + 1) * cols * LANES];
+                    for pc in c_lo..c_hi {
+                        row[pc * LANES + l] = x[(src + pc as i64) as usize];
+                    }
+                }
+                for i in 0..oh {
+                    let src = yd.offset(b, k0 + l, i, 0);
+                    let row = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
+                    for (j, &v) in dy[src..src + ow].iter().enumerate() {
+                        row[j * LANES + l] = v;
+                    }
                 }
             }
         }
