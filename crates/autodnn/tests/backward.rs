@@ -398,7 +398,8 @@ fn bad_backward_calls_name_the_field() {
 
 /// The paths of `gemm` backward filter, on problems chosen to take each: output rows of a
 /// large image in blocks, one in-place GEMM per image (1x1, NCHW), one over the whole batch
-/// (1x1, NHWC), blocks of several small images; beta = 0 and 1; 1 to 3 threads.
+/// (1x1, NHWC, and single pixels in either layout, the batch folded into its depth), blocks
+/// of several small images; beta = 0 and 1; 1 to 3 threads.
 #[test]
 fn gemm_backward_filter_takes_every_path_exactly() {
     let cases = [
@@ -408,6 +409,9 @@ fn gemm_backward_filter_takes_every_path_exactly() {
         ("mb3ic5ih20iw20oc6kh1ph0", autodnn::Layout::Nhwc),
         ("mb5ic5ih8iw8oc6kh1ph0", autodnn::Layout::Nchw),
         ("mb5g2ic6ih9iw9oc4kh3ph1sh2", autodnn::Layout::Nchw),
+        // Single pixels: the batch folded into the product's depth.
+        ("mb6ic5ih1iw1oc7kh1ph0", autodnn::Layout::Nchw),
+        ("mb4g2ic6ih1iw1oc4kh1ph0", autodnn::Layout::Nhwc),
     ];
     for (i, (s, layout)) in cases.into_iter().enumerate() {
         let p = common::problem(s, layout);
@@ -438,7 +442,8 @@ fn gemm_backward_filter_takes_every_path_exactly() {
 }
 
 /// `gemm` backward data on 1x1 stride-1 layers, whose GEMM writes dx directly (no column
-/// buffer), and on a strided one through col2im; beta = 0 and 1; both layouts.
+/// buffer; Wᵀ packed once for batches of small images; single pixels folded into one
+/// product), and on a strided one through col2im; beta = 0 and 1; both layouts.
 #[test]
 fn gemm_backward_data_with_and_without_the_column_buffer() {
     let cases = [
@@ -446,6 +451,11 @@ fn gemm_backward_data_with_and_without_the_column_buffer() {
         "mb2g2ic6ih5oc4kh1ph0",
         "mb2ic5ih9oc3kh1ph0sh2",
         "mb1ic4ih7oc6kh3ph1sh2",
+        // Wᵀ packed once for a batch of small images; single pixels (the batch folded into
+        // one product's columns).
+        "mb3ic40ih6oc33kh1ph0",
+        "mb5ic9ih1oc7kh1ph0",
+        "mb4g2ic6ih1oc10kh1ph0",
     ];
     for (i, s) in cases.into_iter().enumerate() {
         for layout in [autodnn::Layout::Nchw, autodnn::Layout::Nhwc] {

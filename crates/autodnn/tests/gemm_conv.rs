@@ -51,6 +51,10 @@ const LAYERS: &[&str] = &[
     // every side, and AlexNet's first layer in small.
     "mb1ic3ih39iw45oc20oh10ow12kh7kw5sh4sw4ph3pw2",
     "mb1ic3ih51oc16oh11kh11sh4ph0",
+    // Batches of small images, whose plain weights are packed once for every image, and a
+    // fully connected layer (single pixels: the batch folded into one product's columns).
+    "mb3ic40ih4oc33oh4kh3ph1",
+    "mb4ic24ih1oc20oh1kh1ph0",
 ];
 
 #[test]
@@ -242,6 +246,7 @@ fn fused_epilogues_on_both_frames() {
         "mb1ic16ih12oc24oh12kh3ph1",
         "mb2g2ic16ih5oc64oh5kh1ph0",
         LAYERS[1],
+        "mb5g2ic16ih1oc24oh1kh1ph0",
     ];
     for (i, spec) in specs.iter().enumerate() {
         for layout in [Layout::Nchw, Layout::Nhwc] {

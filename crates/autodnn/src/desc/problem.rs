@@ -223,6 +223,38 @@ impl ConvProblem {
         Ok(p)
     }
 
+    /// The same computation with the batch folded into the positions, where every image is
+    /// one pixel of a 1x1 convolution (stride 1, no padding; a fully connected layer): one
+    /// image of 1 × N positions, x and y addressing the same elements. GEMM-based
+    /// algorithms then run one product over the batch instead of a matrix-vector product
+    /// per image. `None` for other problems, or a batch of one.
+    pub(crate) fn batch_folded(&self) -> Option<ConvProblem> {
+        let (x, y, w, c) = (&self.x, &self.y, &self.w, &self.conv);
+        let pad = c.padding();
+        let one = |t: &TensorDesc| t.h() == 1 && t.w() == 1;
+        if x.n() < 2
+            || !one(x)
+            || !one(y)
+            || w.r() != 1
+            || w.s() != 1
+            || c.stride() != [1, 1]
+            || [pad.top, pad.bottom, pad.left, pad.right] != [0; 4]
+        {
+            return None;
+        }
+        let fold = |t: &TensorDesc| {
+            let [n, ch, _, _] = t.dims();
+            let [s0, s1, _, _] = t.strides();
+            let row = s0.checked_mul(n)?;
+            TensorDesc::with_strides(t.dtype(), [1, ch, 1, n], [row, s1, row, s0]).ok()
+        };
+        let mut p = ConvProblem::forward(fold(x)?, *w, *c, fold(y)?)
+            .ok()?
+            .with_epilogue(self.epilogue);
+        p.op = self.op;
+        Some(p)
+    }
+
     /// The same problem followed by `epilogue` (bias, residual, activation).
     pub fn with_epilogue(mut self, epilogue: Epilogue) -> ConvProblem {
         self.epilogue = epilogue;
@@ -320,5 +352,44 @@ fn rename(prefix: &'static str) -> impl Fn(Error) -> Error {
             detail,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Layout, ProblemSpec};
+
+    fn p(s: &str, layout: Layout) -> super::ConvProblem {
+        ProblemSpec::parse(s).unwrap().to_problem(layout).unwrap()
+    }
+
+    /// Single pixels of a 1x1 stride-1 convolution fold into one image of N positions that
+    /// address the same elements; anything else, or a batch of one, does not fold.
+    #[test]
+    fn batches_of_single_pixels_fold() {
+        for layout in [Layout::Nchw, Layout::Nhwc] {
+            let fc = p("mb6g2ic8ih1oc10kh1ph0", layout);
+            let f = fc.batch_folded().expect("a fully connected layer folds");
+            assert_eq!(f.x().dims(), [1, 8, 1, 6]);
+            assert_eq!(f.y().dims(), [1, 10, 1, 6]);
+            assert_eq!((f.x().span(), f.y().span()), (fc.x().span(), fc.y().span()));
+            for n in 0..6 {
+                for c in 0..8 {
+                    assert_eq!(f.x().offset(0, c, 0, n), fc.x().offset(n, c, 0, 0));
+                }
+                for k in 0..10 {
+                    assert_eq!(f.y().offset(0, k, 0, n), fc.y().offset(n, k, 0, 0));
+                }
+            }
+            assert_eq!((f.groups(), f.w().dims()), (fc.groups(), fc.w().dims()));
+            for s in [
+                "mb1ic8ih1oc10kh1ph0",
+                "mb6ic8ih2oc10kh1ph0",
+                "mb6ic8ih3oc10oh1kh3ph0",
+                "mb6ic8ih1oc10oh3kh1ph1",
+            ] {
+                assert!(p(s, layout).batch_folded().is_none(), "{s}");
+            }
+        }
     }
 }

@@ -354,9 +354,14 @@ fn a_source<'a>(ks: &KernelSet, g: &Gemm<'a>) -> ASource<'a> {
     }
 }
 
-/// How evenly `units` split over `nt` threads (1 = perfectly).
-fn balance(units: usize, nt: usize) -> f64 {
-    units as f64 / (units.div_ceil(nt) * nt) as f64
+/// How evenly `len` rows (or columns) in panels of `unit` split over `nt` threads, whole
+/// panels each (1 = perfectly): the mean share over the largest, counted in rows, since the
+/// kernels of a partial panel's tiles take time in proportion to its rows (49 columns in
+/// panels of 14 split 28 and 21: 0.875, not the 1.0 that counting panels gives).
+fn balance(len: usize, unit: usize, nt: usize) -> f64 {
+    let panels = len.div_ceil(unit.max(1));
+    let largest = (panels.div_ceil(nt.max(1)) * unit).min(len).max(1);
+    len as f64 / nt.max(1) as f64 / largest as f64
 }
 
 /// Splits C among `nt` threads, one block of rows or of columns each (a few each where
@@ -381,7 +386,7 @@ fn frame(
     let share_b = fmas >= THRESHOLDS.shared_b_min_fmas && b_in_place.is_none();
     let b_free = share_b || b_in_place.is_some();
     let a_in_place = matches!(a_src, ASource::InPlace(..));
-    let split_rows = split_rows_cost(g, bl, [mpan, npan], nt, a_in_place, b_free);
+    let split_rows = split_rows_cost(g, bl, nt, a_in_place, b_free);
     if split_rows && share_b {
         return shared_b(ks, ctx, g, c, nt, a_src);
     }
@@ -463,7 +468,6 @@ fn b_in_place<'a>(ks: &KernelSet, g: &Gemm<'a>) -> Option<InPlaceB<'a>> {
 fn split_rows_cost(
     g: &Gemm<'_>,
     bl: super::blocking::Blocking,
-    [mpan, npan]: [usize; 2],
     nt: usize,
     a_in_place: bool,
     b_free: bool,
@@ -477,8 +481,8 @@ fn split_rows_cost(
     let dup_b = if b_free { 0.0 } else { k * n };
     let col_panels = g.n.div_ceil(nt).div_ceil(bl.nc) as f64;
     let dup_a = if a_free { 0.0 } else { m * k * col_panels };
-    let rows = fmas / balance(mpan, nt) + w * dup_b;
-    let cols = fmas / balance(npan, nt) + w * dup_a;
+    let rows = fmas / balance(g.m, bl.mr, nt) + w * dup_b;
+    let cols = fmas / balance(g.n, bl.nr, nt) + w * dup_a;
     rows < cols
 }
 
@@ -803,13 +807,22 @@ mod tests {
     }
 
     #[test]
+    fn balance_counts_the_rows_of_a_partial_panel() {
+        // 49 columns in panels of 14 over 2 threads: 28 and 21 columns.
+        assert!((balance(49, 14, 2) - 0.875).abs() < 1e-12);
+        assert!((balance(64, 32, 2) - 1.0).abs() < 1e-12);
+        // 3 panels over 2 threads: 2 and 1.
+        assert!((balance(96, 32, 2) - 0.75).abs() < 1e-12);
+        assert!((balance(5, 32, 4) - 5.0 / 4.0 / 5.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn the_split_avoids_duplicated_packing() {
         let bl = kernel_set(crate::cpu::Isa::Scalar.usable()).blocking;
         let n = 64 * bl.mr.max(bl.nr);
         let data = vec![0f32; n * n];
         let a = StridedMatrix::new(&data, n, n, 1, n).unwrap();
         let b = StridedMatrix::new(&data, n, n, n, 1).unwrap();
-        let (mpan, npan) = (n / bl.mr, n / bl.nr);
         let gemm = |b: &dyn PackB, m: usize, f: &dyn Fn(&Gemm<'_>) -> bool| {
             f(&Gemm {
                 m,
@@ -824,40 +837,16 @@ mod tests {
         };
         // Both split evenly: a row split would have every thread pack all of B, a column
         // split all of A, unless A is read in place.
-        assert!(!gemm(&b, n, &|g| split_rows_cost(
-            g,
-            bl,
-            [mpan, npan],
-            2,
-            true,
-            false
-        )));
+        assert!(!gemm(&b, n, &|g| split_rows_cost(g, bl, 2, true, false)));
         // B pre-packed: a row split duplicates nothing.
         assert!(gemm(&Prepacked, n, &|g| split_rows_cost(
-            g,
-            bl,
-            [mpan, npan],
-            2,
-            false,
-            false
+            g, bl, 2, false, false
         )));
         // Shared B panels: a row split duplicates nothing either.
-        assert!(gemm(&b, n, &|g| split_rows_cost(
-            g,
-            bl,
-            [mpan, npan],
-            2,
-            false,
-            true
-        )));
+        assert!(gemm(&b, n, &|g| split_rows_cost(g, bl, 2, false, true)));
         // Rows that cannot be divided (one row panel) lose to columns whatever packing costs.
         assert!(!gemm(&Prepacked, bl.mr, &|g| split_rows_cost(
-            g,
-            bl,
-            [1, npan],
-            2,
-            false,
-            false
+            g, bl, 2, false, false
         )));
     }
 

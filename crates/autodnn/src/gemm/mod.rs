@@ -65,6 +65,7 @@ use crate::desc::DataType;
 use crate::error::{Error, Result};
 use crate::runtime::{Bf16Units, ExecContext, MathMode};
 use epilogue::FrameEpilogue;
+pub(crate) use kernels::PairsFn;
 pub(crate) use kernels::Transposer;
 pub(crate) use loops::depth_block;
 use loops::{Gemm, OutMatrix};

@@ -147,11 +147,20 @@ impl ConvAlgorithm for GemmConv {
     }
 
     fn workspace_bytes(&self, problem: &ConvProblem) -> usize {
-        let own = self.workspace_for(&Geometry::shape(problem));
+        let problem = &engine_problem(problem);
+        let geo = Geometry::shape(problem);
+        let own = self.workspace_for(&geo);
         if problem.is_f32() {
+            if packs_once(&geo) {
+                return own.saturating_add(packed_filter_bytes(&geo));
+            }
             return own;
         }
-        own.saturating_add(Chunks::bytes(problem))
+        let own = own.saturating_add(Chunks::bytes(problem));
+        if packs_once(&geo) {
+            return own.saturating_add(packed_filter_bytes(&geo));
+        }
+        own
     }
 
     fn deterministic(&self) -> bool {
@@ -170,6 +179,7 @@ impl ConvAlgorithm for GemmConv {
     ///    convolution): with few output channels, each packed element serves few
     ///    multiply-adds and the packing weighs as much as the products.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+        let p = &engine_problem(p);
         let geo = Geometry::shape(p);
         let mut f = default_cost_features(p, self.workspace_for(&geo));
         let oh = geo.positions / geo.ow.max(1);
@@ -188,7 +198,9 @@ impl ConvAlgorithm for GemmConv {
         problem: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        Geometry::new(problem)?.prepare(w, ctx).map(Some)
+        Geometry::new(&engine_problem(problem))?
+            .prepare(w, ctx)
+            .map(Some)
     }
 
     fn run(
@@ -201,13 +213,15 @@ impl ConvAlgorithm for GemmConv {
         workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
-        let geo = Geometry::new(problem)?;
+        let geo = Geometry::new(&engine_problem(problem))?;
         let copied = self.copied_positions(&geo);
         let mut carve = Carve::new(workspace);
         let col = match copied {
             Some(bp) => carve.take::<f32>(geo.depth * bp)?,
             None => &mut [][..],
         };
+        // Plain weights of a batch of small images: packed once for every image's GEMMs.
+        let w = pack_once(ctx, &geo, &engine_problem(problem), w, &mut carve)?;
         for block in geo.blocks(copied.unwrap_or(usize::MAX))? {
             self.block(ctx, &geo, &block, Tensor::F32(x), w, y, col, epi)?;
         }
@@ -234,6 +248,7 @@ impl ConvAlgorithm for GemmConv {
         workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
+        let problem = &engine_problem(problem);
         let p32 = problem.as_f32();
         // The operation runs bf16 x and w under allow_bf16 (exact for bf16 values).
         let geo = Geometry::new(&p32)?;
@@ -255,6 +270,8 @@ impl ConvAlgorithm for GemmConv {
                 AlgoWeights::Plain(wide_w)
             }
         };
+        // Plain weights of a batch of small images packed once, as in the f32 call.
+        let w = pack_once(ctx, &geo, &p32, w, &mut carve)?;
         // x read in place when it is the patch matrix (the engine packs bf16 straight into
         // its pairs), else widened a chunk at a time.
         let mut xb = if geo.x_is_matrix {
@@ -325,6 +342,53 @@ impl ConvAlgorithm for GemmConv {
         }
         Ok(())
     }
+}
+
+/// The problem the engine computes: with the batch folded into the positions where every
+/// image is a single pixel of a 1x1 convolution ([`ConvProblem::batch_folded`]: a fully
+/// connected layer then runs one product rather than one matrix-vector product per image).
+fn engine_problem(p: &ConvProblem) -> ConvProblem {
+    p.batch_folded().unwrap_or(*p)
+}
+
+/// Most positions per image at which plain weights are packed once for a batch (f32): on
+/// small images packing the filter for each image's GEMM weighs as much as the products
+/// (MobileNet's 1024-channel 1x1 layer at 7x7: a third of its time).
+pub(crate) const PACK_ONCE_POSITIONS: usize = 1024;
+
+/// Whether plain weights are packed once into the workspace: a batch of small images.
+fn packs_once(geo: &Geometry) -> bool {
+    geo.n >= 2 && geo.positions <= PACK_ONCE_POSITIONS
+}
+
+/// `w` packed once into the workspace where [`packs_once`] (plain weights of a batch of
+/// small images), else as it is. `geo` is the geometry of `problem` (the engine's f32 one).
+fn pack_once<'w>(
+    ctx: &ExecContext<'_>,
+    geo: &Geometry,
+    problem: &ConvProblem,
+    w: AlgoWeights<'w>,
+    carve: &mut Carve<'w>,
+) -> Result<AlgoWeights<'w>> {
+    let AlgoWeights::Plain(plain) = w else {
+        return Ok(w);
+    };
+    if !packs_once(geo) {
+        return Ok(w);
+    }
+    // As reported (the shape's taps: a dilated problem's geometry may drop taps that never
+    // see the image).
+    let buf = carve.take::<f32>(Geometry::shape(problem).prepared_len_bound())?;
+    let len = geo.prepare_into(plain, ctx, buf)?;
+    // The reservation holds the panels of the widest family; the part this one leaves is
+    // zeroed, so that the workspace reported is the workspace used.
+    buf[len..].fill(0.0);
+    Ok(AlgoWeights::Prepared(&buf[..len]))
+}
+
+/// Workspace bytes of the filter packed once.
+fn packed_filter_bytes(geo: &Geometry) -> usize {
+    geo.prepared_len_bound().saturating_mul(4)
 }
 
 /// Calls `f(offset, len)` for each contiguous run of elements of the `m × n` view at `base`

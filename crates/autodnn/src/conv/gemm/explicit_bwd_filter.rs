@@ -240,6 +240,7 @@ fn copy_dy(p: &ConvProblem, dy: &[f32], g: usize, bk: Block, dst: &mut [f32]) {
 /// The workspace: the column and dy blocks, and the swapped product's buffer; `None` when
 /// the size overflows.
 fn workspace(p: &ConvProblem) -> Option<usize> {
+    let p = &p.batch_folded().unwrap_or(*p);
     let (taps, kg) = (taps(p), p.k_per_group());
     let blocks = match path(p) {
         Path::Batch | Path::PerImage => 0,
@@ -293,6 +294,8 @@ impl Algorithm<ConvBackwardFilter> for GemmBwdFilter {
         out: &mut TensorMut<'_>,
         workspace: &mut [u8],
     ) -> Result<()> {
+        // A batch of single pixels: one product over the batch.
+        let p = &p.batch_folded().unwrap_or(*p);
         let x = inputs.x.f32("x")?;
         let dy = inputs.dy.f32("dy")?;
         let dw = out.f32("dw")?;

@@ -5,6 +5,7 @@
 use crate::cpu::Features;
 use crate::error::{Error, Result};
 use crate::gemm::{self, PackA, PackB, PackFormat, StridedMatrix};
+use crate::runtime::parallel::{try_for_each, SharedOut};
 use crate::runtime::{ExecContext, MathMode};
 
 use super::geometry::{Frame, Geometry, Tap};
@@ -372,17 +373,57 @@ impl Geometry {
     /// # Errors
     /// [`Error::OutOfMemory`] when the buffer cannot be allocated.
     pub fn prepare(&self, w: &[f32], ctx: &ExecContext<'_>) -> Result<Vec<f32>> {
-        let features = ctx.features;
-        let b_side = self.frame == Frame::Positions;
-        let (bl, format, to_pairs) = gemm::engine_format(ctx, self.depth, !b_side);
+        let (width, _) = self.panel_layout(ctx);
+        let len = PREPARED_HEADER + self.groups * self.depth * self.kg.div_ceil(width) * width;
+        let mut data = crate::alloc::try_vec(len, 0.0, "packed filter")?;
+        self.prepare_into(w, ctx, &mut data)?;
+        Ok(data)
+    }
+
+    /// Most floats [`Geometry::prepare_into`] writes, whatever the kernel family.
+    pub fn prepared_len_bound(&self) -> usize {
+        self.groups
+            .saturating_mul(self.depth)
+            .saturating_mul(self.kg.saturating_add(MAX_PANEL_WIDTH))
+            .saturating_add(PREPARED_HEADER)
+    }
+
+    /// The panel width and depth block the filter is packed with for `ctx`.
+    fn panel_layout(&self, ctx: &ExecContext<'_>) -> (usize, usize) {
+        let (bl, _, _) = gemm::engine_format(ctx, self.depth, self.frame == Frame::Channels);
         let width = match self.frame {
             Frame::Positions => bl.nr,
             Frame::Channels => bl.mr,
         };
-        let kcb = gemm::depth_block(self.depth, bl.kc);
+        (width, gemm::depth_block(self.depth, bl.kc))
+    }
+
+    /// [`Geometry::prepare`] into `data` (at least [`Geometry::prepared_len_bound`] floats,
+    /// zero or not): a call packing the filter once for all its blocks (a workspace, not a
+    /// user's prepared weights). Returns the floats written, which
+    /// [`Geometry::prepared_filter`] reads.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] when `data` is too short; those of the packers.
+    pub fn prepare_into(
+        &self,
+        w: &[f32],
+        ctx: &ExecContext<'_>,
+        data: &mut [f32],
+    ) -> Result<usize> {
+        let features = ctx.features;
+        let b_side = self.frame == Frame::Positions;
+        let (_, format, to_pairs) = gemm::engine_format(ctx, self.depth, !b_side);
+        let (width, kcb) = self.panel_layout(ctx);
         let padded = self.kg.div_ceil(width) * width;
         let len = PREPARED_HEADER + self.groups * self.depth * padded;
-        let mut data = crate::alloc::try_vec(len, 0.0, "packed filter")?;
+        let Some(data) = data.get_mut(..len) else {
+            return Err(Error::BufferTooSmall {
+                field: "workspace (the packed filter)".into(),
+                needed: len,
+                got: data.len(),
+            });
+        };
         data[..PREPARED_HEADER].copy_from_slice(&[
             PREPARED_MAGIC,
             width as f32,
@@ -399,25 +440,130 @@ impl Geometry {
             .enumerate()
         {
             let f = self.filter(w, g, features);
-            let mut t0 = 0;
-            while t0 < self.depth {
-                let kt = kcb.min(self.depth - t0);
-                let out = &mut dst[t0 * padded..(t0 + kt) * padded];
-                match self.frame {
-                    Frame::Positions => f.pack_b(t0, kt, 0, self.kg, width, out)?,
-                    Frame::Channels => f.pack_a(0, self.kg, t0, kt, width, out)?,
-                }
-                if let Some(convert) = to_pairs {
-                    for panel in out.chunks_exact_mut(kt * width) {
-                        // SAFETY: `engine_format` gives the conversion of a family the
-                        // context's features run (`kernel_set_for` intersects them with the
-                        // detected ones); the panel is `kt·width` floats.
-                        unsafe { convert(panel.as_mut_ptr(), width, kt) };
-                    }
-                }
-                t0 += kt;
-            }
+            let shape = Panels {
+                depth: self.depth,
+                channels: self.kg,
+                width,
+                kcb,
+            };
+            // Panels past the channels hold zeros (the packers write every element).
+            shape.pack(ctx, to_pairs, dst, |k0, nk, t0, kt, out| match self.frame {
+                Frame::Positions => f.pack_b(t0, kt, k0, nk, width, out),
+                Frame::Channels => f.pack_a(k0, nk, t0, kt, width, out),
+            })?;
         }
-        Ok(data)
+        Ok(len)
     }
+}
+
+/// An operand's panels: `channels` cut into panels `width` wide, the depth into blocks of
+/// `kcb`; depth block t0's panels from `t0·padded`, each `kt·width` floats.
+struct Panels {
+    depth: usize,
+    channels: usize,
+    width: usize,
+    kcb: usize,
+}
+
+impl Panels {
+    /// Fills `data` (exactly the panels) by `pack(k0, nk, t0, kt, dst)`, which writes the
+    /// panels of channels `k0 .. k0 + nk` and depths `t0 .. t0 + kt` into `dst`, then
+    /// converts them by `to_pairs` where the family reads bf16 pairs. Items of a depth block
+    /// and a run of panels each, disjoint parts of `data`, on the context's threads.
+    fn pack(
+        &self,
+        ctx: &ExecContext<'_>,
+        to_pairs: Option<gemm::PairsFn>,
+        data: &mut [f32],
+        pack: impl Fn(usize, usize, usize, usize, &mut [f32]) -> Result<()> + Sync,
+    ) -> Result<()> {
+        let Panels {
+            depth,
+            channels,
+            width,
+            kcb,
+        } = *self;
+        let padded = channels.div_ceil(width) * width;
+        debug_assert_eq!(data.len(), depth * padded);
+        let panels = padded / width;
+        let per = panels.div_ceil(2 * ctx.threads.max(1)).max(1);
+        let runs = panels.div_ceil(per);
+        let blocks = depth.div_ceil(kcb);
+        let out = SharedOut::new(data);
+        try_for_each(ctx, blocks * runs, |item| {
+            let (t0, q) = (item / runs * kcb, item % runs);
+            let kt = kcb.min(depth - t0);
+            let k0 = q * per * width;
+            let nk = (per * width).min(channels - k0);
+            let start = t0 * padded + k0 * kt;
+            let n = nk.div_ceil(width) * width * kt;
+            // SAFETY: item (block, run) covers depth block t0's panels of channels k0 ..
+            // k0 + nk: `n` floats from `start`, inside `data` and touched by no other item.
+            let dst = unsafe { out.slice_mut(start, n) };
+            pack(k0, nk, t0, kt, dst)?;
+            if let Some(convert) = to_pairs {
+                for panel in dst.chunks_exact_mut(kt * width) {
+                    // SAFETY: `engine_format` gives the conversion of a family the context's
+                    // features run (`kernel_set_for` intersects them with the detected
+                    // ones); the panel is `kt·width` floats.
+                    unsafe { convert(panel.as_mut_ptr(), width, kt) };
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The widest register-tile side of any kernel family (AVX-512's and AMX's 32 rows): a
+/// bound on the panel padding of operands packed once.
+pub(crate) const MAX_PANEL_WIDTH: usize = 32;
+
+/// Floats [`pack_a_once`] may need for an `m × depth` A operand.
+pub(crate) fn packed_a_len_bound(m: usize, depth: usize) -> Option<usize> {
+    m.checked_add(MAX_PANEL_WIDTH)?.checked_mul(depth)
+}
+
+/// The engine's A operand `a` (`m × depth`) packed once into `buf` (at least
+/// [`packed_a_len_bound`] floats) as the engine reads it in `ctx`, for products that share
+/// it (one per image): each then reads the panels in place instead of packing them again.
+///
+/// # Errors
+/// [`Error::BufferTooSmall`] when `buf` is too short; those of the packer.
+pub(crate) fn pack_a_once<'a>(
+    ctx: &ExecContext<'_>,
+    a: &dyn PackA,
+    m: usize,
+    depth: usize,
+    buf: &'a mut [f32],
+) -> Result<Filter<'a>> {
+    let (bl, format, to_pairs) = gemm::engine_format(ctx, depth, true);
+    let (width, kcb) = (bl.mr, gemm::depth_block(depth, bl.kc));
+    let padded = m.div_ceil(width) * width;
+    let len = depth * padded;
+    if width > MAX_PANEL_WIDTH || len > buf.len() {
+        return Err(Error::BufferTooSmall {
+            field: "workspace (the packed operand)".into(),
+            needed: len,
+            got: buf.len(),
+        });
+    }
+    let shape = Panels {
+        depth,
+        channels: m,
+        width,
+        kcb,
+    };
+    shape.pack(ctx, to_pairs, &mut buf[..len], |i0, rows, t0, kt, dst| {
+        a.pack_a(i0, rows, t0, kt, width, dst)
+    })?;
+    let data: &'a [f32] = &buf[..len];
+    Ok(Filter::Packed(PackedFilter {
+        data,
+        width,
+        kcb,
+        depth,
+        channels: m,
+        format,
+        b_side: false,
+    }))
 }
