@@ -288,10 +288,33 @@ fn scatter(
     let out = SharedOut::new(dx);
     // The last element of dx lies in the buffer (every element below it then does).
     assert!(p.x().offset(n - 1, c - 1, h - 1, w - 1) < out.len());
+    // Stride 2 along rows that are unit-stride in dx and in both residues' outputs (NCHW-like
+    // dx): each row is its two residues' rows interleaved, in one pass over whole pairs.
+    let pairs = sw == 2
+        && nw == 2
+        && xs[3] == 1
+        && subs
+            .iter()
+            .all(|s| s.fwd.as_ref().is_none_or(|f| f.y().strides()[3] == 1));
     let plane = |q: usize| {
         let (b, ch) = (q / c, q % c);
         for ih in 0..h {
             let (rho, i) = (ih % sh, ih / sh);
+            if pairs {
+                let src = |sigma: usize| {
+                    let sub = &subs[rho * 2 + sigma];
+                    sub.fwd.as_ref().map(|f| {
+                        let t0 = offs[rho * 2 + sigma] + f.y().offset(b, ch, i, 0);
+                        &tmp[t0..t0 + sub.aw.count]
+                    })
+                };
+                // SAFETY: row ih of plane (b, ch), w unit-stride elements from its start, lies
+                // inside dx (its last element does, asserted above) and belongs to this item
+                // alone (distinct coordinates of a valid descriptor never share memory).
+                let row = unsafe { out.slice_mut(b * xs[0] + ch * xs[1] + ih * xs[2], w) };
+                interleave_pairs(row, src(0), src(1), alpha, beta);
+                continue;
+            }
             for sigma in 0..nw {
                 let sub = &subs[rho * nw + sigma];
                 let cols = sub.aw.count;
@@ -327,6 +350,44 @@ fn scatter(
         for_each(ctx, n * c, plane);
     } else {
         (0..n * c).for_each(plane);
+    }
+}
+
+/// `row` = alpha · g + beta · row, g's even elements from `even` and odd ones from `odd`
+/// (zeros where a residue has no tap). Whole pairs in one loop the compiler vectorises.
+fn interleave_pairs(
+    row: &mut [f32],
+    even: Option<&[f32]>,
+    odd: Option<&[f32]>,
+    alpha: f32,
+    beta: f32,
+) {
+    let half = row.len() / 2;
+    let zeros = [0.0f32; 64];
+    // A residue without taps reads zeros, 64 at a time.
+    fn part<'a>(r: Option<&'a [f32]>, zeros: &'a [f32], j0: usize, len: usize) -> &'a [f32] {
+        r.map_or(&zeros[..len], |r| &r[j0..j0 + len])
+    }
+    for j0 in (0..half).step_by(64) {
+        let len = 64.min(half - j0);
+        let (e, o) = (part(even, &zeros, j0, len), part(odd, &zeros, j0, len));
+        let dst = &mut row[2 * j0..2 * (j0 + len)];
+        if beta == 0.0 {
+            for ((d, &u), &v) in dst.chunks_exact_mut(2).zip(e).zip(o) {
+                d[0] = alpha * u;
+                d[1] = alpha * v;
+            }
+        } else {
+            for ((d, &u), &v) in dst.chunks_exact_mut(2).zip(e).zip(o) {
+                d[0] = alpha * u + beta * d[0];
+                d[1] = alpha * v + beta * d[1];
+            }
+        }
+    }
+    if row.len() % 2 == 1 {
+        let v = even.map_or(0.0, |r| r[half]);
+        let d = &mut row[2 * half];
+        *d = scaled(v, *d, alpha, beta);
     }
 }
 
