@@ -15,7 +15,7 @@ use crate::runtime::Carve;
 
 use super::cost::{frame_cost, gemm_positions};
 use super::geometry::{Block, Frame, Geometry};
-use super::packed_filter::Filter;
+use super::packed_filter::{Filter, PACK_ONCE_POSITIONS};
 use super::patches::Patches;
 
 impl Geometry {
@@ -350,11 +350,6 @@ impl ConvAlgorithm for GemmConv {
 fn engine_problem(p: &ConvProblem) -> ConvProblem {
     p.batch_folded().unwrap_or(*p)
 }
-
-/// Most positions per image at which plain weights are packed once for a batch (f32): on
-/// small images packing the filter for each image's GEMM weighs as much as the products
-/// (MobileNet's 1024-channel 1x1 layer at 7x7: a third of its time).
-pub(crate) const PACK_ONCE_POSITIONS: usize = 1024;
 
 /// Whether plain weights are packed once into the workspace: a batch of small images.
 fn packs_once(geo: &Geometry) -> bool {

@@ -5,12 +5,12 @@
 //!
 //! - **1x1, stride 1, no padding:** the column buffer is dx itself: one GEMM per image and
 //!   group, straight into dx with alpha and beta. On small images (at most
-//!   [`PACK_ONCE_POSITIONS`] per image) of a batch, Wᵀ is packed once per group into the
-//!   workspace and every image's GEMM reads its panels in place: packed per image, Wᵀ's
-//!   strided columns took a third of the time of MobileNet's 1024-channel layer at 7x7.
+//!   [`PACK_ONCE_POSITIONS`] per image) of a batch, the filter is packed once per group into
+//!   the workspace and every image's GEMM reads its panels in place: packed per image, it
+//!   took a third of the time of MobileNet's 1024-channel layer at 7x7.
 //! - **Workspace:** the column buffer of one block (about [`TARGET_POSITIONS`] positions,
 //!   at most [`MAX_COL_BYTES`] unless one output row needs more); for 1x1, one group's
-//!   packed Wᵀ where it is packed once (else none).
+//!   packed filter where it is packed once (else none).
 //! - **Deterministic:** the GEMM's elements do not depend on the thread count, and col2im
 //!   gives each input channel to one thread, adding its taps in a fixed order, blocks in
 //!   order.
@@ -28,14 +28,12 @@ use crate::op::{
 use crate::runtime::parallel::SharedOut;
 use crate::runtime::workspace::Carve;
 
-use super::packed_filter::{pack_a_once, packed_a_len_bound};
+use super::packed_filter::{pack_a_once, packed_a_len_bound, PACK_ONCE_POSITIONS};
 
 /// Positions a block aims for.
 pub(crate) const TARGET_POSITIONS: usize = 1024;
 /// Largest column buffer unless one output row needs more.
 pub(crate) const MAX_COL_BYTES: usize = 8 << 20;
-/// Most positions per image at which a 1x1 problem's Wᵀ is packed once for the batch.
-pub(crate) const PACK_ONCE_POSITIONS: usize = 1024;
 
 /// The `gemm` backward-data algorithm.
 pub(crate) struct GemmBwdData;
@@ -207,51 +205,6 @@ impl Algorithm<ConvBackwardData> for GemmBwdData {
         let rows = block_rows(p);
         let (alpha, beta) = (inputs.alpha, inputs.beta);
         let epi = Epilogue::new();
-        if packs_once(p) {
-            // As below, Wᵀ packed once per group for the batch.
-            let xs = xd.strides();
-            let buf = Carve::new(workspace).take_aligned::<f32>(
-                packed_a_len_bound(t, kg).ok_or_else(|| Error::Overflow {
-                    field: "workspace".into(),
-                    detail: "the packed filter".into(),
-                })?,
-                64,
-            )?;
-            let features = ctx.features;
-            let inside = |what| Error::bad(what, "view", "outside its buffer");
-            for g in 0..p.groups() {
-                let wt = StridedMatrix::new(&w[g * kg * ks..], t, kg, 1, ks)
-                    .ok_or_else(|| inside("w"))?
-                    .for_features(features);
-                let a = pack_a_once(ctx, &wt, t, kg, buf)?;
-                for b in 0..n {
-                    let bm = StridedMatrix::new(
-                        &dy[yd.offset(b, g * kg, 0, 0)..],
-                        kg,
-                        oh * ow,
-                        ys[1],
-                        ys[3],
-                    )
-                    .ok_or_else(|| inside("dy"))?
-                    .for_features(features);
-                    let c = &mut dx[xd.offset(b, g * cg, 0, 0)..];
-                    gemm_engine(
-                        ctx,
-                        t,
-                        oh * ow,
-                        kg,
-                        alpha,
-                        &a,
-                        &bm,
-                        beta,
-                        c,
-                        [xs[1], xs[3]],
-                        &epi,
-                    )?;
-                }
-            }
-            return Ok(());
-        }
         if dx_is_col(p) {
             // 1x1, stride 1, no padding: the column buffer is dx itself (col2im would copy).
             let xs = xd.strides();
@@ -259,12 +212,44 @@ impl Algorithm<ConvBackwardData> for GemmBwdData {
                 .with_a_strides(1, ks)
                 .with_b_strides(ys[1], ys[3])
                 .with_c_strides(xs[1], xs[3]);
-            for b in 0..n {
-                for g in 0..p.groups() {
-                    let a = &w[g * kg * ks..];
-                    let bm = &dy[yd.offset(b, g * kg, 0, 0)..];
+            // On a batch of small images Wᵀ is packed once per group and read in place by
+            // every image's GEMM (in the frame of C = dx's channels × positions: with W as
+            // B in the transposed frame, MobileNet's 1024-channel layer at 7x7 took 25% more).
+            let mut once = if packs_once(p) {
+                let len = packed_a_len_bound(t, kg).ok_or_else(|| Error::Overflow {
+                    field: "workspace".into(),
+                    detail: "the packed filter".into(),
+                })?;
+                Some(Carve::new(workspace).take_aligned::<f32>(len, 64)?)
+            } else {
+                None
+            };
+            let features = ctx.features;
+            let inside = |what| Error::bad(what, "view", "outside its buffer");
+            for g in 0..p.groups() {
+                let wg = &w[g * kg * ks..];
+                let packed = match once.as_deref_mut() {
+                    Some(buf) => {
+                        let wt = StridedMatrix::new(wg, t, kg, 1, ks)
+                            .ok_or_else(|| inside("w"))?
+                            .for_features(features);
+                        Some(pack_a_once(ctx, &wt, t, kg, buf)?)
+                    }
+                    None => None,
+                };
+                for b in 0..n {
+                    let dy = &dy[yd.offset(b, g * kg, 0, 0)..];
                     let c = &mut dx[xd.offset(b, g * cg, 0, 0)..];
-                    gemm_in_context(ctx, &d, alpha, a, bm, beta, c, &epi)?;
+                    match &packed {
+                        Some(a) => {
+                            let bm = StridedMatrix::new(dy, kg, oh * ow, ys[1], ys[3])
+                                .ok_or_else(|| inside("dy"))?
+                                .for_features(features);
+                            let cs = [xs[1], xs[3]];
+                            gemm_engine(ctx, t, oh * ow, kg, alpha, a, &bm, beta, c, cs, &epi)?;
+                        }
+                        None => gemm_in_context(ctx, &d, alpha, wg, dy, beta, c, &epi)?,
+                    }
                 }
             }
             return Ok(());

@@ -518,14 +518,19 @@ impl Panels {
 /// bound on the panel padding of operands packed once.
 pub(crate) const MAX_PANEL_WIDTH: usize = 32;
 
+/// Most output positions per image at which the GEMM algorithms pack their filter once for
+/// a batch: on small images packing it for each image's GEMM weighs as much as the products
+/// (MobileNet's 1024-channel 1x1 layer at 7x7: a third of its time).
+pub(crate) const PACK_ONCE_POSITIONS: usize = 1024;
+
 /// Floats [`pack_a_once`] may need for an `m × depth` A operand.
 pub(crate) fn packed_a_len_bound(m: usize, depth: usize) -> Option<usize> {
     m.checked_add(MAX_PANEL_WIDTH)?.checked_mul(depth)
 }
 
 /// The engine's A operand `a` (`m × depth`) packed once into `buf` (at least
-/// [`packed_a_len_bound`] floats) as the engine reads it in `ctx`, for products that share
-/// it (one per image): each then reads the panels in place instead of packing them again.
+/// [`packed_a_len_bound`] floats) as the engine reads it in `ctx`, for the products that
+/// share it (one per image), which then read its panels in place.
 ///
 /// # Errors
 /// [`Error::BufferTooSmall`] when `buf` is too short; those of the packer.
@@ -538,8 +543,7 @@ pub(crate) fn pack_a_once<'a>(
 ) -> Result<Filter<'a>> {
     let (bl, format, to_pairs) = gemm::engine_format(ctx, depth, true);
     let (width, kcb) = (bl.mr, gemm::depth_block(depth, bl.kc));
-    let padded = m.div_ceil(width) * width;
-    let len = depth * padded;
+    let len = depth * m.div_ceil(width) * width;
     if width > MAX_PANEL_WIDTH || len > buf.len() {
         return Err(Error::BufferTooSmall {
             field: "workspace (the packed operand)".into(),
