@@ -489,6 +489,46 @@ fn gemm_backward_data_with_and_without_the_column_buffer() {
     }
 }
 
+/// Backward data through the forward (`implicit_gemm`) copies the filter rotated with its
+/// channels transposed: in vector tiles where channels are unit-stride on both sides (1x1
+/// KCRS filters, every KRSC one), tap blocks otherwise, in bands of 16 destination channels
+/// that threads share. Channel counts off the tiles and bands, groups, strides 1 and 2, both
+/// layouts, every ISA path, 1 to 3 threads (the last case is large enough to split).
+#[test]
+fn backward_data_through_the_forward_rotates_the_filter_exactly() {
+    let cases = [
+        "mb2ic37ih5oc35kh1ph0",
+        "mb2ic37ih6oc35kh1ph0sh2",
+        "mb1g2ic40ih5oc36kh1ph0",
+        "mb1ic19ih5oc35kh3ph1",
+        "mb1ic35ih7oc21kh3ph1sh2",
+        "mb1g2ic36ih4oc40kh3ph1",
+        "mb1ic64ih4oc72kh3ph1",
+    ];
+    for (i, s) in cases.into_iter().enumerate() {
+        for layout in [autodnn::Layout::Nchw, autodnn::Layout::Nhwc] {
+            let p = common::problem(s, layout);
+            let dy = int_data(p.y().span(), i as u64 + 30);
+            let w = int_data(p.w().elements(), i as u64 + 40);
+            let want = reference::conv_backward_data(&p, &dy, &w).unwrap();
+            let offs = out_offsets(&p, OpKind::ConvBackwardData);
+            for (isa, threads, h) in handles() {
+                let mut dx = vec![f32::NAN; p.x().span()];
+                h.conv_backward_data(&p, "implicit_gemm", &dy, &w, &mut dx, 1.0, 0.0)
+                    .unwrap();
+                for &o in &offs {
+                    assert!(
+                        dx[o] == want[o] as f32,
+                        "{s} {layout:?} {isa:?} {threads}T: dx[{o}] = {}, want {}",
+                        dx[o],
+                        want[o]
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// `depthwise` backward filter on both of its NCHW paths: the channel-blocked one (at least
 /// 16 output channels on small images: channel counts off the 16-lane blocks, channel
 /// multipliers, strides, dilation, padding on every side, 2x2, 3x3, 5x5 and odd kernels;

@@ -205,6 +205,54 @@ pub(crate) fn transposer_for(features: Features) -> Option<&'static Transposer> 
     kernels::kernel_set(features).transposer
 }
 
+/// `dst[c·ldd + r] = src[r·lds + c]` for r < rows, c < cols: a matrix transposed in the
+/// tiles of the kernel family's vectorised transpose (each source line used whole at once,
+/// so rows a power of two apart, which share cache sets, cost no refetches), the ragged
+/// edges element by element.
+///
+/// # Panics
+/// When an element lies outside `src` or `dst` (callers pass checked sizes).
+pub(crate) fn transpose_into(
+    features: Features,
+    (src, lds): (&[f32], usize),
+    (dst, ldd): (&mut [f32], usize),
+    rows: usize,
+    cols: usize,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!((rows - 1) * lds + cols <= src.len() && (cols - 1) * ldd + rows <= dst.len());
+    let tr = transposer_for(features);
+    // Columns in whole strips of the transposer (none without one).
+    let full = tr.map_or(0, |t| cols - cols % t.strip);
+    if let Some(tr) = tr {
+        for r0 in (0..rows).step_by(tr.max_w) {
+            let w = tr.max_w.min(rows - r0);
+            for c0 in (0..full).step_by(tr.strip) {
+                // SAFETY: the family's features are this CPU's (kernel_set caps them); w ≤
+                // max_w rows of `strip` floats at (r0 + r)·lds + c0 .., inside src, and
+                // writes at (c0 + q)·ldd + r0 + r for q < strip, r < w, inside dst (both by
+                // the assertion above: r0 + r < rows, c0 + q < cols).
+                unsafe {
+                    (tr.run)(
+                        src.as_ptr().add(r0 * lds + c0),
+                        lds,
+                        w,
+                        dst.as_mut_ptr().add(c0 * ldd + r0),
+                        ldd,
+                    )
+                };
+            }
+        }
+    }
+    for c in full..cols {
+        for r in 0..rows {
+            dst[c * ldd + r] = src[r * lds + c];
+        }
+    }
+}
+
 /// The block sizes GEMM uses under an ISA cap.
 pub fn blocking_for(isa: Isa) -> blocking::Blocking {
     blocking_with(isa.usable())

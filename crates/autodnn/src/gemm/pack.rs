@@ -363,9 +363,11 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
             // Other element types than f32: each strip of the W rows converted to f32
             // (contiguous runs, in vectors) into a copy on the stack, transposed from there.
             let d32 = T::as_f32(d);
+            // Panels wider than the transposer's rows (A's panels: MR is two vectors) go
+            // through it in blocks of `max_w` rows, each writing its part of the panel rows.
             let transposer = self
                 .transposer
-                .filter(|tr| W <= tr.max_w && (d32.is_some() || tr.strip <= MAX_CONVERTED_STRIP));
+                .filter(|tr| d32.is_some() || tr.strip <= MAX_CONVERTED_STRIP);
             if let Some(tr) = transposer {
                 let base = r0 * self.rs + c0;
                 let last = base + (W - 1) * self.rs;
@@ -395,12 +397,17 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                         }
                     };
                     let out = &mut dst[c * W..(c + tr.strip) * W];
-                    // SAFETY: the family's features are this CPU's (kernel_set caps them);
-                    // W ≤ max_w; rows r < W of the strip are at src + r·ld .. + strip: in d
-                    // (the last row is checked above and rows are evenly spaced from the
-                    // first) or in the copy (strip ≤ MAX_CONVERTED_STRIP floats a row);
-                    // `out` is a checked slice of W·strip floats.
-                    unsafe { (tr.run)(src, ld, W, out.as_mut_ptr()) };
+                    for rb in (0..W).step_by(tr.max_w) {
+                        let wb = tr.max_w.min(W - rb);
+                        // SAFETY: the family's features are this CPU's (kernel_set caps
+                        // them); wb ≤ max_w; rows rb .. rb + wb < W of the strip are at
+                        // src + r·ld .. + strip: in d (the last row is checked above and rows
+                        // are evenly spaced from the first) or in the copy (strip ≤
+                        // MAX_CONVERTED_STRIP floats a row); the writes, q·W + rb + r for
+                        // q < strip and r < wb, lie in `out`, a checked slice of W·strip
+                        // floats.
+                        unsafe { (tr.run)(src.add(rb * ld), ld, wb, out.as_mut_ptr().add(rb), W) };
+                    }
                     c += tr.strip;
                 }
             }

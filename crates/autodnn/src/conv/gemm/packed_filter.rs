@@ -21,16 +21,6 @@ const PREPARED_HEADER: usize = 5;
 pub(crate) enum Filter<'a> {
     /// Taps consecutive in memory: a strided matrix.
     Strided(StridedMatrix<'a, f32>),
-    /// The same as the vector side (A, [`Frame::Channels`]): rows of channels `ks` apart,
-    /// taps contiguous; packed with two transposes per panel where the panel is twice the
-    /// transposer's width (AVX-512's 32 rows), as the strided matrix otherwise.
-    Rows {
-        m: StridedMatrix<'a, f32>,
-        w: &'a [f32],
-        base: usize,
-        ks: usize,
-        tr: Option<&'static crate::gemm::Transposer>,
-    },
     /// Any filter layout and mode: element (tap t, channel k) at `base + k·ks + woff[t]`.
     Table {
         w: &'a [f32],
@@ -47,9 +37,7 @@ impl Filter<'_> {
     #[inline]
     fn at(&self, t: usize, k: usize) -> f32 {
         match self {
-            Filter::Strided(_) | Filter::Rows { .. } => {
-                unreachable!("strided filters pack themselves")
-            }
+            Filter::Strided(_) => unreachable!("strided filters pack themselves"),
             Filter::Table { w, base, ks, taps } => w[base + k * ks + taps[t].woff],
             Filter::Packed(p) => p.at(t, k),
         }
@@ -82,52 +70,6 @@ impl Filter<'_> {
     }
 }
 
-/// Packs rows `i0 .. i0 + mc` (`ks` apart from `base`), columns `p0 .. p0 + kc` of a
-/// row-major matrix as A panels of `mr = 2 · strip` rows, each strip of `strip` columns
-/// transposed as two `strip × strip` halves; ragged panels through `m`.
-fn pack_rows_twice(
-    m: &StridedMatrix<'_, f32>,
-    (w, base, ks): (&[f32], usize, usize),
-    tr: &crate::gemm::Transposer,
-    (i0, mc, p0, kc, mr): (usize, usize, usize, usize, usize),
-    dst: &mut [f32],
-) -> Result<()> {
-    let sw = tr.strip;
-    let mut halves = crate::alloc::try_vec(2 * sw * sw, 0f32, "the filter packer's scratch")?;
-    for (q, panel) in dst.chunks_exact_mut(kc * mr).enumerate() {
-        let r0 = i0 + q * mr;
-        if mc - q * mr < mr {
-            m.pack_a(r0, mc - q * mr, p0, kc, mr, panel)?;
-            continue;
-        }
-        let mut c = 0;
-        while c + sw <= kc {
-            let start = base + r0 * ks + p0 + c;
-            let src = &w[start..start + (mr - 1) * ks + sw];
-            let (lo, hi) = halves.split_at_mut(sw * sw);
-            // SAFETY: the family's features are this CPU's (transposer_for caps them); each call
-            // reads sw ≤ max_w rows of `strip` floats, ks apart, inside `src` (a checked
-            // slice of rows 0 .. mr); `lo` and `hi` hold strip · sw floats each.
-            unsafe {
-                (tr.run)(src.as_ptr(), ks, sw, lo.as_mut_ptr());
-                (tr.run)(src[sw * ks..].as_ptr(), ks, sw, hi.as_mut_ptr());
-            }
-            let out = &mut panel[c * mr..(c + sw) * mr];
-            for (qq, row) in out.chunks_exact_mut(mr).enumerate() {
-                row[..sw].copy_from_slice(&lo[qq * sw..(qq + 1) * sw]);
-                row[sw..].copy_from_slice(&hi[qq * sw..(qq + 1) * sw]);
-            }
-            c += sw;
-        }
-        for cc in c..kc {
-            for (i, o) in panel[cc * mr..(cc + 1) * mr].iter_mut().enumerate() {
-                *o = w[base + (r0 + i) * ks + p0 + cc];
-            }
-        }
-    }
-    Ok(())
-}
-
 impl PackA for Filter<'_> {
     fn pack_a(
         &self,
@@ -140,16 +82,6 @@ impl PackA for Filter<'_> {
     ) -> Result<()> {
         match self {
             Filter::Strided(m) => m.pack_a(i0, mc, p0, kc, mr, dst),
-            Filter::Rows {
-                m,
-                w,
-                base,
-                ks,
-                tr: Some(tr),
-            } if mr == 2 * tr.strip && tr.max_w >= tr.strip => {
-                pack_rows_twice(m, (w, *base, *ks), tr, (i0, mc, p0, kc, mr), dst)
-            }
-            Filter::Rows { m, .. } => m.pack_a(i0, mc, p0, kc, mr, dst),
             _ => {
                 self.pack_generic(p0, kc, i0, mc, mr, dst);
                 Ok(())
@@ -158,7 +90,7 @@ impl PackA for Filter<'_> {
     }
     fn in_place(&self) -> Option<(&[f32], usize)> {
         match self {
-            Filter::Strided(m) | Filter::Rows { m, .. } => m.in_place(),
+            Filter::Strided(m) => m.in_place(),
             _ => None,
         }
     }
@@ -197,7 +129,7 @@ impl PackB for Filter<'_> {
         dst: &mut [f32],
     ) -> Result<()> {
         match self {
-            Filter::Strided(m) | Filter::Rows { m, .. } => m.pack_b(p0, kc, j0, nc, nr, dst),
+            Filter::Strided(m) => m.pack_b(p0, kc, j0, nc, nr, dst),
             _ => {
                 self.pack_generic(p0, kc, j0, nc, nr, dst);
                 Ok(())
@@ -292,15 +224,11 @@ impl Geometry {
                         .expect(inside)
                         .for_features(features),
                 ),
-                Frame::Channels => Filter::Rows {
-                    m: StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
+                Frame::Channels => Filter::Strided(
+                    StridedMatrix::new(&w[base..], self.kg, k, ks, 1)
                         .expect(inside)
                         .for_features(features),
-                    w,
-                    base,
-                    ks,
-                    tr: crate::gemm::transposer_for(features),
-                },
+                ),
             }
         } else {
             Filter::Table {

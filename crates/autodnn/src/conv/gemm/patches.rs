@@ -617,7 +617,7 @@ impl Geometry {
                     // SAFETY: the family's features are this CPU's (transposer_for caps them); nr ≤
                     // max_w rows of `strip` = n floats, ld apart, all inside `src` (a checked
                     // slice); `out` holds strip · nr floats.
-                    unsafe { (tr.run)(src.as_ptr(), ld, nr, out.as_mut_ptr()) };
+                    unsafe { (tr.run)(src.as_ptr(), ld, nr, out.as_mut_ptr(), nr) };
                     t += n;
                     continue;
                 }
@@ -635,7 +635,7 @@ impl Geometry {
             match tr {
                 Some(tr) if n == chunk => {
                     // SAFETY: as above, the source being tmp: nr rows of chunk floats.
-                    unsafe { (tr.run)(tmp.as_ptr(), chunk, nr, out.as_mut_ptr()) }
+                    unsafe { (tr.run)(tmp.as_ptr(), chunk, nr, out.as_mut_ptr(), nr) }
                 }
                 _ => {
                     for (k, row) in out.chunks_exact_mut(nr).enumerate() {

@@ -139,13 +139,13 @@ static TRANSPOSER: Transposer = Transposer {
     run: transpose,
 };
 
-/// Transposes `w ≤ 8` rows of 8 floats into 8 rows of `w` floats (unpacks, then lane
+/// Transposes `w ≤ 8` rows of 8 floats into 8 rows of `w` floats, `ldd` apart (unpacks, then lane
 /// permutes).
 ///
 /// # Safety
 /// The contract of [`Transposer::run`] with strip = max_w = 8.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
+unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: usize) {
     debug_assert!(w <= 8);
     let mut r = [_mm256_setzero_ps(); 8];
     // A constant trip count (not `take(w)`) keeps `r` in registers.
@@ -177,9 +177,9 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
         let lo = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
         let hi = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
         for (q, x) in [(c, lo), (c + 4, hi)] {
-            // SAFETY: output row q < 8 is w writable floats at dst + q·w (contract); the
+            // SAFETY: output row q < 8 is w writable floats at dst + q·ldd (contract); the
             // mask enables exactly those lanes.
-            unsafe { _mm256_maskstore_ps(dst.add(q * w), mask, x) };
+            unsafe { _mm256_maskstore_ps(dst.add(q * ldd), mask, x) };
         }
     }
 }

@@ -271,7 +271,7 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                 // SAFETY: AVX-512F (this function's feature); n ≤ NRN ≤ 16 source rows
                 // (tile columns) of 16 readable floats each, 16·MVN floats apart in flat;
                 // tr holds 16·n ≤ 256 floats.
-                unsafe { transpose(flat.add(16 * v), 16 * MVN, t.n, tr.as_mut_ptr()) };
+                unsafe { transpose(flat.add(16 * v), 16 * MVN, t.n, tr.as_mut_ptr(), t.n) };
                 for q in 0..rows {
                     let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
                     // SAFETY: tr holds row q's n floats at q·n (masked load); columns j < n
@@ -302,13 +302,13 @@ pub(super) static TRANSPOSER: Transposer = Transposer {
     run: transpose,
 };
 
-/// Transposes `w ≤ 16` rows of 16 floats into 16 rows of `w` floats: two unpack stages
+/// Transposes `w ≤ 16` rows of 16 floats into 16 rows of `w` floats, `ldd` apart: two unpack stages
 /// within 128-bit lanes, then two stages of lane shuffles.
 ///
 /// # Safety
 /// The contract of [`Transposer::run`] with strip = max_w = 16.
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
+unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: usize) {
     debug_assert!(w <= 16);
     let mut r = [_mm512_setzero_ps(); 16];
     // A constant trip count (not `take(w)`) keeps `r` in registers.
@@ -347,9 +347,9 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32) {
             (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
         ];
         for (q, x) in out {
-            // SAFETY: output row q < 16 is w writable floats at dst + q·w (contract); the
+            // SAFETY: output row q < 16 is w writable floats at dst + q·ldd (contract); the
             // mask enables exactly those lanes.
-            unsafe { _mm512_mask_storeu_ps(dst.add(q * w), mask, x) };
+            unsafe { _mm512_mask_storeu_ps(dst.add(q * ldd), mask, x) };
         }
     }
 }

@@ -95,8 +95,9 @@ pub(crate) struct Transposer {
     ///
     /// # Safety
     /// The CPU supports the family's instruction set; `w ≤ max_w`; `src` is readable at
-    /// `r·ld + q` for r < w, q < strip; `dst` is writable for `w · strip` floats.
-    pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32),
+    /// `r·ld + q` for r < w, q < strip; `dst` is writable at `q·ldd + r` for q < strip,
+    /// r < w (output row q, the source's column q, is `w` floats at `dst + q·ldd`).
+    pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: usize),
 }
 
 /// How a family's packed A and B panels hold their elements.
