@@ -409,6 +409,8 @@ fn gemm_backward_filter_takes_every_path_exactly() {
         ("mb3ic5ih20iw20oc6kh1ph0", autodnn::Layout::Nhwc),
         ("mb5ic5ih8iw8oc6kh1ph0", autodnn::Layout::Nchw),
         ("mb5g2ic6ih9iw9oc4kh3ph1sh2", autodnn::Layout::Nchw),
+        // More output channels than taps, swapped for the tiles' fill (MobileNet's stem).
+        ("mb2ic3ih20iw20oc32kh3ph1sh2", autodnn::Layout::Nchw),
         // Single pixels: the batch folded into the product's depth.
         ("mb6ic5ih1iw1oc7kh1ph0", autodnn::Layout::Nchw),
         ("mb4g2ic6ih1iw1oc4kh1ph0", autodnn::Layout::Nhwc),
