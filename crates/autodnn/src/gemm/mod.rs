@@ -227,23 +227,19 @@ pub(crate) fn transpose_into(
     // Columns in whole strips of the transposer (none without one).
     let full = tr.map_or(0, |t| cols - cols % t.strip);
     if let Some(tr) = tr {
-        for r0 in (0..rows).step_by(tr.max_w) {
-            let w = tr.max_w.min(rows - r0);
-            for c0 in (0..full).step_by(tr.strip) {
-                // SAFETY: the family's features are this CPU's (kernel_set caps them); w ≤
-                // max_w rows of `strip` floats at (r0 + r)·lds + c0 .., inside src, and
-                // writes at (c0 + q)·ldd + r0 + r for q < strip, r < w, inside dst (both by
-                // the assertion above: r0 + r < rows, c0 + q < cols).
-                unsafe {
-                    (tr.run)(
-                        src.as_ptr().add(r0 * lds + c0),
-                        lds,
-                        w,
-                        dst.as_mut_ptr().add(c0 * ldd + r0),
-                        ldd,
-                    )
-                };
-            }
+        for c0 in (0..full).step_by(tr.strip) {
+            // SAFETY: the family's features are this CPU's (kernel_set caps them); the rows'
+            // strips at r·lds + c0 .. + strip lie in src and the writes at (c0 + q)·ldd + r
+            // (q < strip, r < rows) in dst, by the assertion above (c0 + strip ≤ cols).
+            unsafe {
+                tr.strip_rows(
+                    src.as_ptr().add(c0),
+                    lds,
+                    rows,
+                    dst.as_mut_ptr().add(c0 * ldd),
+                    ldd,
+                )
+            };
         }
     }
     for c in full..cols {

@@ -397,17 +397,12 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
                         }
                     };
                     let out = &mut dst[c * W..(c + tr.strip) * W];
-                    for rb in (0..W).step_by(tr.max_w) {
-                        let wb = tr.max_w.min(W - rb);
-                        // SAFETY: the family's features are this CPU's (kernel_set caps
-                        // them); wb ≤ max_w; rows rb .. rb + wb < W of the strip are at
-                        // src + r·ld .. + strip: in d (the last row is checked above and rows
-                        // are evenly spaced from the first) or in the copy (strip ≤
-                        // MAX_CONVERTED_STRIP floats a row); the writes, q·W + rb + r for
-                        // q < strip and r < wb, lie in `out`, a checked slice of W·strip
-                        // floats.
-                        unsafe { (tr.run)(src.add(rb * ld), ld, wb, out.as_mut_ptr().add(rb), W) };
-                    }
+                    // SAFETY: the family's features are this CPU's (kernel_set caps them);
+                    // rows r < W of the strip are at src + r·ld .. + strip: in d (the last
+                    // row is checked above and rows are evenly spaced from the first) or in
+                    // the copy (strip ≤ MAX_CONVERTED_STRIP floats a row); `out` is a checked
+                    // slice of W·strip floats, output row q at q·W.
+                    unsafe { tr.strip_rows(src, ld, W, out.as_mut_ptr(), W) };
                     c += tr.strip;
                 }
             }

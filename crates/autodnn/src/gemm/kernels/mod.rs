@@ -100,6 +100,29 @@ pub(crate) struct Transposer {
     pub run: unsafe fn(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: usize),
 }
 
+impl Transposer {
+    /// [`Transposer::run`] for any number of rows: `rows` source rows of one strip (`ld`
+    /// apart) into `strip` rows of `rows` floats (`ldd` apart), in blocks of `max_w` rows.
+    ///
+    /// # Safety
+    /// The contract of [`Transposer::run`] with `rows` in place of `w ≤ max_w`.
+    pub(crate) unsafe fn strip_rows(
+        &self,
+        src: *const f32,
+        ld: usize,
+        rows: usize,
+        dst: *mut f32,
+        ldd: usize,
+    ) {
+        for rb in (0..rows).step_by(self.max_w) {
+            let w = self.max_w.min(rows - rb);
+            // SAFETY: rows rb .. rb + w (< rows) of the strip and their writes, columns
+            // rb .. rb + w of each output row, are within the caller's contract.
+            unsafe { (self.run)(src.add(rb * ld), ld, w, dst.add(rb), ldd) }
+        }
+    }
+}
+
 /// How a family's packed A and B panels hold their elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PackFormat {
