@@ -1842,6 +1842,7 @@ pub fn fold_batch_norm_scale(
 /// assert_eq!(BatchNormProblem::parse("ic2048ih7eps1e-3")?.eps, Some(1e-3));
 /// assert_eq!(BatchNormProblem::parse("mb1ic3id4ih5iw6")?.dims, [1, 3, 20, 6]);
 /// assert!(BatchNormProblem::parse("mb8ih56").is_err());
+/// assert!(BatchNormProblem::parse("ic8_conv\"1").is_err()); // n"conv"1" would not parse
 /// # Ok::<(), autodnn::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -1859,7 +1860,8 @@ impl BatchNormProblem {
     ///
     /// # Errors
     /// [`Error::Parse`] for an unknown or repeated field, a missing `ic`, a zero or
-    /// non-numeric value, an ε that is not a positive finite number, or sizes that overflow.
+    /// non-numeric value, an ε that is not a positive finite number, sizes that overflow, or
+    /// a name holding a double quote.
     pub fn parse(s: &str) -> Result<BatchNormProblem> {
         let bad = |reason: String| Error::Parse {
             input: s.to_string(),
@@ -1878,7 +1880,12 @@ impl BatchNormProblem {
             name = Some(tail[..end].to_string());
             rest = &rest[..i];
         } else if let Some(i) = rest.find('_') {
-            name = Some(rest[i + 1..].to_string());
+            let text = &rest[i + 1..];
+            // Printed as n"...", a name holding a quote would not parse back.
+            if text.contains('"') {
+                return Err(bad("a name after _ must not hold a double quote".into()));
+            }
+            name = Some(text.to_string());
             rest = &rest[..i];
         }
         let mut vals: [Option<usize>; 5] = [None; 5]; // mb ic id ih iw
