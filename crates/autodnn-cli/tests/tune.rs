@@ -223,7 +223,10 @@ fn tune_budget_times_only_what_fits() {
     assert_eq!(total["budget_ms"], 0.0);
     // Selection's own time is reported (not bounded here: under valgrind the heuristic
     // alone took 73 ms); that nothing was timed is what the sources and the count say.
-    assert!(total["tuning_ms"].as_f64().is_some_and(|t| t >= 0.0), "{total}");
+    assert!(
+        total["tuning_ms"].as_f64().is_some_and(|t| t >= 0.0),
+        "{total}"
+    );
     // Nothing measured: nothing cached.
     let (layers, total) = tune_json(&dir, &["--budget-ms", "1e9"]);
     let timed = layers.iter().filter(|l| l["source"] == "benchmark").count();
