@@ -6,8 +6,9 @@ import statistics
 import sys
 
 out, rounds = sys.argv[1], int(sys.argv[2])
+models = sys.argv[3:] or ["resnet50", "mobilenet_v1"]
 print(f"{'model':13s} {'T':>2s} {'dir':6s} {'autodnn ms':>11s} {'torch ms':>10s} {'ratio':>6s}")
-for model in ["resnet50", "mobilenet_v1"]:
+for model in models:
     for t in [1, 2]:
         ours = {d: [] for d in ["fwd", "bwd_d", "bwd_w", "all"]}
         theirs = {d: [] for d in ours}
