@@ -335,7 +335,8 @@ fn plane<const IN_REGISTERS: bool>(
             if rho == 0 || mult > 1 {
                 let lead = t.rows.lead as usize;
                 let left = t.cols.lead as usize;
-                dyp.fill(0.0);
+                // Only dy's rectangle is ever written: the padding around it keeps the
+                // zeros the scratch was allocated with, for every plane.
                 for i in 0..oh {
                     let src = yd.offset(b, k, i, 0);
                     let at = (i + lead) * wp + left;
