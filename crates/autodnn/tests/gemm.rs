@@ -992,6 +992,23 @@ fn operand_packed_on_first_use() {
     assert!(count >= 60);
 }
 
+/// C = 2·A·B + C on integer data of the given lengths (from `seed`), exact against the
+/// reference.
+fn exact_product(
+    h: &Handle,
+    d: &GemmDesc,
+    [a, b, c]: [usize; 3],
+    seed: u64,
+    what: impl Fn() -> String,
+) {
+    let a = data(a, seed, true);
+    let b = data(b, seed + 1, true);
+    let mut c = data(c, seed + 2, true);
+    let want = reference(d, 2.0, &a, &b, 1.0, &c);
+    h.gemm(d, 2.0, &a, &b, 1.0, &mut c).unwrap();
+    assert_exact(d, &c, &want, what);
+}
+
 /// The broadcast-side operand read in place (no packing) where it is unit-stride along the
 /// depth: row-major C with row-major A, and column-major C with column-major B, with leading
 /// dimensions whose columns alias in L1 (multiples of 4 KiB: the kernel calls take fewer
@@ -1025,12 +1042,7 @@ fn operands_read_in_place_at_aliasing_leading_dimensions() {
                             (d, m * k, (n - 1) * ld + k, m * n)
                         };
                         let seed = (m * 31 + n * 7 + k + ld) as u64;
-                        let a = data(a_len, seed, true);
-                        let b = data(b_len, seed + 1, true);
-                        let mut c = data(c_len, seed + 2, true);
-                        let want = reference(&d, 2.0, &a, &b, 1.0, &c);
-                        h.gemm(&d, 2.0, &a, &b, 1.0, &mut c).unwrap();
-                        assert_exact(&d, &c, &want, || {
+                        exact_product(&h, &d, [a_len, b_len, c_len], seed, || {
                             format!(
                                 "{} x{threads} {m}x{n}x{k} ld {ld} row-major {row_major}",
                                 isa.name()
@@ -1043,6 +1055,59 @@ fn operands_read_in_place_at_aliasing_leading_dimensions() {
         }
     }
     assert!(count >= 60);
+}
+
+/// The broadcast-side operand read in place by rows (no packing) where it is unit-stride
+/// along C's columns in the engine's frame: row-major C with column-major A, column-major C
+/// with row-major B; leading dimensions that spread the depth steps over L1 (read in place)
+/// and multiples of 256 bytes (packed), ragged column panels, one and two depth blocks, beta
+/// and 1 and 2 threads, every ISA: exact on integer data.
+#[test]
+fn operands_read_in_place_by_rows() {
+    let mut count = 0;
+    for isa in isas() {
+        for threads in [1, 2] {
+            let h = handle(isa, threads);
+            for &(m, n, k) in &[
+                (70, 29, 600),
+                (33, 15, 5),
+                (64, 14, 1),
+                (45, 49, 1100),
+                (512, 196, 64),
+            ] {
+                for extra in [0, 3, 17, 64] {
+                    for row_major in [true, false] {
+                        // The operand read by rows: A (m × k, columns ld apart) for row-major
+                        // C, B (k × n, rows ld apart) for column-major C.
+                        let (d, a_len, b_len, c_len) = if row_major {
+                            let ld = m + extra;
+                            let d = GemmDesc::new(m, n, k)
+                                .with_a_strides(1, ld)
+                                .with_b_strides(n, 1)
+                                .with_c_strides(n, 1);
+                            (d, (k - 1) * ld + m, k * n, m * n)
+                        } else {
+                            let ld = n + extra;
+                            let d = GemmDesc::new(m, n, k)
+                                .with_a_strides(1, m)
+                                .with_b_strides(ld, 1)
+                                .with_c_strides(1, m);
+                            (d, m * k, (k - 1) * ld + n, m * n)
+                        };
+                        let seed = (m * 31 + n * 7 + k + extra) as u64;
+                        exact_product(&h, &d, [a_len, b_len, c_len], seed, || {
+                            format!(
+                                "{} x{threads} {m}x{n}x{k} +{extra} row-major {row_major}",
+                                isa.name()
+                            )
+                        });
+                        count += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(count >= 80);
 }
 
 /// One row or one column of C from a matrix read along its depth (the dot-product path): a

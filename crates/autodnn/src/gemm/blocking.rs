@@ -153,6 +153,10 @@ pub struct Thresholds {
     /// Most columns of B read in place per micro-kernel call when they alias in L1 (see
     /// `b_in_place_alias_bytes`): fewer than the ways of L1 (8), leaving room for A and C.
     pub b_in_place_alias_cols: usize,
+    /// B whose columns are contiguous is read in place by rows (each depth step's columns
+    /// side by side), not packed, unless its depth steps lie a multiple of this many bytes
+    /// apart: a micro-panel's steps would then share a quarter of the L1 sets or fewer.
+    pub b_in_place_rows_alias_bytes: usize,
     /// A row split with B read in place (nothing duplicated) and B at most this many bytes
     /// (so that it stays in L2 while every block streams it) is cut into
     /// `dynamic_blocks_per_thread` blocks per thread, each thread taking its own and then
@@ -174,6 +178,7 @@ pub const THRESHOLDS: Thresholds = Thresholds {
     pack_fmas_per_element: 32,
     b_in_place_alias_bytes: 4096,
     b_in_place_alias_cols: 7,
+    b_in_place_rows_alias_bytes: 256,
     dynamic_split_max_b_bytes: 512 << 10,
     dynamic_blocks_per_thread: 4,
 };

@@ -235,13 +235,16 @@ struct Step<'s> {
     b_in_place: Option<InPlaceB<'s>>,
 }
 
-/// B read in place by the micro-kernels: element (p, j) at `data[p + j·ldb]`.
+/// B read in place by the micro-kernels: element (p, j) at `data[p + j·ldb]`, or by rows
+/// at `data[p·ldb + j]`.
 #[derive(Clone, Copy)]
 struct InPlaceB<'s> {
     data: &'s [f32],
     ldb: usize,
     /// Most columns per micro-kernel call (fewer than NR when the columns alias in L1).
     cols: usize,
+    /// Read by rows (`ldb` is the depth stride, columns are contiguous).
+    rows: bool,
 }
 
 /// The A block handed to the macro-kernel.
@@ -441,10 +444,14 @@ fn frame(
 /// `THRESHOLDS.b_in_place_alias_bytes` apart all map to one L1 set: each kernel call then
 /// takes at most `b_in_place_alias_cols` of them.
 fn b_in_place<'a>(ks: &KernelSet, g: &Gemm<'a>) -> Option<InPlaceB<'a>> {
-    if ks.b_in_place.is_empty() {
-        return None;
-    }
-    let (data, ldb) = g.b.in_place_b()?;
+    let columns = if ks.b_in_place.is_empty() {
+        None
+    } else {
+        g.b.in_place_b()
+    };
+    let Some((data, ldb)) = columns else {
+        return b_in_place_rows(ks, g);
+    };
     let aliased =
         ldb.wrapping_mul(std::mem::size_of::<f32>()) % THRESHOLDS.b_in_place_alias_bytes == 0;
     let cols = if aliased {
@@ -456,6 +463,27 @@ fn b_in_place<'a>(ks: &KernelSet, g: &Gemm<'a>) -> Option<InPlaceB<'a>> {
         data,
         ldb,
         cols: cols.clamp(1, ks.blocking.nr),
+        rows: false,
+    })
+}
+
+/// B read in place by rows, when the family has kernels for that and B's columns are
+/// contiguous (see [`super::PackB::in_place_b_rows`]), unless its depth steps lie a multiple
+/// of `THRESHOLDS.b_in_place_rows_alias_bytes` apart: they would then crowd a few L1 sets.
+fn b_in_place_rows<'a>(ks: &KernelSet, g: &Gemm<'a>) -> Option<InPlaceB<'a>> {
+    if ks.b_in_place_rows.is_empty() {
+        return None;
+    }
+    let (data, ldb) = g.b.in_place_b_rows()?;
+    let bytes = ldb.wrapping_mul(std::mem::size_of::<f32>());
+    if g.k > 1 && bytes % THRESHOLDS.b_in_place_rows_alias_bytes == 0 {
+        return None;
+    }
+    Some(InPlaceB {
+        data,
+        ldb,
+        cols: ks.blocking.nr,
+        rows: true,
     })
 }
 
@@ -687,6 +715,10 @@ fn macro_kernel(
         let j = s.jc + jp * nr;
         let n = nr.min(s.jc + s.nc - j);
         let (bpanel, ldb, cols): (&[f32], usize, usize) = match s.b_in_place {
+            Some(b) if b.rows => {
+                let start = s.pc * b.ldb + j;
+                (&b.data[start..start + (kc - 1) * b.ldb + n], b.ldb, b.cols)
+            }
             Some(b) => {
                 let start = s.pc + j * b.ldb;
                 (&b.data[start..start + (n - 1) * b.ldb + kc], b.ldb, b.cols)
@@ -730,12 +762,17 @@ fn macro_kernel(
                 beta: s.beta,
                 a_pack,
             };
-            if s.b_in_place.is_some() {
+            if let Some(b) = s.b_in_place {
                 // Groups of at most `cols` columns, each its own kernel call.
+                let kernels = if b.rows {
+                    ks.b_in_place_rows
+                } else {
+                    ks.b_in_place
+                };
                 for j0 in (0..n).step_by(cols) {
                     let w = cols.min(n - j0);
                     let mut group = Tile {
-                        b: bpanel[j0 * ldb..].as_ptr(),
+                        b: bpanel[if b.rows { j0 } else { j0 * ldb }..].as_ptr(),
                         c: view.ptr.wrapping_add(j0 * c.cs),
                         n: w,
                         ..tile
@@ -749,10 +786,11 @@ fn macro_kernel(
                     // or the packed panel of mr·kc, written by the first group's call);
                     // `a_pack`, when set, is that panel (a slice of this thread's buffer,
                     // m = mr); B's columns j0 .. j0 + w, each kc deep, lie in `bpanel` (a
-                    // slice of (n − 1)·ldb + kc elements); C's columns j0 .. j0 + w of the
-                    // tile are inside the validated output (checked by `tile`) and this
-                    // thread's alone; `b_in_place[w − 1]` reads w ≤ NR columns.
-                    unsafe { (ks.b_in_place[w - 1])(&group) };
+                    // slice of (n − 1)·ldb + kc elements, or by rows of (kc − 1)·ldb + n);
+                    // C's columns j0 .. j0 + w of the tile are inside the validated output
+                    // (checked by `tile`) and this thread's alone; `kernels[w − 1]` reads
+                    // w ≤ NR columns.
+                    unsafe { (kernels[w - 1])(&group) };
                 }
             } else {
                 // A ragged last column panel takes the family's narrower kernel, if it has
@@ -867,24 +905,34 @@ mod tests {
                 b: &b,
                 epilogue: FrameEpilogue::default(),
             };
-            b_in_place(ks, &g).map(|b| (b.ldb, b.cols))
+            b_in_place(ks, &g).map(|b| (b.ldb, b.cols, b.rows))
         };
-        // Columns 20 apart (rows contiguous along n): packed.
-        assert!(in_place(20, 1).is_none());
+        let nr = ks.blocking.nr;
+        if ks.b_in_place_rows.is_empty() {
+            // The family has no such kernels: contiguous columns are packed.
+            assert!(in_place(20, 1).is_none());
+        } else {
+            // Columns contiguous, depth steps 20 floats apart: read by rows.
+            assert_eq!(in_place(20, 1), Some((20, nr, true)));
+            assert_eq!(in_place(196, 1), Some((196, nr, true)));
+            // Depth steps 256 bytes apart (or a multiple): they would crowd a quarter of the
+            // L1 sets or fewer, packed.
+            assert!(in_place(64, 1).is_none());
+            assert!(in_place(1024, 1).is_none());
+        }
         if ks.b_in_place.is_empty() {
             // The family has no such kernels: always packed.
             assert!(in_place(1, 1040).is_none());
             return;
         }
-        let nr = ks.blocking.nr;
         // Columns 1040 floats apart: whole panels per call.
-        assert_eq!(in_place(1, 1040), Some((1040, nr)));
-        assert_eq!(in_place(1, 64), Some((64, nr)));
+        assert_eq!(in_place(1, 1040), Some((1040, nr, false)));
+        assert_eq!(in_place(1, 64), Some((64, nr, false)));
         // 4 KiB and 8 KiB apart: they alias in L1, fewer columns per call.
         let few = THRESHOLDS.b_in_place_alias_cols;
         assert!(few < nr);
-        assert_eq!(in_place(1, 1024), Some((1024, few)));
-        assert_eq!(in_place(1, 2048), Some((2048, few)));
+        assert_eq!(in_place(1, 1024), Some((1024, few, false)));
+        assert_eq!(in_place(1, 2048), Some((2048, few, false)));
     }
 
     #[test]

@@ -183,6 +183,13 @@ pub trait PackB: Sync {
     fn in_place_b(&self) -> Option<(&[f32], usize)> {
         None
     }
+
+    /// When B is f32 and unit-stride along its columns, the whole operand and its depth
+    /// stride: element `(p, j)` is at `p·ldb + j`. The engine may then read micro-panels in
+    /// place by rows instead of packing them. The default is `None` (always pack).
+    fn in_place_b_rows(&self) -> Option<(&[f32], usize)> {
+        None
+    }
 }
 
 /// A matrix given by a slice, its shape and a stride per dimension, in elements. The
@@ -633,5 +640,9 @@ impl<T: GemmInput> PackB for StridedMatrix<'_, T> {
 
     fn in_place_b(&self) -> Option<(&[f32], usize)> {
         self.f32_columns()
+    }
+
+    fn in_place_b_rows(&self) -> Option<(&[f32], usize)> {
+        self.t().f32_columns()
     }
 }

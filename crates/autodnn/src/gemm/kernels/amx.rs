@@ -60,6 +60,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue: super::avx512::epilogue,
         transposer: Some(&super::avx512::TRANSPOSER),
         b_in_place: &[],
+        b_in_place_rows: &[],
         packs_a: false,
         pairs: Some(&PAIRS),
         tiles: Some(&TILES),

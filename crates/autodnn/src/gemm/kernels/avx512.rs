@@ -29,6 +29,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: Some(&TRANSPOSER),
         b_in_place: &B_IN_PLACE,
+        b_in_place_rows: &B_IN_PLACE_ROWS,
         pairs: None,
         tiles: None,
         min_depth: 1,
@@ -99,12 +100,35 @@ static B_IN_PLACE: [super::UKernel; NR] = [
     kernel::<MV, 14, 0>,
 ];
 
+/// Kernels reading n = 1 ..= NR columns of B in place by rows (`B_IN_PLACE_ROWS[n − 1]`).
+static B_IN_PLACE_ROWS: [super::UKernel; NR] = [
+    kernel::<MV, 1, ROWS>,
+    kernel::<MV, 2, ROWS>,
+    kernel::<MV, 3, ROWS>,
+    kernel::<MV, 4, ROWS>,
+    kernel::<MV, 5, ROWS>,
+    kernel::<MV, 6, ROWS>,
+    kernel::<MV, 7, ROWS>,
+    kernel::<MV, 8, ROWS>,
+    kernel::<MV, 9, ROWS>,
+    kernel::<MV, 10, ROWS>,
+    kernel::<MV, 11, ROWS>,
+    kernel::<MV, 12, ROWS>,
+    kernel::<MV, 13, ROWS>,
+    kernel::<MV, 14, ROWS>,
+];
+
+/// `BS` of the kernels reading B in place by rows: each depth step's columns side by side,
+/// steps `t.ldb` apart.
+const ROWS: usize = usize::MAX;
+
 /// The AVX-512 micro-kernel, `16·MVN × NRN`, reading a packed B panel whose rows are `BS ≥
-/// NRN` apart, or (BS = 0) NRN columns of B in place, `t.ldb` apart and depth contiguous.
+/// NRN` apart, or (BS = 0) NRN columns of B in place, `t.ldb` apart and depth contiguous, or
+/// (BS = [`ROWS`]) NRN contiguous columns of B in place, depth steps `t.ldb` apart.
 ///
 /// # Safety
-/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS (or B in place when BS = 0),
-/// and n ≤ NRN.
+/// The contract of [`super::UKernel`] with MR = 16·MVN, NR = BS (or B in place when BS = 0
+/// or [`ROWS`]), and n ≤ NRN.
 #[target_feature(enable = "avx512f")]
 unsafe fn kernel<const MVN: usize, const NRN: usize, const BS: usize>(t: &Tile) {
     // SAFETY: the caller keeps the contract, which `run` shares.
@@ -155,7 +179,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
                 }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: column j < NRN of this depth step of the B panel is readable
-                    // (packed: at j; in place: at j·ldb).
+                    // (packed or in place by rows: at j; in place: at j·ldb).
                     let bj = _mm512_set1_ps(unsafe { *b.add(if BS == 0 { j * t.ldb } else { j }) });
                     for (c, x) in acc.iter_mut().zip(&av) {
                         *c = _mm512_fmadd_ps(*x, bj, *c);
@@ -163,7 +187,11 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
                 }
                 // The last step moves past the panels; wrapping arithmetic keeps that defined.
                 a = a.wrapping_add(t.lda);
-                b = b.wrapping_add(if BS == 0 { 1 } else { BS });
+                b = b.wrapping_add(match BS {
+                    0 => 1,
+                    ROWS => t.ldb,
+                    _ => BS,
+                });
             }
         };
     }
@@ -179,6 +207,14 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
                 // (a plain prefetch where absent): the tile is about to be written.
                 _mm_prefetch::<_MM_HINT_ET0>(col.wrapping_add(16 * v).cast());
             }
+        }
+    } else if t.cs_c == 1 {
+        // C's rows are contiguous (the transposed store): the first and last element of
+        // each row cover its lines (a row of NRN ≤ 16 floats spans at most two).
+        for i in 0..t.m {
+            let row = t.c.wrapping_add(i * t.rs_c);
+            _mm_prefetch::<_MM_HINT_ET0>(row.cast());
+            _mm_prefetch::<_MM_HINT_ET0>(row.wrapping_add(t.n - 1).cast());
         }
     }
     steps!(tail);
@@ -244,6 +280,37 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                 }
             }
         }
+    } else if t.cs_c == 1 && NRN <= 16 {
+        // C's rows are contiguous (row-major C whose vector direction the caller chose
+        // across rows): transpose the tile 16 rows at a time in registers and update whole
+        // rows with masked vector loads and stores instead of element by element.
+        let alpha = _mm512_set1_ps(t.alpha);
+        let beta = _mm512_set1_ps(t.beta);
+        let cols = lane_mask(t.n, 0);
+        for v in 0..MVN {
+            let rows = t.m.saturating_sub(16 * v).min(16);
+            if rows == 0 {
+                break;
+            }
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (x, acc) in r.iter_mut().zip(&acc) {
+                *x = acc[v];
+            }
+            let tr = transpose_regs(r);
+            for (q, x) in tr.iter().enumerate().take(rows) {
+                let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
+                let mut y = _mm512_mul_ps(*x, alpha);
+                // SAFETY: columns j < n of tile row 16·v + q < m are inside the tile
+                // (contract, cs_c = 1) and the mask enables exactly those; masked-off lanes
+                // are not accessed and cannot fault.
+                unsafe {
+                    if t.beta != 0.0 {
+                        y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, p), beta, y);
+                    }
+                    _mm512_mask_storeu_ps(p, cols, y);
+                }
+            }
+        }
     } else {
         let mut flat = [[[0f32; 16]; MVN]; NRN];
         for (f, acc) in flat.iter_mut().zip(&acc) {
@@ -251,45 +318,6 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                 // SAFETY: f is 16 writable floats.
                 unsafe { _mm512_storeu_ps(f.as_mut_ptr(), *x) };
             }
-        }
-        if t.cs_c == 1 && NRN <= 16 {
-            // C's rows are contiguous (row-major C whose vector direction the caller chose
-            // across rows): transpose the tile 16 rows at a time and update whole rows with
-            // masked vector loads and stores instead of element by element.
-            let alpha = _mm512_set1_ps(t.alpha);
-            let beta = _mm512_set1_ps(t.beta);
-            let cols = lane_mask(t.n, 0);
-            // Element (i, j) of the tile at i + 16·MVN·j (pointer from the whole array).
-            let flat = flat.as_flattened().as_flattened().as_ptr();
-            for v in 0..MVN {
-                let rows = t.m.saturating_sub(16 * v).min(16);
-                if rows == 0 {
-                    break;
-                }
-                // rows[q·n ..]: tile row 16·v + q, columns 0 .. n.
-                let mut tr = [0f32; 256];
-                // SAFETY: AVX-512F (this function's feature); n ≤ NRN ≤ 16 source rows
-                // (tile columns) of 16 readable floats each, 16·MVN floats apart in flat;
-                // tr holds 16·n ≤ 256 floats.
-                unsafe { transpose(flat.add(16 * v), 16 * MVN, t.n, tr.as_mut_ptr(), t.n) };
-                for q in 0..rows {
-                    let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
-                    // SAFETY: tr holds row q's n floats at q·n (masked load); columns j < n
-                    // of tile row 16·v + q < m are inside the tile (contract, cs_c = 1) and
-                    // the mask enables exactly those.
-                    unsafe {
-                        let mut y = _mm512_mul_ps(
-                            _mm512_maskz_loadu_ps(cols, tr.as_ptr().add(q * t.n)),
-                            alpha,
-                        );
-                        if t.beta != 0.0 {
-                            y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, p), beta, y);
-                        }
-                        _mm512_mask_storeu_ps(p, cols, y);
-                    }
-                }
-            }
-            return;
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }
@@ -318,6 +346,20 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: us
             *x = unsafe { _mm512_loadu_ps(src.add(i * ld)) };
         }
     }
+    let out = transpose_regs(r);
+    let mask = ((1u32 << w) - 1) as __mmask16;
+    for (q, x) in out.iter().enumerate() {
+        // SAFETY: output row q < 16 is w writable floats at dst + q·ldd (contract); the
+        // mask enables exactly those lanes.
+        unsafe { _mm512_mask_storeu_ps(dst.add(q * ldd), mask, *x) };
+    }
+}
+
+/// The 16 × 16 transpose of registers: lane i of output q is lane q of input i. Two unpack
+/// stages within 128-bit lanes, then two stages of lane shuffles.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn transpose_regs(r: [__m512; 16]) -> [__m512; 16] {
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -334,7 +376,7 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: us
         u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
         u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
     }
-    let mask = ((1u32 << w) - 1) as __mmask16;
+    let mut res = [_mm512_setzero_ps(); 16];
     for c in 0..4 {
         let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
         let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
@@ -347,9 +389,8 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: us
             (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
         ];
         for (q, x) in out {
-            // SAFETY: output row q < 16 is w writable floats at dst + q·ldd (contract); the
-            // mask enables exactly those lanes.
-            unsafe { _mm512_mask_storeu_ps(dst.add(q * ldd), mask, x) };
+            res[q] = x;
         }
     }
+    res
 }

@@ -41,10 +41,12 @@ pub(crate) struct Tile {
     pub a: *const f32,
     /// Depth stride of the A micro-panel (MR when packed).
     pub lda: usize,
-    /// B micro-panel: element (p, j) at `b + p·NR + j` (packed), or at `b + p + j·ldb` for
-    /// the kernels that read B in place ([`KernelSet::b_in_place`]).
+    /// B micro-panel: element (p, j) at `b + p·NR + j` (packed), at `b + p + j·ldb` for
+    /// the kernels that read B in place ([`KernelSet::b_in_place`]), or at `b + p·ldb + j`
+    /// for those that read it in place by rows ([`KernelSet::b_in_place_rows`]).
     pub b: *const f32,
-    /// Column stride of B read in place (ignored by the kernels for packed B).
+    /// Column stride (or, by rows, depth stride) of B read in place (ignored by the kernels
+    /// for packed B).
     pub ldb: usize,
     /// C tile: element (i, j) at `c + i·rs_c + j·cs_c`, i < m, j < n.
     pub c: *mut f32,
@@ -237,6 +239,11 @@ pub(crate) struct KernelSet {
     /// contiguous (element (p, j) at `b + p + j·ldb`), `b_in_place[n − 1]`; empty when the
     /// family has none.
     pub b_in_place: &'static [UKernel],
+    /// Kernels that read an unpacked B micro-panel of n ≤ NR columns in place from a B whose
+    /// columns are contiguous (element (p, j) at `b + p·ldb + j`: each depth step's NR values
+    /// side by side, as in a packed panel, but `ldb` apart instead of NR),
+    /// `b_in_place_rows[n − 1]`; empty when the family has none.
+    pub b_in_place_rows: &'static [UKernel],
     /// Whether the kernels store the A micro-panel they read where [`Tile::a_pack`] says
     /// (the others ignore it).
     pub packs_a: bool,

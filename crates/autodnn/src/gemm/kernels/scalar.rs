@@ -25,6 +25,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         epilogue,
         transposer: None,
         b_in_place: &[],
+        b_in_place_rows: &[],
         pairs: None,
         tiles: None,
         min_depth: 1,
