@@ -214,7 +214,7 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
         for i in 0..t.m {
             let row = t.c.wrapping_add(i * t.rs_c);
             _mm_prefetch::<_MM_HINT_ET0>(row.cast());
-            _mm_prefetch::<_MM_HINT_ET0>(row.wrapping_add(t.n - 1).cast());
+            _mm_prefetch::<_MM_HINT_ET0>(row.wrapping_add(t.n.saturating_sub(1)).cast());
         }
     }
     steps!(tail);
