@@ -212,8 +212,6 @@ fn subs(p: &ConvProblem) -> Result<Vec<Sub>> {
     Ok(out)
 }
 
-/// Writes the sub-filter of `sub` (rotated, channels transposed) into `dst`, laid out as
-/// the sub-problem's filter descriptor.
 /// The copy of one (k, c) pair's taps, `out[d] = src[s]` for each tap `(d, s)` (destination
 /// and source offsets), repeated over pairs: on AVX-512, blocks of at most 16 floats on both
 /// sides take one masked load, one lane permutation and one masked store per pair (the scalar
@@ -222,41 +220,45 @@ struct TapCopy<'t> {
     taps: &'t [(usize, usize)],
     span_d: usize,
     span_s: usize,
-    /// Source lane of each destination lane, and the masks of the lanes read and written,
-    /// where both spans fit one vector.
-    lanes: Option<([i32; 16], u16, u16)>,
+    /// Where the CPU runs AVX-512 and both spans fit one vector: the token, the source lane
+    /// of each destination lane, and the masks of the lanes read and written.
+    #[cfg(target_arch = "x86_64")]
+    lanes: Option<(crate::simd::Avx512, [i32; 16], u16, u16)>,
 }
 
 impl<'t> TapCopy<'t> {
-    fn new(taps: &'t [(usize, usize)], span_d: usize, span_s: usize) -> TapCopy<'t> {
-        let lanes = (span_d <= 16 && span_s <= 16).then(|| {
-            let mut idx = [0i32; 16];
-            let mut written = 0u16;
-            for &(d, s) in taps {
-                idx[d] = s as i32;
-                written |= 1 << d;
-            }
-            let read = ((1u32 << span_s) - 1) as u16;
-            (idx, read, written)
-        });
+    fn new(
+        features: crate::cpu::Features,
+        taps: &'t [(usize, usize)],
+        span_d: usize,
+        span_s: usize,
+    ) -> TapCopy<'t> {
+        #[cfg(target_arch = "x86_64")]
+        let lanes = <crate::simd::Avx512 as crate::simd::Token>::new(features)
+            .filter(|_| span_d <= 16 && span_s <= 16)
+            .map(|t| {
+                let mut idx = [0i32; 16];
+                let mut written = 0u16;
+                for &(d, s) in taps {
+                    idx[d] = s as i32;
+                    written |= 1 << d;
+                }
+                let read = ((1u32 << span_s) - 1) as u16;
+                (t, idx, read, written)
+            });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = features;
         TapCopy {
             taps,
             span_d,
             span_s,
+            #[cfg(target_arch = "x86_64")]
             lanes,
         }
     }
 
     /// Copies the taps of `count` pairs, pair i from `src[i·ss..]` to `out[i·ds..]`.
-    fn run(
-        &self,
-        features: crate::cpu::Features,
-        src: &[f32],
-        ss: usize,
-        out: &mut [f32],
-        ds: usize,
-        count: usize,
-    ) {
+    fn run(&self, src: &[f32], ss: usize, out: &mut [f32], ds: usize, count: usize) {
         if count == 0 || self.taps.is_empty() {
             return;
         }
@@ -265,14 +267,10 @@ impl<'t> TapCopy<'t> {
         let src = &src[..(count - 1) * ss + self.span_s];
         let out = &mut out[..(count - 1) * ds + self.span_d];
         #[cfg(target_arch = "x86_64")]
-        if let (Some(t), Some(lanes)) = (
-            <crate::simd::Avx512 as crate::simd::Token>::new(features),
-            &self.lanes,
-        ) {
+        if let Some((t, idx, read, written)) = self.lanes {
             // SAFETY: the token proves the CPU runs AVX-512F.
-            return unsafe { copy_taps_avx512(t, lanes, src, ss, out, ds, count) };
+            return unsafe { copy_taps_avx512(t, &(idx, read, written), src, ss, out, ds, count) };
         }
-        let _ = features;
         for i in 0..count {
             let s = &src[i * ss..][..self.span_s];
             let o = &mut out[i * ds..][..self.span_d];
@@ -314,6 +312,8 @@ fn copy_taps_avx512(
     }
 }
 
+/// Writes the sub-filter of `sub` (rotated, channels transposed) into `dst`, laid out as
+/// the sub-problem's filter descriptor.
 fn sub_filter(
     ctx: &ExecContext<'_>,
     p: &ConvProblem,
@@ -352,7 +352,7 @@ fn sub_filter(
     let unit = ws[1] == 1 && fs[1] == 1;
     let span_s = taps.iter().map(|t| t.1 + 1).max().unwrap_or(0);
     let span_d = taps.iter().map(|t| t.0 + 1).max().unwrap_or(0);
-    let copy = TapCopy::new(&taps, span_d, span_s);
+    let copy = TapCopy::new(ctx.features, &taps, span_d, span_s);
     let band = |g: usize, c0: usize, out: &mut [f32]| {
         let nb = out.len() / fs[0];
         if unit {
@@ -370,7 +370,7 @@ fn sub_filter(
         }
         for cl in 0..nb {
             let src = &w[g * kg * ws[0] + (c0 + cl) * ws[1]..];
-            copy.run(ctx.features, src, ws[0], &mut out[cl * fs[0]..], fs[1], kg);
+            copy.run(src, ws[0], &mut out[cl * fs[0]..], fs[1], kg);
         }
     };
     const BAND: usize = 16;
