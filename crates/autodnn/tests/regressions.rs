@@ -233,6 +233,40 @@ fn fft_transform_size_of_a_huge_image_is_found_at_once() {
     assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
 }
 
+/// A depthwise kernel 2^31 rows high at stride 8 (fuzzing, the C API's backward-data
+/// algorithm query, 91 s in a fuzz build): depthwise's backward data sized its padded dy
+/// plane by walking every tap of the kernel for each of the 8 row residues, 1.7·10^10 steps
+/// in a workspace query, before seeing that a residue met more taps than its phase kernel
+/// holds. It bounds the taps per residue first now; every backward query of the problem is
+/// answered at once.
+#[test]
+fn depthwise_backward_data_query_of_a_huge_kernel_at_stride_8_is_found_at_once() {
+    let t = std::time::Instant::now();
+    let h = Handle::with_threads(1).unwrap();
+    let fwd = problem(
+        "mb1g1ic1oc1ih2147483648iw1kh2147483648kw1sh8sw1oh1ow1ph0pw0",
+        Layout::Nchw,
+    );
+    let p = fwd.for_op(OpKind::ConvBackwardData).unwrap();
+    let mut accepted = Vec::new();
+    for a in ConvBackwardData::algorithms() {
+        if a.check(&p).is_err() {
+            continue;
+        }
+        assert_eq!(
+            h.workspace_size::<ConvBackwardData>(&p, a.name()),
+            Ok(a.workspace_bytes(&p))
+        );
+        assert!(a.cost_features(&p).iter().all(|f| f.is_finite()));
+        accepted.push(a.name());
+    }
+    assert!(accepted.contains(&"direct"), "{accepted:?}");
+    assert_eq!(h.get::<ConvBackwardData>(&p).unwrap().len(), accepted.len());
+    let pw = fwd.for_op(OpKind::ConvBackwardFilter).unwrap();
+    assert!(!h.get::<ConvBackwardFilter>(&pw).unwrap().is_empty());
+    assert!(t.elapsed().as_secs() < 30, "took {:?}", t.elapsed());
+}
+
 /// A strided batch of products with k = 0 (A and B empty, so their strides are free) and a
 /// stride of A near usize::MAX (fuzzing, gemm): the offset of each item's A was formed
 /// before looking at its span and overflowed. C becomes beta·C.

@@ -93,16 +93,22 @@ fn phased(p: &ConvProblem) -> Option<(Span, Span)> {
     if p.c_per_group() != 1 || p.x().strides()[3] != 1 || p.y().strides()[3] != 1 {
         return None;
     }
+    // At most 64 taps reach one residue (the phase kernel's weights sit in an array). Checked
+    // first: it bounds the kernel (at most 512 taps a side), and so the spans' loops below.
+    if p.w()
+        .r()
+        .div_ceil(sh)
+        .saturating_mul(p.w().s().div_ceil(sw))
+        > MAX_PHASE_TAPS
+    {
+        return None;
+    }
     let [_, _, h, w] = p.x().dims();
     let [_, _, oh, ow] = p.y().dims();
     let bound = (h * w + oh * ow).saturating_mul(4).saturating_add(1 << 16);
     let pad = cd.padding();
     let rows = span(h, oh, p.w().r(), sh, pad.top, bound)?;
     let cols = span(w, ow, p.w().s(), sw, pad.left, bound)?;
-    // At most 64 taps reach one residue (the phase kernel's weights sit in an array).
-    if p.w().r().div_ceil(sh) * p.w().s().div_ceil(sw) > MAX_PHASE_TAPS {
-        return None;
-    }
     let plane = plane_len(rows, cols)?;
     (plane.checked_add(scratch_phases(p, cols))? <= bound).then_some((rows, cols))
 }
