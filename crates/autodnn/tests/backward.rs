@@ -415,31 +415,100 @@ fn gemm_backward_filter_takes_every_path_exactly() {
         ("mb6ic5ih1iw1oc7kh1ph0", autodnn::Layout::Nchw),
         ("mb4g2ic6ih1iw1oc4kh1ph0", autodnn::Layout::Nhwc),
     ];
-    for (i, (s, layout)) in cases.into_iter().enumerate() {
+    backward_filter_exactly("gemm", &cases, false);
+}
+
+/// `algo`'s backward filter on `cases`, exact against the oracle, with beta = 0 (dw full of
+/// NaN) and 1, alpha 1 and 2, on 1 to 3 threads (on every instruction set here when
+/// `every_isa`).
+fn backward_filter_exactly(algo: &str, cases: &[(&str, autodnn::Layout)], every_isa: bool) {
+    let handles: Vec<(String, Handle)> = if every_isa {
+        handles()
+            .into_iter()
+            .map(|(isa, t, h)| (format!("{isa:?} {t}T"), h))
+            .collect()
+    } else {
+        (1..=3)
+            .map(|t| (format!("{t}T"), Handle::with_threads(t).unwrap()))
+            .collect()
+    };
+    for (i, &(s, layout)) in cases.iter().enumerate() {
         let p = common::problem(s, layout);
         let x = int_data(p.x().span(), i as u64);
         let dy = int_data(p.y().span(), i as u64 + 50);
         let want = reference::conv_backward_filter(&p, &x, &dy).unwrap();
         let prior = int_data(p.w().elements(), i as u64 + 90);
-        for threads in 1..=3 {
-            let h = Handle::with_threads(threads).unwrap();
-            for beta in [0.0f32, 1.0] {
+        for (name, h) in &handles {
+            for (alpha, beta) in [(1.0f32, 0.0f32), (1.0, 1.0), (2.0, 1.0)] {
                 let mut dw = if beta == 0.0 {
                     vec![f32::NAN; p.w().elements()]
                 } else {
                     prior.clone()
                 };
-                h.conv_backward_filter(&p, "gemm", &x, &dy, &mut dw, 1.0, beta)
+                h.conv_backward_filter(&p, algo, &x, &dy, &mut dw, alpha, beta)
                     .unwrap();
                 for (j, (&g, &r)) in dw.iter().zip(&want).enumerate() {
-                    let r = r + beta as f64 * prior[j] as f64;
+                    let r = alpha as f64 * r + beta as f64 * prior[j] as f64;
                     assert!(
                         g == r as f32,
-                        "{s} {layout:?} {threads}T beta {beta}: dw[{j}] = {g}, want {r}"
+                        "{algo} {s} {layout:?} {name} alpha {alpha} beta {beta}: dw[{j}] = {g}, \
+                         want {r}"
                     );
                 }
             }
         }
+    }
+}
+
+/// The paths of `implicit_gemm` backward filter (no workspace): one product per image with
+/// dy read in place (NCHW images of at least 128 positions; 1x1 stride 1 with x read in
+/// place too), one over the whole batch with dy in place (NHWC) or both operands packed
+/// (small NCHW images, strided, padded and dilated windows, groups, single pixels); taps as
+/// the engine's rows or the output channels, in ragged panels; every instruction set here.
+/// And the problems it declines: a filter whose taps are not in x's order, convolution
+/// mode.
+#[test]
+fn implicit_gemm_backward_filter_takes_every_path_exactly() {
+    use autodnn::Layout::{Nchw, Nhwc};
+    let cases = [
+        ("mb2ic3ih70iw70oc4kh3ph1", Nchw),
+        ("mb2ic3ih70iw70oc4kh3ph1", Nhwc),
+        ("mb3ic5ih20iw20oc6kh1ph0", Nchw),
+        ("mb3ic5ih20iw20oc6kh1ph0", Nhwc),
+        ("mb3ic40ih12iw12oc6kh1ph0", Nchw),
+        ("mb5ic5ih8iw8oc6kh1ph0", Nchw),
+        ("mb5g2ic6ih9iw9oc4kh3ph1sh2", Nchw),
+        ("mb5g2ic6ih9iw9oc4kh3ph1sh2", Nhwc),
+        ("mb2ic40ih12iw12oc36kh3ph1", Nchw),
+        ("mb2ic40ih12iw12oc70kh3ph1", Nhwc),
+        ("mb2ic3ih20iw20oc40kh3ph1sh2", Nchw),
+        ("mb3ic7ih11iw13oc9kh3kw2ph2pw1sh2sw3dh1dw2", Nchw),
+        ("mb3ic7ih11iw13oc9kh3kw2ph2pw1sh2sw3dh1dw2", Nhwc),
+        ("mb6ic5ih1iw1oc7kh1ph0", Nchw),
+        ("mb4g2ic6ih1iw1oc4kh1ph0", Nhwc),
+    ];
+    backward_filter_exactly("implicit_gemm", &cases, true);
+    let algo = ConvBackwardFilter::algorithms()
+        .iter()
+        .find(|a| a.name() == "implicit_gemm")
+        .unwrap();
+    let bwd = |p: ConvProblem| p.for_op(OpKind::ConvBackwardFilter).unwrap();
+    let p = bwd(common::problem("mb2ic3ih9iw9oc4kh3ph1", Nchw));
+    assert!(algo.check(&p).is_ok());
+    assert_eq!(algo.workspace_bytes(&p), 0);
+    let flipped = p.conv().with_mode(autodnn::ConvMode::Convolution);
+    let mut declined = vec![ConvProblem::forward(*p.x(), *p.w(), flipped, *p.y()).unwrap()];
+    for (layout, filter) in [
+        (Nchw, autodnn::FilterLayout::Krsc),
+        (Nhwc, autodnn::FilterLayout::Kcrs),
+    ] {
+        let q = common::problem("mb2ic3ih9iw9oc4kh3ph1", layout);
+        let w = autodnn::FilterDesc::new(autodnn::DataType::F32, filter, [4, 3, 3, 3]).unwrap();
+        declined.push(ConvProblem::forward(*q.x(), w, *q.conv(), *q.y()).unwrap());
+    }
+    for q in declined {
+        let e = algo.check(&bwd(q)).unwrap_err();
+        assert!(e.contains("not in x's order"), "{e}");
     }
 }
 

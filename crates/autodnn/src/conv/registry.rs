@@ -8,7 +8,10 @@ use super::dilated::{
 };
 use super::direct::{Direct, DirectBwdBias, DirectBwdData, DirectBwdFilter};
 use super::fft::{FFT, FFT_BWD_DATA, FFT_TILING, FFT_TILING_BWD_DATA};
-use super::gemm::{GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA};
+use super::gemm::{
+    GEMM, GEMM_BWD_DATA, GEMM_BWD_FILTER, IMPLICIT_GEMM, IMPLICIT_GEMM_BWD_DATA,
+    IMPLICIT_GEMM_BWD_FILTER,
+};
 use super::split::{
     DEPTHWISE_BATCH, DEPTHWISE_BWD_DATA_BATCH, GEMM_BATCH, GEMM_BWD_DATA_BATCH,
     GEMM_BWD_FILTER_BATCH, IMPLICIT_GEMM_BATCH, IMPLICIT_GEMM_BWD_DATA_BATCH, WINOGRAD_4X4_BATCH,
@@ -81,6 +84,7 @@ static BWD_FILTER: &[&dyn Algorithm<ConvBackwardFilter>] = &[
     &WINOGRAD_2X2_BWD_FILTER,
     &GEMM_BWD_FILTER,
     &GEMM_BWD_FILTER_BATCH,
+    &IMPLICIT_GEMM_BWD_FILTER,
     &DirectBwdFilter,
 ];
 

@@ -329,7 +329,15 @@ impl<'a, T: GemmInput> StridedMatrix<'a, T> {
     /// `dst` with element `(r, c)` at `(c − c0)·w + (r − r0)`: a micro-panel whose vector
     /// runs along this matrix's rows. Full panels of the kernels' widths take loops with a
     /// compile-time width (no per-row library calls, unrolled transposes).
-    fn pack_panel(&self, r0: usize, rv: usize, c0: usize, len: usize, w: usize, dst: &mut [f32]) {
+    pub(crate) fn pack_panel(
+        &self,
+        r0: usize,
+        rv: usize,
+        c0: usize,
+        len: usize,
+        w: usize,
+        dst: &mut [f32],
+    ) {
         macro_rules! fixed {
             ($($w:literal)*) => {
                 match w {

@@ -104,8 +104,13 @@ fn path(p: &ConvProblem) -> Path {
 /// tiles swapped and 64% not.
 fn swapped(p: &ConvProblem) -> bool {
     let (kg, t) = (p.k_per_group(), taps(p));
-    let better = kg < t || tile_fill(kg, t) > 1.2 * tile_fill(t, kg);
-    better && kg <= SWAP_MAX_K && kg * t <= SWAP_MAX_ELEMENTS
+    channels_as_rows(kg, t) && kg <= SWAP_MAX_K && kg * t <= SWAP_MAX_ELEMENTS
+}
+
+/// Whether the `kg` output channels rather than the `taps` are the better rows of the
+/// engine (its vector side): fewer of them, or filling the register tiles 1.2x better.
+pub(super) fn channels_as_rows(kg: usize, taps: usize) -> bool {
+    kg < taps || tile_fill(kg, taps) > 1.2 * tile_fill(taps, kg)
 }
 
 /// The share of the engine's register tiles an `m × n` product fills, for the widest

@@ -37,6 +37,7 @@ mod explicit_fwd;
 mod geometry;
 mod im2col;
 mod implicit_bwd_data;
+mod implicit_bwd_filter;
 mod implicit_fwd;
 mod packed_filter;
 mod patches;
@@ -45,6 +46,7 @@ pub(crate) use explicit_bwd_data::GEMM_BWD_DATA;
 pub(crate) use explicit_bwd_filter::GEMM_BWD_FILTER;
 pub(crate) use explicit_fwd::GEMM;
 pub(crate) use implicit_bwd_data::IMPLICIT_GEMM_BWD_DATA;
+pub(crate) use implicit_bwd_filter::IMPLICIT_GEMM_BWD_FILTER;
 pub(crate) use implicit_fwd::IMPLICIT_GEMM;
 
 use algorithm::{GemmConv, PatchSource};
