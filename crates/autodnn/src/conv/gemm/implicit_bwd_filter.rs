@@ -51,6 +51,8 @@ enum Source<'a> {
     /// A strided matrix per image: row r, position q = (i, j) of image n at
     /// `base + n·ns + r·rs + i·hs + j·cs`.
     Strided {
+        /// The tensor's name, for errors.
+        name: &'static str,
         data: &'a [f32],
         base: usize,
         ns: usize,
@@ -124,13 +126,8 @@ impl<'a> Rows<'a> {
             return Ok(());
         }
         let chunk = CHUNK;
-        let mut strips = match &self.src {
-            Source::Patches { geo, .. } => Some((
-                StripScratch::new(geo, chunk, w)?,
-                crate::alloc::try_vec(w * chunk, 0f32, "the patch strips")?,
-            )),
-            Source::Strided { .. } => None,
-        };
+        // The patch packer's scratch, made at its first use.
+        let mut strips: Option<(StripScratch, Vec<f32>)> = None;
         for (qi, panel) in dst.chunks_exact_mut(kc * w).enumerate() {
             let pr0 = r0 + qi * w;
             let rv = w.min(r0 + count - pr0);
@@ -148,6 +145,7 @@ impl<'a> Rows<'a> {
                 let out = &mut panel[(p - p0) * w..(p - p0 + len) * w];
                 match &self.src {
                     Source::Strided {
+                        name,
                         data,
                         base,
                         ns,
@@ -160,17 +158,19 @@ impl<'a> Rows<'a> {
                             .get(off..)
                             .and_then(|d| StridedMatrix::new(d, self.rows, len, *rs, *cs))
                             .ok_or_else(|| {
-                                Error::bad(
-                                    "x",
-                                    off,
-                                    "the descriptors were checked against x and dy",
-                                )
+                                Error::bad(*name, off, "the descriptors were checked against it")
                             })?
                             .with_transposer(self.tr);
                         m.pack_panel(pr0, rv, 0, len, w, out);
                     }
                     Source::Patches { geo, x, g } => {
-                        let (sc, strip) = strips.as_mut().expect("made for patches above");
+                        let (sc, strip) = match strips {
+                            Some(ref mut s) => s,
+                            None => strips.insert((
+                                StripScratch::new(geo, chunk, w)?,
+                                crate::alloc::try_vec(w * chunk, 0f32, "the patch strips")?,
+                            )),
+                        };
                         let block = Block {
                             n,
                             g: *g,
@@ -352,6 +352,7 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
             for n0 in 0..images {
                 let grads = rows(
                     Source::Strided {
+                        name: "dy",
                         data: dy,
                         base: g * kg * ys[1],
                         ns: ys[0],
@@ -364,6 +365,7 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
                 );
                 let patches = if geo.x_is_matrix {
                     let src = Source::Strided {
+                        name: "x",
                         data: x,
                         base: g * cg * xs[1],
                         ns: xs[0],
