@@ -14,9 +14,16 @@
 //! - otherwise x's patches come from the forward's strip packer (tap-major strips of
 //!   positions, zero in the padding) and are transposed into the panel in registers.
 //!
+//! Operands the engine can read in place are not packed at all: dy one stride along the
+//! depth (NHWC-like dy over the whole batch, or one image) and, 1x1 stride 1, x likewise.
+//! NCHW-like dy, whose images are not one stride apart, takes one product per image (beta 1
+//! after the first) where an image has at least [`IN_PLACE_MIN_POSITIONS`] positions, so
+//! that it is read in place; smaller images take one product over the batch, packed.
+//!
 //! The frame: taps as the engine's rows (its vector side) and the output channels as its
 //! columns, or the other way round where the output channels are fewer or fill the register
-//! tiles better; dw is written in either frame through C's strides, no buffer.
+//! tiles better (unless only the first reads dy in place); dw is written in either frame
+//! through C's strides, no buffer.
 //!
 //! - **Declines:** a filter whose taps are not in x's tap order (a KRSC filter with NCHW-like
 //!   x, KCRS with NHWC-like x) and convolution mode (flipped taps): dw is then not one strided
