@@ -278,6 +278,19 @@ pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 /// Elements per work item when an elementwise operator splits long runs among threads.
 pub(crate) const CHUNK: usize = 1 << 14;
 
+/// Bytes of a cache line, the unit element-wise loops align their output to.
+pub(crate) const LINE: usize = 64;
+
+/// `f` on `y`'s elements before its first [`LINE`] boundary, then on the others, with `x`'s
+/// elements at the same indices: the second call's vectors are whole cache lines of `y` (and
+/// of `x` when it is as misaligned, buffers from the same allocator).
+pub(crate) fn by_lines(x: &[f32], y: &mut [f32], mut f: impl FnMut(&[f32], &mut [f32])) {
+    let head = ((LINE - y.as_ptr() as usize % LINE) % LINE / 4).min(y.len());
+    let (y0, y1) = y.split_at_mut(head);
+    f(&x[..head], y0);
+    f(&x[head..], y1);
+}
+
 /// Runs `f(out, run, first, len)` over pieces of `runs` on the context's threads: elements
 /// `first .. first + len` of run `run`, runs longer than [`CHUNK`] cut into pieces of about
 /// that length. `out` is the shared output (tensor 0 of `runs`); each piece may write its own
@@ -295,7 +308,6 @@ pub(crate) fn for_each_piece<const K: usize>(
     y: &mut [f32],
     f: impl Fn(&SharedOut<'_>, usize, usize, usize) + Sync,
 ) -> Result<()> {
-    const LINE: usize = 64;
     const PER_LINE: usize = LINE / std::mem::size_of::<f32>();
     let total = runs.count().saturating_mul(runs.len);
     let per_run = if runs.len > CHUNK {

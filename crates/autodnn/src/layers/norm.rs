@@ -40,7 +40,7 @@
 //! strides take the same pieces with strided scalar loops. Layer norm is fast where a sample's
 //! (c, h, w) elements are contiguous in that order (NCHW, or any layout with H = W = 1).
 
-use super::{check_buffer, check_same_dims, merge_contiguous, Blend};
+use super::{by_lines, check_buffer, check_same_dims, merge_contiguous, Blend};
 use crate::cpu::Features;
 use crate::desc::{DataType, FilterDesc, TensorDesc};
 use crate::error::{Error, Result};
@@ -950,19 +950,18 @@ fn bn_apply(
         });
     }
     if let Some(pl) = Planes::new(dims, st) {
-        return run_items(ctx, total, pl.count, |i| {
-            let ([oy, ox], ch) = pl.at(i);
-            // SAFETY: each plane belongs to one item.
-            let dst = unsafe { out.slice_mut(oy, pl.len) };
-            affine(
-                features,
-                &x[ox..ox + pl.len],
-                dst,
-                m[ch],
-                a[ch],
-                b[ch],
-                beta,
-            );
+        // Consecutive planes per item (about CHUNK elements): each thread streams through
+        // memory rather than taking every other plane.
+        let per = (super::CHUNK / pl.len).max(1);
+        return run_items(ctx, total, pl.count.div_ceil(per), |i| {
+            for p in i * per..((i + 1) * per).min(pl.count) {
+                let ([oy, ox], ch) = pl.at(p);
+                // SAFETY: each plane belongs to one item.
+                let dst = unsafe { out.slice_mut(oy, pl.len) };
+                by_lines(&x[ox..ox + pl.len], dst, |x, y| {
+                    affine(features, x, y, m[ch], a[ch], b[ch], beta)
+                });
+            }
         });
     }
     let geo = Groups::new(dims, st, 1);
@@ -973,7 +972,9 @@ fn bn_apply(
             if contiguous {
                 // SAFETY: the run's elements belong to this piece alone.
                 let dst = unsafe { out.slice_mut(oy, n) };
-                affine(features, &x[ox..ox + n], dst, m[g], a[g], b[g], beta);
+                by_lines(&x[ox..ox + n], dst, |x, y| {
+                    affine(features, x, y, m[g], a[g], b[g], beta)
+                });
             } else {
                 for j in 0..n {
                     let (py, px) = (oy + j * geo.inner[0], ox + j * geo.inner[1]);
