@@ -361,7 +361,7 @@ fn plane_sums<const K: usize>(
     let mut part = crate::alloc::try_vec(pl.count, [0.0f64; 2], "normalization partial sums")?;
     {
         let out = SharedOut::new(&mut part);
-        run_items(ctx, pl.count * pl.len, pl.count, |i| {
+        run_planes(ctx, pl, |i| {
             let (st, ch) = pl.at(i);
             // SAFETY: slot i is written by item i alone.
             unsafe { out.write(i, seg(st, ch)) };
@@ -392,6 +392,20 @@ fn run_items(
         return Ok(());
     }
     for_each_with(ctx, items, || Ok(()), |_, i| f(i))
+}
+
+/// Runs `f(p)` for each of `pl`'s planes, consecutive planes (about [`super::CHUNK`]
+/// elements) to a work item: each thread streams through memory rather than taking every
+/// other plane (2 threads took 1.3-1.6 ms on a batch norm that streams in 1.1).
+fn run_planes<const K: usize>(
+    ctx: &ExecContext<'_>,
+    pl: &Planes<K>,
+    f: impl Fn(usize) + Sync,
+) -> Result<()> {
+    let per = (super::CHUNK / pl.len.max(1)).max(1);
+    run_items(ctx, pl.count * pl.len, pl.count.div_ceil(per), |i| {
+        (i * per..((i + 1) * per).min(pl.count)).for_each(&f)
+    })
 }
 
 /// Per group of one tensor: (Σ (x − s), Σ (x − s)²) with s the group's first element, the
@@ -950,18 +964,13 @@ fn bn_apply(
         });
     }
     if let Some(pl) = Planes::new(dims, st) {
-        // Consecutive planes per item (about CHUNK elements): each thread streams through
-        // memory rather than taking every other plane.
-        let per = (super::CHUNK / pl.len).max(1);
-        return run_items(ctx, total, pl.count.div_ceil(per), |i| {
-            for p in i * per..((i + 1) * per).min(pl.count) {
-                let ([oy, ox], ch) = pl.at(p);
-                // SAFETY: each plane belongs to one item.
-                let dst = unsafe { out.slice_mut(oy, pl.len) };
-                by_lines(&x[ox..ox + pl.len], dst, |x, y| {
-                    affine(features, x, y, m[ch], a[ch], b[ch], beta)
-                });
-            }
+        return run_planes(ctx, &pl, |p| {
+            let ([oy, ox], ch) = pl.at(p);
+            // SAFETY: each plane belongs to one item.
+            let dst = unsafe { out.slice_mut(oy, pl.len) };
+            by_lines(&x[ox..ox + pl.len], dst, |x, y| {
+                affine(features, x, y, m[ch], a[ch], b[ch], beta)
+            });
         });
     }
     let geo = Groups::new(dims, st, 1);
@@ -1267,7 +1276,7 @@ pub fn backward(
         });
     }
     if let Some(pl) = Planes::new(dims, st) {
-        return run_items(ctx, total, pl.count, |i| {
+        return run_planes(ctx, &pl, |i| {
             let ([od, ox, og], g) = pl.at(i);
             let kk = [k[g], k[c + g], k[2 * c + g], k[3 * c + g]];
             let n = pl.len;
