@@ -10,7 +10,7 @@ use crate::vmath;
 /// (sigmoid(z), 1 − sigmoid(z)), the second without the cancellation of 1 − s where s → 1.
 #[inline(always)]
 fn sigmoid_pair(z: f32) -> (f32, f32) {
-    let e = vmath::exp(-z.clamp(-80.0, 80.0));
+    let e = vmath::exp_inside(-z.clamp(-80.0, 80.0));
     let s = 1.0 / (1.0 + e);
     (s, e * s)
 }

@@ -67,6 +67,23 @@ fn exp_tail(r: f32) -> f32 {
     p * r * r
 }
 
+/// e^x for x in [−87.3, 88.3] (2^n a normal float), with none of [`exp`]'s handling of the
+/// edges: for callers that clamp x first.
+#[inline(always)]
+pub(crate) fn exp_inside(x: f32) -> f32 {
+    let t = x * LOG2E + ROUNDER;
+    let n = t - ROUNDER;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
+    let k = t
+        .to_bits()
+        .wrapping_sub(ROUNDER.to_bits())
+        .wrapping_add(127);
+    (1.0 + (r + exp_tail(r))) * f32::from_bits(k << 23)
+}
+
+/// The largest argument of [`exp_inside`].
+const INSIDE_HI: f32 = 88.3;
+
 /// e^x (see the module's accuracy notes).
 #[inline(always)]
 pub(crate) fn exp(x: f32) -> f32 {
@@ -99,10 +116,18 @@ pub(crate) fn expm1(x: f32) -> f32 {
     }
 }
 
-/// 1 / (1 + e^−x).
+/// 1 / (1 + e^−x): e^−x by [`exp_inside`] on −x clamped to its range, 0 below −88.3 (where
+/// the result would be subnormal), NaN for NaN.
 #[inline(always)]
 pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+    let e = exp_inside((-x).clamp(EXP_LO, INSIDE_HI));
+    let s = 1.0 / (1.0 + e);
+    let s = if x < -INSIDE_HI { 0.0 } else { s };
+    if x.is_nan() {
+        x
+    } else {
+        s
+    }
 }
 
 /// tanh(x) as ±expm1(2|x|) / (expm1(2|x|) + 2), |x| clamped to 9 (where tanh rounds to 1).
@@ -262,6 +287,9 @@ mod tests {
         assert_eq!(tanh(-100.0), -1.0);
         assert!(tanh(f32::NAN).is_nan());
         assert_eq!(sigmoid(-200.0), 0.0);
+        assert!(sigmoid(f32::NAN).is_nan());
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
         assert_eq!(sigmoid(200.0), 1.0);
     }
 }
