@@ -363,7 +363,7 @@ fn plane_sums<const K: usize>(
         let out = SharedOut::new(&mut part);
         run_planes(ctx, pl, |i| {
             let (st, ch) = pl.at(i);
-            // SAFETY: slot i is written by item i alone.
+            // SAFETY: slot i is written for plane i alone, by the one item holding it.
             unsafe { out.write(i, seg(st, ch)) };
         })?;
     }
@@ -455,7 +455,7 @@ fn group_sums<const K: usize>(
                 acc[0] += s[0];
                 acc[1] += s[1];
             });
-            // SAFETY: slot i is written by item i alone.
+            // SAFETY: slot i is written for plane i alone, by the one item holding it.
             unsafe { out.write(i, acc) };
         })?;
     }
