@@ -30,24 +30,37 @@ const EXP_HI: f32 = 88.722_83;
 /// exp's f32 result is subnormal below this; [`exp`] flushes it to 0.
 const EXP_LO: f32 = -87.336_55;
 
+/// (r, n, e) with x = n·ln 2 + r, |r| ≤ ln 2 / 2, and e = n + 127, 2^n's exponent field (for
+/// |x| within f32's exponent range; callers clamp).
+#[inline(always)]
+fn split(x: f32) -> (f32, f32, u32) {
+    let t = x * LOG2E + ROUNDER;
+    let n = t - ROUNDER;
+    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
+    // t's low mantissa bits hold n (two's complement within the field, offset by the
+    // rounder's): 2^n is (n + 127) in the exponent field.
+    let e = t
+        .to_bits()
+        .wrapping_sub(ROUNDER.to_bits())
+        .wrapping_add(127);
+    (r, n, e)
+}
+
 /// (r, s, twice) with x = n·ln 2 + r, |r| ≤ ln 2 / 2 (x clamped to the finite range first):
 /// 2^n is s, or 2·s where `twice` (n = 128, whose power of two is not a float but whose
 /// e^x may be).
 #[inline(always)]
 fn reduce(x: f32) -> (f32, f32, bool) {
-    let x = x.clamp(EXP_LO, EXP_HI);
-    let t = x * LOG2E + ROUNDER;
-    let n = t - ROUNDER;
-    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
+    let (r, n, e) = split(x.clamp(EXP_LO, EXP_HI));
     let twice = n > 127.0;
-    // t's low mantissa bits hold n (two's complement within the field, offset by the
-    // rounder's): 2^n is (n + 127) in the exponent field.
-    let k = t
-        .to_bits()
-        .wrapping_sub(ROUNDER.to_bits())
-        .wrapping_add(127);
-    let k = if twice { k.wrapping_sub(1) } else { k };
-    (r, f32::from_bits(k << 23), twice)
+    let e = if twice { e.wrapping_sub(1) } else { e };
+    (r, f32::from_bits(e << 23), twice)
+}
+
+/// c\[0\]·x^(m−1) + … + c\[m − 1\] by Horner's rule in fused multiply-adds.
+#[inline(always)]
+fn horner(x: f32, c: &[f32]) -> f32 {
+    c[1..].iter().fold(c[0], |p, &k| fma(p, x, k))
 }
 
 /// a·b + c rounded once: a fused multiply-add where the instruction set has one (the
@@ -60,12 +73,17 @@ fn fma(a: f32, b: f32, c: f32) -> f32 {
 /// e^r − 1 − r for |r| ≤ ln 2 / 2, as r² · p(r) (Cephes' minimax coefficients).
 #[inline(always)]
 fn exp_tail(r: f32) -> f32 {
-    let mut p = 1.987_569_1e-4f32;
-    p = fma(p, r, 1.398_199_9e-3);
-    p = fma(p, r, 8.333_452e-3);
-    p = fma(p, r, 4.166_579_6e-2);
-    p = fma(p, r, 1.666_666_5e-1);
-    p = fma(p, r, 0.5);
+    let p = horner(
+        r,
+        &[
+            1.987_569_1e-4,
+            1.398_199_9e-3,
+            8.333_452e-3,
+            4.166_579_6e-2,
+            1.666_666_5e-1,
+            0.5,
+        ],
+    );
     p * r * r
 }
 
@@ -73,14 +91,8 @@ fn exp_tail(r: f32) -> f32 {
 /// edges: for callers that clamp x first.
 #[inline(always)]
 pub(crate) fn exp_inside(x: f32) -> f32 {
-    let t = x * LOG2E + ROUNDER;
-    let n = t - ROUNDER;
-    let r = fma(-n, LN2_LO, fma(-n, LN2_HI, x));
-    let k = t
-        .to_bits()
-        .wrapping_sub(ROUNDER.to_bits())
-        .wrapping_add(127);
-    (1.0 + (r + exp_tail(r))) * f32::from_bits(k << 23)
+    let (r, _, e) = split(x);
+    (1.0 + (r + exp_tail(r))) * f32::from_bits(e << 23)
 }
 
 /// The largest argument of [`exp_inside`].
@@ -159,18 +171,28 @@ const ERF_CLAMP: f32 = 3.92;
 pub(crate) fn erf(x: f32) -> f32 {
     let z = x.clamp(-ERF_CLAMP, ERF_CLAMP);
     let s = z * z;
-    let mut p = 1.974_826_8e-6f32;
-    p = fma(p, s, 2.880_414_5e-4);
-    p = fma(p, s, 4.003_652_8e-3);
-    p = fma(p, s, 5.346_750_1e-2);
-    p = fma(p, s, 1.962_491_6e-1);
-    p = fma(p, s, 1.128_379);
-    let mut q = 3.748_083e-5f32;
-    q = fma(q, s, 1.216_361_4e-3);
-    q = fma(q, s, 1.544_443_6e-2);
-    q = fma(q, s, 1.164_765e-1);
-    q = fma(q, s, 5.072_524_5e-1);
-    q = fma(q, s, 1.0);
+    let p = horner(
+        s,
+        &[
+            1.974_826_8e-6,
+            2.880_414_5e-4,
+            4.003_652_8e-3,
+            5.346_750_1e-2,
+            1.962_491_6e-1,
+            1.128_379,
+        ],
+    );
+    let q = horner(
+        s,
+        &[
+            3.748_083e-5,
+            1.216_361_4e-3,
+            1.544_443_6e-2,
+            1.164_765e-1,
+            5.072_524_5e-1,
+            1.0,
+        ],
+    );
     let y = (z * p / q).clamp(-1.0, 1.0);
     if x.abs() >= ERF_CLAMP {
         1.0f32.copysign(x)

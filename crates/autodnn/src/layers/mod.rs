@@ -281,11 +281,16 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// Bytes of a cache line, the unit element-wise loops align their output to.
 pub(crate) const LINE: usize = 64;
 
+/// f32 elements from address `at` to the next [`LINE`] boundary (0 on one).
+fn to_line(at: usize) -> usize {
+    (LINE - at % LINE) % LINE / std::mem::size_of::<f32>()
+}
+
 /// `f` on `y`'s elements before its first [`LINE`] boundary, then on the others, with `x`'s
 /// elements at the same indices: the second call's vectors are whole cache lines of `y` (and
 /// of `x` when it is as misaligned, buffers from the same allocator).
 pub(crate) fn by_lines(x: &[f32], y: &mut [f32], mut f: impl FnMut(&[f32], &mut [f32])) {
-    let head = ((LINE - y.as_ptr() as usize % LINE) % LINE / 4).min(y.len());
+    let head = to_line(y.as_ptr() as usize).min(y.len());
     let (y0, y1) = y.split_at_mut(head);
     f(&x[..head], y0);
     f(&x[head..], y1);
@@ -322,8 +327,7 @@ pub(crate) fn for_each_piece<const K: usize>(
         if runs.inner[0] != 1 {
             return 0;
         }
-        let at = base.wrapping_add(runs.start(r)[0].wrapping_mul(4));
-        (LINE - at % LINE) % LINE / 4
+        to_line(base.wrapping_add(runs.start(r)[0].wrapping_mul(4)))
     };
     // Item (r, 0) is the head; (r, p ≥ 1) the p-th piece after it.
     let slots = per_run + 1;
