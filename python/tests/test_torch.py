@@ -210,6 +210,13 @@ def test_fallbacks_warn_once_and_match(handle):
         plain(xs)
 
 
+def test_conv2d_module_input_smaller_than_its_kernel(handle):
+    # No output tensor can be made for it: autodnn's own error names the field.
+    mod = at.Conv2d(2, 3, 5, handle=handle)
+    with pytest.raises(autodnn.InvalidArgumentError, match="smaller than the dilated kernel"):
+        mod(torch.randn(1, 2, 3, 3))
+
+
 def test_convert_in_place_and_arguments(handle):
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1))
     conv0 = m[0]
