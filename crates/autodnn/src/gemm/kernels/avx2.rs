@@ -74,6 +74,11 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
             // SAFETY: rows v·8 .. v·8 + 8 < MR of depth step p are readable (contract).
             *x = unsafe { _mm256_loadu_ps(a.add(8 * v)) };
         }
+        let ahead = a.wrapping_add(super::A_PREFETCH_STEPS.wrapping_mul(t.lda));
+        for v in (0..MVN).step_by(2) {
+            // A prefetch is a hint: it never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(8 * v).cast());
+        }
         for (j, acc) in acc.iter_mut().enumerate() {
             // SAFETY: column j < NR of depth step p of the packed B panel is readable.
             let bj = unsafe { _mm256_broadcast_ss(&*b.add(j)) };

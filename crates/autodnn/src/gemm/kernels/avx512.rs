@@ -176,6 +176,12 @@ unsafe fn run<const MVN: usize, const NRN: usize, const BS: usize, const PACK: b
                         // A prefetch is a hint: it never faults, whatever the address.
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(r).cast());
                     }
+                } else {
+                    let ahead = a.wrapping_add(super::A_PREFETCH_STEPS.wrapping_mul(t.lda));
+                    for v in 0..MVN {
+                        // A prefetch is a hint: it never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * v).cast());
+                    }
                 }
                 for (j, acc) in acc.iter_mut().enumerate() {
                     // SAFETY: column j < NRN of this depth step of the B panel is readable

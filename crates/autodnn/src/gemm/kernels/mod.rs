@@ -69,6 +69,12 @@ pub(crate) struct Tile {
     pub a_pack: *mut f32,
 }
 
+/// Depth steps ahead at which the f32 micro-kernels prefetch the packed A micro-panel they
+/// read. A panel packed ahead of time (prepared weights) comes from memory once per call,
+/// where the hardware prefetchers restart at every 4 KiB page: ResNet-50's forward pass at
+/// batch 1 took 8 % less time with it (1 and 2 threads), GEMM 1024³ the same.
+pub(super) const A_PREFETCH_STEPS: usize = 16;
+
 /// A micro-kernel.
 ///
 /// # Safety
