@@ -791,6 +791,64 @@ fn bad_descriptors_and_calls() {
     assert!(dx.iter().all(|&v| v == 7.0), "a refused call wrote dx");
 }
 
+/// The indexed backward routes each dy to the offset it is given, wherever in the plane
+/// (not only in its window, and rows in any order): packed channels in blocks (a partial
+/// one), every layout of dx and dy and every blend, against a scatter worked here.
+#[test]
+fn indexed_backward_takes_any_offsets_in_the_plane() {
+    let handles = handles();
+    let pd = PoolDesc::new(PoolMode::Max, [3, 3], [2, 2], Padding::symmetric(1, 1)).unwrap();
+    let mut rng = Rng(0x1d5);
+    for (case, dims) in [[2, 40, 9, 7], [1, 16, 5, 6], [3, 24, 4, 4]]
+        .into_iter()
+        .enumerate()
+    {
+        let [n, c, h, w] = dims;
+        for (kind, ky) in (0..4).flat_map(|k| [(k, k), (k, 3 - k)]) {
+            let dxd = desc(dims, kind);
+            let yd = desc(pd.output_dims(&dxd).unwrap(), ky);
+            let [_, _, oh, ow] = yd.dims();
+            let dy = int_data(yd.span(), 90 + case as u64);
+            // Mostly the last rows first, then anywhere: offsets out of order and far ahead.
+            let ind: Vec<u32> = (0..n * c * oh * ow)
+                .map(|k| {
+                    let hi = (h * w) as i64 - 1;
+                    let lo = if k % 3 == 0 { hi - w as i64 } else { 0 };
+                    rng.range(lo.max(0), hi) as u32
+                })
+                .collect();
+            for (a, b) in BLENDS {
+                let blend = Blend::new(a, b);
+                let dx0 = prior(dxd.span(), b, 7 + kind as u64);
+                let mut sum = vec![0.0f64; n * c * h * w];
+                for (k, &at) in ind.iter().enumerate() {
+                    let (nc, ij) = (k / (oh * ow), k % (oh * ow));
+                    let (ni, ci) = (nc / c, nc % c);
+                    sum[nc * h * w + at as usize] += dy[yd.offset(ni, ci, ij / ow, ij % ow)] as f64;
+                }
+                for (isa, threads, hd) in &handles {
+                    let what = format!("{dims:?} kinds {kind} {ky} {blend:?} {isa:?} {threads}t");
+                    let mut dx = dx0.clone();
+                    hd.pooling_backward_with_indices(&pd, blend, &yd, &dy, &ind, &dxd, &mut dx)
+                        .unwrap();
+                    for ni in 0..n {
+                        for ci in 0..c {
+                            for r in 0..h * w {
+                                let o = dxd.offset(ni, ci, r / w, r % w);
+                                let mut want = a as f64 * sum[(ni * c + ci) * h * w + r];
+                                if b != 0.0 {
+                                    want += b as f64 * dx0[o] as f64;
+                                }
+                                assert_eq!(dx[o] as f64, want, "{what}: at {ni} {ci} {r}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Max backward of planes (NCHW and strided) over a sweep of windows, strides, paddings
 /// and widths, on data full of ties, NaN and −inf: exactly the reference's routing, with
 /// identical bits on 1 and 2 threads of each ISA.

@@ -1739,10 +1739,65 @@ multiversion! {
         let c0 = cblk * cb;
         let cl = cb.min(g.c - c0);
         let (h, w, ohw) = (g.h, g.w, g.oh * g.ow);
-        let (acc, tile) = (&mut s.0[..h * w * cl], &mut s.1);
-        acc.fill(0.0);
         let dyb = n * p.dys[0] + c0;
         let ib = (n * g.c + c0) * ohw;
+        let dxb = n * p.dxs[0] + c0;
+        if p.direct {
+            // Straight into dx (pixels dxs[3] apart, rows dense): each input row is zeroed
+            // when the first offset at or past it arrives, so that the rows being added to
+            // stay in cache, and the rows no offset reaches at the end.
+            let ps = p.dxs[3];
+            let tile = &mut s.1[..cl * g.ow];
+            let mut zeroed = 0; // input rows of this block zeroed so far
+            let zero_to = |zeroed: &mut usize, rows: usize| {
+                for r in *zeroed..rows {
+                    if cl == ps {
+                        // SAFETY: row r of image n is this item's alone (it holds every
+                        // channel: the pixels' channels are the whole stride).
+                        unsafe { out.slice_mut(dxb + r * w * ps, w * ps) }.fill(0.0);
+                        continue;
+                    }
+                    for col in 0..w {
+                        // SAFETY: this channel block of pixel (n, r, col) belongs to this
+                        // item alone.
+                        unsafe { out.slice_mut(dxb + (r * w + col) * ps, cl) }.fill(0.0);
+                    }
+                }
+                *zeroed = (*zeroed).max(rows);
+            };
+            // The last element of this block of image n: every write below is at most this.
+            let end = dxb + ((h * w).max(1) - 1) * ps + cl;
+            assert!(end <= out.len());
+            let dx = out.as_mut_ptr();
+            for i in 0..g.oh {
+                // The row's indices, pixel-major (each pixel's channels together).
+                for c in 0..cl {
+                    let at = ib + c * ohw + i * g.ow;
+                    for (j, &ix) in p.indices[at..at + g.ow].iter().enumerate() {
+                        tile[j * cl + c] = ix;
+                    }
+                }
+                for j in 0..g.ow {
+                    let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
+                    let ats = &tile[j * cl..][..cl];
+                    let far = ats.iter().fold(0, |m, &a| m.max(a)) as usize;
+                    if far >= zeroed * w {
+                        zero_to(&mut zeroed, far / w + 1);
+                    }
+                    for (c, (&at, &d)) in ats.iter().zip(dyv).enumerate() {
+                        let k = dxb + at as usize * ps + c;
+                        // SAFETY: k < end ≤ dx's length (offsets were checked to lie in the
+                        // plane), and channel c0 + c of pixel (n, at) belongs to this item
+                        // alone.
+                        unsafe { *dx.add(k) += d };
+                    }
+                }
+            }
+            zero_to(&mut zeroed, h);
+            return;
+        }
+        let (acc, tile) = (&mut s.0[..h * w * cl], &mut s.1);
+        acc.fill(0.0);
         let tile = &mut tile[..cl * g.ow];
         for i in 0..g.oh {
             // The row's indices, channel-major (a run per channel), then read across.
@@ -1758,7 +1813,6 @@ multiversion! {
                 }
             }
         }
-        let dxb = n * p.dxs[0] + c0;
         for r in 0..h {
             for col in 0..w {
                 let src = &acc[(r * w + col) * cl..][..cl];
@@ -1777,7 +1831,8 @@ struct BwdIdx<'a> {
     indices: &'a [u32],
     dys: [usize; 4],
     dxs: [usize; 4],
-    /// dx's planes are dense and the blend is (1, 0): scatter straight into dx.
+    /// The blend is (1, 0) and dx is dense, by planes (the planar path) or by rows of
+    /// pixels (the packed-channels path): scatter straight into dx.
     direct: bool,
 }
 
@@ -1857,7 +1912,8 @@ pub fn backward_with_indices(
     let features = ctx.features();
     let work = dx_desc.elements().saturating_add(dy_desc.elements());
     let dxs = dx_desc.strides();
-    let direct = blend.alpha == 1.0 && !blend.reads_output() && dxs[3] == 1 && dxs[2] == g.w;
+    let direct_blend = blend.alpha == 1.0 && !blend.reads_output();
+    let direct = direct_blend && dxs[3] == 1 && dxs[2] == g.w;
     let planes = g.n * g.c;
     let p = BwdIdx {
         g,
@@ -1870,11 +1926,20 @@ pub fn backward_with_indices(
     };
     let out = SharedOut::new(dx);
     if channels_packed(&p.g, &[dy_desc, dx_desc]) {
-        let cb = channel_block(g.c, g.n, ctx.threads, (BWD_SCRATCH_CAP / plane) & !15);
+        // Straight into dx where it is dense by rows and the blend only writes: no scratch,
+        // so no cap on the channels per block.
+        let direct = direct_blend && dxs[2] == g.w * dxs[3];
+        let cap = if direct {
+            g.c
+        } else {
+            (BWD_SCRATCH_CAP / plane) & !15
+        };
+        let cb = channel_block(g.c, g.n, ctx.threads, cap);
         let cblocks = g.c.div_ceil(cb);
-        let len = plane
+        let len = if direct { 0 } else { plane }
             .checked_mul(cb)
             .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
+        let p = BwdIdx { direct, ..p };
         let tile = cb
             .checked_mul(g.ow)
             .ok_or_else(|| Error::overflow("pooling scratch", "channels times output columns"))?;
