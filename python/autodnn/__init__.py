@@ -38,6 +38,8 @@ from ._api import (
     gemm,
     gemm_strided_batched,
     get_algorithms,
+    max_pool2d,
+    max_pool2d_backward,
     prepare_weights,
     set_default_handle,
 )
@@ -72,6 +74,8 @@ __all__ = [
     "gemm",
     "gemm_strided_batched",
     "get_algorithms",
+    "max_pool2d",
+    "max_pool2d_backward",
     "info",
     "prepare_weights",
     "set_default_handle",

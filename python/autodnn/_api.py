@@ -305,6 +305,42 @@ def conv2d_backward_bias(dy, *, algo=None, alpha=1.0, beta=0.0, out=None, handle
                                      _real(beta, "beta"), out, _nhwc(layout))
 
 
+def _pool_geometry(kernel_size, stride, padding, ceil_mode):
+    """((kh, kw), (sh, sw), (top, bottom, left, right), ceil_mode) as torch's max_pool2d
+    takes them (stride None: the kernel's)."""
+    k = _pair(kernel_size, "kernel_size", 1)
+    s = k if stride is None else _pair(stride, "stride", 1)
+    if isinstance(padding, (tuple, list)) and len(padding) == 4:
+        pad = tuple(_int(p, "padding") for p in padding)
+        if min(pad) < 0:
+            raise _bad("padding", f"must be at least 0, got {padding!r}")
+    else:
+        ph, pw = _pair(padding, "padding", 0)
+        pad = (ph, ph, pw, pw)
+    return (k, s, pad, _flag(ceil_mode, "ceil_mode"))
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *,
+               return_indices=False, out=None, handle=None, layout="nchw"):
+    """y = max_pool2d(x), as ``torch.nn.functional.max_pool2d`` (no dilation): each window's
+    first maximum in row-major order, NaN winning. padding: an int, a pair (h, w) or four
+    sides (top, bottom, left, right). With ``return_indices``, (y, indices): each maximum's
+    offset in its input plane (row * W + column, uint32, shaped (N, C, OH, OW) in either
+    layout), for :func:`max_pool2d_backward`."""
+    return _ext.max_pool2d(_handle(handle), x,
+                           _pool_geometry(kernel_size, stride, padding, ceil_mode), out,
+                           _flag(return_indices, "return_indices"), _nhwc(layout))
+
+
+def max_pool2d_backward(dy, indices, x_shape, kernel_size, stride=None, padding=0,
+                        ceil_mode=False, *, out=None, handle=None, layout="nchw"):
+    """dx: the gradient of max_pool2d's input of shape ``x_shape``, each dy added at the
+    offset ``indices`` holds for it (max_pool2d's, with ``return_indices=True``)."""
+    return _ext.max_pool2d_backward(_handle(handle), dy, indices, _shape(x_shape, "x_shape"),
+                                    _pool_geometry(kernel_size, stride, padding, ceil_mode),
+                                    out, _nhwc(layout))
+
+
 def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, *, handle=None):
     """C = alpha * op(a) @ op(b) + beta * c, op transposing when asked (cuBLAS's Sgemm).
     a, b: 2-D arrays (any positive strides read in place). c: None (a new array) or a float32

@@ -39,7 +39,7 @@ from torch.autograd.function import once_differentiable
 from . import _autodnn as _ext
 from . import _api
 
-__all__ = ["Conv2d", "FusedConv2d", "convert", "default_handle"]
+__all__ = ["Conv2d", "FusedConv2d", "MaxPool2d", "convert", "default_handle"]
 
 _warned = set()
 _default = None
@@ -64,20 +64,27 @@ def _warn_once(reason):
         warnings.warn(f"autodnn.torch: {reason}: using PyTorch's own convolution", stacklevel=3)
 
 
-def _unsupported(conv, x):
-    """Why autodnn cannot run this call (None when it can)."""
-    w = conv.weight
-    if x.device.type != "cpu" or w.device.type != "cpu":
+def _unsupported_input(x):
+    """Why autodnn cannot take this input (None when it can)."""
+    if x.device.type != "cpu":
         return "tensors not on the CPU"
-    if x.dtype != torch.float32 or w.dtype != torch.float32:
+    if x.dtype != torch.float32:
         return f"dtype {x.dtype} (autodnn runs float32)"
     if x.dim() != 4:
         return "an input that is not 4-D (N, C, H, W)"
-    if conv.padding_mode != "zeros":
-        return f"padding_mode={conv.padding_mode!r}"
     if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
         return "an input neither contiguous nor channels_last"
     return None
+
+
+def _unsupported(conv, x):
+    """Why autodnn cannot run this call (None when it can)."""
+    w = conv.weight
+    if w.device.type != "cpu" or w.dtype != torch.float32:
+        return _unsupported_input(w) or f"dtype {w.dtype} (autodnn runs float32)"
+    if conv.padding_mode != "zeros":
+        return f"padding_mode={conv.padding_mode!r}"
+    return _unsupported_input(x)
 
 
 def _geometry(conv):
@@ -179,6 +186,89 @@ class Conv2d(nn.Conv2d):
 
 
 _ACTS = {nn.ReLU: "relu", nn.ReLU6: "relu6", nn.SiLU: "silu"}
+
+
+def _two(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+class _MaxPool2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, geometry, handle, y):
+        _, ind = _ext.max_pool2d(handle, _np(x), geometry, _np(y), True, False)
+        ctx.indices = ind
+        ctx.geometry = geometry
+        ctx.handle = handle
+        ctx.x_shape = tuple(x.shape)
+        ctx.channels_last = not x.is_contiguous()
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        mf = torch.channels_last if ctx.channels_last else torch.contiguous_format
+        gx = torch.empty(ctx.x_shape, dtype=gy.dtype, memory_format=mf)
+        _ext.max_pool2d_backward(ctx.handle, _np(gy), ctx.indices, ctx.x_shape, ctx.geometry,
+                                 _np(gx), False)
+        return gx, None, None, None
+
+
+class MaxPool2d(nn.MaxPool2d):
+    """``torch.nn.MaxPool2d`` computed by autodnn (forward, and backward from the indices the
+    forward records when the input needs a gradient).
+
+    Takes ``nn.MaxPool2d``'s arguments and an optional ``handle``. CPU float32 inputs,
+    contiguous or channels_last, without dilation or ``return_indices`` run on autodnn;
+    anything else falls back to PyTorch's own operator with a warning (once per reason).
+    """
+
+    def __init__(self, *args, handle=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handle = handle
+
+    def _geometry(self):
+        k = _two(self.kernel_size)
+        s = k if self.stride is None else _two(self.stride)
+        ph, pw = _two(self.padding)
+        return (k, s, (ph, ph, pw, pw), bool(self.ceil_mode))
+
+    def _unsupported(self, x):
+        if self.return_indices:
+            return "return_indices=True"
+        if _two(self.dilation) != (1, 1):
+            return f"dilation={self.dilation!r}"
+        k, _, (ph, _, pw, _), _ = self._geometry()
+        if 2 * ph > k[0] or 2 * pw > k[1]:
+            return "padding over half the kernel"  # PyTorch's own call reports it
+        return _unsupported_input(x)
+
+    def forward(self, x):
+        reason = self._unsupported(x)
+        if reason is not None:
+            _warn_once(reason)
+            return super().forward(x)
+        h = self.handle if self.handle is not None else default_handle()
+        g = self._geometry()
+        (kh, kw), (sh, sw), (ph, _, pw, _), ceil = g
+        n, c, hh, ww = x.shape
+        oh, ow = (_pooled(hh, kh, sh, ph, ceil), _pooled(ww, kw, sw, pw, ceil))
+        if oh < 1 or ow < 1:
+            return super().forward(x)  # PyTorch's own error
+        mf = torch.contiguous_format if x.is_contiguous() else torch.channels_last
+        y = torch.empty((n, c, oh, ow), dtype=x.dtype, memory_format=mf)
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _MaxPool2dFunction.apply(x, g, h, y)
+        _ext.max_pool2d(h, _np(x), g, _np(y), False, False)
+        return y
+
+
+def _pooled(size, k, s, p, ceil):
+    """PyTorch's pooled size: the windows that start inside the input or its leading padding."""
+    span = size + 2 * p - k
+    out = (span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1
+    return out
 
 
 def _act_name(m):
@@ -409,6 +499,10 @@ def _swap_all(module, handle):
             continue
         if isinstance(child, nn.Conv2d) and not isinstance(child, FusedConv2d):
             _swap(child, handle)
+        elif type(child) is nn.MaxPool2d or isinstance(child, MaxPool2d):
+            child.__class__ = MaxPool2d
+            if handle is not None or not hasattr(child, "handle"):
+                child.handle = handle
         else:
             _swap_all(child, handle)
 

@@ -14,13 +14,15 @@ use std::sync::{Arc, RwLock};
 
 use autodnn::conv::{Epilogue, EpilogueArgs, PreparedWeights, Weights};
 use autodnn::gemm::GemmDesc;
+use autodnn::layers::pool::{PoolDesc, PoolMode};
+use autodnn::layers::Blend;
 use autodnn::op::{ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvForward};
 use autodnn::select::{AlgoPerf, PerfStatus, Policy, Ranked};
 use autodnn::{
     Activation, Bf16Units, ConvDesc, ConvMode, ConvProblem, DataType, Error, FilterDesc,
     FilterLayout, Handle, Layout, MathMode, OpKind, Padding, TensorDesc,
 };
-use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use numpy::{PyReadonlyArrayDyn, PyReadwriteArrayDyn};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -97,6 +99,18 @@ fn argument_of(field: &str) -> &'static str {
         }
         "bias" => "bias",
         "residual" => "residual",
+        "indices" => "indices",
+        "pool" => {
+            if field.contains("kernel") {
+                "kernel_size"
+            } else if field.contains("stride") {
+                "stride"
+            } else if field.contains("pad") {
+                "padding"
+            } else {
+                "kernel_size"
+            }
+        }
         "conv" => {
             if field.contains("pad") {
                 "padding"
@@ -123,6 +137,7 @@ enum Call {
     BackwardFilter,
     BackwardBias,
     Gemm,
+    PoolBackward,
 }
 
 /// The Python argument of `call` a library error's field belongs to.
@@ -142,6 +157,8 @@ fn argument_in(field: &str, call: Call) -> &'static str {
         (Call::Gemm, "stride_c") => "c",
         (Call::Gemm, "batch" | "m" | "k") => "a",
         (Call::Gemm, "n") => "b",
+        (Call::PoolBackward, "x" | "dx") => "x_shape",
+        (Call::PoolBackward, "y") => "dy",
         _ => argument_of(field),
     };
     if arg != "arguments" {
@@ -151,7 +168,7 @@ fn argument_in(field: &str, call: Call) -> &'static str {
     // from the call's first array.
     match call {
         Call::Forward | Call::BackwardFilter => "x",
-        Call::BackwardData | Call::BackwardBias => "dy",
+        Call::BackwardData | Call::BackwardBias | Call::PoolBackward => "dy",
         Call::Gemm => "a",
     }
 }
@@ -1635,6 +1652,121 @@ fn zeroed(n: usize) -> autodnn::Result<Vec<f32>> {
     Ok(v)
 }
 
+/// Max pooling's geometry: ((kernel_h, kernel_w), (stride_h, stride_w), (top, bottom, left,
+/// right), ceil_mode).
+type PoolGeometry = ((usize, usize), (usize, usize), (i64, i64, i64, i64), bool);
+
+fn max_pool_desc(py: Python<'_>, g: PoolGeometry) -> PyResult<PoolDesc> {
+    let ((kh, kw), (sh, sw), (top, bottom, left, right), ceil) = g;
+    let padding = Padding {
+        top,
+        bottom,
+        left,
+        right,
+    };
+    let d = PoolDesc::new(PoolMode::Max, [kh, kw], [sh, sw], padding).py(py)?;
+    Ok(d.with_ceil_mode(ceil))
+}
+
+/// y = max_pool2d(x); with `with_indices`, (y, indices): each window's maximum as its offset
+/// in the input plane (uint32, (N, C, OH, OW) whatever the layout).
+#[pyfunction]
+#[pyo3(signature = (handle, x, geometry, out, with_indices, nhwc))]
+fn max_pool2d<'py>(
+    py: Python<'py>,
+    handle: &Bound<'py, PyHandle>,
+    x: &Bound<'py, PyAny>,
+    geometry: PoolGeometry,
+    out: Option<&Bound<'py, PyAny>>,
+    with_indices: bool,
+    nhwc: bool,
+) -> PyResult<Py<PyAny>> {
+    let h = handle.get().get(py)?;
+    let pd = max_pool_desc(py, geometry)?;
+    let (xi, xd) = tensor_input(py, x, "x", nhwc)?;
+    let dims = pd.output_dims(&xd).py(py)?;
+    let (mut yo, yd) = tensor_output(py, out, "out", dims, mem_layout(&xd), nhwc, false)?;
+    let (xs, ys) = (xi.slice(), yo.slice());
+    if !with_indices {
+        let r = py.detach(|| h.pooling_forward(&pd, Blend::default(), &xd, xs, &yd, ys));
+        r.py(py)?;
+        drop(xi);
+        return yo.finish(py);
+    }
+    let count = dims.iter().product::<usize>();
+    let mut ind = Vec::new();
+    ind.try_reserve_exact(count)
+        .map_err(|e| Error::OutOfMemory {
+            bytes: count.saturating_mul(4),
+            what: format!("max pooling's indices: {e}"),
+        })
+        .py(py)?;
+    ind.resize(count, 0u32);
+    let r = py.detach(|| {
+        h.pooling_forward_with_indices(&pd, Blend::default(), &xd, xs, &yd, ys, &mut ind)
+    });
+    r.py(py)?;
+    drop(xi);
+    let y = yo.finish(py)?;
+    let ind = PyArray1::from_vec(py, ind).reshape(dims)?;
+    Ok(PyTuple::new(py, [y, ind.into_any().unbind()])?
+        .into_any()
+        .unbind())
+}
+
+/// dx = max_pool2d_backward(dy): each dy added at the offset `indices` recorded for it (as
+/// max_pool2d returns them), into the gradient of an input of shape `x_shape`.
+#[pyfunction]
+#[pyo3(signature = (handle, dy, indices, x_shape, geometry, out, nhwc))]
+#[allow(clippy::too_many_arguments)]
+fn max_pool2d_backward<'py>(
+    py: Python<'py>,
+    handle: &Bound<'py, PyHandle>,
+    dy: &Bound<'py, PyAny>,
+    indices: &Bound<'py, PyAny>,
+    x_shape: &Bound<'py, PyAny>,
+    geometry: PoolGeometry,
+    out: Option<&Bound<'py, PyAny>>,
+    nhwc: bool,
+) -> PyResult<Py<PyAny>> {
+    let h = handle.get().get(py)?;
+    let pd = max_pool_desc(py, geometry)?;
+    let (dyi, dyd) = tensor_input(py, dy, "dy", nhwc)?;
+    let xs = shape_desc(py, x_shape, "x_shape", nhwc)?;
+    let ind = indices.cast::<PyArrayDyn<u32>>().map_err(|_| {
+        bad_arg(
+            py,
+            "indices",
+            "must be a uint32 numpy array (as max_pool2d returns them)",
+        )
+    })?;
+    if ind.shape() != dyd.dims().as_slice() {
+        return Err(bad_arg(
+            py,
+            "indices",
+            format!(
+                "expected dy's (N, C, OH, OW) = {:?}, got shape {:?}",
+                dyd.dims(),
+                ind.shape()
+            ),
+        ));
+    }
+    let ind = ind
+        .try_readonly()
+        .map_err(|e| bad_arg(py, "indices", format!("cannot be read: {e}")))?;
+    let ind_s = ind
+        .as_slice()
+        .map_err(|_| bad_arg(py, "indices", "must be C-contiguous"))?;
+    let (mut dxo, dxd) = tensor_output(py, out, "out", xs.dims(), mem_layout(&dyd), nhwc, false)?;
+    let (dys, dxs) = (dyi.slice(), dxo.slice());
+    let r = py.detach(|| {
+        h.pooling_backward_with_indices(&pd, Blend::default(), &dyd, dys, ind_s, &dxd, dxs)
+    });
+    r.py_in(py, Call::PoolBackward)?;
+    drop((dyi, ind));
+    dxo.finish(py)
+}
+
 /// dx = alpha · conv_bwd_data(dy, w) + beta · dx.
 #[pyfunction]
 #[pyo3(signature = (handle, dy, w, x_shape, geometry, algo, alpha, beta, out, nhwc))]
@@ -2043,6 +2175,8 @@ fn _autodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conv2d_backward_data, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_backward_weight, m)?)?;
     m.add_function(wrap_pyfunction!(conv2d_backward_bias, m)?)?;
+    m.add_function(wrap_pyfunction!(max_pool2d, m)?)?;
+    m.add_function(wrap_pyfunction!(max_pool2d_backward, m)?)?;
     m.add_function(wrap_pyfunction!(gemm, m)?)?;
     m.add_function(wrap_pyfunction!(gemm_strided_batched, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;

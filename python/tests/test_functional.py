@@ -488,3 +488,69 @@ def test_same_padding_as_pytorch(handle, k, d):
     t = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding="same", dilation=d)
     assert y.shape == tuple(t.shape) == (1, 4, 9, 10)
     assert rel_err(y, t.numpy()) < 1e-5
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "nhwc"])
+@pytest.mark.parametrize("seed", range(4))
+def test_max_pool2d_against_torch(handle, layout, seed):
+    # Integer data: ties everywhere, each window's first maximum (row-major) as in PyTorch;
+    # the gradient's sums are exact.
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(6):
+        k = (int(rng.integers(1, 5)), int(rng.integers(1, 5)))
+        s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+        ceil = bool(rng.integers(0, 2))
+        n, c = int(rng.integers(1, 3)), int(rng.choice([3, 16, 20]))
+        hh, ww = int(rng.integers(k[0], 12)), int(rng.integers(k[1], 12))
+        xt = torch.from_numpy(rng.integers(-4, 5, (n, c, hh, ww)).astype(np.float32))
+        yt, it = F.max_pool2d(xt, k, s, p, ceil_mode=ceil, return_indices=True)
+        dyt = torch.from_numpy(rng.integers(-4, 5, tuple(yt.shape)).astype(np.float32))
+        xr = xt.clone().requires_grad_()
+        F.max_pool2d(xr, k, s, p, ceil_mode=ceil).backward(dyt)
+        xn, dyn = xt.numpy(), dyt.numpy()
+        if layout == "channels_last":
+            xn = np.ascontiguousarray(xn.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        elif layout == "nhwc":
+            xn, dyn = xn.transpose(0, 2, 3, 1).copy(), dyn.transpose(0, 2, 3, 1).copy()
+        lay = "nhwc" if layout == "nhwc" else "nchw"
+        y = autodnn.max_pool2d(xn, k, s, p, ceil, handle=handle, layout=lay)
+        y2, ind = autodnn.max_pool2d(xn, k, s, p, ceil, return_indices=True, handle=handle,
+                                     layout=lay)
+        want = yt.numpy().transpose(0, 2, 3, 1) if layout == "nhwc" else yt.numpy()
+        assert np.array_equal(y, want) and np.array_equal(y2, want), (k, s, p, ceil)
+        assert ind.dtype == np.uint32 and ind.shape == tuple(yt.shape)
+        assert np.array_equal(ind.astype(np.int64), it.numpy()), (k, s, p, ceil)
+        dx = autodnn.max_pool2d_backward(dyn, ind, xn.shape, k, s, p, ceil, handle=handle,
+                                         layout=lay)
+        gw = xr.grad.numpy().transpose(0, 2, 3, 1) if layout == "nhwc" else xr.grad.numpy()
+        assert np.array_equal(dx, gw), (k, s, p, ceil)
+
+
+def test_max_pool2d_bad_arguments(handle):
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d(x, 0, handle=handle)
+    assert e.value.argument == "kernel_size"
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d(x, 2, stride=(1, 0), handle=handle)
+    assert e.value.argument == "stride"
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d(x, 7, handle=handle)
+    assert e.value.argument == "kernel_size" and "larger than the padded input" in str(e.value)
+    y, ind = autodnn.max_pool2d(x, 2, return_indices=True, handle=handle)
+    dy = np.ones_like(y)
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d_backward(dy, ind.astype(np.int64), x.shape, 2, handle=handle)
+    assert e.value.argument == "indices"
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d_backward(dy, ind[:, :1], x.shape, 2, handle=handle)
+    assert e.value.argument == "indices"
+    bad = ind.copy()
+    bad[0, 0, 0, 0] = 36
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d_backward(dy, bad, x.shape, 2, handle=handle)
+    assert e.value.argument == "indices"
+    with pytest.raises(autodnn.InvalidArgumentError) as e:
+        autodnn.max_pool2d_backward(dy, ind, (1, 2, 5), 2, handle=handle)
+    assert e.value.argument == "x_shape"

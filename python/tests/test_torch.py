@@ -333,3 +333,48 @@ def test_handle_on_pytorchs_openmp_team():
     assert d is at.default_handle() and d is not autodnn.default_handle()
     conv = at.Conv2d(4, 4, 3, padding=1)
     assert conv._autodnn_handle() is d
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("cfg", [
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), ceil_mode=True),
+    dict(kernel_size=2),
+    dict(kernel_size=2, stride=2, padding=1, ceil_mode=True),  # the last window dropped
+])
+def test_max_pool2d_module_forward_backward(handle, cfg, channels_last):
+    mod = at.MaxPool2d(**cfg, handle=handle)
+    ref = nn.MaxPool2d(**cfg)
+    x = torch.randint(-4, 5, (2, 16, 11, 9)).float()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert torch.equal(mod(x), ref(x))
+    xa, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yr = mod(xa), ref(xr)
+    assert torch.equal(ya, yr)
+    if channels_last:
+        assert ya.is_contiguous(memory_format=torch.channels_last)
+    dy = torch.randint(-4, 5, tuple(yr.shape)).float()
+    ya.backward(dy)
+    yr.backward(dy)
+    assert torch.equal(xa.grad, xr.grad)
+
+
+def test_max_pool2d_module_converted_and_fallbacks(handle):
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+    at.convert(m, handle=handle)
+    assert isinstance(m[2], at.MaxPool2d) and m[2].handle is handle
+    m.eval()
+    m2 = at.convert(copy.deepcopy(m), inference=True, handle=handle)
+    assert isinstance(m2[2], at.MaxPool2d)
+    x = torch.randn(1, 3, 12, 12)
+    with torch.no_grad():
+        assert torch.equal(m2[2](x), F.max_pool2d(x, 3, 2, 1))
+    dil = at.MaxPool2d(2, dilation=2, handle=handle)
+    with pytest.warns(UserWarning, match="dilation"):
+        assert torch.equal(dil(x), F.max_pool2d(x, 2, dilation=2))
+    ri = at.MaxPool2d(2, return_indices=True, handle=handle)
+    with pytest.warns(UserWarning, match="return_indices"):
+        y, i = ri(x)
+    assert torch.equal(i, F.max_pool2d(x, 2, return_indices=True)[1])
