@@ -100,18 +100,8 @@ fn argument_of(field: &str) -> &'static str {
         "bias" => "bias",
         "residual" => "residual",
         "indices" => "indices",
-        "pool" => {
-            if field.contains("kernel") {
-                "kernel_size"
-            } else if field.contains("stride") {
-                "stride"
-            } else if field.contains("pad") {
-                "padding"
-            } else {
-                "kernel_size"
-            }
-        }
-        "conv" => {
+        // The geometry of a convolution or a pooling (whose window is `kernel_size`).
+        "conv" | "pool" => {
             if field.contains("pad") {
                 "padding"
             } else if field.contains("stride") {
@@ -120,6 +110,8 @@ fn argument_of(field: &str) -> &'static str {
                 "dilation"
             } else if field.contains("groups") {
                 "groups"
+            } else if head == "pool" {
+                "kernel_size"
             } else {
                 "conv"
             }
