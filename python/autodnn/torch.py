@@ -39,7 +39,7 @@ from torch.autograd.function import once_differentiable
 from . import _autodnn as _ext
 from . import _api
 
-__all__ = ["Conv2d", "FusedConv2d", "MaxPool2d", "convert", "default_handle"]
+__all__ = ["BatchNorm2d", "Conv2d", "FusedConv2d", "MaxPool2d", "convert", "default_handle"]
 
 _warned = set()
 _default = None
@@ -271,6 +271,64 @@ def _pooled(size, k, s, p, ceil):
     return out
 
 
+class _BatchNorm2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, bn, factor, handle):
+        y = _like(x)
+        _, mean, inv_std = _ext.batch_norm_training(
+            handle, _np(x), _np(weight), _np(bias), _np(bn.running_mean), _np(bn.running_var),
+            factor, bn.eps, _np(y), False)
+        ctx.save_for_backward(x, weight)
+        ctx.stats = (mean, inv_std)
+        ctx.eps = bn.eps
+        ctx.handle = handle
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        gx = _like(x)
+        _, dw, db = _ext.batch_norm_backward(ctx.handle, _np(x), _np(gy), _np(weight),
+                                             *ctx.stats, ctx.eps, _np(gx), False)
+        return gx, torch.from_numpy(dw), torch.from_numpy(db), None, None, None
+
+
+class BatchNorm2d(nn.BatchNorm2d):
+    """``torch.nn.BatchNorm2d`` whose training forward and backward run on autodnn: the
+    batch's statistics, the running statistics updated in place as PyTorch does (momentum,
+    or the cumulative average when momentum is None; unbiased running variance), and the
+    gradients of the input, weight and bias.
+
+    Takes ``nn.BatchNorm2d``'s arguments and an optional ``handle``. Evaluation (running
+    statistics), ``affine=False``, ``track_running_stats=False`` and inputs autodnn does not
+    take (see :class:`Conv2d`) run PyTorch's own operator.
+    """
+
+    def __init__(self, *args, handle=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.handle = handle
+
+    def forward(self, x):
+        if not (self.training and self.affine and self.track_running_stats):
+            return super().forward(x)
+        reason = _unsupported_input(x)
+        if reason is None and self.weight.dtype != torch.float32:
+            reason = f"dtype {self.weight.dtype} (autodnn runs float32)"
+        if reason is None and self.eps < 1e-5:
+            reason = f"eps={self.eps} (autodnn's batch norm needs at least 1e-5)"
+        if reason is not None:
+            _warn_once(reason)
+            return super().forward(x)
+        self.num_batches_tracked.add_(1)
+        if self.momentum is None:
+            factor = 1.0 / float(self.num_batches_tracked)
+        else:
+            factor = float(self.momentum)
+        h = self.handle if self.handle is not None else default_handle()
+        return _BatchNorm2dFunction.apply(x, self.weight, self.bias, self, factor, h)
+
+
 def _act_name(m):
     for cls, name in _ACTS.items():
         if type(m) is cls:
@@ -370,6 +428,11 @@ def _swap(conv, handle):
     return conv
 
 
+def _is_bn(m):
+    """A plain BatchNorm2d (PyTorch's, or autodnn's after a training conversion)."""
+    return type(m) is nn.BatchNorm2d or type(m) is BatchNorm2d
+
+
 def _fuse_sequential(seq, handle):
     """Folds conv → [BatchNorm2d] → [ReLU/ReLU6/SiLU] runs of an nn.Sequential in place."""
     names = list(seq._modules.keys())
@@ -379,7 +442,7 @@ def _fuse_sequential(seq, handle):
         if isinstance(m, nn.Conv2d):
             j = i + 1
             bn = None
-            if (j < len(names) and type(seq._modules[names[j]]) is nn.BatchNorm2d
+            if (j < len(names) and _is_bn(seq._modules[names[j]])
                     and seq._modules[names[j]].track_running_stats
                     and seq._modules[names[j]].num_features == m.out_channels):
                 bn = seq._modules[names[j]]
@@ -424,7 +487,7 @@ class _FusedResNetBlock(nn.Module):
         if block.downsample is not None:
             ds = block.downsample
             if (isinstance(ds, nn.Sequential) and len(ds) == 2 and isinstance(ds[0], nn.Conv2d)
-                    and type(ds[1]) is nn.BatchNorm2d):
+                    and _is_bn(ds[1])):
                 self.downsample = FusedConv2d(ds[0], ds[1], None, handle)
             else:
                 self.downsample = ds
@@ -499,8 +562,12 @@ def _swap_all(module, handle):
             continue
         if isinstance(child, nn.Conv2d) and not isinstance(child, FusedConv2d):
             _swap(child, handle)
-        elif type(child) is nn.MaxPool2d or isinstance(child, MaxPool2d):
-            child.__class__ = MaxPool2d
+        elif type(child) in (nn.MaxPool2d, nn.BatchNorm2d) or isinstance(
+                child, (MaxPool2d, BatchNorm2d)):
+            if type(child) is nn.MaxPool2d:
+                child.__class__ = MaxPool2d
+            elif type(child) is nn.BatchNorm2d:
+                child.__class__ = BatchNorm2d
             if handle is not None or not hasattr(child, "handle"):
                 child.handle = handle
         else:

@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use autodnn::conv::{Epilogue, EpilogueArgs, PreparedWeights, Weights};
 use autodnn::gemm::GemmDesc;
+use autodnn::layers::norm::{BatchNorm, ParamGrads, RunningStats, SavedStats, SavedStatsMut};
 use autodnn::layers::pool::{PoolDesc, PoolMode};
 use autodnn::layers::Blend;
 use autodnn::op::{ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvForward};
@@ -100,6 +101,23 @@ fn argument_of(field: &str) -> &'static str {
         "bias" => "bias",
         "residual" => "residual",
         "indices" => "indices",
+        "epsilon" => "eps",
+        "exponential_average_factor" => "momentum",
+        "gamma" => "gamma",
+        "running" => {
+            if field.contains("var") {
+                "running_var"
+            } else {
+                "running_mean"
+            }
+        }
+        "saved" => {
+            if field.contains("inv_std") {
+                "inv_std"
+            } else {
+                "mean"
+            }
+        }
         // The geometry of a convolution or a pooling (whose window is `kernel_size`).
         "conv" | "pool" => {
             if field.contains("pad") {
@@ -1759,6 +1777,176 @@ fn max_pool2d_backward<'py>(
     dxo.finish(py)
 }
 
+/// A float32 vector of `len` values written in place (a running statistic).
+fn vector_in_place<'py>(
+    py: Python<'py>,
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    len: usize,
+) -> PyResult<PyReadwriteArrayDyn<'py, f32>> {
+    let want = || format!("expected a writeable C-contiguous float32 vector of {len} values");
+    let arr = obj
+        .cast::<PyArrayDyn<f32>>()
+        .map_err(|_| bad_arg(py, name, want()))?;
+    if arr.ndim() != 1 || arr.len() != len || !arr.is_c_contiguous() {
+        return Err(bad_arg(py, name, want()));
+    }
+    arr.try_readwrite()
+        .map_err(|e| bad_arg(py, name, format!("cannot be written: {e}")))
+}
+
+/// A new vector of `len` floats, or an out-of-memory error naming `what`.
+fn new_vector(len: usize, what: &str) -> autodnn::Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
+        bytes: len.saturating_mul(4),
+        what: format!("{what}: {e}"),
+    })?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+/// Batch norm's training forward: (y, mean, inv_std) with the batch's statistics per channel
+/// (inv_std = 1/√(biased var + eps)); `running_mean` and `running_var` (unbiased), when
+/// given, move toward the batch's by `momentum` in place.
+#[pyfunction]
+#[pyo3(signature = (handle, x, gamma, beta, running_mean, running_var, momentum, eps, out, nhwc))]
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_training<'py>(
+    py: Python<'py>,
+    handle: &Bound<'py, PyHandle>,
+    x: &Bound<'py, PyAny>,
+    gamma: &Bound<'py, PyAny>,
+    beta: &Bound<'py, PyAny>,
+    running_mean: Option<&Bound<'py, PyAny>>,
+    running_var: Option<&Bound<'py, PyAny>>,
+    momentum: f64,
+    eps: f64,
+    out: Option<&Bound<'py, PyAny>>,
+    nhwc: bool,
+) -> PyResult<Py<PyAny>> {
+    let h = handle.get().get(py)?;
+    let bn = BatchNorm::new(eps).py(py)?;
+    let (xi, xd) = tensor_input(py, x, "x", nhwc)?;
+    let c = xd.dims()[1];
+    let gi = vector_input(py, gamma, "gamma", c)?;
+    let bi = vector_input(py, beta, "beta", c)?;
+    let mut running = match (running_mean, running_var) {
+        (Some(m), Some(v)) => Some((
+            vector_in_place(py, m, "running_mean", c)?,
+            vector_in_place(py, v, "running_var", c)?,
+        )),
+        (None, None) => None,
+        _ => {
+            return Err(bad_arg(
+                py,
+                "running_var",
+                "give both running statistics or neither",
+            ))
+        }
+    };
+    let (mut yo, yd) = tensor_output(py, out, "out", xd.dims(), mem_layout(&xd), nhwc, false)?;
+    let mut mean = new_vector(c, "batch norm's saved mean").py(py)?;
+    let mut inv_std = new_vector(c, "batch norm's saved 1/std").py(py)?;
+    let run = match &mut running {
+        Some((m, v)) => Some(RunningStats {
+            mean: m
+                .as_slice_mut()
+                .map_err(|e| bad_arg(py, "running_mean", e))?,
+            var: v
+                .as_slice_mut()
+                .map_err(|e| bad_arg(py, "running_var", e))?,
+            factor: momentum,
+        }),
+        None => None,
+    };
+    let (xs, ys, gs, bs) = (xi.slice(), yo.slice(), gi.slice(), bi.slice());
+    let saved = SavedStatsMut {
+        mean: &mut mean,
+        inv_std: &mut inv_std,
+    };
+    let r = py.detach(|| {
+        h.batch_norm_forward_training(
+            &bn,
+            Blend::default(),
+            &xd,
+            xs,
+            &yd,
+            ys,
+            gs,
+            bs,
+            run,
+            Some(saved),
+        )
+    });
+    r.py(py)?;
+    drop((xi, gi, bi, running));
+    let y = yo.finish(py)?;
+    let mean = PyArray1::from_vec(py, mean).into_any().unbind();
+    let inv_std = PyArray1::from_vec(py, inv_std).into_any().unbind();
+    Ok(PyTuple::new(py, [y, mean, inv_std])?.into_any().unbind())
+}
+
+/// Batch norm's backward from the forward's saved statistics: (dx, dgamma, dbeta).
+#[pyfunction]
+#[pyo3(signature = (handle, x, dy, gamma, mean, inv_std, eps, out, nhwc))]
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_backward<'py>(
+    py: Python<'py>,
+    handle: &Bound<'py, PyHandle>,
+    x: &Bound<'py, PyAny>,
+    dy: &Bound<'py, PyAny>,
+    gamma: &Bound<'py, PyAny>,
+    mean: &Bound<'py, PyAny>,
+    inv_std: &Bound<'py, PyAny>,
+    eps: f64,
+    out: Option<&Bound<'py, PyAny>>,
+    nhwc: bool,
+) -> PyResult<Py<PyAny>> {
+    let h = handle.get().get(py)?;
+    let bn = BatchNorm::new(eps).py(py)?;
+    let (xi, xd) = tensor_input(py, x, "x", nhwc)?;
+    let (dyi, dyd) = tensor_input(py, dy, "dy", nhwc)?;
+    let c = xd.dims()[1];
+    let gi = vector_input(py, gamma, "gamma", c)?;
+    let mi = vector_input(py, mean, "mean", c)?;
+    let si = vector_input(py, inv_std, "inv_std", c)?;
+    let (mut dxo, dxd) = tensor_output(py, out, "out", xd.dims(), mem_layout(&dyd), nhwc, false)?;
+    let mut dgamma = new_vector(c, "batch norm's dgamma").py(py)?;
+    let mut dbeta = new_vector(c, "batch norm's dbeta").py(py)?;
+    let (xs, dys, dxs, gs) = (xi.slice(), dyi.slice(), dxo.slice(), gi.slice());
+    let saved = SavedStats {
+        mean: mi.slice(),
+        inv_std: si.slice(),
+    };
+    let grads = ParamGrads {
+        dgamma: &mut dgamma,
+        dbeta: &mut dbeta,
+    };
+    let r = py.detach(|| {
+        h.batch_norm_backward(
+            &bn,
+            Blend::default(),
+            Blend::default(),
+            &xd,
+            xs,
+            &dyd,
+            dys,
+            &dxd,
+            dxs,
+            gs,
+            Some(saved),
+            grads,
+        )
+    });
+    r.py(py)?;
+    drop((xi, dyi, gi, mi, si));
+    let dx = dxo.finish(py)?;
+    let dgamma = PyArray1::from_vec(py, dgamma).into_any().unbind();
+    let dbeta = PyArray1::from_vec(py, dbeta).into_any().unbind();
+    Ok(PyTuple::new(py, [dx, dgamma, dbeta])?.into_any().unbind())
+}
+
 /// dx = alpha · conv_bwd_data(dy, w) + beta · dx.
 #[pyfunction]
 #[pyo3(signature = (handle, dy, w, x_shape, geometry, algo, alpha, beta, out, nhwc))]
@@ -2169,6 +2357,8 @@ fn _autodnn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(conv2d_backward_bias, m)?)?;
     m.add_function(wrap_pyfunction!(max_pool2d, m)?)?;
     m.add_function(wrap_pyfunction!(max_pool2d_backward, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_norm_training, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_norm_backward, m)?)?;
     m.add_function(wrap_pyfunction!(gemm, m)?)?;
     m.add_function(wrap_pyfunction!(gemm_strided_batched, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;

@@ -378,3 +378,51 @@ def test_max_pool2d_module_converted_and_fallbacks(handle):
     with pytest.warns(UserWarning, match="return_indices"):
         y, i = ri(x)
     assert torch.equal(i, F.max_pool2d(x, 2, return_indices=True)[1])
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batch_norm_module_training(handle, momentum, channels_last):
+    torch.manual_seed(3)
+    mod = at.BatchNorm2d(24, momentum=momentum, handle=handle)
+    ref = nn.BatchNorm2d(24, momentum=momentum).double()
+    with torch.no_grad():
+        mod.weight.uniform_(0.5, 2.0)
+        mod.bias.uniform_(-1.0, 1.0)
+    ref.load_state_dict({k: v.double() if v.is_floating_point() else v
+                         for k, v in mod.state_dict().items()})
+    for step in range(3):
+        x = torch.randn(4, 24, 7, 5) * 3 + 1
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        xa, xr = x.clone().requires_grad_(), x.double().requires_grad_()
+        ya, yr = mod(xa), ref(xr)
+        if channels_last:
+            assert ya.is_contiguous(memory_format=torch.channels_last)
+        assert torch.allclose(ya.double(), yr, rtol=1e-4, atol=1e-4), step
+        dy = torch.randn(ya.shape)
+        ya.backward(dy)
+        yr.backward(dy.double())
+        assert torch.allclose(xa.grad.double(), xr.grad, rtol=1e-3, atol=1e-4), step
+        for p, q in ((mod.weight, ref.weight), (mod.bias, ref.bias)):
+            assert torch.allclose(p.grad.double(), q.grad, rtol=1e-4, atol=1e-3), step
+            p.grad = q.grad = None
+        assert torch.allclose(mod.running_mean.double(), ref.running_mean, atol=1e-5)
+        assert torch.allclose(mod.running_var.double(), ref.running_var, rtol=1e-5)
+        assert int(mod.num_batches_tracked) == int(ref.num_batches_tracked) == step + 1
+    mod.eval()
+    ref.eval()
+    x = torch.randn(2, 24, 3, 3)
+    with torch.no_grad():
+        assert torch.allclose(mod(x).double(), ref(x.double()), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError):
+        mod.train()(torch.randn(1, 24, 1, 1))
+
+
+def test_batch_norm_converted_in_training(handle):
+    m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+    at.convert(m, handle=handle)
+    assert isinstance(m[1], at.BatchNorm2d) and m[1].handle is handle
+    m[1].eps = 1e-6
+    with pytest.warns(UserWarning, match="eps"):
+        m(torch.randn(2, 3, 6, 6))
