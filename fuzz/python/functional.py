@@ -2,7 +2,7 @@
 
 ``one_input(data)`` decodes bytes (with its own deterministic reader, so that replaying a corpus
 needs no atheris) into calls of conv2d, get_algorithms, find_algorithms, prepare_weights, the
-three backward calls, gemm, gemm_strided_batched and Handle, with arrays of any dtype, shape and
+three backward calls, gemm, gemm_strided_batched, max_pool2d, max_pool2d_backward and Handle, with arrays of any dtype, shape and
 strides (views, broadcasts, misaligned buffers, read-only arrays, nested lists), geometry,
 algorithm names, epilogues, out= arrays and handles, mostly valid and now and then replaced by
 junk. Invariants:
@@ -890,6 +890,89 @@ def fuzz_backward_bias(r):
     check_close(f"conv2d_backward_bias algo={algo}", db, ref, 1e-6)
 
 
+def pooled(size, k, s, p, ceil):
+    """torch's pooled size (the last window starts inside the input or its leading padding)."""
+    out = (size + 2 * p - k + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def ref_max_pool(x, k, st, pad, oh, ow):
+    """Each window's first maximum (row-major) and its offset in the plane, x (N, C, H, W)."""
+    n, c, h, w = x.shape
+    y = np.zeros((n, c, oh, ow))
+    ind = np.zeros((n, c, oh, ow), np.int64)
+    for i in range(oh):
+        r0, r1 = max(i * st[0] - pad[0], 0), min(i * st[0] - pad[0] + k[0], h)
+        for j in range(ow):
+            c0, c1 = max(j * st[1] - pad[1], 0), min(j * st[1] - pad[1] + k[1], w)
+            win = x[:, :, r0:r1, c0:c1].reshape(n, c, -1)
+            at = win.argmax(axis=2)
+            y[:, :, i, j] = np.take_along_axis(win, at[..., None], 2)[..., 0]
+            ind[:, :, i, j] = (r0 + at // (c1 - c0)) * w + c0 + at % (c1 - c0)
+    return y, ind
+
+
+def fuzz_max_pool(r):
+    """max_pool2d with and without indices, then max_pool2d_backward from its indices."""
+    state = {"clean": True}
+    n, c, h, w_ = r.int(1, 3), r.pick([1, 3, 8, 16, 20]), r.int(1, 9), r.int(1, 9)
+    k = (r.int(1, 4), r.int(1, 4))
+    st = (r.int(1, 3), r.int(1, 3))
+    pad = (r.int(0, k[0] // 2), r.int(0, k[1] // 2))
+    ceil = r.byte() % 2 == 1
+    oh, ow = pooled(h, k[0], st[0], pad[0], ceil), pooled(w_, k[1], st[1], pad[1], ceil)
+    if oh < 1 or ow < 1 or k[0] > h + 2 * pad[0] or k[1] > w_ + 2 * pad[1]:
+        state["clean"] = False
+    layout = r.pick(["nchw", "nhwc"])
+    p = {"layout": layout}
+    x, xv = activation_input(r, state, p, (n, c, h, w_))
+    handle, hok = get_handle(r, None)
+    state["clean"] &= hok
+    kw = dict(kernel_size=maybe_junk(r, r.pick([k, list(k)]), state),
+              stride=maybe_junk(r, r.pick([st, None if st == k else st]), state),
+              padding=maybe_junk(r, r.pick([pad, (pad[0], pad[0], pad[1], pad[1])]), state),
+              ceil_mode=maybe_junk(r, ceil, state), layout=maybe_junk(r, layout, state),
+              handle=handle)
+    snap = snapshot(x)
+    clean = state["clean"]
+    ok, y = call(lambda: autodnn.max_pool2d(x, **kw), params_of(autodnn.max_pool2d),
+                 "max_pool2d", must_succeed=clean)
+    ok2, pair = call(lambda: autodnn.max_pool2d(x, return_indices=True, **kw),
+                     params_of(autodnn.max_pool2d), "max_pool2d", must_succeed=clean)
+    if not (ok and ok2 and clean):
+        return
+    if not unchanged(x, snap):
+        raise Mismatch("max_pool2d modified an input")
+    y2, ind = pair
+    if xv is None:
+        return
+    ref, rind = ref_max_pool(xv, k, st, pad, oh, ow)
+    check_close("max_pool2d", to_nchw(y, layout), ref, 0.0)
+    check_close("max_pool2d (indices)", to_nchw(y2, layout), ref, 0.0)
+    if ind.dtype != np.uint32 or ind.shape != ref.shape or not np.array_equal(ind, rind):
+        raise Mismatch(f"max_pool2d indices {ind!r}, the reference's {rind!r}")
+    ysh = (n, oh, ow, c) if layout == "nhwc" else (n, c, oh, ow)
+    dy, dyv = activation_input(r, state, p, (n, c, oh, ow))
+    xs = (n, h, w_, c) if layout == "nhwc" else (n, c, h, w_)
+    ind_arg = maybe_junk(r, r.pick([ind, ind, ind.astype(np.int64), ind[..., :1]]), state)
+    if ind_arg is not ind or dy is None:
+        state["clean"] = False
+    out, ov = (out_array(r, state, xs) if state["clean"] else (None, None))
+    clean = state["clean"]
+    ok, dx = call(lambda: autodnn.max_pool2d_backward(dy, ind_arg, xs, out=out, **kw),
+                  params_of(autodnn.max_pool2d_backward), "max_pool2d_backward",
+                  must_succeed=clean)
+    if not (ok and clean) or dyv is None or tuple(np.shape(dy)) != ysh:
+        return
+    if out is not None and dx is not out:
+        raise Mismatch("max_pool2d_backward did not return out")
+    ref = np.zeros((n * c, h * w_))
+    np.add.at(ref, (np.arange(n * c)[:, None], rind.reshape(n * c, -1)), dyv.reshape(n * c, -1))
+    check_close("max_pool2d_backward", to_nchw(dx, layout), ref.reshape(n, c, h, w_), 0.0)
+
+
 GEMM_DIMS = [1, 2, 3, 4, 5, 1, 7, 8, 9, 16, 17, 33]
 
 
@@ -950,7 +1033,8 @@ def fuzz_raw(r):
     fns = [autodnn.conv2d, autodnn.get_algorithms, autodnn.find_algorithms,
            autodnn.prepare_weights, autodnn.conv2d_backward_data,
            autodnn.conv2d_backward_weight, autodnn.conv2d_backward_bias, autodnn.gemm,
-           autodnn.gemm_strided_batched, autodnn.set_default_handle]
+           autodnn.gemm_strided_batched, autodnn.max_pool2d, autodnn.max_pool2d_backward,
+           autodnn.set_default_handle]
     fn = r.pick(fns)
     params = inspect.signature(fn).parameters
     kw = {}
@@ -974,7 +1058,7 @@ def fuzz_raw(r):
 
 OPS = [fuzz_conv2d, fuzz_backward_data, fuzz_backward_weight, fuzz_backward_bias,
        lambda r: fuzz_gemm(r, False), lambda r: fuzz_gemm(r, True), fuzz_queries,
-       fuzz_handle, fuzz_raw]
+       fuzz_handle, fuzz_raw, fuzz_max_pool]
 
 _SETUP = []
 

@@ -3,7 +3,7 @@ for each call the harness makes, random inputs are tried and the first that reac
 new (a compared result of an algorithm, an error class naming an argument) is kept, up to
 --per-op inputs per call. Deterministic for a given --seed.
 
-    python fuzz/python/make_seeds.py [--per-op 5] [--tries 1500] [--seed 1]
+    python fuzz/python/make_seeds.py [--per-op 5] [--tries 1500] [--seed 1] [--op I ...]
 """
 
 import argparse
@@ -26,12 +26,14 @@ def main():
     ap.add_argument("--per-op", type=int, default=5)
     ap.add_argument("--tries", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--op", type=int, action="append",
+                    help="only these calls (indices into functional.OPS; default: all)")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "corpus", "python_functional"))
     args = ap.parse_args()
     rng = random.Random(args.seed)
     os.makedirs(args.out, exist_ok=True)
     kept = 0
-    for op in range(len(functional.OPS)):
+    for op in args.op if args.op else range(len(functional.OPS)):
         found = 0
         for _ in range(args.tries):
             if found >= args.per_op:
