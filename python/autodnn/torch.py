@@ -4,7 +4,13 @@
   forward and backward run autodnn through a ``torch.autograd.Function``. CPU float32 inputs,
   contiguous or channels_last, with ``padding_mode="zeros"`` run on autodnn; anything else
   falls back to PyTorch's own operator with a warning (once per reason).
-- :func:`convert`: swaps every ``nn.Conv2d`` of a model for :class:`Conv2d` in place. With
+- :class:`MaxPool2d` and :class:`BatchNorm2d`: ``torch.nn.MaxPool2d`` (forward, and backward
+  from the indices its forward records) and ``torch.nn.BatchNorm2d`` (training: the batch's
+  statistics, the running ones updated in place as PyTorch does, the three gradients;
+  evaluation runs PyTorch's own) on autodnn, with the same fallbacks.
+- Outputs and gradients are allocated by PyTorch and written by autodnn in place.
+- :func:`convert`: swaps every ``nn.Conv2d`` of a model for :class:`Conv2d` in place (and
+  every ``nn.MaxPool2d`` and ``nn.BatchNorm2d`` for the classes above). With
   ``inference=True`` (a model in eval mode) it also folds each BatchNorm that follows a
   convolution into the convolution's weights and bias, fuses a following ReLU, ReLU6 or SiLU
   (and the residual add of torchvision's ``BasicBlock``, ``Bottleneck`` and
@@ -61,7 +67,7 @@ def default_handle():
 def _warn_once(reason):
     if reason not in _warned:
         _warned.add(reason)
-        warnings.warn(f"autodnn.torch: {reason}: using PyTorch's own convolution", stacklevel=3)
+        warnings.warn(f"autodnn.torch: {reason}: using PyTorch's own operator", stacklevel=3)
 
 
 def _unsupported_input(x):
@@ -577,8 +583,10 @@ def _swap_all(module, handle):
 def convert(model, inference=False, handle=None):
     """Runs every ``nn.Conv2d`` of ``model`` on autodnn, in place; returns ``model``.
 
-    ``inference=False``: each ``nn.Conv2d`` becomes an :class:`autodnn.torch.Conv2d` (the same
-    module object and parameters: training, state_dict and optimisers are unaffected).
+    ``inference=False``: each ``nn.Conv2d`` becomes an :class:`autodnn.torch.Conv2d`, each
+    ``nn.MaxPool2d`` a :class:`MaxPool2d` and each ``nn.BatchNorm2d`` a :class:`BatchNorm2d`
+    (the same module objects and parameters: training, state_dict and optimisers are
+    unaffected).
     ``inference=True``: the model must be in eval mode; BatchNorms following a convolution
     are folded into it, following activations and torchvision's residual adds are fused into
     autodnn's epilogue, and weights are prepared (see the module's documentation for the

@@ -1653,13 +1653,7 @@ fn prepare_weights<'py>(
 
 /// A zeroed vector of `n` floats, or an out-of-memory error.
 fn zeroed(n: usize) -> autodnn::Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|e| Error::OutOfMemory {
-        bytes: n.saturating_mul(4),
-        what: format!("an input of zeros to time on: {e}"),
-    })?;
-    v.resize(n, 0.0);
-    Ok(v)
+    new_vector(n, 0.0, "an input of zeros to time on")
 }
 
 /// Max pooling's geometry: ((kernel_h, kernel_w), (stride_h, stride_w), (top, bottom, left,
@@ -1704,14 +1698,7 @@ fn max_pool2d<'py>(
         return yo.finish(py);
     }
     let count = dims.iter().product::<usize>();
-    let mut ind = Vec::new();
-    ind.try_reserve_exact(count)
-        .map_err(|e| Error::OutOfMemory {
-            bytes: count.saturating_mul(4),
-            what: format!("max pooling's indices: {e}"),
-        })
-        .py(py)?;
-    ind.resize(count, 0u32);
+    let mut ind = new_vector(count, 0u32, "max pooling's indices").py(py)?;
     let r = py.detach(|| {
         h.pooling_forward_with_indices(&pd, Blend::default(), &xd, xs, &yd, ys, &mut ind)
     });
@@ -1795,14 +1782,14 @@ fn vector_in_place<'py>(
         .map_err(|e| bad_arg(py, name, format!("cannot be written: {e}")))
 }
 
-/// A new vector of `len` floats, or an out-of-memory error naming `what`.
-fn new_vector(len: usize, what: &str) -> autodnn::Result<Vec<f32>> {
+/// A vector of `len` copies of `fill`, or an out-of-memory error naming `what`.
+fn new_vector<T: Clone>(len: usize, fill: T, what: &str) -> autodnn::Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|e| Error::OutOfMemory {
-        bytes: len.saturating_mul(4),
+        bytes: len.saturating_mul(std::mem::size_of::<T>()),
         what: format!("{what}: {e}"),
     })?;
-    v.resize(len, 0.0);
+    v.resize(len, fill);
     Ok(v)
 }
 
@@ -1846,8 +1833,8 @@ fn batch_norm_training<'py>(
         }
     };
     let (mut yo, yd) = tensor_output(py, out, "out", xd.dims(), mem_layout(&xd), nhwc, false)?;
-    let mut mean = new_vector(c, "batch norm's saved mean").py(py)?;
-    let mut inv_std = new_vector(c, "batch norm's saved 1/std").py(py)?;
+    let mut mean = new_vector(c, 0.0f32, "batch norm's saved mean").py(py)?;
+    let mut inv_std = new_vector(c, 0.0f32, "batch norm's saved 1/std").py(py)?;
     let run = match &mut running {
         Some((m, v)) => Some(RunningStats {
             mean: m
@@ -1912,8 +1899,8 @@ fn batch_norm_backward<'py>(
     let mi = vector_input(py, mean, "mean", c)?;
     let si = vector_input(py, inv_std, "inv_std", c)?;
     let (mut dxo, dxd) = tensor_output(py, out, "out", xd.dims(), mem_layout(&dyd), nhwc, false)?;
-    let mut dgamma = new_vector(c, "batch norm's dgamma").py(py)?;
-    let mut dbeta = new_vector(c, "batch norm's dbeta").py(py)?;
+    let mut dgamma = new_vector(c, 0.0f32, "batch norm's dgamma").py(py)?;
+    let mut dbeta = new_vector(c, 0.0f32, "batch norm's dbeta").py(py)?;
     let (xs, dys, dxs, gs) = (xi.slice(), dyi.slice(), dxo.slice(), gi.slice());
     let saved = SavedStats {
         mean: mi.slice(),
