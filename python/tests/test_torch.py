@@ -426,3 +426,33 @@ def test_batch_norm_converted_in_training(handle):
     m[1].eps = 1e-6
     with pytest.warns(UserWarning, match="eps"):
         m(torch.randn(2, 3, 6, 6))
+
+
+def test_output_blocks_are_reused_only_once_dropped(handle):
+    at.empty_cache()
+    mod = at.MaxPool2d(2, handle=handle)
+    xa, xb = torch.randn(2, 16, 8, 8), torch.randn(2, 16, 8, 8)
+    with torch.no_grad():
+        ya = mod(xa)
+        pa = ya.data_ptr()
+        view = ya[1]  # a view keeps the block in use
+        del ya
+        yb = mod(xb)
+        assert yb.data_ptr() != pa
+        assert torch.equal(view, F.max_pool2d(xa, 2)[1])
+        del view
+        pb = yb.data_ptr()
+        del yb
+        yc = mod(xa)  # a block of that size is free again
+        assert yc.data_ptr() in (pa, pb)
+        assert torch.equal(yc, F.max_pool2d(xa, 2))
+        yd = mod(xb.contiguous(memory_format=torch.channels_last))
+        assert yd.data_ptr() in (pa, pb) and yd.data_ptr() != yc.data_ptr()
+        assert yd.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(yd, F.max_pool2d(xb, 2))
+    with pytest.raises(ValueError):
+        at.set_cache_limit(-1)
+    at.set_cache_limit(0)
+    del yc, yd
+    assert at._cache.bytes == 0 and not any(at._cache.free.values())
+    at.set_cache_limit(2 << 30)
