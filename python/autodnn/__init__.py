@@ -1,4 +1,5 @@
-"""autodnn: convolution and matrix multiplication with measured algorithm selection.
+"""autodnn: convolution and matrix multiplication with measured algorithm selection, and
+max pooling (``max_pool2d``, ``max_pool2d_backward``).
 
 The functional API works on NumPy arrays and follows ``torch.nn.functional.conv2d``:
 
