@@ -1757,16 +1757,15 @@ multiversion! {
             }
             // SAFETY: (n, i, j, this channel block) of y belongs to this item alone.
             unsafe { store(out, p.blend, m, ybase + j * p.ys[3], 1) };
-            // The row's indices gathered channel-major, written as one run per channel.
-            for (c, &ix) in idx.iter().enumerate() {
-                tile[c * g.ow + j] = ix;
-            }
+            // The row's indices kept pixel-major, then written channel by channel.
+            tile[j * cl..][..cl].copy_from_slice(idx);
         }
         for c in 0..cl {
             // SAFETY: row i of channel c0 + c of the indices belongs to this item alone.
-            unsafe {
-                out_idx.write_slice((n * g.c + c0 + c) * ohw + i * g.ow, &tile[c * g.ow..][..g.ow])
-            };
+            let dst = unsafe { out_idx.slice_mut((n * g.c + c0 + c) * ohw + i * g.ow, g.ow) };
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = tile[j * cl + c];
+            }
         }
     }
 }
