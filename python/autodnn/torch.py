@@ -201,23 +201,18 @@ def _conv_out(x, w_shape, g):
     return _cache.empty((n, w_shape[0], oh, ow), not x.is_contiguous())
 
 
-def _ran(y, out):
-    """The call's result as a tensor: `out` itself when one was passed."""
-    return out if out is not None else torch.from_numpy(y)
-
-
 class _Conv2dFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, geometry, handle):
+        # No output tensor (None) only where the geometry leaves none: the call raises.
         out = _conv_out(x, weight.shape, geometry)
-        y = _ext.conv2d(handle, _np(x), _np(weight), None if bias is None else _np(bias),
-                        geometry, None, None, None, 1.0, 0.0,
-                        None if out is None else _np(out), False)
+        _ext.conv2d(handle, _np(x), _np(weight), None if bias is None else _np(bias), geometry,
+                    None, None, None, 1.0, 0.0, None if out is None else _np(out), False)
         ctx.save_for_backward(x, weight)
         ctx.geometry = geometry
         ctx.handle = handle
         ctx.has_bias = bias is not None
-        return _ran(y, out)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -305,10 +300,8 @@ class MaxPool2d(nn.MaxPool2d):
         self.handle = handle
 
     def _geometry(self):
-        k = _two(self.kernel_size)
-        s = k if self.stride is None else _two(self.stride)
-        ph, pw = _two(self.padding)
-        return (k, s, (ph, ph, pw, pw), bool(self.ceil_mode))
+        return _api._pool_geometry(self.kernel_size, self.stride, self.padding,
+                                   bool(self.ceil_mode))
 
     def _unsupported(self, x):
         if self.return_indices:
@@ -489,10 +482,10 @@ class FusedConv2d(nn.Module):
             pw = _ext.prepare_weights(h, self.weight.numpy(), xn, g, None, False)
             self._prepared[key] = pw
         z = None if residual is None else _np(residual)
-        out = _conv_out(x, self.weight.shape, g)
-        y = _ext.conv2d(h, xn, pw, self.bias.numpy(), g, None, self.activation, z, 1.0,
-                        1.0 if z is not None else 0.0, None if out is None else _np(out), False)
-        return _ran(y, out)
+        out = _conv_out(x, self.weight.shape, g)  # None: the call raises
+        _ext.conv2d(h, xn, pw, self.bias.numpy(), g, None, self.activation, z, 1.0,
+                    1.0 if z is not None else 0.0, None if out is None else _np(out), False)
+        return out
 
 
 def _swap(conv, handle):

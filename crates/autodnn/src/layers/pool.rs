@@ -1125,24 +1125,22 @@ pub fn forward(
         && (xs[2] == g.w || g.h == 1);
     if global {
         #[cfg(target_arch = "x86_64")]
-        if !g.mode.is_max() {
-            use crate::simd::Token;
-            if let Some(t) = crate::simd::Avx512::new(features) {
-                return run_items(
-                    ctx,
-                    planes.div_ceil(GLOBAL_PLANES),
-                    work,
-                    || Ok(()),
-                    |_, item| global_average_avx512(t, &p, &out, item),
-                );
-            }
-        }
+        let avx512 = match g.mode.is_max() {
+            true => None,
+            false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
+        };
         return run_items(
             ctx,
             planes.div_ceil(GLOBAL_PLANES),
             work,
             || Ok(()),
-            |_, item| global_forward(features, &p, &out, item),
+            |_, item| {
+                #[cfg(target_arch = "x86_64")]
+                if let Some(t) = avx512 {
+                    return global_average_avx512(t, &p, &out, item);
+                }
+                global_forward(features, &p, &out, item)
+            },
         );
     }
     // Only the phases a window's taps reach (v mod sw for v < kw) are built: a stride far
