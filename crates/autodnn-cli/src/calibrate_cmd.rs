@@ -4,6 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
+use autodnn::calibrate::CalibrationSet;
 use autodnn::select::heuristic::{self, CostModel};
 use clap::Args;
 use serde::Serialize;
@@ -26,6 +27,10 @@ pub struct CalibrateArgs {
     /// JSON Lines: one object per algorithm, then a total
     #[arg(long)]
     pub json: bool,
+    /// The fewest cheap problems that run every algorithm once, one timed run each: a check
+    /// of the command in seconds; its fit is coarse (a sample or two per algorithm)
+    #[arg(long)]
+    pub quick: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,7 +63,12 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
         .clone()
         .unwrap_or_else(heuristic::default_cost_model_path);
     let terminal = std::io::stderr().is_terminal();
-    let cal = autodnn::calibrate::calibrate(&handle, |done, total| {
+    let set = if args.quick {
+        CalibrationSet::quick()?
+    } else {
+        CalibrationSet::full()
+    };
+    let cal = autodnn::calibrate::calibrate_on(&handle, &set, |done, total| {
         if terminal {
             eprint!("\rcalibrating: {done}/{total} problems");
             if done == total {
@@ -129,7 +139,7 @@ pub fn run(args: &CalibrateArgs, out: &mut impl Write) -> CliResult {
             }
         }
     }
-    let problems = autodnn::calibrate::calibration_problems().len();
+    let problems = set.problems.len();
     if args.json {
         let total = TotalLine {
             total: true,

@@ -165,6 +165,71 @@ pub fn calibration_problems() -> Vec<ProblemSpec> {
         .collect()
 }
 
+/// What a calibration measures: its problems and the timed runs of each (after one warm-up).
+#[derive(Debug, Clone)]
+pub struct CalibrationSet {
+    /// The problems, in the order they are measured.
+    pub problems: Vec<ProblemSpec>,
+    /// Timed runs per problem and algorithm (a run of [`SLOW_MS`] or more is measured once).
+    pub runs: usize,
+}
+
+impl CalibrationSet {
+    /// Every [`calibration_problems`] problem, [`CALIBRATION_RUNS`] timed runs: the fit the
+    /// heuristic is meant to use.
+    pub fn full() -> Self {
+        Self {
+            problems: calibration_problems(),
+            runs: CALIBRATION_RUNS,
+        }
+    }
+
+    /// A check of calibration from end to end in a small fraction of its time (tests, memory
+    /// checkers): the cheapest calibration problems (by FLOPs) on which every registered
+    /// algorithm of every operation runs at least once, one timed run each. Its fit has a
+    /// sample or two per algorithm: coarse, not the one to select with.
+    ///
+    /// # Errors
+    /// None in practice: the calibration problems are valid.
+    pub fn quick() -> Result<Self> {
+        let mut all = calibration_problems()
+            .into_iter()
+            .map(|spec| {
+                let p = spec.to_problem(Layout::Nchw)?;
+                Ok((p.flops(), spec, accepting(&p)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut covered = std::collections::BTreeSet::new();
+        let mut problems = Vec::new();
+        for (_, spec, keys) in all {
+            if keys.iter().any(|k| !covered.contains(k)) {
+                covered.extend(keys);
+                problems.push(spec);
+            }
+        }
+        Ok(Self { problems, runs: 1 })
+    }
+}
+
+/// The fit keys of every algorithm, of every operation, that accepts the forward problem `p`
+/// (or the backward problem made from it).
+fn accepting(p: &ConvProblem) -> Result<Vec<String>> {
+    fn of<O: Registered<Problem = ConvProblem>>(p: &ConvProblem, keys: &mut Vec<String>) {
+        for &a in O::algorithms() {
+            if Algorithm::<O>::check(a, p).is_ok() {
+                keys.push(fit_key(p.op_tag(), &p.types(), a.name()));
+            }
+        }
+    }
+    let mut keys = Vec::new();
+    of::<ConvForward>(p, &mut keys);
+    of::<ConvBackwardData>(&p.for_op(OpKind::ConvBackwardData)?, &mut keys);
+    of::<ConvBackwardFilter>(&p.for_op(OpKind::ConvBackwardFilter)?, &mut keys);
+    of::<ConvBackwardBias>(&p.for_op(OpKind::ConvBackwardBias)?, &mut keys);
+    Ok(keys)
+}
+
 /// One measurement of a calibration run.
 #[derive(Debug, Clone, Serialize)]
 pub struct CalibrationSample {
@@ -198,6 +263,7 @@ fn measure<O: Registered<Problem = ConvProblem>>(
     p: &ConvProblem,
     inputs: &O::Inputs<'_>,
     name: &str,
+    runs: usize,
     rows: &mut BTreeMap<String, Vec<Row>>,
 ) -> Result<()> {
     let mut timer = Timer::<O>::new(env, p, inputs)?;
@@ -208,10 +274,10 @@ fn measure<O: Registered<Problem = ConvProblem>>(
         // A slow run is measured once more only: its median would move the fit little and
         // cost seconds (the direct backward algorithms on the larger problems).
         let ms = timer.median_of(a, 1).and_then(|first| {
-            if first >= SLOW_MS {
+            if first >= SLOW_MS || runs <= 1 {
                 Ok(first)
             } else {
-                timer.median_of(a, CALIBRATION_RUNS)
+                timer.median_of(a, runs)
             }
         });
         if let Ok(ms) = ms {
@@ -235,10 +301,31 @@ fn measure<O: Registered<Problem = ConvProblem>>(
 /// Allocation failures for the test data.
 pub fn calibrate(
     handle: &crate::Handle,
+    progress: impl FnMut(usize, usize),
+) -> Result<Calibration> {
+    calibrate_on(handle, &CalibrationSet::full(), progress)
+}
+
+/// [`calibrate`] on the problems of `set`, with its number of timed runs.
+///
+/// ```no_run
+/// use autodnn::calibrate::{calibrate_on, CalibrationSet};
+/// let handle = autodnn::Handle::new()?;
+/// let cal = calibrate_on(&handle, &CalibrationSet::quick()?, |_, _| {})?;
+/// assert!(!cal.fit.algorithms.is_empty());
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+///
+/// # Errors
+/// Allocation failures for the test data.
+pub fn calibrate_on(
+    handle: &crate::Handle,
+    set: &CalibrationSet,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Calibration> {
     let start = Instant::now();
-    let problems = calibration_problems();
+    let problems = &set.problems;
+    let runs = set.runs;
     let env = handle.env();
     let mut rows: BTreeMap<String, Vec<Row>> = BTreeMap::new();
     for (i, spec) in problems.iter().enumerate() {
@@ -248,20 +335,28 @@ pub fn calibrate(
         let dy = benchmark::test_data(p.y().span(), 3)?;
         let name = spec.with_name("").to_string();
         let inputs = ConvFwdInputs::new(&x, Weights::Plain(&w), EpilogueArgs::default());
-        measure::<ConvForward>(&env, &p, &inputs, &name, &mut rows)?;
+        measure::<ConvForward>(&env, &p, &inputs, &name, runs, &mut rows)?;
         let pd = p.for_op(OpKind::ConvBackwardData)?;
         measure::<ConvBackwardData>(
             &env,
             &pd,
             &ConvBwdDataInputs::new(&dy, &w),
             &name,
+            runs,
             &mut rows,
         )?;
         let pf = p.for_op(OpKind::ConvBackwardFilter)?;
         let fi = ConvBwdFilterInputs::new(&x, &dy);
-        measure::<ConvBackwardFilter>(&env, &pf, &fi, &name, &mut rows)?;
+        measure::<ConvBackwardFilter>(&env, &pf, &fi, &name, runs, &mut rows)?;
         let pb = p.for_op(OpKind::ConvBackwardBias)?;
-        measure::<ConvBackwardBias>(&env, &pb, &ConvBwdBiasInputs::new(&dy), &name, &mut rows)?;
+        measure::<ConvBackwardBias>(
+            &env,
+            &pb,
+            &ConvBwdBiasInputs::new(&dy),
+            &name,
+            runs,
+            &mut rows,
+        )?;
         progress(i + 1, problems.len());
     }
     let mut fit = Fit {
