@@ -109,13 +109,14 @@ fn prior(d: &TensorDesc, beta: f32, seed: u64) -> Vec<f32> {
     }
 }
 
-const SHAPES: [[usize; 4]; 6] = [
+const SHAPES: [[usize; 4]; 7] = [
     [2, 3, 5, 7],
     [1, 17, 4, 9],
     [3, 1, 6, 5],
     [2, 40, 3, 3],
     [4, 5, 1, 1],
     [2, 5, 70, 130], // several pieces per channel and per sample: threads split them
+    [2, 16, 16, 17], // NCHW planes a channel at a time (both passes of a channel together)
 ];
 
 fn same_bits(a: &[f32], b: &[f32], what: &str) {

@@ -37,7 +37,11 @@
 //! pieces combined in order: the bits do not depend on the thread count. Two fast paths: a
 //! channel's values as contiguous runs (NCHW, padded rows: runs along W, or H·W merged), and
 //! channels contiguous (NHWC: each position's C values, vectorised across channels). Any other
-//! strides take the same pieces with strided scalar loops. Layer norm is fast where a sample's
+//! strides take the same pieces with strided scalar loops. Batch norm's training forward and
+//! backward over NCHW planes whose channel (every sample's plane of it, in the tensors a pass
+//! reads) fits 1 MiB take a channel per work item and run both passes over it back to back,
+//! the second from the core's cache: x comes from memory once, not twice (same sums, same
+//! bits). Layer norm is fast where a sample's
 //! (c, h, w) elements are contiguous in that order (NCHW, or any layout with H = W = 1).
 
 use super::{by_lines, check_buffer, check_same_dims, merge_contiguous, Blend};
@@ -375,6 +379,25 @@ fn plane_sums<const K: usize>(
         })
     });
     crate::alloc::try_collect(sums, "normalization sums")
+}
+
+/// Most bytes of one channel's planes, over every tensor a pass reads, for [`by_channel`]: a
+/// second pass over them then reads the core's L2 (1-2 MiB on current x86-64), not memory.
+const CHANNEL_BYTES_MAX: usize = 1 << 20;
+
+/// [`Planes`] walked channel by channel, a channel's planes summed and then written by one
+/// work item (a batch norm's two passes over a channel back to back), when a channel's planes
+/// of the `K − 1` read tensors (the first is the one written) fit [`CHANNEL_BYTES_MAX`] and
+/// there are channels for every thread to take several; `None` otherwise, and for layouts
+/// other than planes (channels-last).
+fn by_channel<const K: usize>(dims: [usize; 4], strides: [[usize; 4]; K]) -> Option<Planes<K>> {
+    if Rows::new(dims, strides).is_some() {
+        return None;
+    }
+    let pl = Planes::new(dims, strides)?;
+    let [n, c, _, _] = dims;
+    let bytes = n * pl.len * (K - 1) * std::mem::size_of::<f32>();
+    (c >= 16 && bytes <= CHANNEL_BYTES_MAX).then_some(pl)
 }
 
 /// Least elements of a plane for [`Planes`] (smaller planes are walked by channel).
@@ -1120,19 +1143,63 @@ pub fn forward_training(
             "training needs more than one value per channel (N·H·W > 1)",
         ));
     }
-    let stats = bn_stats(ctx, x_desc, x)?;
-    let mut k = crate::alloc::try_vec(3 * c, 0.0f32, "batch norm coefficients")?;
     let alpha = blend.alpha as f64;
-    for (ch, &[mean, var]) in stats.iter().enumerate() {
+    // y = (x − m)·a + b for channel `ch` from its (mean, variance).
+    let coefs = |ch: usize, [mean, var]: [f64; 2]| {
         let inv = 1.0 / (var + bn.epsilon).sqrt();
         let m32 = mean as f32;
         let a = alpha * gamma[ch] as f64 * inv;
-        k[ch] = m32;
-        k[c + ch] = a as f32;
         // The mean's rounding to f32, folded into the shift.
-        k[2 * c + ch] = (alpha * beta[ch] as f64 - a * (mean - m32 as f64)) as f32;
-    }
-    bn_apply(ctx, blend.beta, x_desc, x, y_desc, y, &k)?;
+        [
+            m32,
+            a as f32,
+            (alpha * beta[ch] as f64 - a * (mean - m32 as f64)) as f32,
+        ]
+    };
+    let dims = x_desc.dims();
+    let stats = if let Some(pl) = by_channel(dims, [y_desc.strides(), x_desc.strides()]) {
+        // Each channel's planes summed, then normalized while they are still in cache.
+        let mut stats = crate::alloc::try_vec(c, [0.0f64; 2], "batch norm statistics")?;
+        let n = pl.count / pl.c;
+        let len = pl.len;
+        let features = ctx.features();
+        let (st, out) = (SharedOut::new(&mut stats), SharedOut::new(y));
+        run_items(ctx, x_desc.elements(), c, |ch| {
+            // Channel ch's shift: its first element (sample 0); the planes in sample order,
+            // as `bn_stats` adds them.
+            let shift = x[pl.at(ch).0[1]];
+            let s = (0..n).fold([0.0f64; 2], |a, b| {
+                let ([_, ox], _) = pl.at(b * c + ch);
+                let p = sum_shifted(features, &x[ox..ox + len], shift);
+                [a[0] + p[0], a[1] + p[1]]
+            });
+            let moments = shifted_moments(s, shift as f64, m);
+            let [mm, a, b] = coefs(ch, moments);
+            // SAFETY: slot ch of the statistics and channel ch's planes of y belong to this
+            // item alone.
+            unsafe {
+                st.write(ch, moments);
+                for b_ in 0..n {
+                    let ([oy, ox], _) = pl.at(b_ * c + ch);
+                    let dst = out.slice_mut(oy, len);
+                    by_lines(&x[ox..ox + len], dst, |x, y| {
+                        affine(features, x, y, mm, a, b, blend.beta)
+                    });
+                }
+            }
+        })?;
+        stats
+    } else {
+        let stats = bn_stats(ctx, x_desc, x)?;
+        let mut k = crate::alloc::try_vec(3 * c, 0.0f32, "batch norm coefficients")?;
+        for (ch, &ms) in stats.iter().enumerate() {
+            for (j, v) in coefs(ch, ms).into_iter().enumerate() {
+                k[j * c + ch] = v;
+            }
+        }
+        bn_apply(ctx, blend.beta, x_desc, x, y_desc, y, &k)?;
+        stats
+    };
     if let Some(s) = saved {
         for (ch, &[mean, var]) in stats.iter().enumerate() {
             s.mean[ch] = mean as f32;
@@ -1214,6 +1281,57 @@ pub fn backward(
     };
     let dims = x_desc.dims();
     let features = ctx.features();
+    let st = [dx_desc.strides(), x_desc.strides(), dy_desc.strides()];
+    let mf = m as f64;
+    let ad = blend_data.alpha as f64;
+    // The coefficients of dx = dy·a + (x − m)·b + c for channel `ch` from its sums; dγ and dβ
+    // blended in place.
+    let coefs = |ch: usize, [s1, s2]: [f64; 2]| {
+        let inv = inv[ch];
+        let k1 = ad * gamma[ch] as f64 * inv;
+        [
+            mean[ch],
+            k1 as f32,
+            (-k1 * inv * inv * s2 / mf) as f32,
+            (-k1 * s1 / mf) as f32,
+        ]
+    };
+    if let Some(pl) = by_channel(dims, st) {
+        // Each channel's planes summed, then its dx written while they are still in cache:
+        // x and dy come from memory once (inside a training step x was written long before).
+        let n = pl.count / pl.c;
+        let len = pl.len;
+        let beta = blend_data.beta;
+        let dgamma = SharedOut::new(grads.dgamma);
+        let dbeta = SharedOut::new(grads.dbeta);
+        let out = SharedOut::new(dx);
+        return run_items(ctx, x_desc.elements(), c, |ch| {
+            // In sample order: the sums' bits are those of the other paths' `plane_sums`.
+            let s = (0..n).fold([0.0f64; 2], |a, b| {
+                let ([_, ox, og], _) = pl.at(b * c + ch);
+                let p = sum_grad(features, &x[ox..ox + len], &dy[og..og + len], &[], mean[ch]);
+                [a[0] + p[0], a[1] + p[1]]
+            });
+            let kk = coefs(ch, s);
+            // SAFETY: slot ch of dγ and dβ, and channel ch's planes of dx, belong to this item
+            // alone.
+            unsafe {
+                dgamma.write(
+                    ch,
+                    blend_param.apply_f64(s[1] * inv[ch], dgamma.read(ch) as f64) as f32,
+                );
+                dbeta.write(
+                    ch,
+                    blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
+                );
+                for b in 0..n {
+                    let ([od, ox, og], _) = pl.at(b * c + ch);
+                    let dst = out.slice_mut(od, len);
+                    grad_affine(features, &x[ox..ox + len], &dy[og..og + len], dst, kk, beta);
+                }
+            }
+        });
+    }
     let sums = match Rows::new(dims, [x_desc.strides(), dy_desc.strides()]) {
         Some(rows) => {
             let mf = mean.iter().map(|&v| v as f64);
@@ -1247,23 +1365,18 @@ pub fn backward(
             }
         },
     };
-    let mf = m as f64;
     let mut k = crate::alloc::try_vec(4 * c, 0.0f32, "batch norm coefficients")?;
-    let ad = blend_data.alpha as f64;
     for (ch, &[s1, s2]) in sums.iter().enumerate() {
-        let inv = inv[ch];
-        let k1 = ad * gamma[ch] as f64 * inv;
-        k[ch] = mean[ch];
-        k[c + ch] = k1 as f32;
-        k[2 * c + ch] = (-k1 * inv * inv * s2 / mf) as f32;
-        k[3 * c + ch] = (-k1 * s1 / mf) as f32;
-        grads.dgamma[ch] = blend_param.apply_f64(s2 * inv, grads.dgamma[ch] as f64) as f32;
+        let kk = coefs(ch, [s1, s2]);
+        for (j, v) in kk.into_iter().enumerate() {
+            k[j * c + ch] = v;
+        }
+        grads.dgamma[ch] = blend_param.apply_f64(s2 * inv[ch], grads.dgamma[ch] as f64) as f32;
         grads.dbeta[ch] = blend_param.apply_f64(s1, grads.dbeta[ch] as f64) as f32;
     }
     // The blend's alpha is inside the coefficients: apply only its beta.
     let beta = blend_data.beta;
     let reads = beta != 0.0;
-    let st = [dx_desc.strides(), x_desc.strides(), dy_desc.strides()];
     let total = x_desc.elements();
     let out = SharedOut::new(dx);
     if let Some(rows) = Rows::new(dims, st) {
