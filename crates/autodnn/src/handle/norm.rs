@@ -58,6 +58,72 @@ impl Handle {
         )
     }
 
+    /// Batch norm training fused with a ReLU (and a residual add): [`norm::forward_training_relu`].
+    ///
+    /// # Errors
+    /// As [`norm::forward_training_relu`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_forward_training_relu(
+        &self,
+        bn: &BatchNorm,
+        x_desc: &TensorDesc,
+        x: &[f32],
+        z: Option<(&TensorDesc, &[f32])>,
+        y_desc: &TensorDesc,
+        y: &mut [f32],
+        gamma: &[f32],
+        beta: &[f32],
+        running: Option<RunningStats<'_>>,
+        saved: Option<SavedStatsMut<'_>>,
+    ) -> Result<()> {
+        let ctx = self.exec_context();
+        norm::forward_training_relu(
+            &ctx, bn, x_desc, x, z, y_desc, y, gamma, beta, running, saved,
+        )
+    }
+
+    /// Batch norm backward through a fused ReLU (and residual add): [`norm::backward_relu`].
+    ///
+    /// # Errors
+    /// As [`norm::backward_relu`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_backward_relu(
+        &self,
+        bn: &BatchNorm,
+        blend_param: Blend,
+        x_desc: &TensorDesc,
+        x: &[f32],
+        y_desc: &TensorDesc,
+        y: &[f32],
+        dy_desc: &TensorDesc,
+        dy: &[f32],
+        dz: Option<(&TensorDesc, &mut [f32])>,
+        dx_desc: &TensorDesc,
+        dx: &mut [f32],
+        gamma: &[f32],
+        saved: Option<SavedStats<'_>>,
+        grads: ParamGrads<'_>,
+    ) -> Result<()> {
+        let ctx = self.exec_context();
+        norm::backward_relu(
+            &ctx,
+            bn,
+            blend_param,
+            x_desc,
+            x,
+            y_desc,
+            y,
+            dy_desc,
+            dy,
+            dz,
+            dx_desc,
+            dx,
+            gamma,
+            saved,
+            grads,
+        )
+    }
+
     /// Batch norm backward: [`norm::backward`].
     ///
     /// # Errors

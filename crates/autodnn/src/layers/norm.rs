@@ -791,6 +791,54 @@ multiversion! {
     }
 }
 
+/// max(v, 0), a NaN kept (PyTorch's ReLU).
+#[inline(always)]
+fn relu1(v: f32) -> f32 {
+    if v <= 0.0 {
+        0.0
+    } else {
+        v
+    }
+}
+
+multiversion! {
+    /// y = max(y + z, 0) (z empty: max(y, 0)).
+    fn relu_add(y: &mut [f32], z: &[f32]) {
+        if z.is_empty() {
+            for v in y.iter_mut() {
+                *v = relu1(*v);
+            }
+        } else {
+            let z = &z[..y.len()];
+            for (v, &w) in y.iter_mut().zip(z) {
+                *v = relu1(*v + w);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// g = dy where y > 0, else 0 (the gradient through a ReLU whose output is y).
+    fn relu_mask(dy: &[f32], y: &[f32], g: &mut [f32]) {
+        let n = g.len();
+        let (dy, y) = (&dy[..n], &y[..n]);
+        for i in 0..n {
+            g[i] = if y[i] > 0.0 { dy[i] } else { 0.0 };
+        }
+    }
+}
+
+multiversion! {
+    /// d = d·a + (x − m)·b + c in place ([`grad_affine`] with dy in dx's place, beta 0).
+    fn grad_affine_in_place(x: &[f32], d: &mut [f32], k: [f32; 4]) {
+        let [m, a, b, c] = k;
+        let x = &x[..d.len()];
+        for (o, &v) in d.iter_mut().zip(x) {
+            *o = grad1(v, *o, m, a, b, c);
+        }
+    }
+}
+
 /// Layer norm's y = ((x − m)·ra + c)·γ + alpha·β, γ and β optional.
 #[inline(always)]
 fn ln1(v: f32, g: Option<f32>, bt: Option<f32>, k: [f32; 4]) -> f32 {
@@ -1116,6 +1164,89 @@ pub fn forward_training(
     running: Option<RunningStats<'_>>,
     saved: Option<SavedStatsMut<'_>>,
 ) -> Result<()> {
+    training(
+        ctx, bn, blend, None, x_desc, x, y_desc, y, gamma, beta, running, saved,
+    )
+}
+
+/// Batch norm training fused with a ReLU, and optionally a residual add before it (cuDNN's
+/// cudnnBatchNormalizationForwardTrainingEx with `CUDNN_BATCHNORM_OPS_BN_ACTIVATION` or
+/// `_BN_ADD_ACTIVATION`; oneDNN's `fuse_norm_relu` / `fuse_norm_add_relu`):
+/// y = max(γ·x̂ + β (+ z), 0), a NaN kept. Statistics, `running` and `saved` as
+/// [`forward_training`]'s; y is written (no blend). [`backward_relu`] takes this y.
+///
+/// # Errors
+/// As [`forward_training`], and [`Error::BadParam`] naming `z` (other dimensions than x's);
+/// [`Error::BufferTooSmall`] naming `z`.
+///
+/// # Examples
+/// ```
+/// use autodnn::{layers::norm::{self, BatchNorm}, DataType, Handle, Layout, TensorDesc};
+/// let h = Handle::with_threads(1)?;
+/// let d = TensorDesc::new(DataType::F32, Layout::Nchw, [2, 1, 1, 2])?;
+/// let (x, z) = ([1.0, 3.0, 1.0, 3.0], [0.5, 0.5, 2.0, 2.0]);
+/// let mut y = [0.0; 4];
+/// // x̂ = ∓1: y = max(x̂ + z, 0).
+/// h.batch_norm_forward_training_relu(&BatchNorm::new(1e-5)?, &d, &x, Some((&d, &z[..])),
+///     &d, &mut y, &[1.0], &[0.0], None, None)?;
+/// assert_eq!(y.map(|v| (v * 100.0).round()), [0.0, 150.0, 100.0, 300.0]);
+/// # let _ = norm::forward_training_relu;
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn forward_training_relu(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    z: Option<(&TensorDesc, &[f32])>,
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running: Option<RunningStats<'_>>,
+    saved: Option<SavedStatsMut<'_>>,
+) -> Result<()> {
+    if let Some((zd, zv)) = z {
+        check_bn_io(x_desc, x, "z", zd, zv.len())?;
+    }
+    let post = Some(z.map(|(zd, zv)| (zd.strides(), zv)));
+    training(
+        ctx,
+        bn,
+        Blend::default(),
+        post,
+        x_desc,
+        x,
+        y_desc,
+        y,
+        gamma,
+        beta,
+        running,
+        saved,
+    )
+}
+
+/// What follows a training forward's normalization: nothing, or a ReLU after adding the
+/// residual (its strides and values) when there is one.
+type Post<'a> = Option<Option<([usize; 4], &'a [f32])>>;
+
+/// [`forward_training`] and [`forward_training_relu`].
+#[allow(clippy::too_many_arguments)]
+fn training(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend: Blend,
+    post: Post<'_>,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running: Option<RunningStats<'_>>,
+    saved: Option<SavedStatsMut<'_>>,
+) -> Result<()> {
     blend.check()?;
     check_bn_io(x_desc, x, "y", y_desc, y.len())?;
     let (c, m) = bn_shape(x_desc);
@@ -1157,19 +1288,33 @@ pub fn forward_training(
         ]
     };
     let dims = x_desc.dims();
-    let stats = if let Some(pl) = by_channel(dims, [y_desc.strides(), x_desc.strides()]) {
+    let features = ctx.features();
+    // The residual's strides (x's where there is none: a plane then has an offset in it).
+    let zst = match post {
+        Some(Some((zs, _))) => zs,
+        _ => x_desc.strides(),
+    };
+    let zv: &[f32] = match post {
+        Some(Some((_, zv))) => zv,
+        _ => &[],
+    };
+    let planes = if post.is_some() {
+        by_channel(dims, [y_desc.strides(), x_desc.strides(), zst])
+    } else {
+        by_channel(dims, [y_desc.strides(), x_desc.strides(), x_desc.strides()])
+    };
+    let stats = if let Some(pl) = planes {
         // Each channel's planes summed, then normalized while they are still in cache.
         let mut stats = crate::alloc::try_vec(c, [0.0f64; 2], "batch norm statistics")?;
         let n = pl.count / pl.c;
         let len = pl.len;
-        let features = ctx.features();
         let (st, out) = (SharedOut::new(&mut stats), SharedOut::new(y));
         run_items(ctx, x_desc.elements(), c, |ch| {
             // Channel ch's shift: its first element (sample 0); the planes in sample order,
             // as `bn_stats` adds them.
             let shift = x[pl.at(ch).0[1]];
             let s = (0..n).fold([0.0f64; 2], |a, b| {
-                let ([_, ox], _) = pl.at(b * c + ch);
+                let ([_, ox, _], _) = pl.at(b * c + ch);
                 let p = sum_shifted(features, &x[ox..ox + len], shift);
                 [a[0] + p[0], a[1] + p[1]]
             });
@@ -1180,11 +1325,15 @@ pub fn forward_training(
             unsafe {
                 st.write(ch, moments);
                 for b_ in 0..n {
-                    let ([oy, ox], _) = pl.at(b_ * c + ch);
+                    let ([oy, ox, oz], _) = pl.at(b_ * c + ch);
                     let dst = out.slice_mut(oy, len);
                     by_lines(&x[ox..ox + len], dst, |x, y| {
                         affine(features, x, y, mm, a, b, blend.beta)
                     });
+                    if post.is_some() {
+                        let z = if zv.is_empty() { zv } else { &zv[oz..oz + len] };
+                        relu_add(features, dst, z);
+                    }
                 }
             }
         })?;
@@ -1198,6 +1347,9 @@ pub fn forward_training(
             }
         }
         bn_apply(ctx, blend.beta, x_desc, x, y_desc, y, &k)?;
+        if post.is_some() {
+            relu_pass(ctx, y_desc, y, (zst, zv))?;
+        }
         stats
     };
     if let Some(s) = saved {
@@ -1286,16 +1438,8 @@ pub fn backward(
     let ad = blend_data.alpha as f64;
     // The coefficients of dx = dy·a + (x − m)·b + c for channel `ch` from its sums; dγ and dβ
     // blended in place.
-    let coefs = |ch: usize, [s1, s2]: [f64; 2]| {
-        let inv = inv[ch];
-        let k1 = ad * gamma[ch] as f64 * inv;
-        [
-            mean[ch],
-            k1 as f32,
-            (-k1 * inv * inv * s2 / mf) as f32,
-            (-k1 * s1 / mf) as f32,
-        ]
-    };
+    let coefs =
+        |ch: usize, sums: [f64; 2]| grad_coefs(ad * gamma[ch] as f64, mean[ch], inv[ch], sums, mf);
     if let Some(pl) = by_channel(dims, st) {
         // Each channel's planes summed, then its dx written while they are still in cache:
         // x and dy come from memory once (inside a training step x was written long before).
@@ -1425,6 +1569,227 @@ pub fn backward(
                         out.write(pd, v);
                     }
                 }
+            }
+        })
+    })
+}
+
+/// The coefficients [m, a, b, c] of a channel's dx = dy·a + (x − m)·b + c, from alpha·γ,
+/// the mean, 1/√(var + ε), the sums (Σdy, Σdy·(x − m)) and M.
+fn grad_coefs(ag: f64, mean: f32, inv: f64, [s1, s2]: [f64; 2], mf: f64) -> [f32; 4] {
+    let k1 = ag * inv;
+    [
+        mean,
+        k1 as f32,
+        (-k1 * inv * inv * s2 / mf) as f32,
+        (-k1 * s1 / mf) as f32,
+    ]
+}
+
+/// Batch norm backward through a fused ReLU (and residual add) of [`forward_training_relu`]
+/// (cuDNN's cudnnBatchNormalizationBackwardEx with `CUDNN_BATCHNORM_OPS_BN_ACTIVATION` or
+/// `_BN_ADD_ACTIVATION`): with g = dy where y > 0 and 0 elsewhere (y the fused forward's
+/// output), dx, dγ and dβ are [`backward`]'s of g, dx written (no blend), dγ and dβ blended
+/// by `blend_param`; `dz`, the residual's gradient, receives g when given.
+///
+/// # Errors
+/// As [`backward`], and [`Error::BadParam`] naming `y` or `dz` (other dimensions than x's);
+/// [`Error::BufferTooSmall`] naming them; [`Error::OutOfMemory`] for the gradient's buffer
+/// where neither a channel-at-a-time pass nor `dz` can hold it.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_relu(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend_param: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+    y: &[f32],
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    dz: Option<(&TensorDesc, &mut [f32])>,
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+    gamma: &[f32],
+    saved: Option<SavedStats<'_>>,
+    grads: ParamGrads<'_>,
+) -> Result<()> {
+    blend_param.check()?;
+    check_bn_io(x_desc, x, "y", y_desc, y.len())?;
+    check_bn_io(x_desc, x, "dy", dy_desc, dy.len())?;
+    check_bn_io(x_desc, x, "dx", dx_desc, dx.len())?;
+    if let Some((zd, zv)) = &dz {
+        check_bn_io(x_desc, x, "dz", zd, zv.len())?;
+    }
+    let dims = x_desc.dims();
+    let (c, m) = bn_shape(x_desc);
+    // A channel at a time, the masked gradient written in place (into dz, or into dx and
+    // then transformed there) and read back from the cache.
+    let gst = match &dz {
+        Some((zd, _)) => zd.strides(),
+        None => dx_desc.strides(),
+    };
+    let st = [
+        gst,
+        dx_desc.strides(),
+        x_desc.strides(),
+        dy_desc.strides(),
+        y_desc.strides(),
+    ];
+    if let (Some(pl), Some(saved)) = (by_channel(dims, st), &saved) {
+        check_len("gamma", gamma.len(), c, "one per channel")?;
+        check_len("saved.mean", saved.mean.len(), c, "one per channel")?;
+        check_len("saved.inv_std", saved.inv_std.len(), c, "one per channel")?;
+        check_len("grads.dgamma", grads.dgamma.len(), c, "one per channel")?;
+        check_len("grads.dbeta", grads.dbeta.len(), c, "one per channel")?;
+        let (mean, inv_std) = (saved.mean, saved.inv_std);
+        let features = ctx.features();
+        let n = pl.count / pl.c;
+        let len = pl.len;
+        let mf = m as f64;
+        let in_dz = dz.is_some();
+        let gout = dz.map(|(_, zv)| SharedOut::new(zv));
+        let out = SharedOut::new(dx);
+        let dgamma = SharedOut::new(grads.dgamma);
+        let dbeta = SharedOut::new(grads.dbeta);
+        return run_items(ctx, x_desc.elements(), c, |ch| {
+            let g_of = |og: usize| {
+                // SAFETY: channel ch's planes of dz (or dx) belong to this item alone.
+                unsafe {
+                    match &gout {
+                        Some(z) => z.slice_mut(og, len),
+                        None => out.slice_mut(og, len),
+                    }
+                }
+            };
+            let mut s = [0.0f64; 2];
+            for b in 0..n {
+                let ([og, _, ox, od, oy], _) = pl.at(b * c + ch);
+                let g = g_of(og);
+                relu_mask(features, &dy[od..od + len], &y[oy..oy + len], g);
+                let p = sum_grad(features, &x[ox..ox + len], g, &[], mean[ch]);
+                s = [s[0] + p[0], s[1] + p[1]];
+            }
+            let inv = inv_std[ch] as f64;
+            let kk = grad_coefs(gamma[ch] as f64, mean[ch], inv, s, mf);
+            // SAFETY: slot ch of dγ and dβ, and channel ch's planes of dx, belong to this item
+            // alone.
+            unsafe {
+                dgamma.write(
+                    ch,
+                    blend_param.apply_f64(s[1] * inv, dgamma.read(ch) as f64) as f32,
+                );
+                dbeta.write(
+                    ch,
+                    blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
+                );
+                for b in 0..n {
+                    let ([og, oo, ox, _, _], _) = pl.at(b * c + ch);
+                    let dst = out.slice_mut(oo, len);
+                    if in_dz {
+                        grad_affine(features, &x[ox..ox + len], g_of(og), dst, kk, 0.0);
+                    } else {
+                        grad_affine_in_place(features, &x[ox..ox + len], dst, kk);
+                    }
+                }
+            }
+        });
+    }
+    // Otherwise the masked gradient in full (in dz, or a buffer of dy's layout), then the
+    // plain backward of it.
+    let data = Blend::default();
+    match dz {
+        Some((zd, zv)) => {
+            mask_pass(ctx, (zd, zv), (dy_desc, dy), (y_desc, y))?;
+            backward(
+                ctx,
+                bn,
+                data,
+                blend_param,
+                x_desc,
+                x,
+                zd,
+                zv,
+                dx_desc,
+                dx,
+                gamma,
+                saved,
+                grads,
+            )
+        }
+        None => {
+            let mut g = crate::alloc::try_vec(dy.len(), 0.0f32, "batch norm's masked gradient")?;
+            mask_pass(ctx, (dy_desc, &mut g), (dy_desc, dy), (y_desc, y))?;
+            backward(
+                ctx,
+                bn,
+                data,
+                blend_param,
+                x_desc,
+                x,
+                dy_desc,
+                &g,
+                dx_desc,
+                dx,
+                gamma,
+                saved,
+                grads,
+            )
+        }
+    }
+}
+
+/// y = max(y + z, 0) over tensors of any strides (`z.1` empty: max(y, 0)).
+fn relu_pass(
+    ctx: &ExecContext<'_>,
+    y_desc: &TensorDesc,
+    y: &mut [f32],
+    z: ([usize; 4], &[f32]),
+) -> Result<()> {
+    let (zst, zv) = z;
+    let geo = Groups::new(y_desc.dims(), [y_desc.strides(), zst], 1);
+    let out = SharedOut::new(y);
+    run_items(ctx, y_desc.elements(), geo.count * geo.pieces(), |i| {
+        let (g, e0, e1) = geo.piece(i);
+        geo.walk(g, e0, e1, |[oy, oz], n| {
+            for j in 0..n {
+                let py = oy + j * geo.inner[0];
+                // SAFETY: element py belongs to this piece alone.
+                unsafe {
+                    let v = out.read(py);
+                    let v = if zv.is_empty() {
+                        v
+                    } else {
+                        v + zv[oz + j * geo.inner[1]]
+                    };
+                    out.write(py, relu1(v));
+                }
+            }
+        })
+    })
+}
+
+/// g = dy where y > 0, else 0, over tensors of any strides.
+fn mask_pass(
+    ctx: &ExecContext<'_>,
+    g: (&TensorDesc, &mut [f32]),
+    dy: (&TensorDesc, &[f32]),
+    y: (&TensorDesc, &[f32]),
+) -> Result<()> {
+    let (gd, gv) = g;
+    let geo = Groups::new(gd.dims(), [gd.strides(), dy.0.strides(), y.0.strides()], 1);
+    let out = SharedOut::new(gv);
+    run_items(ctx, gd.elements(), geo.count * geo.pieces(), |i| {
+        let (c, e0, e1) = geo.piece(i);
+        geo.walk(c, e0, e1, |[og, od, oy], n| {
+            for j in 0..n {
+                let v = if y.1[oy + j * geo.inner[2]] > 0.0 {
+                    dy.1[od + j * geo.inner[1]]
+                } else {
+                    0.0
+                };
+                // SAFETY: element og + j·inner belongs to this piece alone.
+                unsafe { out.write(og + j * geo.inner[0], v) };
             }
         })
     })
