@@ -392,16 +392,20 @@ const CHANNEL_BYTES_MAX: usize = 1 << 20;
 
 /// [`Planes`] walked channel by channel, a channel's planes summed and then written by one
 /// work item (a batch norm's two passes over a channel back to back), when a channel's planes
-/// of the `K − 1` read tensors (the first is the one written) fit [`CHANNEL_BYTES_MAX`] and
-/// there are channels for every thread to take several; `None` otherwise, and for layouts
-/// other than planes (channels-last).
-fn by_channel<const K: usize>(dims: [usize; 4], strides: [[usize; 4]; K]) -> Option<Planes<K>> {
+/// of the `reads` tensors the passes read fit [`CHANNEL_BYTES_MAX`] and there are channels
+/// for every thread to take several; `None` otherwise, and for layouts other than planes
+/// (channels-last).
+fn by_channel<const K: usize>(
+    dims: [usize; 4],
+    strides: [[usize; 4]; K],
+    reads: usize,
+) -> Option<Planes<K>> {
     if Rows::new(dims, strides).is_some() {
         return None;
     }
     let pl = Planes::any(dims, strides)?;
     let [n, c, _, _] = dims;
-    let bytes = n * pl.len * (K - 1) * std::mem::size_of::<f32>();
+    let bytes = n * pl.len * reads * std::mem::size_of::<f32>();
     (c >= 16 && bytes <= CHANNEL_BYTES_MAX).then_some(pl)
 }
 
@@ -1303,11 +1307,9 @@ fn training(
         Some(Some((_, zv))) => zv,
         _ => &[],
     };
-    let planes = if post.is_some() {
-        by_channel(dims, [y_desc.strides(), x_desc.strides(), zst])
-    } else {
-        by_channel(dims, [y_desc.strides(), x_desc.strides(), x_desc.strides()])
-    };
+    // x, and the residual when there is one.
+    let reads = if zv.is_empty() { 1 } else { 2 };
+    let planes = by_channel(dims, [y_desc.strides(), x_desc.strides(), zst], reads);
     let stats = if let Some(pl) = planes {
         // Each channel's planes summed, then normalized while they are still in cache.
         let mut stats = crate::alloc::try_vec(c, [0.0f64; 2], "batch norm statistics")?;
@@ -1445,7 +1447,7 @@ pub fn backward(
     // blended in place.
     let coefs =
         |ch: usize, sums: [f64; 2]| grad_coefs(ad * gamma[ch] as f64, mean[ch], inv[ch], sums, mf);
-    if let Some(pl) = by_channel(dims, st) {
+    if let Some(pl) = by_channel(dims, st, 2) {
         // Each channel's planes summed, then its dx written while they are still in cache:
         // x and dy come from memory once (inside a training step x was written long before).
         let n = pl.count / pl.c;
@@ -1638,7 +1640,7 @@ pub fn backward_relu(
         dy_desc.strides(),
         y_desc.strides(),
     ];
-    if let (Some(pl), Some(saved), None) = (by_channel(dims, st), &saved, &dz) {
+    if let (Some(pl), Some(saved), None) = (by_channel(dims, st, 3), &saved, &dz) {
         check_len("gamma", gamma.len(), c, "one per channel")?;
         check_len("saved.mean", saved.mean.len(), c, "one per channel")?;
         check_len("saved.inv_std", saved.inv_std.len(), c, "one per channel")?;
