@@ -1408,6 +1408,44 @@ pub fn backward(
     saved: Option<SavedStats<'_>>,
     grads: ParamGrads<'_>,
 ) -> Result<()> {
+    backward_masked(
+        ctx,
+        bn,
+        blend_data,
+        blend_param,
+        x_desc,
+        x,
+        dy_desc,
+        dy,
+        None,
+        dx_desc,
+        dx,
+        gamma,
+        saved,
+        grads,
+    )
+}
+
+/// [`backward`], and [`backward_relu`]'s channel pass: with `relu_y` (a y of planes laid out
+/// as dy's, checked by the caller; blend_data the default) the gradient is dy where y > 0,
+/// written into dx's planes first and transformed there.
+#[allow(clippy::too_many_arguments)]
+fn backward_masked(
+    ctx: &ExecContext<'_>,
+    bn: &BatchNorm,
+    blend_data: Blend,
+    blend_param: Blend,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    dy_desc: &TensorDesc,
+    dy: &[f32],
+    relu_y: Option<(&TensorDesc, &[f32])>,
+    dx_desc: &TensorDesc,
+    dx: &mut [f32],
+    gamma: &[f32],
+    saved: Option<SavedStats<'_>>,
+    grads: ParamGrads<'_>,
+) -> Result<()> {
     blend_data.check()?;
     blend_param.check()?;
     check_bn_io(x_desc, x, "dy", dy_desc, dy.len())?;
@@ -1447,7 +1485,13 @@ pub fn backward(
     // blended in place.
     let coefs =
         |ch: usize, sums: [f64; 2]| grad_coefs(ad * gamma[ch] as f64, mean[ch], inv[ch], sums, mf);
-    if let Some(pl) = by_channel(dims, st, 2) {
+    // y's strides (dy's as a stand-in without a mask) and the tensors a pass reads.
+    let (yst, yv, reads) = match relu_y {
+        Some((yd, yv)) => (yd.strides(), yv, 3),
+        None => (dy_desc.strides(), &[][..], 2),
+    };
+    let masked = relu_y.is_some();
+    if let Some(pl) = by_channel(dims, [st[0], st[1], st[2], yst], reads) {
         // Each channel's planes summed, then its dx written while they are still in cache:
         // x and dy come from memory once (inside a training step x was written long before).
         let n = pl.count / pl.c;
@@ -1459,8 +1503,16 @@ pub fn backward(
         return run_items(ctx, x_desc.elements(), c, |ch| {
             // In sample order: the sums' bits are those of the other paths' `plane_sums`.
             let s = (0..n).fold([0.0f64; 2], |a, b| {
-                let ([_, ox, og], _) = pl.at(b * c + ch);
-                let p = sum_grad(features, &x[ox..ox + len], &dy[og..og + len], &[], mean[ch]);
+                let ([od, ox, og, oy], _) = pl.at(b * c + ch);
+                let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
+                let p = if masked {
+                    // SAFETY: channel ch's planes of dx belong to this item alone.
+                    let g = unsafe { out.slice_mut(od, len) };
+                    relu_mask(features, dys, &yv[oy..oy + len], g);
+                    sum_grad(features, xs, g, &[], mean[ch])
+                } else {
+                    sum_grad(features, xs, dys, &[], mean[ch])
+                };
                 [a[0] + p[0], a[1] + p[1]]
             });
             let kk = coefs(ch, s);
@@ -1476,9 +1528,13 @@ pub fn backward(
                     blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
                 );
                 for b in 0..n {
-                    let ([od, ox, og], _) = pl.at(b * c + ch);
-                    let dst = out.slice_mut(od, len);
-                    grad_affine(features, &x[ox..ox + len], &dy[og..og + len], dst, kk, beta);
+                    let ([od, ox, og, _], _) = pl.at(b * c + ch);
+                    let (xs, dst) = (&x[ox..ox + len], out.slice_mut(od, len));
+                    if masked {
+                        grad_affine_in_place(features, xs, dst, kk);
+                    } else {
+                        grad_affine(features, xs, &dy[og..og + len], dst, kk, beta);
+                    }
                 }
             }
         });
@@ -1629,7 +1685,6 @@ pub fn backward_relu(
         check_bn_io(x_desc, x, "dz", zd, zv.len())?;
     }
     let dims = x_desc.dims();
-    let (c, m) = bn_shape(x_desc);
     // Without dz, a channel at a time: the masked gradient written into dx, summed, and
     // transformed in place from the cache. (With dz, writing it beside dx in the same pass
     // ran slower than the masked pass in memory order followed by the plain backward: 4.6-5.2
@@ -1640,49 +1695,23 @@ pub fn backward_relu(
         dy_desc.strides(),
         y_desc.strides(),
     ];
-    if let (Some(pl), Some(saved), None) = (by_channel(dims, st, 3), &saved, &dz) {
-        check_len("gamma", gamma.len(), c, "one per channel")?;
-        check_len("saved.mean", saved.mean.len(), c, "one per channel")?;
-        check_len("saved.inv_std", saved.inv_std.len(), c, "one per channel")?;
-        check_len("grads.dgamma", grads.dgamma.len(), c, "one per channel")?;
-        check_len("grads.dbeta", grads.dbeta.len(), c, "one per channel")?;
-        let (mean, inv_std) = (saved.mean, saved.inv_std);
-        let features = ctx.features();
-        let n = pl.count / pl.c;
-        let len = pl.len;
-        let mf = m as f64;
-        let out = SharedOut::new(dx);
-        let dgamma = SharedOut::new(grads.dgamma);
-        let dbeta = SharedOut::new(grads.dbeta);
-        return run_items(ctx, x_desc.elements(), c, |ch| {
-            let mut s = [0.0f64; 2];
-            for b in 0..n {
-                let ([od, ox, og, oy], _) = pl.at(b * c + ch);
-                // SAFETY: channel ch's planes of dx belong to this item alone.
-                let g = unsafe { out.slice_mut(od, len) };
-                relu_mask(features, &dy[og..og + len], &y[oy..oy + len], g);
-                let p = sum_grad(features, &x[ox..ox + len], g, &[], mean[ch]);
-                s = [s[0] + p[0], s[1] + p[1]];
-            }
-            let inv = inv_std[ch] as f64;
-            let kk = grad_coefs(gamma[ch] as f64, mean[ch], inv, s, mf);
-            // SAFETY: slot ch of dγ and dβ, and channel ch's planes of dx, belong to this item
-            // alone.
-            unsafe {
-                dgamma.write(
-                    ch,
-                    blend_param.apply_f64(s[1] * inv, dgamma.read(ch) as f64) as f32,
-                );
-                dbeta.write(
-                    ch,
-                    blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
-                );
-                for b in 0..n {
-                    let ([od, ox, _, _], _) = pl.at(b * c + ch);
-                    grad_affine_in_place(features, &x[ox..ox + len], out.slice_mut(od, len), kk);
-                }
-            }
-        });
+    if dz.is_none() && by_channel(dims, st, 3).is_some() {
+        return backward_masked(
+            ctx,
+            bn,
+            Blend::default(),
+            blend_param,
+            x_desc,
+            x,
+            dy_desc,
+            dy,
+            Some((y_desc, y)),
+            dx_desc,
+            dx,
+            gamma,
+            saved,
+            grads,
+        );
     }
     // Otherwise the masked gradient in full (in dz, or a buffer of dy's layout), then the
     // plain backward of it.
