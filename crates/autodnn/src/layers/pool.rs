@@ -1208,6 +1208,74 @@ fn running_max(m: &mut [f32], idx: &mut [u32], src: &[f32], k: u32, first: bool)
     }
 }
 
+/// Whether `features` admit the AVX-512 kernels of this module.
+fn avx512_admitted(features: crate::cpu::Features) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::simd::Token;
+        crate::simd::Avx512::new(features).is_some()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = features;
+        false
+    }
+}
+
+/// One max window of the packed-channels indexed forward: x offsets `base + r·steps[0] +
+/// col·steps[1]` (plus the channel) for input rows `rows[0]..rows[1]` and columns
+/// `cols[0]..cols[1]` of a plane `w` wide.
+#[cfg(target_arch = "x86_64")]
+struct Window {
+    base: usize,
+    steps: [usize; 2],
+    w: usize,
+    rows: [usize; 2],
+    cols: [usize; 2],
+}
+
+/// [`running_max`] over a whole window for channels `c .. c + 16`, the maxima and offsets in
+/// registers: `m` and `idx` (16 each) receive the window's first maximum and its plane
+/// offset. The window holds at least one tap.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn window_max16(x: &[f32], win: &Window, c: usize, m: &mut [f32], idx: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let load = |r: usize, col: usize| {
+        let at = win.base + r * win.steps[0] + col * win.steps[1] + c;
+        let v = &x[at..at + 16];
+        // SAFETY: `v` holds 16 floats.
+        unsafe { _mm512_loadu_ps(v.as_ptr()) }
+    };
+    let [lo, hi] = win.rows;
+    let [clo, chi] = win.cols;
+    let mut mv = load(lo, clo);
+    let mut iv = _mm512_set1_epi32((lo * win.w + clo) as i32);
+    for r in lo..hi {
+        for col in clo..chi {
+            if (r, col) == (lo, clo) {
+                continue;
+            }
+            let v = load(r, col);
+            // Taken where larger, or the first NaN over a number.
+            let larger = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, mv);
+            let nan_over =
+                _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & _mm512_cmp_ps_mask::<_CMP_ORD_Q>(mv, mv);
+            let take = larger | nan_over;
+            mv = _mm512_mask_mov_ps(mv, take, v);
+            // checked by the caller: plane offsets fit in u32, so in i32's bits
+            iv = _mm512_mask_mov_epi32(iv, take, _mm512_set1_epi32((r * win.w + col) as i32));
+        }
+    }
+    let (m, idx) = (&mut m[..16], &mut idx[..16]);
+    // SAFETY: `m` and `idx` hold 16 elements each.
+    unsafe {
+        _mm512_storeu_ps(m.as_mut_ptr(), mv);
+        _mm512_storeu_si512(idx.as_mut_ptr().cast(), iv);
+    }
+}
+
 /// One choice of max windows on a plane ([`choose_max_plane`]).
 enum Chosen<'s> {
     /// Output columns `jlo..jlo + m.len()` of the row: maxima `m` at plane offsets `at`.
@@ -1585,6 +1653,9 @@ struct FwdIdx<'a> {
     xs: [usize; 4],
     ys: [usize; 4],
     fast: bool,
+    /// The AVX-512 window maxima of the packed-channels path ([`window_max16`]) may run:
+    /// set only where the usable features admit AVX-512F.
+    avx512: bool,
 }
 
 multiversion! {
@@ -1681,6 +1752,7 @@ pub fn forward_with_indices(
         xs: x_desc.strides(),
         ys: y_desc.strides(),
         fast,
+        avx512: avx512_admitted(features),
     };
     let out = SharedOut::new(y);
     let out_idx = SharedOut::new(indices);
@@ -1739,13 +1811,37 @@ multiversion! {
         let ohw = g.oh * g.ow;
         for j in 0..g.ow {
             let (clo, chi, _) = g.cols(j);
-            let mut first = true;
-            for r in lo..hi {
-                for col in clo..chi {
-                    let src = &p.x[xbase + r * p.xs[2] + col * p.xs[3]..][..cl];
-                    let k = (r * g.w + col) as u32; // checked: the plane fits in u32
-                    running_max(m, idx, src, k, first);
-                    first = false;
+            // Whole vectors of channels in registers through the window where AVX-512 runs
+            // (the portable loop below keeps the running maxima in memory, stored under a
+            // mask at each tap and loaded back at the next: 9 ms for ResNet-50's 3x3
+            // stride-2 pool at batch 8, where the plain forward takes 4), then the rest.
+            let mut done = 0;
+            #[cfg(target_arch = "x86_64")]
+            if p.avx512 {
+                let win = Window {
+                    base: xbase,
+                    steps: [p.xs[2], p.xs[3]],
+                    w: g.w,
+                    rows: [lo, hi],
+                    cols: [clo, chi],
+                };
+                while done + 16 <= cl {
+                    let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
+                    // SAFETY: `avx512` is set only where the features admit AVX-512F.
+                    unsafe { window_max16(p.x, &win, done, mv, iv) };
+                    done += 16;
+                }
+            }
+            if done < cl {
+                let (mt, it) = (&mut m[done..], &mut idx[done..]);
+                let mut first = true;
+                for r in lo..hi {
+                    for col in clo..chi {
+                        let at = xbase + r * p.xs[2] + col * p.xs[3] + done;
+                        let k = (r * g.w + col) as u32; // checked: the plane fits in u32
+                        running_max(mt, it, &p.x[at..at + cl - done], k, first);
+                        first = false;
+                    }
                 }
             }
             for mv in m.iter_mut() {
