@@ -1656,6 +1656,7 @@ struct FwdIdx<'a> {
     /// The AVX-512 window maxima of the packed-channels path ([`window_max16`]) may run:
     /// set only where the usable features admit AVX-512F.
     avx512: bool,
+    features: crate::cpu::Features,
 }
 
 multiversion! {
@@ -1753,6 +1754,7 @@ pub fn forward_with_indices(
         ys: y_desc.strides(),
         fast,
         avx512: avx512_admitted(features),
+        features,
     };
     let out = SharedOut::new(y);
     let out_idx = SharedOut::new(indices);
@@ -1767,7 +1769,8 @@ pub fn forward_with_indices(
             Ok(ChanIdxScratch {
                 m: crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
                 idx: crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
-                tile: crate::alloc::try_vec(tile, 0u32, "pooling index rows")?,
+                tile: crate::alloc::try_vec(tile, 0.0f32, "pooling index rows")?,
+                cols: crate::alloc::try_vec(tile, 0.0f32, "pooling index rows")?,
             })
         };
         return run_items(ctx, outer * cblocks, work, init, |s, item| {
@@ -1852,24 +1855,32 @@ multiversion! {
             // SAFETY: (n, i, j, this channel block) of y belongs to this item alone.
             unsafe { store(out, p.blend, m, ybase + j * p.ys[3], 1) };
             // The row's indices kept pixel-major, then written channel by channel.
-            tile[j * cl..][..cl].copy_from_slice(idx);
+            for (t, &k) in tile[j * cl..][..cl].iter_mut().zip(idx.iter()) {
+                *t = f32::from_bits(k);
+            }
         }
+        // Channel-major by the GEMM kernels' vectorised transpose (the offsets' bits as f32:
+        // moved, never computed on), then each channel's run written out.
+        let cols = &mut s.cols[..cl * g.ow];
+        crate::gemm::transpose_into(p.features, (tile, cl), (cols, g.ow), g.ow, cl);
         for c in 0..cl {
             // SAFETY: row i of channel c0 + c of the indices belongs to this item alone.
             let dst = unsafe { out_idx.slice_mut((n * g.c + c0 + c) * ohw + i * g.ow, g.ow) };
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = tile[j * cl + c];
+            for (d, &v) in dst.iter_mut().zip(&cols[c * g.ow..(c + 1) * g.ow]) {
+                *d = v.to_bits();
             }
         }
     }
 }
 
-/// Per-thread scratch of the indexed packed-channels paths: running maxima and offsets per
-/// channel, and an output row's indices channel-major (`tile[c·OW + j]`).
+/// Per-thread scratch of the indexed packed-channels forward: running maxima and offsets per
+/// channel, and an output row's offsets as f32 bits, pixel-major (`tile[j·cl + c]`) and
+/// channel-major (`cols[c·OW + j]`).
 struct ChanIdxScratch {
     m: Vec<f32>,
     idx: Vec<u32>,
-    tile: Vec<u32>,
+    tile: Vec<f32>,
+    cols: Vec<f32>,
 }
 
 multiversion! {
