@@ -691,6 +691,37 @@ fn a_block<'s>(
 /// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
 /// block) tile, the micro-kernel, then the epilogue after the last depth block.
 #[allow(clippy::too_many_arguments)]
+/// Asks for the lines of the residual that the epilogue of tile (i, j), m × n, will add,
+/// before the tile's micro-kernel runs: the kernel fetches its C tile ahead, but the residual
+/// is another array, and its loads stalled the epilogue (the 3 MB shortcut of a 56x56
+/// ResNet layer is in L3 at best).
+#[inline]
+fn prefetch_residual(e: &FrameEpilogue<'_>, i: usize, j: usize, m: usize, n: usize) {
+    let Some((d, rs, cs)) = e.residual else {
+        return;
+    };
+    let at = |r: usize, c: usize| d.get(r * rs + c * cs);
+    // Each contiguous line of the tile: its first element, every 16th, its last.
+    let line = |first: usize, len: usize, step: usize| {
+        for k in (0..len).step_by(16).chain(len.checked_sub(1)) {
+            if let Some(x) = d.get(first + k * step) {
+                super::pack::prefetch(x);
+            }
+        }
+    };
+    if cs == 1 {
+        for r in i..i + m {
+            line(r * rs + j, n, 1);
+        }
+    } else if rs == 1 {
+        for c in j..j + n {
+            line(i + c * cs, m, 1);
+        }
+    } else if let Some(x) = at(i, j) {
+        super::pack::prefetch(x);
+    }
+}
+
 fn macro_kernel(
     ks: &KernelSet,
     g: &Gemm<'_>,
@@ -744,6 +775,9 @@ fn macro_kernel(
                 }
                 ABlock::PackOnFirstUse { buf, .. } => (&buf[panel], mr, none),
             };
+            if epilogue {
+                prefetch_residual(&g.epilogue, i, j, m, n);
+            }
             // SAFETY: this thread owns tile (i, j) of this call: thread splits are disjoint
             // ranges of row panels or of column panels.
             let mut view = unsafe { c.tile(i, j, m, n) };

@@ -21,7 +21,7 @@ use super::GemmInput;
 /// Asks for the cache line holding `x` ahead of its use (a hint: never faults). Source rows
 /// of a block are often a page or more apart, where hardware prefetchers stop.
 #[inline(always)]
-fn prefetch<T>(x: &T) {
+pub(super) fn prefetch<T>(x: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
     unsafe {
