@@ -688,9 +688,6 @@ fn a_block<'s>(
     })
 }
 
-/// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
-/// block) tile, the micro-kernel, then the epilogue after the last depth block.
-#[allow(clippy::too_many_arguments)]
 /// Asks for the lines of the residual that the epilogue of tile (i, j), m × n, will add,
 /// before the tile's micro-kernel runs: the kernel fetches its C tile ahead, but the residual
 /// is another array, and its loads stalled the epilogue (the 3 MB shortcut of a 56x56
@@ -722,6 +719,9 @@ fn prefetch_residual(e: &FrameEpilogue<'_>, i: usize, j: usize, m: usize, n: usi
     }
 }
 
+/// The 2nd and 1st loops: every (B micro-panel in `jpanels`) × (A micro-panel of the
+/// block) tile, the micro-kernel, then the epilogue after the last depth block.
+#[allow(clippy::too_many_arguments)]
 fn macro_kernel(
     ks: &KernelSet,
     g: &Gemm<'_>,
