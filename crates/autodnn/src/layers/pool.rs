@@ -1208,20 +1208,6 @@ fn running_max(m: &mut [f32], idx: &mut [u32], src: &[f32], k: u32, first: bool)
     }
 }
 
-/// Whether `features` admit the AVX-512 kernels of this module.
-fn avx512_admitted(features: crate::cpu::Features) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::simd::Token;
-        crate::simd::Avx512::new(features).is_some()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = features;
-        false
-    }
-}
-
 /// One max window of the packed-channels indexed forward: x offsets `base + r·steps[0] +
 /// col·steps[1]` (plus the channel) for input rows `rows[0]..rows[1]` and columns
 /// `cols[0]..cols[1]` of a plane `w` wide.
@@ -1234,13 +1220,32 @@ struct Window {
     cols: [usize; 2],
 }
 
-/// [`running_max`] over a whole window for channels `c .. c + 16`, the maxima and offsets in
-/// registers: `m` and `idx` (16 each) receive the window's first maximum and its plane
-/// offset. The window holds at least one tap.
+/// [`running_max`] over a whole window for channels `c .. c + 16` with AVX-512 (the token),
+/// the maxima and offsets in registers: `m` and `idx` (16 each) receive the window's first
+/// maximum and its plane offset. The window holds at least one tap.
+#[cfg(target_arch = "x86_64")]
+fn window_max16(
+    t: crate::simd::Avx512,
+    x: &[f32],
+    win: &Window,
+    c: usize,
+    m: &mut [f32],
+    idx: &mut [u32],
+) {
+    // SAFETY: the token proves the CPU runs AVX-512F.
+    unsafe { window_max16_avx512(t, x, win, c, m, idx) }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[inline]
-fn window_max16(x: &[f32], win: &Window, c: usize, m: &mut [f32], idx: &mut [u32]) {
+fn window_max16_avx512(
+    _: crate::simd::Avx512,
+    x: &[f32],
+    win: &Window,
+    c: usize,
+    m: &mut [f32],
+    idx: &mut [u32],
+) {
     use std::arch::x86_64::*;
     let load = |r: usize, col: usize| {
         let at = win.base + r * win.steps[0] + col * win.steps[1] + c;
@@ -1653,9 +1658,7 @@ struct FwdIdx<'a> {
     xs: [usize; 4],
     ys: [usize; 4],
     fast: bool,
-    /// The AVX-512 window maxima of the packed-channels path ([`window_max16`]) may run:
-    /// set only where the usable features admit AVX-512F.
-    avx512: bool,
+    /// The usable features (the packed-channels path's AVX-512 window maxima and transpose).
     features: crate::cpu::Features,
 }
 
@@ -1753,7 +1756,6 @@ pub fn forward_with_indices(
         xs: x_desc.strides(),
         ys: y_desc.strides(),
         fast,
-        avx512: avx512_admitted(features),
         features,
     };
     let out = SharedOut::new(y);
@@ -1812,6 +1814,8 @@ multiversion! {
         let xbase = n * p.xs[0] + c0;
         let ybase = n * p.ys[0] + i * p.ys[2] + c0;
         let ohw = g.oh * g.ow;
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = <crate::simd::Avx512 as crate::simd::Token>::new(p.features);
         for j in 0..g.ow {
             let (clo, chi, _) = g.cols(j);
             // Whole vectors of channels in registers through the window where AVX-512 runs
@@ -1820,7 +1824,7 @@ multiversion! {
             // stride-2 pool at batch 8, where the plain forward takes 4), then the rest.
             let mut done = 0;
             #[cfg(target_arch = "x86_64")]
-            if p.avx512 {
+            if let Some(t) = avx512 {
                 let win = Window {
                     base: xbase,
                     steps: [p.xs[2], p.xs[3]],
@@ -1830,8 +1834,7 @@ multiversion! {
                 };
                 while done + 16 <= cl {
                     let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
-                    // SAFETY: `avx512` is set only where the features admit AVX-512F.
-                    unsafe { window_max16(p.x, &win, done, mv, iv) };
+                    window_max16(t, p.x, &win, done, mv, iv);
                     done += 16;
                 }
             }
