@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reduced-precision convolution against the peers, in one run: a built-in model's layers
-# (default ResNet-50) with prepared weights in autodnn's strict f32, on bf16 tensors, and f32
-# under allow_bf16 (each layer's fastest algorithm, as `autodnn conv` totals), beside
+# (default ResNet-50) with prepared weights in autodnn's strict f32, on bf16 tensors (strict
+# and under allow_bf16, which adds Winograd's bf16 pairs), and f32 under allow_bf16 (each
+# layer's fastest algorithm, as `autodnn conv` totals), beside
 # OpenVINO and PyTorch in bf16 and onnxruntime in f32, then a table of medians and ratios.
 #
 #   source "$(bench/peers/setup.sh)"      # numpy, onnxruntime, OpenVINO, PyTorch
@@ -23,6 +24,7 @@ for i in $(seq 1 "$R"); do
     echo "f32 $("$BIN" "${a[@]}" | total)" >>"$OUT/totals"
     echo "bf16 $("$BIN" "${a[@]}" --dtype bf16 | total)" >>"$OUT/totals"
     echo "allow_bf16 $("$BIN" "${a[@]}" --math allow_bf16 | total)" >>"$OUT/totals"
+    echo "bf16_allow $("$BIN" "${a[@]}" --dtype bf16 --math allow_bf16 | total)" >>"$OUT/totals"
     for e in ov torch; do
         echo "${e}_bf16 $(python3 "$PEERS" --engine $e --precision bf16 --threads "$T" --mb "$MB" \
             --reps "$REPS" "$SHAPES" 2>/dev/null | total)" >>"$OUT/totals"
@@ -38,10 +40,12 @@ for line in open(sys.argv[1]):
     v.setdefault(k, []).append(float(x))
 m = {k: st.median(x) for k, x in v.items()}
 print(f"{sys.argv[2]}, batch {sys.argv[3]}, {sys.argv[4]} thread(s), medians of {len(v['f32'])} rounds (ms)")
-for k in ["f32", "bf16", "allow_bf16", "ov_bf16", "torch_bf16", "ort_f32"]:
+for k in ["f32", "bf16", "bf16_allow", "allow_bf16", "ov_bf16", "torch_bf16", "ort_f32"]:
     print(f"  {k:11s} {m[k]:9.2f}   rounds {v[k]}")
 print(f"  bf16 / OpenVINO bf16  {m['bf16'] / m['ov_bf16']:.3f}")
 print(f"  bf16 / PyTorch bf16   {m['bf16'] / m['torch_bf16']:.3f}")
+print(f"  bf16 allow_bf16 / OpenVINO bf16  {m['bf16_allow'] / m['ov_bf16']:.3f}")
+print(f"  bf16 allow_bf16 / PyTorch bf16   {m['bf16_allow'] / m['torch_bf16']:.3f}")
 print(f"  bf16 / autodnn f32    {m['bf16'] / m['f32']:.3f}")
 print(f"  allow_bf16 / f32      {m['allow_bf16'] / m['f32']:.3f}")
 print(f"  bf16 / onnxruntime f32 {m['bf16'] / m['ort_f32']:.3f}")

@@ -86,6 +86,22 @@ impl Token for Avx512 {
     }
 }
 
+/// AVX-512 (F) with the bf16 dot products of AVX512-BF16 (`vdpbf16ps`).
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Avx512Bf16(());
+
+#[cfg(target_arch = "x86_64")]
+impl Token for Avx512Bf16 {
+    const REQUIRES: Features = Features::of(&[
+        crate::cpu::Feature::Avx512F,
+        crate::cpu::Feature::Avx512Bf16,
+    ]);
+    fn new(usable: Features) -> Option<Avx512Bf16> {
+        admits::<Avx512Bf16>(usable).then_some(Avx512Bf16(()))
+    }
+}
+
 /// Defines `fn NAME(features: Features, ARGS...) -> R` that runs BODY compiled for the widest
 /// family within `features` (AVX-512, AVX2 + FMA, else the portable build): BODY is written
 /// once, as plain loops the compiler vectorises (see `crate::vmath` for the functions that

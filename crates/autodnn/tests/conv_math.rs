@@ -1,12 +1,14 @@
 //! Convolution under the math mode: with `MathMode::AllowBf16`, the algorithms whose products
 //! run on the GEMM engine (explicit and implicit GEMM, forward and backward) round their f32
 //! operands to bf16 where the bf16 units are chosen, within the f32 summation bound of the
-//! rounded operands; every other algorithm gives exactly its strict result. Integer data stay
+//! rounded operands; `winograd_2x2` (forward and backward data) rounds its transformed
+//! operands, within its bound under the mode; every other algorithm gives exactly its strict
+//! result. Integer data stay
 //! exact everywhere. Tuning-cache entries are keyed by the math mode.
 
 mod common;
 
-use autodnn::conv::{EpilogueArgs, Weights};
+use autodnn::conv::{Accuracy, EpilogueArgs, Weights};
 use autodnn::cpu::Isa;
 use autodnn::gemm::kernel_name_for;
 use autodnn::op::{
@@ -101,6 +103,30 @@ impl Case {
         }
     }
 
+    /// `algo`'s bound when it rounds inside under allow_bf16 (its bound under the mode
+    /// differs from its strict one), else `None`.
+    fn rounds_inside(&self, algo: &str) -> Option<Accuracy> {
+        fn of<O: Registered<Problem = ConvProblem>>(algo: &str) -> Option<Accuracy> {
+            let a = O::algorithms().iter().find(|a| a.name() == algo)?;
+            let under = a.accuracy_under(MathMode::AllowBf16);
+            (under != a.accuracy()).then_some(under)
+        }
+        match self.op {
+            OpKind::ConvForward => of::<ConvForward>(algo),
+            OpKind::ConvBackwardData => of::<ConvBackwardData>(algo),
+            _ => of::<ConvBackwardFilter>(algo),
+        }
+    }
+
+    /// Products per output (the reduction's depth).
+    fn depth(&self) -> usize {
+        match self.op {
+            OpKind::ConvForward => self.p.c_per_group() * self.p.w().r() * self.p.w().s(),
+            OpKind::ConvBackwardData => self.p.k_per_group() * self.p.w().r() * self.p.w().s(),
+            _ => self.p.x().n() * self.p.y().h() * self.p.y().w(),
+        }
+    }
+
     fn out_len(&self) -> usize {
         match self.op {
             OpKind::ConvForward => self.p.y().span(),
@@ -183,9 +209,22 @@ fn allow_bf16_rounds_the_gemm_engine_algorithms_and_no_other() {
             let want = c.reference(&rounded(&c.a), &rounded(&c.b));
             let exact = c.reference(&c.a, &c.b);
             let mut rounded_algos = 0;
+            let mut inside = 0;
             for algo in c.algorithms() {
                 let (s_out, a_out) = (c.run(&strict, algo), c.run(&allow, algo));
-                if bf16_units && on_gemm_engine(algo) {
+                if let Some(acc) = c.rounds_inside(algo) {
+                    // Rounded inside (Winograd's transformed operands in bf16 pairs): within
+                    // its bound under the mode, and visibly not the strict result.
+                    let tol = acc.tolerance(c.depth(), 1.0, 1.0, 0.0);
+                    let err = a_out
+                        .iter()
+                        .zip(&exact)
+                        .fold(0.0f64, |m, (&g, &w)| m.max((g as f64 - w).abs()));
+                    assert!(err <= tol, "{s} {op:?} {algo}: {err:e} > {tol:e}");
+                    let away = normwise(&a_out, &exact);
+                    assert!(away > 1e-4, "{s} {op:?} {algo}: {away:e}, not rounded");
+                    inside += 1;
+                } else if bf16_units && on_gemm_engine(algo) {
                     // The products of the rounded operands, summed in f32.
                     let e = normwise(&a_out, &want);
                     assert!(
@@ -212,6 +251,9 @@ fn allow_bf16_rounds_the_gemm_engine_algorithms_and_no_other() {
                     "{s} {op:?}: no GEMM-engine algorithm ran"
                 );
             }
+            // winograd_2x2 takes the 3x3 problems forward and backward (data).
+            let winograd = s.contains("kh3") && op != OpKind::ConvBackwardFilter;
+            assert_eq!(inside > 0, winograd, "{s} {op:?}: {inside} rounded inside");
         }
     }
 }

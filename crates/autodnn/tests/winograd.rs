@@ -387,3 +387,111 @@ fn backward_filter_bounds_hold() {
         }
     }
 }
+
+/// Under `allow_bf16` (units `always`, so on every CPU: the bf16 units where it has them,
+/// f32 arithmetic on the same pairs where not) `winograd_2x2` computes its products on bf16
+/// pairs of U and V: the measured normwise constant stays within its documented bound under
+/// that mode, and is far above the f32 one (the rounding happened); integer data stay exact;
+/// the bits do not depend on the thread count; prepared weights hold half the slots, are
+/// refused by strict calls and give the plain calls' results within the bound. `winograd_4x4`
+/// and `winograd_6x6` stay in f32 (the same bits as strict).
+#[test]
+fn winograd_2x2_rounds_to_bf16_pairs_under_allow_bf16() {
+    use autodnn::{Bf16Units, MathMode};
+    let handle = |threads: usize, isa: Isa, math: MathMode| {
+        let h = Handle::with_threads(threads).unwrap();
+        h.set_isa_cap(isa);
+        h.set_math_mode(math);
+        h.set_bf16_units(Bf16Units::Always);
+        h
+    };
+    let bound = |name: &str| match algo(name).accuracy_under(MathMode::AllowBf16) {
+        Accuracy::Normwise { c, .. } => c,
+        Accuracy::Exact => panic!("{name} claims exactness"),
+    };
+    assert!(bound("winograd_2x2") > 1000.0 * normwise_c("winograd_2x2"));
+    for name in ["winograd_4x4", "winograd_6x6"] {
+        assert_eq!(normwise_c(name), bound(name), "{name}");
+    }
+    for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
+        let h = handle(1, isa, MathMode::AllowBf16);
+        let mut worst = 0.0f64;
+        for (ci, c) in [1usize, 4, 16, 64, 256, 512].into_iter().enumerate() {
+            for seed in 0..3u64 {
+                let mut rng = Rng(77 + 10 * ci as u64 + seed);
+                let (ih, iw) = (rng.range(3, 16), rng.range(3, 16));
+                let s = format!("mb1ic{c}ih{ih}iw{iw}oc40kh3ph1");
+                let layout = [Layout::Nchw, Layout::Nhwc][seed as usize % 2];
+                let p = problem(&s, layout);
+                let x = real_data(p.x().span(), 300 + seed, 1_000_000);
+                let w = real_data(p.w().elements(), 400 + seed, 1_000_000);
+                let r = reference::conv_forward(&p, &x, &w).unwrap();
+                let y = run_plain(&h, "winograd_2x2", &p, &x, &w);
+                worst = worst.max(measured_c(&p, &y, &r, &x, &w));
+            }
+        }
+        let c = bound("winograd_2x2");
+        println!("winograd_2x2 {isa:?} allow_bf16: measured c up to {worst:.1}, documented {c}");
+        assert!(worst <= c, "{isa:?}: measured c {worst} > documented {c}");
+        assert!(
+            worst >= c / 8.0,
+            "{isa:?}: measured c {worst} ≪ documented {c}"
+        );
+
+        // Integer data: exact, plain and prepared; the same bits on 1 and 2 threads.
+        let p = problem("mb2ic48ih13iw11oc70kh3ph1", Layout::Nhwc);
+        let x = int_data(p.x().span(), 5);
+        let w = int_data(p.w().elements(), 6);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        let y1 = run_plain(&h, "winograd_2x2", &p, &x, &w);
+        common::assert_exact(&p, &y1, &r, "winograd_2x2 allow_bf16");
+        let pw = h.prepare_weights(&p, "winograd_2x2", &w).unwrap();
+        assert!(pw.is_bf16());
+        // K padded to 96, C to 48, 16 positions: half the f32 floats, plus the header.
+        assert_eq!(pw.bytes(), (96 * 48 * 16 / 2 + 16) * 4);
+        let yp = run_prepared(&h, "winograd_2x2", &p, &x, &pw);
+        common::assert_exact(&p, &yp, &r, "winograd_2x2 allow_bf16 prepared");
+        let strict = handle(1, isa, MathMode::Strict);
+        let e = prepared_err(&strict, "winograd_2x2", &p, &x, &pw);
+        assert!(matches!(e, Error::BadParam { ref field, .. } if field == "prepared"));
+
+        // Real data: threads, prepared against plain, and 4x4 and 6x6 unchanged.
+        let x = real_data(p.x().span(), 7, 1_000_000);
+        let w = real_data(p.w().elements(), 8, 1_000_000);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        let y1 = run_plain(&h, "winograd_2x2", &p, &x, &w);
+        let y2 = run_plain(
+            &handle(2, isa, MathMode::AllowBf16),
+            "winograd_2x2",
+            &p,
+            &x,
+            &w,
+        );
+        assert!(
+            y1.iter().zip(&y2).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{isa:?}: bits differ between 1 and 2 threads"
+        );
+        let pw = h.prepare_weights(&p, "winograd_2x2", &w).unwrap();
+        let yp = run_prepared(&h, "winograd_2x2", &p, &x, &pw);
+        let tol = c * f32::EPSILON as f64 * 48.0 * 9.0;
+        for (what, y) in [("plain", &y1), ("prepared", &yp)] {
+            let (diff, _) = errors(&p, y, &r);
+            assert!(diff <= tol, "{isa:?} {what}: {diff} > {tol}");
+        }
+        let strict_y = run_plain(&strict, "winograd_2x2", &p, &x, &w);
+        let (d_strict, _) = errors(&p, &strict_y, &r);
+        let (d_bf16, _) = errors(&p, &y1, &r);
+        assert!(
+            d_bf16 > 64.0 * d_strict,
+            "{isa:?}: not rounded ({d_bf16} vs {d_strict})"
+        );
+        for name in ["winograd_4x4", "winograd_6x6"] {
+            let a = run_plain(&h, name, &p, &x, &w);
+            let b = run_plain(&strict, name, &p, &x, &w);
+            assert!(
+                a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} {isa:?}: allow_bf16 changed its bits"
+            );
+        }
+    }
+}

@@ -584,6 +584,9 @@ impl Algorithm<ConvBackwardData> for ViaForward {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(math)
+    }
     /// The sum of the forward algorithm's features over the residues.
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         let mut f = [0.0; COST_FEATURES];

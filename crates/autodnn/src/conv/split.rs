@@ -156,6 +156,9 @@ impl ConvAlgorithm for SplitForward {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(math)
+    }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         self.inner.cost_features(p)
     }
@@ -247,6 +250,9 @@ impl Algorithm<ConvBackwardData> for SplitBwdData {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(math)
+    }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         self.inner.cost_features(p)
     }
@@ -311,6 +317,9 @@ impl Algorithm<ConvBackwardFilter> for SplitBwdFilter {
     }
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
+    }
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(math)
     }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         self.inner.cost_features(p)

@@ -293,6 +293,14 @@ pub(crate) fn amx_slot(d: usize, j: usize, w: usize, b_side: bool) -> (usize, bo
     (d / 2 * w + j, d % 2 == 1)
 }
 
+/// Whether products of f32 operands under [`MathMode::AllowBf16`] run on bf16 units with the
+/// usable `features` and the units choice `units` (a bf16 kernel family for a deep product).
+pub(crate) fn bf16_units_chosen(features: crate::cpu::Features, units: Bf16Units) -> bool {
+    kernels::kernel_set_for(features, DataType::F32, MathMode::AllowBf16, units, 1 << 16)
+        .packing
+        .is_bf16()
+}
+
 /// Grows the packing buffers of the calling thread and of every worker of `ctx` to the
 /// largest blocks the f32 kernels under `ctx` pack, their pages written, so that the products
 /// that follow allocate nothing (a deployed model's first inference).

@@ -276,6 +276,7 @@ impl Handle {
             isa: c.isa,
             features: c.features,
             math: c.math,
+            caller_math: c.math,
             bf16_units: c.bf16_units,
         }
     }

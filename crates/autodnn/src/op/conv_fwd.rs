@@ -212,6 +212,9 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
     fn accuracy(&self) -> Accuracy {
         ConvAlgorithm::accuracy(self)
     }
+    fn accuracy_under(&self, math: MathMode) -> Accuracy {
+        ConvAlgorithm::accuracy_under(self, math)
+    }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         ConvAlgorithm::cost_features(self, &p.as_f32())
     }
@@ -428,6 +431,13 @@ pub trait ConvAlgorithm: Send + Sync {
     /// it computes in a transformed domain.
     fn accuracy(&self) -> Accuracy {
         Accuracy::Exact
+    }
+
+    /// Its error bound when the caller's math mode is `math` (see
+    /// [`Algorithm::accuracy_under`]); [`ConvAlgorithm::accuracy`] unless overridden.
+    fn accuracy_under(&self, math: MathMode) -> Accuracy {
+        let _ = math;
+        self.accuracy()
     }
 
     /// What the heuristic's cost model predicts this algorithm's time from: a vector of

@@ -167,6 +167,13 @@ pub trait Algorithm<O: Operation>: Send + Sync {
     fn deterministic(&self) -> bool;
     /// Its documented error bound.
     fn accuracy(&self) -> Accuracy;
+    /// Its documented error bound when the caller's math mode is `math`: the same as
+    /// [`Algorithm::accuracy`] unless the mode lets it round more than strict math (bf16
+    /// operands in a transformed domain under [`crate::MathMode::AllowBf16`]).
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        let _ = math;
+        self.accuracy()
+    }
     /// What the cost model predicts its time from: [`COST_FEATURES`] non-negative
     /// quantities of `p`, each multiplied by a coefficient fitted per (operation, types,
     /// algorithm).

@@ -390,7 +390,7 @@ pub(crate) fn narrow_at_par(
 /// f32 to bf16 bits, rounded to nearest even, NaN kept (quiet): what `half::bf16::from_f32`
 /// computes, without branches, so that loops of it vectorise.
 #[inline(always)]
-fn bf16_bits(x: u32) -> u16 {
+pub(crate) fn bf16_bits(x: u32) -> u16 {
     let nan = x & 0x7fff_ffff > 0x7f80_0000;
     let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
     (if nan { (x >> 16) | 0x40 } else { rounded }) as u16

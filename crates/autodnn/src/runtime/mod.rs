@@ -29,6 +29,11 @@ pub struct ExecContext<'a> {
     pub(crate) features: Features,
     /// The precision f32 operands may be computed in.
     pub(crate) math: MathMode,
+    /// The mode the caller asked for (the handle's). `math` is raised to
+    /// [`MathMode::AllowBf16`] for bf16 tensors, whose products are of bf16 values in any
+    /// mode; a rounding beyond the tensors' own (bf16 operands in a transformed domain)
+    /// follows this one.
+    pub(crate) caller_math: MathMode,
     /// Which units compute products of bf16 values.
     pub(crate) bf16_units: Bf16Units,
 }
@@ -37,9 +42,12 @@ pub struct ExecContext<'a> {
 /// `fpmath_mode`, PyTorch's `float32_matmul_precision`.
 ///
 /// Reduced-precision operands (bf16) are computed with bf16 products and f32 sums in every
-/// mode; the mode decides only what f32 operands may become. In convolution it applies to the
-/// algorithms whose products run on the GEMM engine (explicit and implicit GEMM); the others
-/// compute in f32 whatever the mode. Where the bf16 units run is [`Bf16Units`]' choice.
+/// mode; the mode decides only what f32 operands may become, and whether operands computed
+/// inside an algorithm may be rounded too. In convolution it applies to the algorithms whose
+/// products run on the GEMM engine (explicit and implicit GEMM), and to `winograd_2x2`, whose
+/// transformed input and filter are then rounded to bf16 pairs (for bf16 tensors as well;
+/// its bound under the mode is [`crate::op::Algorithm::accuracy_under`]); the others compute
+/// in f32 whatever the mode. Where the bf16 units run is [`Bf16Units`]' choice.
 ///
 /// ```
 /// use autodnn::{gemm::GemmDesc, Handle, MathMode};

@@ -110,7 +110,7 @@ pub(crate) fn rank<O: Operation>(
             predicted_ms: model.predict_ms_for::<O>(a, p, machine, env.settings.prepared),
             workspace_bytes: ws,
             deterministic: a.deterministic(),
-            accuracy: a.accuracy(),
+            accuracy: a.accuracy_under(env.ctx.caller_math),
             eligible,
         });
     }

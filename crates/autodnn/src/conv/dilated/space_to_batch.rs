@@ -212,6 +212,9 @@ impl ConvAlgorithm for SpaceToBatch {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
+    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(math)
+    }
 
     /// The inner algorithm's features on the frames, plus the copies in and out (MB of the
     /// frames and their outputs in the bytes term).

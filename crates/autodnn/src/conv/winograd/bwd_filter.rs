@@ -306,6 +306,7 @@ fn frame<S: Family, T: Tile>(
                 g,
                 t0,
                 nbt,
+                pairs: false,
             };
             let v_chunk = fw.p * nbt * CB;
             let xc_chunk = fw.a * fw.xc_cols * CB;

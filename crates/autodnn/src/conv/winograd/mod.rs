@@ -20,6 +20,14 @@
 //!   and dilated kernels: the transforms assume unit-step, dense windows. Every group count,
 //!   padding, layout and stride pattern of x and y is accepted.
 //! - **Accuracy:** [`Accuracy::Normwise`], the constant measured in `tests/winograd.rs`.
+//! - **bf16 pairs under `allow_bf16`:** where the caller's math mode is `allow_bf16` and the
+//!   units choice takes the bf16 units, `winograd_2x2` rounds V and U to bf16 pairs (two
+//!   channels per 32-bit slot) and sums their products in f32 on `vdpbf16ps` (in f32
+//!   arithmetic on the same pairs where the CPU lacks it): twice the products per cycle and
+//!   half the bytes of V and of a prepared filter, within the bound of products rounded to
+//!   bf16's precision ([`ConvAlgorithm::accuracy_under`]). F(4×4) and F(6×6) would add about
+//!   10 and 45 times the error of rounding x and w to bf16 (their transforms' larger
+//!   constants): they stay in f32 in every mode.
 //! - **Deterministic:** every output is computed by one work item in a fixed order; the
 //!   split of items among threads does not change any result.
 //!
@@ -83,7 +91,7 @@ use crate::conv::{
 use crate::desc::{ConvMode, ConvProblem};
 use crate::error::{Error, Result};
 use crate::runtime::parallel::SharedOut;
-use crate::runtime::Carve;
+use crate::runtime::{Bf16Units, Carve, MathMode};
 use crate::simd::Token;
 use simd::{micro_kernel_n, Family, Scalar, Simd, CB, KP};
 
@@ -157,6 +165,10 @@ pub(crate) trait Tile: Send + Sync + 'static {
 /// One Winograd algorithm: F(T::M × T::M, 3×3).
 pub(crate) struct Winograd<T> {
     accuracy: Accuracy,
+    /// The bound under `allow_bf16` where the tile size then computes its transformed-domain
+    /// products on bf16 pairs (`None`: it stays in f32 in every mode; see
+    /// [`Winograd::pairs_under`]).
+    bf16_accuracy: Option<Accuracy>,
     _tile: PhantomData<T>,
 }
 
@@ -166,6 +178,16 @@ pub(crate) static WINOGRAD_2X2: Winograd<F2x2> = Winograd {
         c: 2.0,
         int_rel: 1e-4,
     },
+    // bf16 pairs: each of U and V rounded once (2^-9 relative at most), the sums in f32: the
+    // bound of products rounded to bf16's precision, 2^-8·C·R·S·max|x|·max|w| (c = 2^15).
+    // Measured by `tests/winograd.rs`: up to 0.7·2^15 for one input channel, 2^-12 to 2^-11
+    // relative for 16 to 512 (1.5 to 2.2 times the error of rounding x and w to bf16 before
+    // a direct convolution, on the same data). On integer data in [-4, 4] U and V are exact
+    // in bf16 (V integers below 17, U quarters below 10): the products are the f32 ones.
+    bf16_accuracy: Some(Accuracy::Normwise {
+        c: 32768.0,
+        int_rel: 1e-4,
+    }),
     _tile: PhantomData,
 };
 /// F(4×4, 3×3).
@@ -174,6 +196,9 @@ pub(crate) static WINOGRAD_4X4: Winograd<F4x4> = Winograd {
         c: 10.0,
         int_rel: 1e-4,
     },
+    // With bf16 pairs the error measured about 10 times that of rounding x and w to bf16
+    // before a direct convolution (random data in [-1, 1], C = 16 to 512): it stays in f32.
+    bf16_accuracy: None,
     _tile: PhantomData,
 };
 /// F(6×6, 3×3).
@@ -182,6 +207,8 @@ pub(crate) static WINOGRAD_6X6: Winograd<F6x6> = Winograd {
         c: 48.0,
         int_rel: 1e-3,
     },
+    // With bf16 pairs about 40 to 50 times the error of rounding x and w: it stays in f32.
+    bf16_accuracy: None,
     _tile: PhantomData,
 };
 
@@ -380,6 +407,20 @@ impl<T: Tile> Winograd<T> {
     fn plan(&self, p: &ConvProblem) -> Result<Plan> {
         Plan::new(p, T::M).ok_or_else(|| Error::overflow(T::NAME, "workspace size"))
     }
+
+    /// Whether a call under `ctx` computes its transformed-domain products on bf16 pairs:
+    /// the tile size's error allows it, the caller's math mode is `allow_bf16`, and the units
+    /// choice takes the bf16 units (`auto`: where the GEMM engine takes them, measured faster
+    /// than f32; `always`: everywhere, in f32 arithmetic where the CPU lacks them).
+    fn pairs_under(&self, ctx: &ExecContext<'_>) -> bool {
+        self.bf16_accuracy.is_some()
+            && ctx.caller_math == MathMode::AllowBf16
+            && match ctx.bf16_units {
+                Bf16Units::Never => false,
+                Bf16Units::Always => true,
+                Bf16Units::Auto => crate::gemm::bf16_units_chosen(ctx.features, Bf16Units::Auto),
+            }
+    }
 }
 
 impl<T: Tile> ConvAlgorithm for Winograd<T> {
@@ -409,6 +450,13 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         self.accuracy
     }
 
+    fn accuracy_under(&self, math: MathMode) -> Accuracy {
+        match (math, self.bf16_accuracy) {
+            (MathMode::AllowBf16, Some(a)) => a,
+            _ => self.accuracy,
+        }
+    }
+
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         match Plan::new(p, T::M) {
             Some(plan) => plan.cost_features(p),
@@ -418,20 +466,38 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
 
     fn prepare(
         &self,
-        _ctx: &ExecContext<'_>,
+        ctx: &ExecContext<'_>,
         problem: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
         let plan = self.plan(problem)?;
-        let len = plan.u_len + PREPARED_HEADER;
+        let pairs = self.pairs_under(ctx);
+        let u_len = if pairs { plan.u_len / 2 } else { plan.u_len };
         let what = format!("{}'s transformed filter", T::NAME);
-        let mut data = crate::alloc::try_vec(len, 0.0, &what)?;
+        let mut data = crate::alloc::try_vec(u_len + PREPARED_HEADER, 0.0, &what)?;
         // The transformed filter starts at the first cache line after data[0], which records
-        // where (the micro-kernel's loads then never straddle lines while this allocation
-        // lives; a copy elsewhere stays correct, if slower).
+        // where, and in which form (the micro-kernel's loads then never straddle lines while
+        // this allocation lives; a copy elsewhere stays correct, if slower).
         let off = 1 + data[1..].as_ptr().align_offset(64).min(PREPARED_HEADER - 1);
-        data[0] = off as f32;
-        filter_transform_f64::<T>(&plan, w, &mut data[off..off + plan.u_len]);
+        data[0] = (off + if pairs { PAIRS_MARK } else { 0 }) as f32;
+        if pairs {
+            let mut u = crate::alloc::try_vec(plan.u_len, 0.0, &what)?;
+            filter_transform_f64::<T>(&plan, w, &mut u);
+            // Each transform position's cp × KP block becomes cp/2 pair rows of KP slots.
+            let block = plan.cp * KP;
+            for (src, dst) in u
+                .chunks_exact(block)
+                .zip(data[off..off + u_len].chunks_exact_mut(block / 2))
+            {
+                for (q, d) in dst.chunks_exact_mut(KP).enumerate() {
+                    for (i, d) in d.iter_mut().enumerate() {
+                        *d = simd::pair_bits(src[2 * q * KP + i], src[(2 * q + 1) * KP + i]);
+                    }
+                }
+            }
+        } else {
+            filter_transform_f64::<T>(&plan, w, &mut data[off..off + u_len]);
+        }
         Ok(Some(data))
     }
 
@@ -446,34 +512,44 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
         let plan = self.plan(problem)?;
+        let pairs = self.pairs_under(ctx);
         #[cfg(target_arch = "x86_64")]
         {
             if let Some(s) = simd::Avx512::new(ctx.features) {
-                return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
+                return frame::<_, T>(s, ctx, &plan, pairs, x, w, y, workspace, epi);
             }
             if let Some(s) = simd::Avx2::new(ctx.features) {
-                return frame::<_, T>(s, ctx, &plan, x, w, y, workspace, epi);
+                return frame::<_, T>(s, ctx, &plan, pairs, x, w, y, workspace, epi);
             }
         }
-        frame::<_, T>(Scalar::new(), ctx, &plan, x, w, y, workspace, epi)
+        frame::<_, T>(Scalar::new(), ctx, &plan, pairs, x, w, y, workspace, epi)
     }
 }
 
-/// Floats before the transformed filter in prepared weights: its offset, then padding up to
-/// a cache line.
+/// Floats before the transformed filter in prepared weights: its offset (plus [`PAIRS_MARK`]
+/// for a filter of bf16 pairs), then padding up to a cache line.
 const PREPARED_HEADER: usize = 16;
+/// Added to the offset in the header of prepared weights whose transformed filter holds bf16
+/// pairs (half the slots of an f32 one).
+const PAIRS_MARK: usize = 32;
 
-/// The transformed filter inside prepared weights (see `prepare`).
-fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<&'d [f32]> {
-    let off = data.first().map_or(0, |&o| o as usize);
-    if data.len() != plan.u_len + PREPARED_HEADER || !(1..=PREPARED_HEADER).contains(&off) {
+/// The transformed filter inside prepared weights (see `prepare`), and whether it holds
+/// bf16 pairs.
+fn prepared_filter<'d>(plan: &Plan, data: &'d [f32]) -> Result<(&'d [f32], bool)> {
+    let mark = data.first().map_or(0, |&o| o as usize);
+    let (off, pairs) = match mark {
+        m if m > PAIRS_MARK => (m - PAIRS_MARK, true),
+        m => (m, false),
+    };
+    let u_len = if pairs { plan.u_len / 2 } else { plan.u_len };
+    if data.len() != u_len + PREPARED_HEADER || !(1..=PREPARED_HEADER).contains(&off) {
         return Err(Error::bad(
             "prepared",
             format!("{} floats", data.len()),
             "not a transformed filter for this problem",
         ));
     }
-    Ok(&data[off..off + plan.u_len])
+    Ok((&data[off..off + u_len], pairs))
 }
 
 /// Splits the workspace into its buffers, aligned to [`ALIGN`] bytes. Marks the last byte
@@ -532,6 +608,8 @@ pub(crate) struct InputArgs<'a> {
     /// First tile of the block (numbered over all images) and its tile count.
     t0: usize,
     nbt: usize,
+    /// V as bf16 pairs (\[ξ\]\[tile\]\[CB/2 slots\] per channel block) instead of f32.
+    pairs: bool,
 }
 
 /// What the products and output transform of one block read and write.
@@ -544,6 +622,12 @@ pub(crate) struct OutputArgs<'a> {
     v: &'a [f32],
     out: &'a SharedOut<'a>,
     epi: &'a EpilogueArgs<'a>,
+    /// Products on bf16 pairs (V and the transformed filter in pairs), on the bf16 units
+    /// where `dp` is given.
+    pairs: bool,
+    dp: Option<simd::DotPairs>,
+    /// Slots from one transform position's filter block to the next.
+    u_xi_stride: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -551,6 +635,7 @@ fn frame<S: Family, T: Tile>(
     s: S,
     ctx: &ExecContext<'_>,
     plan: &Plan,
+    pairs_ctx: bool,
     x: &[f32],
     w: AlgoWeights<'_>,
     y: &mut [f32],
@@ -561,14 +646,33 @@ fn frame<S: Family, T: Tile>(
     let (xc, rest) = buf.split_at_mut(plan.xc_len);
     let (v, rest) = rest.split_at_mut(plan.v_len);
     let (mbuf, u_ws) = rest.split_at_mut(plan.m_len);
-    let prepared = match w {
-        AlgoWeights::Prepared(data) => Some(prepared_filter(plan, data)?),
-        AlgoWeights::Plain(_) => None,
+    // Prepared weights carry their form; plain calls follow the context.
+    let (prepared, pairs) = match w {
+        AlgoWeights::Prepared(data) => {
+            let (u, pairs) = prepared_filter(plan, data)?;
+            (Some(u), pairs)
+        }
+        AlgoWeights::Plain(_) => (None, pairs_ctx),
     };
+    #[cfg(target_arch = "x86_64")]
+    let dp = if pairs && S::LANES == 16 {
+        simd::DotPairs::new(ctx.features)
+    } else {
+        None
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let dp = None;
     let out = SharedOut::new(y);
+    // A panel's transformed filter: [ξ][cp][KP] floats, or in pairs [ξ][cp/2][KP] slots
+    // (prepared), or pairs written over the first half of each ξ's f32 block (plain).
     let up = plan.p * plan.cp * KP;
+    let (up_pre, u_xi_stride) = match (prepared.is_some(), pairs) {
+        (true, true) => (up / 2, plan.cp * KP / 2),
+        _ => (up, plan.cp * KP),
+    };
     for g in 0..plan.groups {
         let ug = g * plan.u_group()..(g + 1) * plan.u_group();
+        let ug_pre = g * plan.kpn * up_pre;
         for blk in 0..plan.nblocks {
             let t0 = blk * plan.nb;
             let nbt = plan.nb.min(plan.all_tiles - t0);
@@ -578,6 +682,7 @@ fn frame<S: Family, T: Tile>(
                 g,
                 t0,
                 nbt,
+                pairs,
             };
             // Input transform: one item per channel block, each with its own rows buffer.
             let v_chunk = plan.p * nbt * CB;
@@ -593,6 +698,9 @@ fn frame<S: Family, T: Tile>(
                 v,
                 out: &out,
                 epi,
+                pairs,
+                dp,
+                u_xi_stride,
             };
             // Products and output transform: one item per panel of output channels. Plain
             // calls transform each panel of the filter just before its first use (while it
@@ -601,7 +709,7 @@ fn frame<S: Family, T: Tile>(
             let u_group = &mut u_ws[ug.clone()];
             for_chunks2(ctx, (mbuf, m_chunk), (u_group, up), plan.kpn, |kp, m, u| {
                 let u: &[f32] = match (prepared, w) {
-                    (Some(pre), _) => &pre[ug.start + kp * up..ug.start + (kp + 1) * up],
+                    (Some(pre), _) => &pre[ug_pre + kp * up_pre..ug_pre + (kp + 1) * up_pre],
                     (None, AlgoWeights::Plain(w)) => {
                         if blk == 0 {
                             let fa = FilterArgs {
@@ -611,6 +719,11 @@ fn frame<S: Family, T: Tile>(
                                 kvalid: KP.min(plan.k - kp * KP),
                             };
                             s.filter_item::<T>(&fa, u);
+                            if pairs {
+                                for block in u[..up].chunks_exact_mut(plan.cp * KP) {
+                                    pairs_in_place(block, plan.cp);
+                                }
+                            }
                         }
                         u
                     }
@@ -743,6 +856,22 @@ fn filter_transform_f64<T: Tile>(plan: &Plan, w: &[f32], u: &mut [f32]) {
     }
 }
 
+/// Rounds one transform position's filter block, `cp` rows of [`KP`] floats, into `cp/2`
+/// pair rows of bf16 pairs (row 2q in the low halves, 2q + 1 in the high) over its first
+/// half. Front to back: pair row q is written after its sources, rows 2q and 2q + 1 ≥ q,
+/// are read.
+fn pairs_in_place(block: &mut [f32], cp: usize) {
+    for q in 0..cp / 2 {
+        let mut lo = [0f32; KP];
+        let mut hi = [0f32; KP];
+        lo.copy_from_slice(&block[2 * q * KP..(2 * q + 1) * KP]);
+        hi.copy_from_slice(&block[(2 * q + 1) * KP..(2 * q + 2) * KP]);
+        for (i, d) in block[q * KP..(q + 1) * KP].iter_mut().enumerate() {
+            *d = simd::pair_bits(lo[i], hi[i]);
+        }
+    }
+}
+
 /// Copies the input windows of tile row `th`, tile columns `tc0 .. tc0 + ntc`, of channel
 /// block `cb` into `xc` (\[row\]\[column\]\[CB\], `plan.xc_cols` columns), zero outside the
 /// image and past the group's channels.
@@ -855,7 +984,17 @@ pub(crate) fn input_item<S: Simd, T: Tile>(
                     let row = T::input_1d(s, row);
                     for (j, &val) in row.iter().enumerate().take(al) {
                         let xi = r * al + j;
-                        s.store(val, &mut v[(xi * a.nbt + tl) * CB + h * S::LANES..]);
+                        if a.pairs {
+                            // Channels 2q and 2q + 1 of the vector make pair slot q.
+                            let mut lanes = [0f32; 16];
+                            s.store(val, &mut lanes);
+                            let at = (xi * a.nbt + tl) * CB / 2 + h * S::LANES / 2;
+                            for (q, d) in v[at..at + S::LANES / 2].iter_mut().enumerate() {
+                                *d = simd::pair_bits(lanes[2 * q], lanes[2 * q + 1]);
+                            }
+                        } else {
+                            s.store(val, &mut v[(xi * a.nbt + tl) * CB + h * S::LANES..]);
+                        }
                     }
                 }
             }
@@ -879,36 +1018,40 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
     let (al, mo) = (T::A, T::M);
     let pos = al * al;
     let (cp, nbt) = (pl.cp, a.nbt);
-    let u = &u[..pos * cp * KP];
+    // The last position's block: cp·KP floats or cp/2·KP pair slots.
+    let u = &u[..(pos - 1) * a.u_xi_stride + if a.pairs { cp / 2 } else { cp } * KP];
     let b_cb_stride = pos * nbt * CB;
     assert!(a.v.len() >= pl.cbn * b_cb_stride && m.len() >= nbt * pos * KP);
     // Panels of at most NR_MAX tiles, as even as possible.
     let npan = nbt.div_ceil(S::NR_MAX);
     let (base, rem) = (nbt / npan, nbt % npan);
     for xi in 0..pos {
-        let a_xi = u[xi * cp * KP..].as_ptr();
+        let a_xi = u[xi * a.u_xi_stride..].as_ptr();
         let mut s0 = 0;
         for q in 0..npan {
             let nr = base + usize::from(q < rem);
             for half in 0..KP / (2 * S::LANES) {
-                // SAFETY: the transformed filter of ξ holds cp·KP floats from a_xi (u is
-                // this panel's pos·cp·KP floats); B elements (c, j) lie at
-                // (c/CB)·b_cb_stride + (ξ·nbt + s0 + j)·CB + c%CB < cbn·b_cb_stride ≤
-                // v.len() since ξ·nbt + s0 + j < pos·nbt; outputs of tile s0 + j lie at
-                // ((s0 + j)·pos + ξ)·KP + half·2·LANES + 2·LANES ≤ nbt·pos·KP ≤ m.len(),
-                // and m is this item's alone.
+                let (a_h, m_h) = (
+                    a_xi.wrapping_add(half * 2 * S::LANES),
+                    m.as_mut_ptr()
+                        .wrapping_add((s0 * pos + xi) * KP + half * 2 * S::LANES),
+                );
+                // SAFETY: the transformed filter of ξ holds cp·KP floats (cp/2·KP pair slots)
+                // from a_xi (u is sliced to the last position's block above); B elements
+                // (c, j) lie at (c/CB)·b_cb_stride + (ξ·nbt + s0 + j)·CB + c%CB (pair q at
+                // (q/(CB/2))·b_cb_stride + (ξ·nbt + s0 + j)·CB/2 + q%(CB/2), in the first
+                // half of its block) < cbn·b_cb_stride ≤ v.len() since ξ·nbt + s0 + j <
+                // pos·nbt; outputs of tile s0 + j lie at ((s0 + j)·pos + ξ)·KP + half·2·LANES
+                // + 2·LANES ≤ nbt·pos·KP ≤ m.len(), and m is this item's alone.
                 unsafe {
-                    micro_kernel_n(
-                        s,
-                        nr,
-                        a_xi.add(half * 2 * S::LANES),
-                        a.v.as_ptr().add((xi * nbt + s0) * CB),
-                        b_cb_stride,
-                        pl.cbn,
-                        m.as_mut_ptr()
-                            .add((s0 * pos + xi) * KP + half * 2 * S::LANES),
-                        pos * KP,
-                    )
+                    if a.pairs {
+                        let b = a.v.as_ptr().add((xi * nbt + s0) * CB / 2);
+                        let (cbn, ps) = (pl.cbn, pos * KP);
+                        simd::pair_kernel_n(s, a.dp, nr, a_h, b, b_cb_stride, cbn, m_h, ps)
+                    } else {
+                        let b = a.v.as_ptr().add((xi * nbt + s0) * CB);
+                        micro_kernel_n(s, nr, a_h, b, b_cb_stride, pl.cbn, m_h, pos * KP)
+                    }
                 };
             }
             s0 += nr;
@@ -1208,9 +1351,23 @@ mod tests {
         for off in 1..=PREPARED_HEADER {
             data[0] = off as f32;
             data[off] = 7.0;
-            assert_eq!(prepared_filter(&plan, &data).unwrap()[0], 7.0);
+            assert_eq!(
+                prepared_filter(&plan, &data).unwrap(),
+                (&data[off..][..plan.u_len], false)
+            );
             data[off] = 0.0;
         }
+        // bf16 pairs: the offset marked, half the slots; an unmarked header on them refused.
+        let mut pairs = vec![0.0f32; plan.u_len / 2 + PREPARED_HEADER];
+        for off in 1..=PREPARED_HEADER {
+            pairs[0] = (off + PAIRS_MARK) as f32;
+            let (u, is_pairs) = prepared_filter(&plan, &pairs).unwrap();
+            assert!(is_pairs && u.len() == plan.u_len / 2);
+            pairs[0] = off as f32;
+            assert!(prepared_filter(&plan, &pairs).is_err());
+        }
+        data[0] = (1 + PAIRS_MARK) as f32;
+        assert!(prepared_filter(&plan, &data).is_err());
         for off in [0.0, 17.0, -1.0, f32::NAN] {
             data[0] = off;
             assert!(prepared_filter(&plan, &data).is_err(), "{off}");

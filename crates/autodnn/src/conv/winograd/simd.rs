@@ -23,6 +23,64 @@ pub(crate) const CB: usize = 16;
 /// Output channels per panel of the transformed filter (the micro-kernel's rows).
 pub(crate) const KP: usize = 32;
 
+/// Evaluates `body` with `N` a constant equal to the runtime tile count `nr` (1 ..= 12):
+/// dispatches to a micro-kernel monomorphised for it.
+macro_rules! with_nr {
+    ($nr:expr, $n:ident => $body:expr) => {
+        match $nr {
+            1 => {
+                const $n: usize = 1;
+                $body
+            }
+            2 => {
+                const $n: usize = 2;
+                $body
+            }
+            3 => {
+                const $n: usize = 3;
+                $body
+            }
+            4 => {
+                const $n: usize = 4;
+                $body
+            }
+            5 => {
+                const $n: usize = 5;
+                $body
+            }
+            6 => {
+                const $n: usize = 6;
+                $body
+            }
+            7 => {
+                const $n: usize = 7;
+                $body
+            }
+            8 => {
+                const $n: usize = 8;
+                $body
+            }
+            9 => {
+                const $n: usize = 9;
+                $body
+            }
+            10 => {
+                const $n: usize = 10;
+                $body
+            }
+            11 => {
+                const $n: usize = 11;
+                $body
+            }
+            12 => {
+                const $n: usize = 12;
+                $body
+            }
+            _ => unreachable!("1 ..= 12 tiles (the caller checks)"),
+        }
+    };
+}
+
 /// Vector operations on `LANES` f32 lanes. The implementing type is a capability token
 /// ([`crate::simd::Token`]) that exists only when the CPU supports the instructions its
 /// methods use.
@@ -501,14 +559,188 @@ pub(crate) unsafe fn micro_kernel_n<S: Simd>(
     out_stride: usize,
 ) {
     assert!(nr >= 1 && nr <= S::NR_MAX.min(12));
-    macro_rules! go {
-        ($($n:literal)*) => {
-            match nr {
-                // SAFETY: the caller's contract with NR = nr.
-                $($n => unsafe { micro_kernel::<S, $n>(s, a, b, b_cb_stride, cbn, out, out_stride) },)*
-                _ => unreachable!("checked above"),
-            }
-        };
+    // SAFETY: the caller's contract with NR = nr.
+    with_nr!(nr, N => unsafe { micro_kernel::<S, N>(s, a, b, b_cb_stride, cbn, out, out_stride) })
+}
+
+/// Two bf16 values (their bits, rounded to nearest even from f32) in one 32-bit slot: `lo`
+/// in the low half, `hi` in the high half, as `vdpbf16ps` reads a pair.
+#[inline(always)]
+pub(crate) fn pair_bits(lo: f32, hi: f32) -> f32 {
+    use crate::op::tensor::bf16_bits;
+    f32::from_bits(u32::from(bf16_bits(lo.to_bits())) | (u32::from(bf16_bits(hi.to_bits())) << 16))
+}
+
+/// The low and high bf16 values of a pair slot, widened (exactly) to f32.
+#[inline(always)]
+fn unpair(w: f32) -> (f32, f32) {
+    let w = w.to_bits();
+    (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
+}
+
+/// [`micro_kernel`] on bf16 pairs, in f32 arithmetic (any family): the same products,
+/// each pair summed high value first as `vdpbf16ps` sums it.
+///
+/// - `a`: pair slot (pair q of the panel's channels, row i) at `q·KP + i`, rows from where
+///   the caller points;
+/// - `b`: pair slot (pair q, tile j) at `(q / (CB/2))·b_cb_stride + j·CB/2 + q % (CB/2)`;
+/// - `out`: as in [`micro_kernel`].
+///
+/// # Safety
+/// As [`micro_kernel`], with `cbn·CB/2` pair rows of `KP` slots readable at `a`.
+#[inline(always)]
+unsafe fn pair_kernel_portable<S: Simd, const NR: usize>(
+    s: S,
+    a: *const f32,
+    b: *const f32,
+    b_cb_stride: usize,
+    cbn: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let mut acc = [[s.zero(); 2]; NR];
+    let rows = 2 * S::LANES;
+    for q in 0..cbn * CB / 2 {
+        let (mut lo, mut hi) = ([0f32; 32], [0f32; 32]);
+        for r in 0..rows {
+            // SAFETY: row r < 2·LANES of pair row q (contract).
+            (lo[r], hi[r]) = unpair(unsafe { *a.add(q * KP + r) });
+        }
+        let (lo0, lo1) = (s.load(&lo), s.load(&lo[S::LANES..]));
+        let (hi0, hi1) = (s.load(&hi), s.load(&hi[S::LANES..]));
+        let bq = b.wrapping_add((q / (CB / 2)) * b_cb_stride + q % (CB / 2));
+        for (j, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: pair q of tile j < NR (contract).
+            let (bl, bh) = unpair(unsafe { *bq.add(j * CB / 2) });
+            let (bl, bh) = (s.splat(bl), s.splat(bh));
+            acc[0] = s.fma(lo0, bl, s.fma(hi0, bh, acc[0]));
+            acc[1] = s.fma(lo1, bl, s.fma(hi1, bh, acc[1]));
+        }
     }
-    go!(1 2 3 4 5 6 7 8 9 10 11 12)
+    for (j, acc) in acc.iter().enumerate() {
+        let o = out.wrapping_add(j * out_stride);
+        // SAFETY: tile j's 2·LANES results are writable and this thread's (contract).
+        unsafe {
+            s.store_ptr(acc[0], o);
+            s.store_ptr(acc[1], o.add(S::LANES));
+        }
+    }
+}
+
+/// The products of one transform position on bf16 pairs (see [`pair_kernel_portable`] for
+/// the layouts), `2·LANES` rows × `nr` tiles: on the bf16 dot-product units where `dp` is
+/// given (32 rows: the caller points at row 0 and `S` has 16 lanes), else in f32 arithmetic
+/// on `S`.
+///
+/// # Safety
+/// As [`pair_kernel_portable`] with NR = `nr` (1 ..= `S::NR_MAX`, at most 12).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn pair_kernel_n<S: Simd>(
+    s: S,
+    dp: Option<DotPairs>,
+    nr: usize,
+    a: *const f32,
+    b: *const f32,
+    b_cb_stride: usize,
+    cbn: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    assert!(nr >= 1 && nr <= S::NR_MAX.min(12));
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = dp {
+        assert_eq!(S::LANES, 16, "the bf16 units' kernel takes 32 rows");
+        // SAFETY: the caller's contract, 32 rows (checked above); the token proves the CPU
+        // runs AVX512-BF16.
+        return unsafe { dot_pairs::kernel_n(t, nr, a, b, b_cb_stride, cbn, out, out_stride) };
+    }
+    let _ = dp;
+    // SAFETY: the caller's contract with NR = nr.
+    with_nr!(nr, N => unsafe {
+        pair_kernel_portable::<S, N>(s, a, b, b_cb_stride, cbn, out, out_stride)
+    })
+}
+
+/// The bf16 dot-product units' token, where the build has them.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use crate::simd::Avx512Bf16 as DotPairs;
+/// No bf16 dot-product units on other architectures.
+#[cfg(not(target_arch = "x86_64"))]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum DotPairs {}
+
+#[cfg(target_arch = "x86_64")]
+mod dot_pairs {
+    use std::arch::x86_64::*;
+
+    use super::{DotPairs, CB, KP};
+
+    /// 32 rows × NR tiles on `vdpbf16ps`: per pair of channels, two vectors of the panel's
+    /// pairs and one broadcast pair per tile.
+    ///
+    /// # Safety
+    /// The CPU runs AVX512-BF16 (the caller holds a token); the layouts and bounds of
+    /// `super::pair_kernel_portable` with 32 rows.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn kernel<const NR: usize>(
+        a: *const f32,
+        b: *const f32,
+        b_cb_stride: usize,
+        cbn: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; NR];
+        for q in 0..cbn * CB / 2 {
+            // SAFETY: rows 0 .. 32 of pair row q are readable (contract).
+            let (a0, a1) = unsafe {
+                let p = a.add(q * KP);
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            };
+            let (a0, a1) = (bh(a0), bh(a1));
+            let bq = b.wrapping_add((q / (CB / 2)) * b_cb_stride + q % (CB / 2));
+            for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: pair q of tile j < NR (contract).
+                let bj = bh(_mm512_set1_ps(unsafe { *bq.add(j * CB / 2) }));
+                acc[0] = _mm512_dpbf16_ps(acc[0], a0, bj);
+                acc[1] = _mm512_dpbf16_ps(acc[1], a1, bj);
+            }
+        }
+        for (j, acc) in acc.iter().enumerate() {
+            // SAFETY: tile j's 32 results are writable and this thread's (contract).
+            unsafe {
+                let o = out.add(j * out_stride);
+                _mm512_storeu_ps(o, acc[0]);
+                _mm512_storeu_ps(o.add(16), acc[1]);
+            }
+        }
+    }
+
+    /// 32 bf16 values (16 pairs) from the bits of a vector of slots.
+    #[inline(always)]
+    fn bh(x: __m512) -> __m512bh {
+        // SAFETY: both are 64-byte vectors of plain bits; every bit pattern is a valid value
+        // of either.
+        unsafe { std::mem::transmute::<__m512, __m512bh>(x) }
+    }
+
+    /// Dispatches a runtime tile count to [`kernel`].
+    ///
+    /// # Safety
+    /// As [`kernel`] with NR = `nr` (1 ..= 12).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn kernel_n(
+        _: DotPairs,
+        nr: usize,
+        a: *const f32,
+        b: *const f32,
+        b_cb_stride: usize,
+        cbn: usize,
+        out: *mut f32,
+        out_stride: usize,
+    ) {
+        // SAFETY: the caller's contract with NR = nr; the token proves the CPU's features.
+        with_nr!(nr, N => unsafe { kernel::<N>(a, b, b_cb_stride, cbn, out, out_stride) })
+    }
 }
