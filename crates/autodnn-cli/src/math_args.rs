@@ -10,7 +10,8 @@ use crate::error::CliResult;
 #[derive(Debug, Clone, Args)]
 pub struct MathArgs {
     /// What f32 operands may be computed in: strict, or allow_bf16 (rounded to bf16 by the
-    /// algorithms on the GEMM engine, where the bf16 units run)
+    /// algorithms on the GEMM engine, and winograd_2x2's transformed operands, where the
+    /// bf16 units run)
     #[arg(long, value_name = "MODE", default_value = "strict")]
     pub math: String,
     /// Which units compute products of bf16 values: auto (the bf16 units where measured

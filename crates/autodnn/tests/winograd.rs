@@ -495,3 +495,42 @@ fn winograd_2x2_rounds_to_bf16_pairs_under_allow_bf16() {
         }
     }
 }
+
+/// The heuristic's prediction for `winograd_2x2` follows its bf16 pairs: under `allow_bf16`
+/// with the bf16 units chosen it predicts less time than under strict math (half the
+/// products' time and of the transformed bytes), and the other tile sizes' predictions do
+/// not move; the ranking reports each algorithm's bound under the handle's mode.
+#[test]
+fn heuristic_predicts_bf16_pairs_under_allow_bf16() {
+    use autodnn::{Bf16Units, MathMode};
+    let p = problem("mb8ic256ih14oc256kh3ph1", Layout::Nchw);
+    let ranked = |math: MathMode| {
+        let h = Handle::with_threads(1).unwrap();
+        h.set_math_mode(math);
+        h.set_bf16_units(Bf16Units::Always);
+        h.get_conv_algorithms(&p).unwrap()
+    };
+    let (strict, allow) = (ranked(MathMode::Strict), ranked(MathMode::AllowBf16));
+    let find = |r: &[autodnn::select::Ranked], name: &str| {
+        r.iter().find(|a| a.algo == name).cloned().unwrap()
+    };
+    let (s2, a2) = (find(&strict, "winograd_2x2"), find(&allow, "winograd_2x2"));
+    assert!(
+        a2.predicted_ms < 0.9 * s2.predicted_ms,
+        "{} vs {}",
+        a2.predicted_ms,
+        s2.predicted_ms
+    );
+    assert_eq!(s2.accuracy, algo("winograd_2x2").accuracy());
+    assert_eq!(
+        a2.accuracy,
+        algo("winograd_2x2").accuracy_under(MathMode::AllowBf16)
+    );
+    for name in ["winograd_4x4", "winograd_6x6"] {
+        assert_eq!(
+            find(&strict, name).predicted_ms,
+            find(&allow, name).predicted_ms,
+            "{name}"
+        );
+    }
+}

@@ -218,6 +218,9 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         ConvAlgorithm::cost_features(self, &p.as_f32())
     }
+    fn cost_features_under(&self, p: &ConvProblem, ctx: &ExecContext<'_>) -> [f64; COST_FEATURES] {
+        ConvAlgorithm::cost_features_under(self, &p.as_f32(), ctx)
+    }
     fn run(
         &self,
         ctx: &ExecContext<'_>,
@@ -448,6 +451,17 @@ pub trait ConvAlgorithm: Send + Sync {
     /// same units (a constant, GFLOP, MB).
     fn cost_features(&self, problem: &ConvProblem) -> [f64; COST_FEATURES] {
         default_cost_features(problem, self.workspace_bytes(problem))
+    }
+
+    /// [`ConvAlgorithm::cost_features`] for a call under `ctx` (see
+    /// [`Algorithm::cost_features_under`]).
+    fn cost_features_under(
+        &self,
+        problem: &ConvProblem,
+        ctx: &ExecContext<'_>,
+    ) -> [f64; COST_FEATURES] {
+        let _ = ctx;
+        self.cost_features(problem)
     }
 
     /// Transforms the filter once into the form this algorithm consumes (Winograd or FFT

@@ -178,6 +178,12 @@ pub trait Algorithm<O: Operation>: Send + Sync {
     /// quantities of `p`, each multiplied by a coefficient fitted per (operation, types,
     /// algorithm).
     fn cost_features(&self, p: &O::Problem) -> [f64; COST_FEATURES];
+    /// [`Algorithm::cost_features`] for a call under `ctx`: the same unless the context
+    /// changes what the algorithm computes (bf16 pairs under `allow_bf16`).
+    fn cost_features_under(&self, p: &O::Problem, ctx: &ExecContext<'_>) -> [f64; COST_FEATURES] {
+        let _ = ctx;
+        self.cost_features(p)
+    }
     /// Runs on a call the operation has checked ([`Operation::check_call`]), with a
     /// workspace of at least [`Algorithm::workspace_bytes`] bytes.
     ///

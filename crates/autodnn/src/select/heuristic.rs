@@ -198,14 +198,26 @@ impl CostModel {
         cfg: &Machine,
         prepared: bool,
     ) -> f64 {
+        self.predict_from::<O>(algo.name(), p, algo.cost_features(p), cfg, prepared)
+    }
+
+    /// [`CostModel::predict_ms_for`] from the features `f` of algorithm `algo` on `p` (as
+    /// [`crate::op::Algorithm::cost_features_under`] gives them for a call's context).
+    pub(crate) fn predict_from<O: Operation>(
+        &self,
+        algo: &str,
+        p: &O::Problem,
+        f: [f64; COST_FEATURES],
+        cfg: &Machine,
+        prepared: bool,
+    ) -> f64 {
         let types = p.types();
-        let mut key = fit_key(p.op_tag(), &types, algo.name());
+        let mut key = fit_key(p.op_tag(), &types, algo);
         if types != "f32" && !self.has_fit(&key, cfg) {
             // Reduced-precision tensors without a fit of their own run the f32 kernels on
             // widened copies: the f32 fit predicts them.
-            key = fit_key(p.op_tag(), "f32", algo.name());
+            key = fit_key(p.op_tag(), "f32", algo);
         }
-        let f = algo.cost_features(p);
         let f = if prepared { O::prepared_features(f) } else { f };
         self.predict_features(&key, &f, cfg)
     }

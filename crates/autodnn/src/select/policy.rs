@@ -107,7 +107,13 @@ pub(crate) fn rank<O: Operation>(
         }
         ranked.push(Ranked {
             algo: a.name(),
-            predicted_ms: model.predict_ms_for::<O>(a, p, machine, env.settings.prepared),
+            predicted_ms: model.predict_from::<O>(
+                a.name(),
+                p,
+                a.cost_features_under(p, &env.ctx),
+                machine,
+                env.settings.prepared,
+            ),
             workspace_bytes: ws,
             deterministic: a.deterministic(),
             accuracy: a.accuracy_under(env.ctx.caller_math),

@@ -349,20 +349,23 @@ impl Plan {
     /// filter's MB beyond [`FILTER_CACHED_BYTES`] (written and read back from memory rather
     /// than from the caches). The other features stay 0: fewer terms fit more reliably from
     /// the calibration set's 3x3 problems.
-    fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
+    fn cost_features(&self, p: &ConvProblem, pairs: bool) -> [f64; COST_FEATURES] {
         let d = default_cost_features(p, 0);
         // In f64: the products of the plan's sizes need not fit in usize (only each size
         // does), and a cost query must not overflow.
         let kpp = self.kpn as f64 * KP as f64;
         let tiles = self.groups as f64 * self.all_tiles as f64 * self.p as f64;
+        // bf16 pairs: two multiply-adds in an f32 FMA's time on the bf16 units, half the
+        // bytes of the transformed filter and input.
+        let half = if pairs { 0.5 } else { 1.0 };
         let mut f = [0.0; COST_FEATURES];
         f[0] = d[0];
-        f[1] = 2.0 * tiles * self.cp as f64 * kpp / 1e9;
+        f[1] = half * 2.0 * tiles * self.cp as f64 * kpp / 1e9;
         f[2] = d[2];
-        let u_bytes = self.u_len as f64 * 4.0;
+        let u_bytes = half * self.u_len as f64 * 4.0;
         f[3] = (u_bytes - FILTER_CACHED_BYTES as f64).max(0.0) / 1e6;
         f[8] = u_bytes / 1e6;
-        f[9] = tiles * (self.cp as f64 + kpp) * 4.0 / 1e6;
+        f[9] = tiles * (half * self.cp as f64 + kpp) * 4.0 / 1e6;
         f
     }
 }
@@ -459,7 +462,14 @@ impl<T: Tile> ConvAlgorithm for Winograd<T> {
 
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         match Plan::new(p, T::M) {
-            Some(plan) => plan.cost_features(p),
+            Some(plan) => plan.cost_features(p, false),
+            None => default_cost_features(p, usize::MAX),
+        }
+    }
+
+    fn cost_features_under(&self, p: &ConvProblem, ctx: &ExecContext<'_>) -> [f64; COST_FEATURES] {
+        match Plan::new(p, T::M) {
+            Some(plan) => plan.cost_features(p, self.pairs_under(ctx)),
             None => default_cost_features(p, usize::MAX),
         }
     }
