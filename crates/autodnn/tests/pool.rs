@@ -857,7 +857,7 @@ fn indexed_backward_takes_any_offsets_in_the_plane() {
 
 /// The indices lie in y's order: for a packed y, the index of output (n, c, i, j) at y's own
 /// offset of that output (NCHW, and NHWC with 20 channels: a 16-lane vector and a tail; 84:
-/// five vectors and a tail); for a strided y, packed in y's dimension order;
+/// four vectors at once, one, and a tail); for a strided y, packed in y's dimension order;
 /// the backward reads them in dy's order and routes exactly as the backward that recomputes
 /// the choices from x. Padding, ceil mode (the last windows overhang), ties, NaN and −inf;
 /// x and y in mixed layouts.

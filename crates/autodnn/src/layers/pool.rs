@@ -1226,11 +1226,12 @@ struct Window {
     cols: [usize; 2],
 }
 
-/// [`running_max`] over a whole window for channels `c .. c + 16` with AVX-512 (the token),
-/// the maxima and offsets in registers: `m` and `idx` (16 each) receive the window's first
-/// maximum and its plane offset. The window holds at least one tap.
+/// [`running_max`] over a whole window for channels `c .. c + 16·G` with AVX-512 (the
+/// token), G vectors of maxima and offsets in registers (independent chains): `m` and `idx`
+/// (16·G each) receive the window's first maximum (a NaN canonical) and its plane offset.
+/// The window holds at least one tap.
 #[cfg(target_arch = "x86_64")]
-fn window_max16(
+fn window_max16<const G: usize>(
     t: crate::simd::Avx512,
     x: &[f32],
     win: &Window,
@@ -1239,12 +1240,12 @@ fn window_max16(
     idx: &mut [u32],
 ) {
     // SAFETY: the token proves the CPU runs AVX-512F.
-    unsafe { window_max16_avx512(t, x, win, c, m, idx) }
+    unsafe { window_max16_avx512::<G>(t, x, win, c, m, idx) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn window_max16_avx512(
+fn window_max16_avx512<const G: usize>(
     _: crate::simd::Avx512,
     x: &[f32],
     win: &Window,
@@ -1253,37 +1254,48 @@ fn window_max16_avx512(
     idx: &mut [u32],
 ) {
     use std::arch::x86_64::*;
-    let load = |r: usize, col: usize| {
+    let load = |r: usize, col: usize| -> [__m512; G] {
         let at = win.base + r * win.steps[0] + col * win.steps[1] + c;
-        let v = &x[at..at + 16];
-        // SAFETY: `v` holds 16 floats.
-        unsafe { _mm512_loadu_ps(v.as_ptr()) }
+        let v = &x[at..at + 16 * G];
+        // SAFETY: `v` holds 16·G floats.
+        std::array::from_fn(|g| unsafe { _mm512_loadu_ps(v[16 * g..].as_ptr()) })
     };
     let [lo, hi] = win.rows;
     let [clo, chi] = win.cols;
     let mut mv = load(lo, clo);
-    let mut iv = _mm512_set1_epi32((lo * win.w + clo) as i32);
+    let first = _mm512_set1_epi32((lo * win.w + clo) as i32);
+    let mut iv = [first; G];
+    // The lanes whose maximum so far is a number (not NaN).
+    let mut ord: [__mmask16; G] =
+        std::array::from_fn(|g| _mm512_cmp_ps_mask::<_CMP_ORD_Q>(mv[g], mv[g]));
     for r in lo..hi {
         for col in clo..chi {
             if (r, col) == (lo, clo) {
                 continue;
             }
             let v = load(r, col);
-            // Taken where larger, or the first NaN over a number.
-            let larger = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, mv);
-            let nan_over =
-                _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & _mm512_cmp_ps_mask::<_CMP_ORD_Q>(mv, mv);
-            let take = larger | nan_over;
-            mv = _mm512_mask_mov_ps(mv, take, v);
             // checked by the caller: plane offsets fit in u32, so in i32's bits
-            iv = _mm512_mask_mov_epi32(iv, take, _mm512_set1_epi32((r * win.w + col) as i32));
+            let k = _mm512_set1_epi32((r * win.w + col) as i32);
+            for g in 0..G {
+                // Taken where the maximum so far is a number and v is larger or NaN (not
+                // less or equal, unordered): the first maximum, the first NaN over a number.
+                let take = _mm512_mask_cmp_ps_mask::<_CMP_NLE_UQ>(ord[g], v[g], mv[g]);
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v[g], v[g]);
+                mv[g] = _mm512_mask_mov_ps(mv[g], take, v[g]);
+                iv[g] = _mm512_mask_mov_epi32(iv[g], take, k);
+                ord[g] = _kandn_mask16(nan, ord[g]);
+            }
         }
     }
-    let (m, idx) = (&mut m[..16], &mut idx[..16]);
-    // SAFETY: `m` and `idx` hold 16 elements each.
-    unsafe {
-        _mm512_storeu_ps(m.as_mut_ptr(), mv);
-        _mm512_storeu_si512(idx.as_mut_ptr().cast(), iv);
+    let (m, idx) = (&mut m[..16 * G], &mut idx[..16 * G]);
+    for g in 0..G {
+        // A NaN maximum is the canonical NaN.
+        let v = _mm512_mask_mov_ps(_mm512_set1_ps(f32::NAN), ord[g], mv[g]);
+        // SAFETY: `m` and `idx` hold 16·G elements each.
+        unsafe {
+            _mm512_storeu_ps(m[16 * g..].as_mut_ptr(), v);
+            _mm512_storeu_si512(idx[16 * g..].as_mut_ptr().cast(), iv[g]);
+        }
     }
 }
 
@@ -1908,9 +1920,14 @@ multiversion! {
                     rows: [lo, hi],
                     cols: [clo, chi],
                 };
+                while done + 64 <= cl {
+                    let (mv, iv) = (&mut m[done..done + 64], &mut idx[done..done + 64]);
+                    window_max16::<4>(t, p.x, &win, done, mv, iv);
+                    done += 64;
+                }
                 while done + 16 <= cl {
                     let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
-                    window_max16(t, p.x, &win, done, mv, iv);
+                    window_max16::<1>(t, p.x, &win, done, mv, iv);
                     done += 16;
                 }
             }
@@ -1926,7 +1943,7 @@ multiversion! {
                     }
                 }
             }
-            for mv in m.iter_mut() {
+            for mv in m[done..].iter_mut() {
                 #[allow(clippy::eq_op)]
                 let nan = *mv != *mv;
                 *mv = if nan { f32::NAN } else { *mv };
