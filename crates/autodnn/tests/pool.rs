@@ -794,6 +794,45 @@ fn bad_descriptors_and_calls() {
     assert!(dx.iter().all(|&v| v == 7.0), "a refused call wrote dx");
 }
 
+/// The indexed backward's check of its offsets over long runs (split among the threads):
+/// one offset outside its plane anywhere is refused, naming its position, before dx is
+/// written; the same indices made right are taken.
+#[test]
+fn indexed_backward_checks_long_runs() {
+    let pd = PoolDesc::new(PoolMode::Max, [2, 2], [2, 2], Padding::default()).unwrap();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let xd = TensorDesc::new(DataType::F32, layout, [2, 20, 130, 128]).unwrap();
+        let yd = pd.output_desc(&xd, layout).unwrap();
+        let count = indices_len(&yd);
+        assert!(count > 2 << 16, "{count} indices: several chunks");
+        let plane = (130 * 128) as u32;
+        let dy = vec![1.0f32; yd.span()];
+        for (isa, threads, h) in handles() {
+            for bad_at in [0, count / 2 + 7, count - 1] {
+                let what = format!("{layout:?} {isa:?} {threads}t, bad at {bad_at}");
+                let mut ind: Vec<u32> = (0..count as u32).map(|k| k % plane).collect();
+                ind[bad_at] = plane + (bad_at % 3) as u32;
+                let mut dx = vec![7.0f32; xd.span()];
+                let bwd = |ind: &[u32], dx: &mut [f32]| {
+                    h.pooling_backward_with_indices(&pd, Blend::default(), &yd, &dy, ind, &xd, dx)
+                };
+                let e = bwd(&ind, &mut dx).unwrap_err();
+                assert!(
+                    e.to_string().contains(&format!("at output {bad_at}")),
+                    "{what}: {e}"
+                );
+                assert_eq!(field_of(e), "indices", "{what}");
+                assert!(
+                    dx.iter().all(|&v| v == 7.0),
+                    "{what}: a refused call wrote dx"
+                );
+                ind[bad_at] = plane - 1;
+                bwd(&ind, &mut dx).unwrap();
+            }
+        }
+    }
+}
+
 /// The indexed backward routes each dy to the offset it is given, wherever in the plane
 /// (not only in its window, and rows in any order): packed channels in blocks (a partial
 /// one), every layout of dx and dy and every blend, against a scatter worked here.

@@ -2000,13 +2000,16 @@ multiversion! {
             let end = dxb + ((h * w).max(1) - 1) * ps + cl;
             assert!(end <= out.len());
             let dx = out.as_mut_ptr();
+            // Offsets below `limit` lie in rows zeroed already (the plane fits in u32).
+            let mut limit = 0u32;
             for i in 0..g.oh {
                 for j in 0..g.ow {
                     let dyv = &p.dy[dyb + i * dys[2] + j * dys[3]..][..cl];
                     let ats = &p.indices[ib + i * is[2] + j * is[3]..][..cl];
-                    let far = ats.iter().fold(0, |m, &a| m.max(a)) as usize;
-                    if far >= zeroed * w {
+                    if ats.iter().fold(false, |f, &a| f | (a >= limit)) {
+                        let far = ats.iter().fold(0, |m, &a| m.max(a)) as usize;
                         zero_to(&mut zeroed, far / w + 1);
+                        limit = (zeroed * w) as u32;
                     }
                     for (c, (&at, &d)) in ats.iter().zip(dyv).enumerate() {
                         let k = dxb + at as usize * ps + c;
@@ -2039,6 +2042,31 @@ multiversion! {
             }
         }
     }
+}
+
+multiversion! {
+    /// The largest of `indices` (0 for none), vectorised.
+    fn largest_in(indices: &[u32]) -> u32 {
+        indices.iter().fold(0, |m, &i| m.max(i))
+    }
+}
+
+/// The largest of `indices` (0 for none): the backward's check that every offset lies in its
+/// plane, in chunks on the context's threads for long runs.
+fn largest_index(ctx: &ExecContext<'_>, features: crate::cpu::Features, indices: &[u32]) -> u32 {
+    const CHUNK: usize = 1 << 16;
+    if ctx.threads <= 1 || indices.len() < 2 * CHUNK {
+        return largest_in(features, indices);
+    }
+    let far = std::sync::atomic::AtomicU32::new(0);
+    crate::runtime::parallel::for_each(ctx, indices.len().div_ceil(CHUNK), |k| {
+        let chunk = &indices[k * CHUNK..indices.len().min((k + 1) * CHUNK)];
+        far.fetch_max(
+            largest_in(features, chunk),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    });
+    far.into_inner()
 }
 
 /// Read-only inputs of the indexed backward.
@@ -2131,7 +2159,12 @@ pub fn backward_with_indices(
     check_buffer("dx", dx_desc, dx.len())?;
     let needed = check_indexed(&g, indices.len())?;
     let plane = g.h * g.w;
-    if let Some(k) = indices[..needed].iter().position(|&i| i as usize >= plane) {
+    let features = ctx.features();
+    if largest_index(ctx, features, &indices[..needed]) as usize >= plane {
+        let k = indices[..needed]
+            .iter()
+            .position(|&i| i as usize >= plane)
+            .unwrap_or(0);
         return Err(Error::bad(
             "indices",
             format!("{} at output {k}", indices[k]),
@@ -2141,7 +2174,6 @@ pub fn backward_with_indices(
             ),
         ));
     }
-    let features = ctx.features();
     let work = dx_desc.elements().saturating_add(dy_desc.elements());
     let dxs = dx_desc.strides();
     let direct_blend = blend.alpha == 1.0 && !blend.reads_output();
