@@ -951,7 +951,10 @@ def fuzz_max_pool(r):
     ref, rind = ref_max_pool(xv, k, st, pad, oh, ow)
     check_close("max_pool2d", to_nchw(y, layout), ref, 0.0)
     check_close("max_pool2d (indices)", to_nchw(y2, layout), ref, 0.0)
-    if ind.dtype != np.uint32 or ind.shape != ref.shape or not np.array_equal(ind, rind):
+    # The indices take y's shape (NHWC for layout="nhwc").
+    ind_nchw = ind.transpose(0, 3, 1, 2) if layout == "nhwc" and ind.ndim == 4 else ind
+    if (ind.dtype != np.uint32 or ind.shape != np.shape(y2)
+            or not np.array_equal(ind_nchw, rind)):
         raise Mismatch(f"max_pool2d indices {ind!r}, the reference's {rind!r}")
     ysh = (n, oh, ow, c) if layout == "nhwc" else (n, c, oh, ow)
     dy, dyv = activation_input(r, state, p, (n, c, oh, ow))

@@ -338,8 +338,9 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *,
     """y = max_pool2d(x), as ``torch.nn.functional.max_pool2d`` (no dilation): each window's
     first maximum in row-major order, NaN winning. padding: an int, a pair (h, w) or four
     sides (top, bottom, left, right). With ``return_indices``, (y, indices): each maximum's
-    offset in its input plane (row * W + column, uint32, shaped (N, C, OH, OW) in either
-    layout), for :func:`max_pool2d_backward`."""
+    offset in its input plane (row * W + column, uint32, y's shape, laid out in y's order:
+    channels-last memory for a channels-last or NHWC y, as PyTorch's), for
+    :func:`max_pool2d_backward`."""
     return _ext.max_pool2d(_handle(handle), x,
                            _pool_geometry(kernel_size, stride, padding, ceil_mode), out,
                            _flag(return_indices, "return_indices"), _nhwc(layout))
@@ -348,7 +349,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, *,
 def max_pool2d_backward(dy, indices, x_shape, kernel_size, stride=None, padding=0,
                         ceil_mode=False, *, out=None, handle=None, layout="nchw"):
     """dx: the gradient of max_pool2d's input of shape ``x_shape``, each dy added at the
-    offset ``indices`` holds for it (max_pool2d's, with ``return_indices=True``)."""
+    offset ``indices`` holds for it (max_pool2d's, with ``return_indices=True``: dy's shape,
+    any strides; indices not laid out in dy's order are copied into it first)."""
     return _ext.max_pool2d_backward(_handle(handle), dy, indices, _shape(x_shape, "x_shape"),
                                     _pool_geometry(kernel_size, stride, padding, ceil_mode),
                                     out, _nhwc(layout))

@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 use autodnn::conv::{Epilogue, EpilogueArgs, PreparedWeights, Weights};
 use autodnn::gemm::GemmDesc;
 use autodnn::layers::norm::{BatchNorm, ParamGrads, RunningStats, SavedStats, SavedStatsMut};
-use autodnn::layers::pool::{PoolDesc, PoolMode};
+use autodnn::layers::pool::{self, PoolDesc, PoolMode};
 use autodnn::layers::Blend;
 use autodnn::op::{ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, ConvForward};
 use autodnn::select::{AlgoPerf, PerfStatus, Policy, Ranked};
@@ -1672,8 +1672,19 @@ fn max_pool_desc(py: Python<'_>, g: PoolGeometry) -> PyResult<PoolDesc> {
     Ok(d.with_ceil_mode(ceil))
 }
 
+/// The axes of a 4-D array shown in `nhwc` order or not, taken in the memory order of packed
+/// `layout` (N, then the rest outermost first).
+fn axes_in(layout: Layout, nhwc: bool) -> (usize, usize, usize, usize) {
+    match (layout, nhwc) {
+        (Layout::Nchw, false) | (Layout::Nhwc, true) => (0, 1, 2, 3),
+        (Layout::Nhwc, false) => (0, 2, 3, 1),
+        (Layout::Nchw, true) => (0, 3, 1, 2),
+    }
+}
+
 /// y = max_pool2d(x); with `with_indices`, (y, indices): each window's maximum as its offset
-/// in the input plane (uint32, (N, C, OH, OW) whatever the layout).
+/// in the input plane (uint32, y's shape, laid out in y's order: channels-last memory for a
+/// channels-last or NHWC y, as PyTorch's).
 #[pyfunction]
 #[pyo3(signature = (handle, x, geometry, out, with_indices, nhwc))]
 fn max_pool2d<'py>(
@@ -1705,14 +1716,32 @@ fn max_pool2d<'py>(
     r.py(py)?;
     drop(xi);
     let y = yo.finish(py)?;
-    let ind = PyArray1::from_vec(py, ind).reshape(dims)?;
-    Ok(PyTuple::new(py, [y, ind.into_any().unbind()])?
+    // Packed in y's order (pool::indices_layout), shown in y's shape.
+    let [n, c, oh, ow] = dims;
+    let layout = pool::indices_layout(&yd);
+    let packed = match layout {
+        Layout::Nchw => [n, c, oh, ow],
+        Layout::Nhwc => [n, oh, ow, c],
+    };
+    let ind = PyArray1::from_vec(py, ind).reshape(packed)?.into_any();
+    // The inverse of the permutation that takes the shown axes to memory order.
+    let show = match axes_in(layout, nhwc) {
+        (0, 2, 3, 1) => Some((0, 3, 1, 2)),
+        (0, 3, 1, 2) => Some((0, 2, 3, 1)),
+        _ => None,
+    };
+    let ind = match show {
+        Some(axes) => ind.call_method1("transpose", (axes,))?,
+        None => ind,
+    };
+    Ok(PyTuple::new(py, [y, ind.unbind()])?
         .into_any()
         .unbind())
 }
 
 /// dx = max_pool2d_backward(dy): each dy added at the offset `indices` recorded for it (as
-/// max_pool2d returns them), into the gradient of an input of shape `x_shape`.
+/// max_pool2d returns them: dy's shape, any strides; copied into dy's order when not in it),
+/// into the gradient of an input of shape `x_shape`.
 #[pyfunction]
 #[pyo3(signature = (handle, dy, indices, x_shape, geometry, out, nhwc))]
 #[allow(clippy::too_many_arguments)]
@@ -1737,17 +1766,24 @@ fn max_pool2d_backward<'py>(
             "must be a uint32 numpy array (as max_pool2d returns them)",
         )
     })?;
-    if ind.shape() != dyd.dims().as_slice() {
+    if ind.shape() != dyi.dims.as_slice() {
         return Err(bad_arg(
             py,
             "indices",
             format!(
-                "expected dy's (N, C, OH, OW) = {:?}, got shape {:?}",
-                dyd.dims(),
+                "expected dy's shape {:?}, got shape {:?}",
+                dyi.dims,
                 ind.shape()
             ),
         ));
     }
+    // The kernel reads the indices packed in dy's order (pool::indices_layout): a view in
+    // that order, copied where it is not packed.
+    let axes = axes_in(pool::indices_layout(&dyd), nhwc);
+    let view = ind.call_method1("transpose", (axes,))?;
+    let ind = numpy_mod(py)?
+        .call_method1("ascontiguousarray", (view,))?
+        .cast_into::<PyArrayDyn<u32>>()?;
     let ind = ind
         .try_readonly()
         .map_err(|e| bad_arg(py, "indices", format!("cannot be read: {e}")))?;

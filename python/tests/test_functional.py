@@ -519,12 +519,37 @@ def test_max_pool2d_against_torch(handle, layout, seed):
                                      layout=lay)
         want = yt.numpy().transpose(0, 2, 3, 1) if layout == "nhwc" else yt.numpy()
         assert np.array_equal(y, want) and np.array_equal(y2, want), (k, s, p, ceil)
-        assert ind.dtype == np.uint32 and ind.shape == tuple(yt.shape)
-        assert np.array_equal(ind.astype(np.int64), it.numpy()), (k, s, p, ceil)
-        dx = autodnn.max_pool2d_backward(dyn, ind, xn.shape, k, s, p, ceil, handle=handle,
-                                         layout=lay)
+        # The indices take y's shape and lie in y's order (channels-last memory for a
+        # channels-last or NHWC y), as PyTorch's.
+        assert ind.dtype == np.uint32 and ind.shape == y2.shape
+        assert ind.strides == y2.strides, (ind.strides, y2.strides)
+        iw = it.numpy().transpose(0, 2, 3, 1) if layout == "nhwc" else it.numpy()
+        assert np.array_equal(ind.astype(np.int64), iw), (k, s, p, ceil)
+        if layout == "channels_last":
+            _, itc = F.max_pool2d(xt.contiguous(memory_format=torch.channels_last), k, s, p,
+                                  ceil_mode=ceil, return_indices=True)
+            assert ind.strides == tuple(4 * v for v in itc.stride()), (k, s, p, ceil)
         gw = xr.grad.numpy().transpose(0, 2, 3, 1) if layout == "nhwc" else xr.grad.numpy()
-        assert np.array_equal(dx, gw), (k, s, p, ceil)
+        # dy in either memory order, the indices as returned or copied into the other order
+        # (read in dy's order: copied back where they are not in it).
+        dys = [dyn, _other_order(dyn, layout == "nhwc")]
+        inds = [ind, _other_order(ind, layout == "nhwc")]
+        for d in dys:
+            for i in inds:
+                dx = autodnn.max_pool2d_backward(d, i, xn.shape, k, s, p, ceil, handle=handle,
+                                                 layout=lay)
+                assert np.array_equal(dx, gw), (k, s, p, ceil, d.strides, i.strides)
+
+
+def _other_order(a, nhwc):
+    """A copy of the 4-D array `a` with the same shape and values in the other memory order:
+    channels last (or first, for an NHWC-shaped array) when `a` is C-contiguous, else
+    C-contiguous."""
+    if not a.flags["C_CONTIGUOUS"]:
+        return np.ascontiguousarray(a)
+    if nhwc:
+        return np.ascontiguousarray(a.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def test_max_pool2d_bad_arguments(handle):

@@ -502,7 +502,7 @@ fn run_pool(
 }
 
 /// Max pooling's training pair: the forward with indices (y as the reference's, each index
-/// the reference's choice), then the backward from those indices (or from indices made
+/// the reference's choice, laid out in y's order), then the backward from those indices (or from indices made
 /// wrong, which it must refuse without writing dx).
 #[allow(clippy::too_many_arguments)]
 fn run_pool_indexed(
@@ -539,7 +539,7 @@ fn run_pool_indexed(
     }
     let want = rf::pool::forward(desc, bl, x, &xb.v, y, &before).unwrap();
     compare(&what, y, &yb.v, &before, &want, TOL);
-    let chosen = rf::pool::indices(desc, x, &xb.v).unwrap();
+    let chosen = rf::pool::indices(desc, x, &xb.v, y).unwrap();
     assert!(
         ind.iter().zip(&chosen).all(|(&a, &c)| a as usize == c),
         "{what}: indices {ind:?}, the reference's {chosen:?}"

@@ -14,7 +14,7 @@
 mod common;
 
 use autodnn::cpu::Isa;
-use autodnn::layers::pool::{PoolDesc, PoolMode, PoolProblem};
+use autodnn::layers::pool::{self, indices_strides, PoolDesc, PoolMode, PoolProblem};
 use autodnn::layers::Blend;
 use autodnn::{reference, DataType, Error, Handle, Layout, Padding, TensorDesc};
 use common::{int_data, isa_handles as handles, Rng};
@@ -210,7 +210,7 @@ fn run_case(
                 .unwrap();
             let y1 = &fwd.iter().find(|(i, _)| i == isa).unwrap().1;
             assert!(same_bits(y1, &y2), "{what}: y with indices differs");
-            let want = reference::pool::indices(pd, xd, &x).unwrap();
+            let want = reference::pool::indices(pd, xd, &x, yd).unwrap();
             assert!(
                 ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
                 "{what}: indices {ind:?}, the reference's {want:?}"
@@ -518,7 +518,7 @@ fn max_ties_and_nan() {
             h.pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y2, &mut ind)
                 .unwrap();
             assert!(same_bits(&y, &y2), "{what}: y with indices");
-            let want = reference::pool::indices(&pd, &xd, &x).unwrap();
+            let want = reference::pool::indices(&pd, &xd, &x, &yd).unwrap();
             assert!(
                 ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
                 "{what}: {ind:?}"
@@ -794,6 +794,45 @@ fn bad_descriptors_and_calls() {
     assert!(dx.iter().all(|&v| v == 7.0), "a refused call wrote dx");
 }
 
+/// The indexed backward's check of its offsets over long runs (split among the threads):
+/// one offset outside its plane anywhere is refused, naming its position, before dx is
+/// written; the same indices made right are taken.
+#[test]
+fn indexed_backward_checks_long_runs() {
+    let pd = PoolDesc::new(PoolMode::Max, [2, 2], [2, 2], Padding::default()).unwrap();
+    for layout in [Layout::Nchw, Layout::Nhwc] {
+        let xd = TensorDesc::new(DataType::F32, layout, [2, 20, 130, 128]).unwrap();
+        let yd = pd.output_desc(&xd, layout).unwrap();
+        let count = indices_len(&yd);
+        assert!(count > 2 << 16, "{count} indices: several chunks");
+        let plane = (130 * 128) as u32;
+        let dy = vec![1.0f32; yd.span()];
+        for (isa, threads, h) in handles() {
+            for bad_at in [0, count / 2 + 7, count - 1] {
+                let what = format!("{layout:?} {isa:?} {threads}t, bad at {bad_at}");
+                let mut ind: Vec<u32> = (0..count as u32).map(|k| k % plane).collect();
+                ind[bad_at] = plane + (bad_at % 3) as u32;
+                let mut dx = vec![7.0f32; xd.span()];
+                let bwd = |ind: &[u32], dx: &mut [f32]| {
+                    h.pooling_backward_with_indices(&pd, Blend::default(), &yd, &dy, ind, &xd, dx)
+                };
+                let e = bwd(&ind, &mut dx).unwrap_err();
+                assert!(
+                    e.to_string().contains(&format!("at output {bad_at}")),
+                    "{what}: {e}"
+                );
+                assert_eq!(field_of(e), "indices", "{what}");
+                assert!(
+                    dx.iter().all(|&v| v == 7.0),
+                    "{what}: a refused call wrote dx"
+                );
+                ind[bad_at] = plane - 1;
+                bwd(&ind, &mut dx).unwrap();
+            }
+        }
+    }
+}
+
 /// The indexed backward routes each dy to the offset it is given, wherever in the plane
 /// (not only in its window, and rows in any order): packed channels in blocks (a partial
 /// one), every layout of dx and dy and every blend, against a scatter worked here.
@@ -823,11 +862,14 @@ fn indexed_backward_takes_any_offsets_in_the_plane() {
             for (a, b) in BLENDS {
                 let blend = Blend::new(a, b);
                 let dx0 = prior(dxd.span(), b, 7 + kind as u64);
+                // The indices lie in dy's order (NCHW or NHWC, packed).
+                let is = indices_strides(&yd);
                 let mut sum = vec![0.0f64; n * c * h * w];
-                for (k, &at) in ind.iter().enumerate() {
+                for k in 0..n * c * oh * ow {
                     let (nc, ij) = (k / (oh * ow), k % (oh * ow));
-                    let (ni, ci) = (nc / c, nc % c);
-                    sum[nc * h * w + at as usize] += dy[yd.offset(ni, ci, ij / ow, ij % ow)] as f64;
+                    let (ni, ci, i, j) = (nc / c, nc % c, ij / ow, ij % ow);
+                    let at = ind[ni * is[0] + ci * is[1] + i * is[2] + j * is[3]];
+                    sum[nc * h * w + at as usize] += dy[yd.offset(ni, ci, i, j)] as f64;
                 }
                 for (isa, threads, hd) in &handles {
                     let what = format!("{dims:?} kinds {kind} {ky} {blend:?} {isa:?} {threads}t");
@@ -849,6 +891,110 @@ fn indexed_backward_takes_any_offsets_in_the_plane() {
                 }
             }
         }
+    }
+}
+
+/// The indices lie in y's order: for a packed y, the index of output (n, c, i, j) at y's own
+/// offset of that output (NCHW, and NHWC with 20 channels: a 16-lane vector and a tail; 84:
+/// four vectors at once, one, and a tail); for a strided y, packed in y's dimension order;
+/// the backward reads them in dy's order and routes exactly as the backward that recomputes
+/// the choices from x. Padding, ceil mode (the last windows overhang), ties, NaN and −inf;
+/// x and y in mixed layouts.
+#[test]
+fn indices_follow_y_layout() {
+    let handles = handles();
+    let padding = Padding {
+        top: 1,
+        bottom: 0,
+        left: 1,
+        right: 1,
+    };
+    let pd = PoolDesc::new(PoolMode::Max, [3, 3], [2, 2], padding)
+        .unwrap()
+        .with_ceil_mode(true);
+    let kinds = [
+        (1, 1),
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (3, 3),
+        (2, 2),
+        (1, 3),
+        (3, 2),
+    ];
+    let cases = [20, 84]
+        .into_iter()
+        .flat_map(|c| kinds.into_iter().map(move |k| (c, k)));
+    for (case, (c, (kx, ky))) in cases.enumerate() {
+        let dims = [2, c, 9, 8];
+        let xd = desc(dims, kx);
+        let yd = desc(pd.output_dims(&xd).unwrap(), ky);
+        assert_eq!(
+            yd.dims(),
+            [2, c, 5, 5],
+            "ceil mode keeps the overhanging windows"
+        );
+        // Ties everywhere, −inf, and NaN in about a third of the windows.
+        let mut x = int_data(xd.span(), 300 + case as u64);
+        for (k, v) in x.iter_mut().enumerate() {
+            *v = match *v as i64 {
+                -4 => f32::NEG_INFINITY,
+                4 if k % 3 == 0 => f32::NAN,
+                v => (v % 2) as f32,
+            };
+        }
+        // Channels last for the NHWC kinds (1 and 3), else NCHW; packed for packed y.
+        let order = if ky % 2 == 1 {
+            Layout::Nhwc
+        } else {
+            Layout::Nchw
+        };
+        assert_eq!(pool::indices_layout(&yd), order);
+        let packed = TensorDesc::new(DataType::F32, order, yd.dims()).unwrap();
+        assert_eq!(indices_strides(&yd), packed.strides());
+        if ky < 2 {
+            assert_eq!(packed.strides(), yd.strides());
+        }
+        // The choices in logical (n, c, i, j) order: the reference's for an NCHW-packed y.
+        let logical = TensorDesc::new(DataType::F32, Layout::Nchw, yd.dims()).unwrap();
+        let want = reference::pool::indices(&pd, &xd, &x, &logical).unwrap();
+        let dy = int_data(yd.span(), 400 + case as u64);
+        let mut dx = vec![f32::NAN; xd.span()];
+        handles[0]
+            .2
+            .pooling_backward(&pd, Blend::default(), &xd, &x, &yd, &dy, &xd, &mut dx)
+            .unwrap();
+        for (isa, threads, h) in &handles {
+            let what = format!("{c} channels, kinds {kx} {ky} {isa:?} {threads}t");
+            let mut y = vec![0.0f32; yd.span()];
+            let mut ind = vec![u32::MAX; indices_len(&yd)];
+            h.pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y, &mut ind)
+                .unwrap();
+            for (k, o) in packed.offsets().enumerate() {
+                assert_eq!(ind[o] as usize, want[k], "{what}: output {k} at {o}");
+            }
+            let mut dx2 = vec![f32::NAN; xd.span()];
+            h.pooling_backward_with_indices(&pd, Blend::default(), &yd, &dy, &ind, &xd, &mut dx2)
+                .unwrap();
+            assert!(same_bits(&dx, &dx2), "{what}: dx from indices");
+        }
+    }
+    // One output column whose y has channel and column strides both 1: by the rule NCHW,
+    // so the packed-channels path (channels-last indices only) gives way to the planes'.
+    let xd = TensorDesc::new(DataType::F32, Layout::Nhwc, [1, 16, 5, 2]).unwrap();
+    let pd = PoolDesc::new(PoolMode::Max, [3, 2], [2, 2], Padding::symmetric(1, 0)).unwrap();
+    let yd = TensorDesc::with_strides(DataType::F32, [1, 16, 3, 1], [48, 1, 16, 1]).unwrap();
+    assert_eq!(pool::indices_layout(&yd), Layout::Nchw);
+    let x = int_data(xd.span(), 500);
+    let logical = TensorDesc::new(DataType::F32, Layout::Nchw, yd.dims()).unwrap();
+    let want = reference::pool::indices(&pd, &xd, &x, &logical).unwrap();
+    for (isa, threads, h) in &handles {
+        let mut y = vec![0.0f32; yd.span()];
+        let mut ind = vec![u32::MAX; indices_len(&yd)];
+        h.pooling_forward_with_indices(&pd, Blend::default(), &xd, &x, &yd, &mut y, &mut ind)
+            .unwrap();
+        let got: Vec<usize> = ind.iter().map(|&i| i as usize).collect();
+        assert_eq!(got, want, "{isa:?} {threads}t");
     }
 }
 
@@ -911,7 +1057,7 @@ fn max_backward_planes_sweep() {
                     let mut ind = vec![u32::MAX; indices_len(&yd)];
                     h.pooling_forward_with_indices(&pd, blend, &xd, &x, &yd, &mut y, &mut ind)
                         .unwrap();
-                    let want = reference::pool::indices(&pd, &xd, &x).unwrap();
+                    let want = reference::pool::indices(&pd, &xd, &x, &yd).unwrap();
                     assert!(
                         ind.iter().zip(&want).all(|(&a, &b)| a as usize == b),
                         "{what}: indices {ind:?}, the reference's {want:?}"

@@ -1,7 +1,8 @@
 //! `autodnn op pool`: max and average pooling forward and backward (benchdnn's pool driver,
 //! `mb8ic64ih112oh56kh3sh2ph1`, --alg max, avg_p or avg_np). As benchdnn's directions: max
-//! pooling's training forward (`fwd`) also writes each window's choice (its workspace),
-//! which the backward (`bwd`) reads instead of x; `fwd_i` is the inference forward.
+//! pooling's training forward (`fwd`) also writes each window's choice (its workspace, laid
+//! out like y), which the backward (`bwd`) reads instead of x; `fwd_i` is the inference
+//! forward.
 
 use autodnn::layers::pool::{PoolDesc, PoolMode, PoolProblem};
 use autodnn::layers::Blend;
@@ -129,7 +130,7 @@ impl Case for Pool {
                 let err = max_rel_err(yd, &self.out, &want);
                 // The training forward's choices: exactly the reference's, or a failed check.
                 let chosen = !self.indexed()
-                    || reference::pool::indices(d, xd, &self.x)?
+                    || reference::pool::indices(d, xd, &self.x, yd)?
                         .iter()
                         .zip(&self.indices)
                         .all(|(&a, &b)| a == b as usize);

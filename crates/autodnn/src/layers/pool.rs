@@ -21,6 +21,10 @@
 //!   also records each window's choice as its offset in the (n, c) plane (oneDNN's
 //!   forward-training workspace, PyTorch's `max_pool2d_with_indices`), and the backward
 //!   routes dy by those offsets without reading x: the same y and dx as the pair above.
+//!   The indices are laid out like y, as PyTorch's: one u32 per output, packed in y's
+//!   dimension order ([`indices_layout`]: NHWC when y's channels are innermost, else NCHW),
+//!   so that for a packed y each index lies at its output's offset; the backward reads them
+//!   in dy's order.
 //! - **Average including padding** ([`PoolMode::AvgIncludePad`], benchdnn's `avg_p`): the sum
 //!   of the real elements divided by the window clipped to the padded input, as PyTorch's
 //!   `count_include_pad=True`: rows min(start + kh, H + bottom) − start (start counted in
@@ -51,9 +55,11 @@
 //! as vectors), adds each dy at its chosen offset into a plane accumulator and blends the
 //! plane out once; only the few edge windows that overlap the padding scan one by one.
 //! The indexed forward chooses plane by plane the same way (packed channels: per output
-//! pixel across a block of channels) and writes the offsets beside y; the indexed backward
-//! adds each dy at its offset, straight into dense dx planes when the blend is (1, 0),
-//! through a plane (or channel-block) accumulator otherwise.
+//! pixel across a block of channels, each pixel's offsets written out as one run of the
+//! channels-last indices) and writes the offsets beside y; the indexed backward adds each dy
+//! at its offset (packed channels: each pixel's offsets read as one run beside its dy),
+//! straight into dense dx planes when the blend is (1, 0), through a plane (or
+//! channel-block) accumulator otherwise.
 //! Forward items are (plane, block of output rows), backward
 //! items whole dx planes, so no two threads write the same dx element however windows
 //! overlap. Every output element is computed by the same operations in the same order
@@ -1220,11 +1226,12 @@ struct Window {
     cols: [usize; 2],
 }
 
-/// [`running_max`] over a whole window for channels `c .. c + 16` with AVX-512 (the token),
-/// the maxima and offsets in registers: `m` and `idx` (16 each) receive the window's first
-/// maximum and its plane offset. The window holds at least one tap.
+/// [`running_max`] over a whole window for channels `c .. c + 16·G` with AVX-512 (the
+/// token), G vectors of maxima and offsets in registers (independent chains): `m` and `idx`
+/// (16·G each) receive the window's first maximum (a NaN canonical) and its plane offset.
+/// The window holds at least one tap.
 #[cfg(target_arch = "x86_64")]
-fn window_max16(
+fn window_max16<const G: usize>(
     t: crate::simd::Avx512,
     x: &[f32],
     win: &Window,
@@ -1233,12 +1240,12 @@ fn window_max16(
     idx: &mut [u32],
 ) {
     // SAFETY: the token proves the CPU runs AVX-512F.
-    unsafe { window_max16_avx512(t, x, win, c, m, idx) }
+    unsafe { window_max16_avx512::<G>(t, x, win, c, m, idx) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn window_max16_avx512(
+fn window_max16_avx512<const G: usize>(
     _: crate::simd::Avx512,
     x: &[f32],
     win: &Window,
@@ -1247,37 +1254,48 @@ fn window_max16_avx512(
     idx: &mut [u32],
 ) {
     use std::arch::x86_64::*;
-    let load = |r: usize, col: usize| {
+    let load = |r: usize, col: usize| -> [__m512; G] {
         let at = win.base + r * win.steps[0] + col * win.steps[1] + c;
-        let v = &x[at..at + 16];
-        // SAFETY: `v` holds 16 floats.
-        unsafe { _mm512_loadu_ps(v.as_ptr()) }
+        let v = &x[at..at + 16 * G];
+        // SAFETY: `v` holds 16·G floats.
+        std::array::from_fn(|g| unsafe { _mm512_loadu_ps(v[16 * g..].as_ptr()) })
     };
     let [lo, hi] = win.rows;
     let [clo, chi] = win.cols;
     let mut mv = load(lo, clo);
-    let mut iv = _mm512_set1_epi32((lo * win.w + clo) as i32);
+    let first = _mm512_set1_epi32((lo * win.w + clo) as i32);
+    let mut iv = [first; G];
+    // The lanes whose maximum so far is a number (not NaN).
+    let mut ord: [__mmask16; G] =
+        std::array::from_fn(|g| _mm512_cmp_ps_mask::<_CMP_ORD_Q>(mv[g], mv[g]));
     for r in lo..hi {
         for col in clo..chi {
             if (r, col) == (lo, clo) {
                 continue;
             }
             let v = load(r, col);
-            // Taken where larger, or the first NaN over a number.
-            let larger = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, mv);
-            let nan_over =
-                _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) & _mm512_cmp_ps_mask::<_CMP_ORD_Q>(mv, mv);
-            let take = larger | nan_over;
-            mv = _mm512_mask_mov_ps(mv, take, v);
             // checked by the caller: plane offsets fit in u32, so in i32's bits
-            iv = _mm512_mask_mov_epi32(iv, take, _mm512_set1_epi32((r * win.w + col) as i32));
+            let k = _mm512_set1_epi32((r * win.w + col) as i32);
+            for g in 0..G {
+                // Taken where the maximum so far is a number and v is larger or NaN (not
+                // less or equal, unordered): the first maximum, the first NaN over a number.
+                let take = _mm512_mask_cmp_ps_mask::<_CMP_NLE_UQ>(ord[g], v[g], mv[g]);
+                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v[g], v[g]);
+                mv[g] = _mm512_mask_mov_ps(mv[g], take, v[g]);
+                iv[g] = _mm512_mask_mov_epi32(iv[g], take, k);
+                ord[g] = _kandn_mask16(nan, ord[g]);
+            }
         }
     }
-    let (m, idx) = (&mut m[..16], &mut idx[..16]);
-    // SAFETY: `m` and `idx` hold 16 elements each.
-    unsafe {
-        _mm512_storeu_ps(m.as_mut_ptr(), mv);
-        _mm512_storeu_si512(idx.as_mut_ptr().cast(), iv);
+    let (m, idx) = (&mut m[..16 * G], &mut idx[..16 * G]);
+    for g in 0..G {
+        // A NaN maximum is the canonical NaN.
+        let v = _mm512_mask_mov_ps(_mm512_set1_ps(f32::NAN), ord[g], mv[g]);
+        // SAFETY: `m` and `idx` hold 16·G elements each.
+        unsafe {
+            _mm512_storeu_ps(m[16 * g..].as_mut_ptr(), v);
+            _mm512_storeu_si512(idx[16 * g..].as_mut_ptr().cast(), iv[g]);
+        }
     }
 }
 
@@ -1624,6 +1642,56 @@ pub fn backward(
 // ---------------------------------------------------------------------------------------
 // Max pooling with indices (training: the forward keeps its choices for the backward)
 
+/// The order of max pooling's indices for an output (or output gradient) described by
+/// `y_desc`: [`Layout::Nhwc`] when y's channel stride is less than its column stride
+/// (channels innermost, as in a packed or strided channels-last y), [`Layout::Nchw`]
+/// otherwise. The indices are always dense (one u32 per output, N·C·OH·OW of them) in that
+/// order, so for a packed y each index lies at the same offset as its output, as PyTorch's
+/// `max_pool2d_with_indices` lays its indices out like y; for a strided y they are packed in
+/// y's dimension order (see [`indices_strides`]).
+///
+/// ```
+/// use autodnn::{layers::pool::indices_layout, DataType, Layout, TensorDesc};
+/// let y = TensorDesc::new(DataType::F32, Layout::Nhwc, [8, 64, 56, 56])?;
+/// assert_eq!(indices_layout(&y), Layout::Nhwc);
+/// // NCHW with padded rows: the indices are packed NCHW.
+/// let s = TensorDesc::with_strides(DataType::F32, [1, 2, 3, 4], [60, 30, 10, 1])?;
+/// assert_eq!(indices_layout(&s), Layout::Nchw);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+pub fn indices_layout(y_desc: &TensorDesc) -> Layout {
+    let s = y_desc.strides();
+    if s[1] < s[3] {
+        Layout::Nhwc
+    } else {
+        Layout::Nchw
+    }
+}
+
+/// The strides (in elements, in (N, C, H, W) order) of max pooling's indices for an output
+/// described by `y_desc`: y's dimensions packed in [`indices_layout`]`(y_desc)`. Element
+/// (n, c, i, j) of the indices is at n·s₀ + c·s₁ + i·s₂ + j·s₃; for a packed y these are
+/// y's own strides.
+///
+/// ```
+/// use autodnn::{layers::pool::indices_strides, DataType, Layout, TensorDesc};
+/// let y = TensorDesc::new(DataType::F32, Layout::Nhwc, [2, 3, 4, 5])?;
+/// assert_eq!(indices_strides(&y), y.strides());
+/// // Channels-last with padded pixels: the indices are packed NHWC.
+/// let s = TensorDesc::with_strides(DataType::F32, [2, 3, 4, 5], [100, 1, 20, 4])?;
+/// assert_eq!(indices_strides(&s), [60, 1, 15, 3]);
+/// # Ok::<(), autodnn::Error>(())
+/// ```
+pub fn indices_strides(y_desc: &TensorDesc) -> [usize; 4] {
+    // Cannot overflow: the products are at most y's element count, which fits (its span
+    // was checked and is at least the element count).
+    let [_, c, h, w] = y_desc.dims();
+    match indices_layout(y_desc) {
+        Layout::Nchw => [c * h * w, h * w, w, 1],
+        Layout::Nhwc => [h * w * c, 1, w * c, c],
+    }
+}
+
 /// The checks of the indexed calls: max mode, plane offsets that fit in u32, and an
 /// `indices` buffer of one element per output.
 fn check_indexed(g: &Geom, len: usize) -> Result<usize> {
@@ -1657,8 +1725,10 @@ struct FwdIdx<'a> {
     x: &'a [f32],
     xs: [usize; 4],
     ys: [usize; 4],
+    /// The indices' strides ([`indices_strides`]).
+    is: [usize; 4],
     fast: bool,
-    /// The usable features (the packed-channels path's AVX-512 window maxima and transpose).
+    /// The usable features (the packed-channels path's AVX-512 window maxima).
     features: crate::cpu::Features,
 }
 
@@ -1672,23 +1742,31 @@ multiversion! {
     ) {
         let g = &p.g;
         let (n, c) = (plane / g.c, plane % g.c);
-        let ohw = g.oh * g.ow;
-        // SAFETY: plane (n, c) of y and of the indices belongs to this item alone.
-        let ind = unsafe { out_idx.slice_mut(plane * ohw, ohw) };
         let xb = n * p.xs[0] + c * p.xs[1];
         let yb = n * p.ys[0] + c * p.ys[1];
+        let ib = n * p.is[0] + c * p.is[1];
         let BwdScratch { m, idx, phases, .. } = s;
-        let (ys, blend, ow) = (p.ys, p.blend, g.ow);
+        let (ys, is, blend) = (p.ys, p.is, p.blend);
         choose_max_plane(g, p.x, p.xs, p.fast, xb, (phases, m, idx), |i, ch| {
-            let yr = yb + i * ys[2];
+            let (yr, ir) = (yb + i * ys[2], ib + i * is[2]);
             match ch {
                 Chosen::Row { jlo, m, at } => {
-                    ind[i * ow + jlo..][..at.len()].copy_from_slice(at);
+                    if is[3] == 1 {
+                        // SAFETY: plane (n, c) of y and of the indices belongs to this item
+                        // alone.
+                        unsafe { out_idx.slice_mut(ir + jlo, at.len()) }.copy_from_slice(at);
+                    } else {
+                        for (t, &a) in at.iter().enumerate() {
+                            // SAFETY: as above.
+                            unsafe { out_idx.write(ir + (jlo + t) * is[3], a) };
+                        }
+                    }
                     // SAFETY: as above.
                     unsafe { store(out, blend, m, yr + jlo * ys[3], ys[3]) };
                 }
                 Chosen::One { j, v, at } => {
-                    ind[i * ow + j] = at as u32;
+                    // SAFETY: as above.
+                    unsafe { out_idx.write(ir + j * is[3], at as u32) };
                     // SAFETY: as above.
                     unsafe { store(out, blend, &[v], yr + j * ys[3], 1) };
                 }
@@ -1699,9 +1777,15 @@ multiversion! {
 
 /// Max pooling forward for training (oneDNN's forward-training workspace, PyTorch's
 /// `max_pool2d_with_indices`): y as [`forward`] gives it (the same bits), and for each
-/// output, in logical order (n, c, i, j) whatever y's layout, the offset r · W + c in its
-/// (n, c) plane of x of the element its window chose. [`backward_with_indices`] then routes
-/// dy without reading x. Any layout and strides of x and y.
+/// output the offset r · W + c in its (n, c) plane of x of the element its window chose.
+/// [`backward_with_indices`] then routes dy without reading x. Any layout and strides of x
+/// and y.
+///
+/// The indices are laid out like y (as PyTorch's): N·C·OH·OW of them, packed in y's
+/// dimension order, NCHW or NHWC ([`indices_layout`]); the index of output (n, c, i, j)
+/// lies at n·s₀ + c·s₁ + i·s₂ + j·s₃, s = [`indices_strides`]`(y_desc)`. For a packed y
+/// that is y's own offset of the output; for a strided y (padded rows or pixels, a view) the
+/// indices stay packed, in y's order.
 ///
 /// # Errors
 /// As [`forward`]; [`Error::BadParam`] naming `pool.mode` for an average;
@@ -1723,6 +1807,15 @@ multiversion! {
 /// let mut dx = [0.0; 8];
 /// h.pooling_backward_with_indices(&pool, Blend::default(), &yd, &[10.0, 20.0], &ind, &xd, &mut dx)?;
 /// assert_eq!(dx, [0.0, 10.0, 0.0, 0.0, 0.0, 0.0, 20.0, 0.0]);
+///
+/// // NHWC, two channels (the second 10 - the first): the indices lie like y, pixel by
+/// // pixel, each pixel's channels together.
+/// let xd = TensorDesc::new(DataType::F32, Layout::Nhwc, [1, 2, 2, 4])?;
+/// let yd = pool.output_desc(&xd, Layout::Nhwc)?;
+/// let xh: Vec<f32> = x.iter().flat_map(|&v| [v, 10.0 - v]).collect();
+/// let (mut y, mut ind) = ([0.0; 4], [0u32; 4]);
+/// h.pooling_forward_with_indices(&pool, Blend::default(), &xd, &xh, &yd, &mut y, &mut ind)?;
+/// assert_eq!((y, ind), ([5.0, 9.0, 7.0, 10.0], [1, 0, 6, 3]));
 /// # Ok::<(), autodnn::Error>(())
 /// ```
 #[allow(clippy::too_many_arguments)]
@@ -1755,29 +1848,20 @@ pub fn forward_with_indices(
         x,
         xs: x_desc.strides(),
         ys: y_desc.strides(),
+        is: indices_strides(y_desc),
         fast,
         features,
     };
     let out = SharedOut::new(y);
     let out_idx = SharedOut::new(indices);
-    if channels_packed(&p.g, &[x_desc, y_desc]) {
+    if channels_packed(&p.g, &[x_desc, y_desc]) && p.is[1] == 1 {
         let outer = g.n * g.oh;
         let cb = channel_block(g.c, outer, ctx.threads, usize::MAX);
         let cblocks = g.c.div_ceil(cb);
-        let tile = cb
-            .checked_mul(g.ow)
-            .ok_or_else(|| Error::overflow("pooling scratch", "channels times output columns"))?;
-        let init = || {
-            Ok(ChanIdxScratch {
-                m: crate::alloc::try_vec(cb, 0.0f32, "pooling maxima")?,
-                idx: crate::alloc::try_vec(cb, 0u32, "pooling choices")?,
-                tile: crate::alloc::try_vec(tile, 0.0f32, "pooling index rows")?,
-                cols: crate::alloc::try_vec(tile, 0.0f32, "pooling index rows")?,
-            })
-        };
-        return run_items(ctx, outer * cblocks, work, init, |s, item| {
+        let init = || crate::alloc::try_vec(cb, 0.0f32, "pooling maxima");
+        return run_items(ctx, outer * cblocks, work, init, |m, item| {
             let (cblk, row) = (item % cblocks, item / cblocks);
-            chan_forward_indices(features, &p, s, &out, &out_idx, (row, cblk, cb))
+            chan_forward_indices(features, &p, m, &out, &out_idx, (row, cblk, cb))
         });
     }
     let init = || {
@@ -1796,10 +1880,11 @@ pub fn forward_with_indices(
 multiversion! {
     /// The packed-channels path of the indexed forward: output row `row` (image and row) of
     /// channel block `cblk` (of `cb` channels), each window's running maximum and its plane
-    /// offset per channel, in the windows' row-major order.
+    /// offset per channel, in the windows' row-major order. The indices are channels-last
+    /// (`p.is[1]` = 1): each pixel's offsets are written straight out as one run.
     fn chan_forward_indices(
         p: &FwdIdx<'_>,
-        s: &mut ChanIdxScratch,
+        m: &mut [f32],
         out: &SharedOut<'_>,
         out_idx: &SharedOut<'_, u32>,
         item: (usize, usize, usize),
@@ -1809,15 +1894,18 @@ multiversion! {
         let (n, i) = (row / g.oh, row % g.oh);
         let c0 = cblk * cb;
         let cl = cb.min(g.c - c0);
-        let (m, idx, tile) = (&mut s.m[..cl], &mut s.idx[..cl], &mut s.tile[..cl * g.ow]);
+        let m = &mut m[..cl];
         let (lo, hi, _) = g.rows(i);
         let xbase = n * p.xs[0] + c0;
         let ybase = n * p.ys[0] + i * p.ys[2] + c0;
-        let ohw = g.oh * g.ow;
+        let ibase = n * p.is[0] + i * p.is[2] + c0;
         #[cfg(target_arch = "x86_64")]
         let avx512 = <crate::simd::Avx512 as crate::simd::Token>::new(p.features);
         for j in 0..g.ow {
             let (clo, chi, _) = g.cols(j);
+            // SAFETY: channels c0 .. c0 + cl of pixel (n, i, j) of the indices belong to this
+            // item alone (channel stride 1).
+            let idx = unsafe { out_idx.slice_mut(ibase + j * p.is[3], cl) };
             // Whole vectors of channels in registers through the window where AVX-512 runs
             // (the portable loop below keeps the running maxima in memory, stored under a
             // mask at each tap and loaded back at the next: 9 ms for ResNet-50's 3x3
@@ -1832,9 +1920,14 @@ multiversion! {
                     rows: [lo, hi],
                     cols: [clo, chi],
                 };
+                while done + 64 <= cl {
+                    let (mv, iv) = (&mut m[done..done + 64], &mut idx[done..done + 64]);
+                    window_max16::<4>(t, p.x, &win, done, mv, iv);
+                    done += 64;
+                }
                 while done + 16 <= cl {
                     let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
-                    window_max16(t, p.x, &win, done, mv, iv);
+                    window_max16::<1>(t, p.x, &win, done, mv, iv);
                     done += 16;
                 }
             }
@@ -1850,49 +1943,25 @@ multiversion! {
                     }
                 }
             }
-            for mv in m.iter_mut() {
+            for mv in m[done..].iter_mut() {
                 #[allow(clippy::eq_op)]
                 let nan = *mv != *mv;
                 *mv = if nan { f32::NAN } else { *mv };
             }
             // SAFETY: (n, i, j, this channel block) of y belongs to this item alone.
             unsafe { store(out, p.blend, m, ybase + j * p.ys[3], 1) };
-            // The row's indices kept pixel-major, then written channel by channel.
-            for (t, &k) in tile[j * cl..][..cl].iter_mut().zip(idx.iter()) {
-                *t = f32::from_bits(k);
-            }
-        }
-        // Channel-major by the GEMM kernels' vectorised transpose (the offsets' bits as f32:
-        // moved, never computed on), then each channel's run written out.
-        let cols = &mut s.cols[..cl * g.ow];
-        crate::gemm::transpose_into(p.features, (tile, cl), (cols, g.ow), g.ow, cl);
-        for c in 0..cl {
-            // SAFETY: row i of channel c0 + c of the indices belongs to this item alone.
-            let dst = unsafe { out_idx.slice_mut((n * g.c + c0 + c) * ohw + i * g.ow, g.ow) };
-            for (d, &v) in dst.iter_mut().zip(&cols[c * g.ow..(c + 1) * g.ow]) {
-                *d = v.to_bits();
-            }
         }
     }
-}
-
-/// Per-thread scratch of the indexed packed-channels forward: running maxima and offsets per
-/// channel, and an output row's offsets as f32 bits, pixel-major (`tile[j·cl + c]`) and
-/// channel-major (`cols[c·OW + j]`).
-struct ChanIdxScratch {
-    m: Vec<f32>,
-    idx: Vec<u32>,
-    tile: Vec<f32>,
-    cols: Vec<f32>,
 }
 
 multiversion! {
     /// The packed-channels path of the indexed backward: image `n`, channel block `cblk`,
     /// each dy added at its recorded offset into a block accumulator (offset-major, channels
-    /// inner), then blended into dx.
+    /// inner), then blended into dx. The indices are channels-last (`p.is[1]` = 1): each
+    /// pixel's offsets are read as one run beside its dy.
     fn chan_backward_indices(
         p: &BwdIdx<'_>,
-        s: &mut (Vec<f32>, Vec<u32>),
+        acc: &mut [f32],
         out: &SharedOut<'_>,
         item: (usize, usize, usize),
     ) {
@@ -1900,16 +1969,16 @@ multiversion! {
         let g = &p.g;
         let c0 = cblk * cb;
         let cl = cb.min(g.c - c0);
-        let (h, w, ohw) = (g.h, g.w, g.oh * g.ow);
+        let (h, w) = (g.h, g.w);
         let dyb = n * p.dys[0] + c0;
-        let ib = (n * g.c + c0) * ohw;
+        let ib = n * p.is[0] + c0;
         let dxb = n * p.dxs[0] + c0;
+        let (dys, is) = (p.dys, p.is);
         if p.direct {
             // Straight into dx (pixels dxs[3] apart, rows dense): each input row is zeroed
             // when the first offset at or past it arrives, so that the rows being added to
             // stay in cache, and the rows no offset reaches at the end.
             let ps = p.dxs[3];
-            let tile = &mut s.1[..cl * g.ow];
             let mut zeroed = 0; // input rows of this block zeroed so far
             let zero_to = |zeroed: &mut usize, rows: usize| {
                 for r in *zeroed..rows {
@@ -1931,20 +2000,16 @@ multiversion! {
             let end = dxb + ((h * w).max(1) - 1) * ps + cl;
             assert!(end <= out.len());
             let dx = out.as_mut_ptr();
+            // Offsets below `limit` lie in rows zeroed already (the plane fits in u32).
+            let mut limit = 0u32;
             for i in 0..g.oh {
-                // The row's indices, pixel-major (each pixel's channels together).
-                for c in 0..cl {
-                    let at = ib + c * ohw + i * g.ow;
-                    for (j, &ix) in p.indices[at..at + g.ow].iter().enumerate() {
-                        tile[j * cl + c] = ix;
-                    }
-                }
                 for j in 0..g.ow {
-                    let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
-                    let ats = &tile[j * cl..][..cl];
-                    let far = ats.iter().fold(0, |m, &a| m.max(a)) as usize;
-                    if far >= zeroed * w {
+                    let dyv = &p.dy[dyb + i * dys[2] + j * dys[3]..][..cl];
+                    let ats = &p.indices[ib + i * is[2] + j * is[3]..][..cl];
+                    if ats.iter().fold(false, |f, &a| f | (a >= limit)) {
+                        let far = ats.iter().fold(0, |m, &a| m.max(a)) as usize;
                         zero_to(&mut zeroed, far / w + 1);
+                        limit = (zeroed * w) as u32;
                     }
                     for (c, (&at, &d)) in ats.iter().zip(dyv).enumerate() {
                         let k = dxb + at as usize * ps + c;
@@ -1958,20 +2023,14 @@ multiversion! {
             zero_to(&mut zeroed, h);
             return;
         }
-        let (acc, tile) = (&mut s.0[..h * w * cl], &mut s.1);
+        let acc = &mut acc[..h * w * cl];
         acc.fill(0.0);
-        let tile = &mut tile[..cl * g.ow];
         for i in 0..g.oh {
-            // The row's indices, channel-major (a run per channel), then read across.
-            for c in 0..cl {
-                let at = ib + c * ohw + i * g.ow;
-                tile[c * g.ow..(c + 1) * g.ow].copy_from_slice(&p.indices[at..at + g.ow]);
-            }
             for j in 0..g.ow {
-                let dyv = &p.dy[dyb + i * p.dys[2] + j * p.dys[3]..][..cl];
-                for (c, &d) in dyv.iter().enumerate() {
-                    let at = tile[c * g.ow + j] as usize;
-                    acc[at * cl + c] += d;
+                let dyv = &p.dy[dyb + i * dys[2] + j * dys[3]..][..cl];
+                let ats = &p.indices[ib + i * is[2] + j * is[3]..][..cl];
+                for (c, (&at, &d)) in ats.iter().zip(dyv).enumerate() {
+                    acc[at as usize * cl + c] += d;
                 }
             }
         }
@@ -1985,6 +2044,31 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// The largest of `indices` (0 for none), vectorised.
+    fn largest_in(indices: &[u32]) -> u32 {
+        indices.iter().fold(0, |m, &i| m.max(i))
+    }
+}
+
+/// The largest of `indices` (0 for none): the backward's check that every offset lies in its
+/// plane, in chunks on the context's threads for long runs.
+fn largest_index(ctx: &ExecContext<'_>, features: crate::cpu::Features, indices: &[u32]) -> u32 {
+    const CHUNK: usize = 1 << 16;
+    if ctx.threads <= 1 || indices.len() < 2 * CHUNK {
+        return largest_in(features, indices);
+    }
+    let far = std::sync::atomic::AtomicU32::new(0);
+    crate::runtime::parallel::for_each(ctx, indices.len().div_ceil(CHUNK), |k| {
+        let chunk = &indices[k * CHUNK..indices.len().min((k + 1) * CHUNK)];
+        far.fetch_max(
+            largest_in(features, chunk),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    });
+    far.into_inner()
+}
+
 /// Read-only inputs of the indexed backward.
 struct BwdIdx<'a> {
     g: Geom,
@@ -1992,6 +2076,8 @@ struct BwdIdx<'a> {
     dy: &'a [f32],
     indices: &'a [u32],
     dys: [usize; 4],
+    /// The indices' strides ([`indices_strides`] of dy).
+    is: [usize; 4],
     dxs: [usize; 4],
     /// The blend is (1, 0) and dx is dense, by planes (the planar path) or by rows of
     /// pixels (the packed-channels path): scatter straight into dx.
@@ -2003,7 +2089,8 @@ multiversion! {
         let g = &p.g;
         let (n, c) = (plane / g.c, plane % g.c);
         let (hw, ow) = (g.h * g.w, g.ow);
-        let ind = &p.indices[plane * g.oh * ow..][..g.oh * ow];
+        let is = p.is;
+        let ib = n * is[0] + c * is[1];
         let dyb = n * p.dys[0] + c * p.dys[1];
         let dxb = n * p.dxs[0] + c * p.dxs[1];
         let acc: &mut [f32] = if p.direct {
@@ -2014,15 +2101,22 @@ multiversion! {
         };
         acc.fill(0.0);
         for i in 0..g.oh {
-            let dyr = dyb + i * p.dys[2];
-            let row = &ind[i * ow..(i + 1) * ow];
-            if p.dys[3] == 1 {
-                for (&at, &d) in row.iter().zip(&p.dy[dyr..dyr + ow]) {
-                    acc[at as usize] += d;
+            let (dyr, ir) = (dyb + i * p.dys[2], ib + i * is[2]);
+            if is[3] == 1 {
+                let row = &p.indices[ir..ir + ow];
+                if p.dys[3] == 1 {
+                    for (&at, &d) in row.iter().zip(&p.dy[dyr..dyr + ow]) {
+                        acc[at as usize] += d;
+                    }
+                } else {
+                    for (j, &at) in row.iter().enumerate() {
+                        acc[at as usize] += p.dy[dyr + j * p.dys[3]];
+                    }
                 }
             } else {
-                for (j, &at) in row.iter().enumerate() {
-                    acc[at as usize] += p.dy[dyr + j * p.dys[3]];
+                for j in 0..ow {
+                    let at = p.indices[ir + j * is[3]] as usize;
+                    acc[at] += p.dy[dyr + j * p.dys[3]];
                 }
             }
         }
@@ -2039,6 +2133,10 @@ multiversion! {
 /// window chose as [`forward_with_indices`] recorded it in `indices` (x is not read;
 /// overlapping windows add up, in the outputs' order). dx's dimensions are x's; any layout
 /// and strides of dy and dx.
+///
+/// The indices are read packed in dy's dimension order ([`indices_layout`]`(dy_desc)`), as
+/// the forward wrote them for a y of that order: pass dy in y's layout (or another of the
+/// same order), or reorder the indices to [`indices_strides`]`(dy_desc)` first.
 ///
 /// # Errors
 /// As [`backward`] (naming `dx` where it names `x`); [`Error::BadParam`] naming `pool.mode`
@@ -2061,7 +2159,12 @@ pub fn backward_with_indices(
     check_buffer("dx", dx_desc, dx.len())?;
     let needed = check_indexed(&g, indices.len())?;
     let plane = g.h * g.w;
-    if let Some(k) = indices[..needed].iter().position(|&i| i as usize >= plane) {
+    let features = ctx.features();
+    if largest_index(ctx, features, &indices[..needed]) as usize >= plane {
+        let k = indices[..needed]
+            .iter()
+            .position(|&i| i as usize >= plane)
+            .unwrap_or(0);
         return Err(Error::bad(
             "indices",
             format!("{} at output {k}", indices[k]),
@@ -2071,7 +2174,6 @@ pub fn backward_with_indices(
             ),
         ));
     }
-    let features = ctx.features();
     let work = dx_desc.elements().saturating_add(dy_desc.elements());
     let dxs = dx_desc.strides();
     let direct_blend = blend.alpha == 1.0 && !blend.reads_output();
@@ -2083,11 +2185,12 @@ pub fn backward_with_indices(
         dy,
         indices,
         dys: dy_desc.strides(),
+        is: indices_strides(dy_desc),
         dxs,
         direct,
     };
     let out = SharedOut::new(dx);
-    if channels_packed(&p.g, &[dy_desc, dx_desc]) {
+    if channels_packed(&p.g, &[dy_desc, dx_desc]) && p.is[1] == 1 {
         // Straight into dx where it is dense by rows and the blend only writes: no scratch,
         // so no cap on the channels per block.
         let direct = direct_blend && dxs[2] == g.w * dxs[3];
@@ -2102,15 +2205,7 @@ pub fn backward_with_indices(
             .checked_mul(cb)
             .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
         let p = BwdIdx { direct, ..p };
-        let tile = cb
-            .checked_mul(g.ow)
-            .ok_or_else(|| Error::overflow("pooling scratch", "channels times output columns"))?;
-        let init = || {
-            Ok((
-                crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator")?,
-                crate::alloc::try_vec(tile, 0u32, "pooling index rows")?,
-            ))
-        };
+        let init = || crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator");
         return run_items(ctx, g.n * cblocks, work, init, |s, item| {
             let (n, cblk) = (item / cblocks, item % cblocks);
             chan_backward_indices(features, &p, s, &out, (n, cblk, cb))

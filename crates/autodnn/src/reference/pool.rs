@@ -176,17 +176,27 @@ pub fn backward(
     Ok(out)
 }
 
-/// The element each max window takes, as its offset r · W + c in its (n, c) plane of x, for
-/// the outputs in logical order (n, c, i, j): what [`crate::layers::pool::forward_with_indices`]
-/// must write.
+/// The element each max window takes, as its offset r · W + c in its (n, c) plane of x, laid
+/// out as [`crate::layers::pool::forward_with_indices`] must write them for an output
+/// described by `y_desc`: element (n, c, i, j) at the offset
+/// [`crate::layers::pool::indices_strides`] gives (y's dimensions packed in y's order, NCHW
+/// or NHWC).
 ///
 /// # Errors
-/// As [`PoolDesc::output_dims`].
-pub fn indices(desc: &PoolDesc, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec<usize>> {
+/// As [`PoolDesc::output_dims`]; [`Error::BadParam`] naming `y` when `y_desc` does not
+/// have the output's dimensions.
+pub fn indices(
+    desc: &PoolDesc,
+    x_desc: &TensorDesc,
+    x: &[f32],
+    y_desc: &TensorDesc,
+) -> Result<Vec<usize>> {
     let win = Windows::new(desc, x_desc)?;
     let [n, ch, oh, ow] = win.out;
+    check_dims("y", win.out, y_desc)?;
+    let is = crate::layers::pool::indices_strides(y_desc);
     let w = x_desc.w();
-    let mut out = Vec::with_capacity(n * ch * oh * ow);
+    let mut out = vec![0; n * ch * oh * ow];
     for b in 0..n {
         for c in 0..ch {
             for i in 0..oh {
@@ -199,7 +209,7 @@ pub fn indices(desc: &PoolDesc, x_desc: &TensorDesc, x: &[f32]) -> Result<Vec<us
                         .flat_map(|r| cols.clone().map(move |col| (r, col)))
                         .find(|&(r, col)| x_desc.offset(b, c, r, col) == o)
                         .map_or(0, |(r, col)| r * w + col);
-                    out.push(at);
+                    out[b * is[0] + c * is[1] + i * is[2] + j * is[3]] = at;
                 }
             }
         }
