@@ -416,7 +416,16 @@ fn winograd_2x2_rounds_to_bf16_pairs_under_allow_bf16() {
     for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
         let h = handle(1, isa, MathMode::AllowBf16);
         let mut worst = 0.0f64;
+        // Beside each channel count, the constant of rounding x and w to bf16 before an exact
+        // convolution (what allow_bf16 does to the GEMM engine's operands), for comparison.
+        let rounded = |v: &[f32]| -> Vec<f32> {
+            v.iter()
+                .map(|&x| autodnn::bf16::from_f32(x).to_f32())
+                .collect()
+        };
+        println!("{:>5} {:>14} {:>14}", "C", "bf16 pairs", "rounded x, w");
         for (ci, c) in [1usize, 4, 16, 64, 256, 512].into_iter().enumerate() {
+            let (mut row, mut direct) = (0.0f64, 0.0f64);
             for seed in 0..3u64 {
                 let mut rng = Rng(77 + 10 * ci as u64 + seed);
                 let (ih, iw) = (rng.range(3, 16), rng.range(3, 16));
@@ -427,8 +436,13 @@ fn winograd_2x2_rounds_to_bf16_pairs_under_allow_bf16() {
                 let w = real_data(p.w().elements(), 400 + seed, 1_000_000);
                 let r = reference::conv_forward(&p, &x, &w).unwrap();
                 let y = run_plain(&h, "winograd_2x2", &p, &x, &w);
-                worst = worst.max(measured_c(&p, &y, &r, &x, &w));
+                row = row.max(measured_c(&p, &y, &r, &x, &w));
+                let rr = reference::conv_forward(&p, &rounded(&x), &rounded(&w)).unwrap();
+                let yr: Vec<f32> = rr.iter().map(|&v| v as f32).collect();
+                direct = direct.max(measured_c(&p, &yr, &r, &x, &w));
             }
+            println!("{c:>5} {row:>14.1} {direct:>14.1}");
+            worst = worst.max(row);
         }
         let c = bound("winograd_2x2");
         println!("winograd_2x2 {isa:?} allow_bf16: measured c up to {worst:.1}, documented {c}");

@@ -25,9 +25,10 @@
 //!   channels per 32-bit slot) and sums their products in f32 on `vdpbf16ps` (in f32
 //!   arithmetic on the same pairs where the CPU lacks it): twice the products per cycle and
 //!   half the bytes of V and of a prepared filter, within the bound of products rounded to
-//!   bf16's precision ([`ConvAlgorithm::accuracy_under`]). F(4×4) and F(6×6) would add about
-//!   10 and 45 times the error of rounding x and w to bf16 (their transforms' larger
-//!   constants): they stay in f32 in every mode.
+//!   bf16's precision ([`ConvAlgorithm::accuracy_under`]). F(4×4) and F(6×6) on bf16 pairs
+//!   measured about 10 and 45 times the error of rounding x and w to bf16 (their transforms'
+//!   larger constants; a model of the same roundings on random data, C = 16 to 512): they
+//!   stay in f32 in every mode.
 //! - **Deterministic:** every output is computed by one work item in a fixed order; the
 //!   split of items among threads does not change any result.
 //!
@@ -180,10 +181,11 @@ pub(crate) static WINOGRAD_2X2: Winograd<F2x2> = Winograd {
     },
     // bf16 pairs: each of U and V rounded once (2^-9 relative at most), the sums in f32: the
     // bound of products rounded to bf16's precision, 2^-8·C·R·S·max|x|·max|w| (c = 2^15).
-    // Measured by `tests/winograd.rs`: up to 0.7·2^15 for one input channel, 2^-12 to 2^-11
-    // relative for 16 to 512 (1.5 to 2.2 times the error of rounding x and w to bf16 before
-    // a direct convolution, on the same data). On integer data in [-4, 4] U and V are exact
-    // in bf16 (V integers below 17, U quarters below 10): the products are the f32 ones.
+    // Measured by `tests/winograd.rs` (random data in [-1, 1]): c up to 0.66·2^15 with one
+    // input channel, 3 600 to 590 on 16 to 512; 1.8 to 2.1 times the constant of rounding x
+    // and w to bf16 before an exact convolution (3.1 with one channel). On integer data in
+    // [-4, 4] U and V are exact in bf16 (V integers below 17, U quarters below 10): the
+    // products are the f32 ones.
     bf16_accuracy: Some(Accuracy::Normwise {
         c: 32768.0,
         int_rel: 1e-4,
