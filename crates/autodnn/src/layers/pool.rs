@@ -2080,8 +2080,53 @@ struct BwdIdx<'a> {
     is: [usize; 4],
     dxs: [usize; 4],
     /// The blend is (1, 0) and dx is dense, by planes (the planar path) or by rows of
-    /// pixels (the packed-channels path): scatter straight into dx.
+    /// pixels (the packed-channels path): scatter straight into dx (packed channels), or
+    /// into a cached plane streamed out to dx whole (planes, [`stream_out`]).
     direct: bool,
+    /// The usable features ([`stream_out`]'s non-temporal stores).
+    features: crate::cpu::Features,
+}
+
+/// Writes `src` over elements `at .. at + src.len()` of `out`, whole cache lines with
+/// non-temporal stores where AVX-512 runs (a dx plane written once and not read here: its
+/// lines are not fetched first, which halves the traffic of zeroing dx in place and adding
+/// into it), plain stores for the ends and elsewhere.
+///
+/// # Safety
+/// The calling work item alone accesses those elements.
+unsafe fn stream_out(features: crate::cpu::Features, out: &SharedOut<'_>, at: usize, src: &[f32]) {
+    // SAFETY: the caller's item owns these elements.
+    let dst = unsafe { out.slice_mut(at, src.len()) };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = <crate::simd::Avx512 as crate::simd::Token>::new(features) {
+        // SAFETY: the token proves the CPU runs AVX-512F.
+        return unsafe { stream_avx512(t, src, dst) };
+    }
+    let _ = features;
+    dst.copy_from_slice(src);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn stream_avx512(_: crate::simd::Avx512, src: &[f32], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len().min(src.len());
+    let head = dst.as_ptr().align_offset(64).min(n);
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = (n - head) / 16 * 16;
+    for i in (head..head + body).step_by(16) {
+        // SAFETY: i + 16 ≤ n, within both slices; dst + i is 64-byte aligned (head aligns
+        // it, and each step is one line).
+        unsafe {
+            _mm512_stream_ps(
+                dst.as_mut_ptr().add(i),
+                _mm512_loadu_ps(src.as_ptr().add(i)),
+            )
+        };
+    }
+    dst[head + body..n].copy_from_slice(&src[head + body..n]);
+    // The streamed lines are ordered before the item's completion is published.
+    _mm_sfence();
 }
 
 multiversion! {
@@ -2093,12 +2138,8 @@ multiversion! {
         let ib = n * is[0] + c * is[1];
         let dyb = n * p.dys[0] + c * p.dys[1];
         let dxb = n * p.dxs[0] + c * p.dxs[1];
-        let acc: &mut [f32] = if p.direct {
-            // SAFETY: plane (n, c) of dx belongs to this item alone (dense: hw elements).
-            unsafe { out.slice_mut(dxb, hw) }
-        } else {
-            &mut acc[..hw]
-        };
+        // The plane is summed in the item's cached accumulator, then written out.
+        let acc = &mut acc[..hw];
         acc.fill(0.0);
         for i in 0..g.oh {
             let (dyr, ir) = (dyb + i * p.dys[2], ib + i * is[2]);
@@ -2120,7 +2161,10 @@ multiversion! {
                 }
             }
         }
-        if !p.direct {
+        if p.direct {
+            // SAFETY: plane (n, c) of dx belongs to this item alone (dense: hw elements).
+            unsafe { stream_out(p.features, out, dxb, acc) };
+        } else {
             for r in 0..g.h {
                 // SAFETY: plane (n, c) of dx belongs to this item alone.
                 unsafe { store(out, p.blend, &acc[r * g.w..(r + 1) * g.w], dxb + r * p.dxs[2], p.dxs[3]) };
@@ -2188,6 +2232,7 @@ pub fn backward_with_indices(
         is: indices_strides(dy_desc),
         dxs,
         direct,
+        features,
     };
     let out = SharedOut::new(dx);
     if channels_packed(&p.g, &[dy_desc, dx_desc]) && p.is[1] == 1 {
@@ -2211,12 +2256,11 @@ pub fn backward_with_indices(
             chan_backward_indices(features, &p, s, &out, (n, cblk, cb))
         });
     }
-    let scratch = if direct { 0 } else { plane };
     run_items(
         ctx,
         planes,
         work,
-        || crate::alloc::try_vec(scratch, 0.0f32, "pooling dx accumulator"),
+        || crate::alloc::try_vec(plane, 0.0f32, "pooling dx accumulator"),
         |acc, plane| plane_backward_indices(features, &p, acc, &out, plane),
     )
 }
