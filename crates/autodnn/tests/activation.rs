@@ -294,3 +294,70 @@ fn bad_input_is_a_typed_error() {
         Activation::Elu { alpha: 0.5 }
     );
 }
+
+/// Outputs of at least 8 MiB with beta 0 are computed in cached blocks and written out with
+/// non-temporal stores where AVX-512 runs (relu's backward, `op_tensor`): relu (exact) and
+/// GELU (within its bound) forward and backward, and `op_tensor`'s add (the exact sum
+/// rounded once), on every instruction set and thread count,
+/// with the output starting off a cache line and a length that is no multiple of the block,
+/// against the reference.
+#[test]
+fn large_outputs_stream_out_the_same_values() {
+    use autodnn::layers::tensor_ops::{OpTensorDesc, OpTensorOp};
+    let d = TensorDesc::new(DataType::F32, Layout::Nchw, [1, 3, 1031, 701]).unwrap();
+    let n = d.span();
+    assert!(n * 4 >= 8 << 20);
+    let x = data(n, 7);
+    let dy = data(n, 8);
+    let none = vec![0.0f32; n];
+    let relu_gelu = [Activation::Relu, Activation::parse("gelu_erf").unwrap()];
+    let add = OpTensorDesc::new(OpTensorOp::Add, 1.0, 1.0, 0.0).unwrap();
+    let want_add = reference::tensor_ops::op_tensor(&add, &d, &x, &d, &dy, &d, &none).unwrap();
+    let plain = Blend::default();
+    let fwd: Vec<_> = relu_gelu
+        .iter()
+        .map(|&a| reference::activation::forward(a, plain, &d, &x, &d, &none).unwrap())
+        .collect();
+    let bwd: Vec<_> = relu_gelu
+        .iter()
+        .map(|&a| reference::activation::backward(a, plain, &d, &x, &d, &dy, &d, &none).unwrap())
+        .collect();
+    for (name, h) in handles() {
+        // One element in: the output starts 4 bytes past the allocation's alignment.
+        let mut buf = vec![f32::NAN; n + 1];
+        for (i, &a) in relu_gelu.iter().enumerate() {
+            h.activation_forward(a, plain, &d, &x, &d, &mut buf[1..])
+                .unwrap();
+            check(
+                a,
+                plain,
+                &buf[1..],
+                &fwd[i],
+                &fwd[i],
+                &none,
+                &d,
+                &format!("{name} fwd"),
+            );
+            buf.fill(f32::NAN);
+            h.activation_backward(a, plain, &d, &x, &d, &dy, &d, &mut buf[1..])
+                .unwrap();
+            check(
+                a,
+                plain,
+                &buf[1..],
+                &bwd[i],
+                &bwd[i],
+                &none,
+                &d,
+                &format!("{name} bwd"),
+            );
+            buf.fill(f32::NAN);
+        }
+        h.op_tensor(&add, &d, &x, &d, &dy, &d, &mut buf[1..])
+            .unwrap();
+        for (o, (&g, &w)) in buf[1..].iter().zip(&want_add).enumerate() {
+            // One rounding of the exact sum.
+            assert_eq!(g, w as f32, "{name} add at {o}");
+        }
+    }
+}

@@ -281,6 +281,81 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// Bytes of a cache line, the unit element-wise loops align their output to.
 pub(crate) const LINE: usize = 64;
 
+/// Outputs of at least this many bytes are written with non-temporal stores by the
+/// operators whose output does not read its prior contents (blend beta 0): a quarter of the
+/// 32 MiB L3 of the machines this targets, beyond which the output leaves the caches anyway,
+/// and fetching its lines before writing them (what an ordinary store does) is a third more
+/// traffic for a unary operator, a quarter for a binary one.
+pub(crate) const STREAM_MIN_BYTES: usize = 8 << 20;
+
+/// Whether an operator writing `out` under `blend` streams its output ([`write_blocks`]):
+/// the blend does not read it and it takes at least [`STREAM_MIN_BYTES`].
+pub(crate) fn streams(blend: Blend, out: &TensorDesc) -> bool {
+    !blend.reads_output() && out.elements().saturating_mul(4) >= STREAM_MIN_BYTES
+}
+
+/// Floats of the cached block that [`write_blocks`] computes before streaming it out.
+const STREAM_BLOCK: usize = 1024;
+
+/// Runs `f(offset, out)` for `dst`: where `stream`, over blocks of [`STREAM_BLOCK`] elements
+/// computed into a cached buffer (`out` then stands for `dst[offset..offset + out.len()]`,
+/// whose prior contents `f` must not read) and copied to `dst` with [`stream_copy`];
+/// otherwise once, on `dst` itself.
+pub(crate) fn write_blocks(
+    features: crate::cpu::Features,
+    stream: bool,
+    dst: &mut [f32],
+    mut f: impl FnMut(usize, &mut [f32]),
+) {
+    if !stream {
+        return f(0, dst);
+    }
+    let mut buf = [0f32; STREAM_BLOCK];
+    for (i, d) in dst.chunks_mut(STREAM_BLOCK).enumerate() {
+        let b = &mut buf[..d.len()];
+        f(i * STREAM_BLOCK, b);
+        stream_copy(features, b, d);
+    }
+}
+
+/// `dst.copy_from_slice(src)`, whole cache lines of `dst` with non-temporal stores where
+/// AVX-512 runs (written without being fetched first), ordinary stores for its ends and
+/// elsewhere. `src` and `dst` have the same length.
+pub(crate) fn stream_copy(features: crate::cpu::Features, src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = <crate::simd::Avx512 as crate::simd::Token>::new(features) {
+        // SAFETY: the token proves the CPU runs AVX-512F.
+        return unsafe { stream_avx512(t, src, dst) };
+    }
+    let _ = features;
+    dst.copy_from_slice(src);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn stream_avx512(_: crate::simd::Avx512, src: &[f32], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n = dst.len();
+    let head = dst.as_ptr().align_offset(LINE).min(n);
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = (n - head) / 16 * 16;
+    for i in (head..head + body).step_by(16) {
+        // SAFETY: i + 16 ≤ n = both lengths; dst + i is on a 64-byte line (head aligns it,
+        // each step is one line).
+        unsafe {
+            _mm512_stream_ps(
+                dst.as_mut_ptr().add(i),
+                _mm512_loadu_ps(src.as_ptr().add(i)),
+            )
+        };
+    }
+    dst[head + body..].copy_from_slice(&src[head + body..]);
+    // The streamed lines are ordered before anything this thread stores next (the work
+    // item's completion, which the caller's join reads).
+    _mm_sfence();
+}
+
 /// f32 elements from address `at` to the next [`LINE`] boundary (0 on one).
 fn to_line(at: usize) -> usize {
     (LINE - at % LINE) % LINE / std::mem::size_of::<f32>()

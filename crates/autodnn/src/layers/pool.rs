@@ -2087,46 +2087,16 @@ struct BwdIdx<'a> {
     features: crate::cpu::Features,
 }
 
-/// Writes `src` over elements `at .. at + src.len()` of `out`, whole cache lines with
-/// non-temporal stores where AVX-512 runs (a dx plane written once and not read here: its
-/// lines are not fetched first, which halves the traffic of zeroing dx in place and adding
-/// into it), plain stores for the ends and elsewhere.
+/// Writes `src` over elements `at .. at + src.len()` of `out` with [`super::stream_copy`]
+/// (a dx plane written once and not read here: its lines are not fetched first, which halves
+/// the traffic of zeroing dx in place and adding into it).
 ///
 /// # Safety
 /// The calling work item alone accesses those elements.
 unsafe fn stream_out(features: crate::cpu::Features, out: &SharedOut<'_>, at: usize, src: &[f32]) {
     // SAFETY: the caller's item owns these elements.
     let dst = unsafe { out.slice_mut(at, src.len()) };
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = <crate::simd::Avx512 as crate::simd::Token>::new(features) {
-        // SAFETY: the token proves the CPU runs AVX-512F.
-        return unsafe { stream_avx512(t, src, dst) };
-    }
-    let _ = features;
-    dst.copy_from_slice(src);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn stream_avx512(_: crate::simd::Avx512, src: &[f32], dst: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let n = dst.len().min(src.len());
-    let head = dst.as_ptr().align_offset(64).min(n);
-    dst[..head].copy_from_slice(&src[..head]);
-    let body = (n - head) / 16 * 16;
-    for i in (head..head + body).step_by(16) {
-        // SAFETY: i + 16 ≤ n, within both slices; dst + i is 64-byte aligned (head aligns
-        // it, and each step is one line).
-        unsafe {
-            _mm512_stream_ps(
-                dst.as_mut_ptr().add(i),
-                _mm512_loadu_ps(src.as_ptr().add(i)),
-            )
-        };
-    }
-    dst[head + body..n].copy_from_slice(&src[head + body..n]);
-    // The streamed lines are ordered before the item's completion is published.
-    _mm_sfence();
+    super::stream_copy(features, src, dst);
 }
 
 multiversion! {

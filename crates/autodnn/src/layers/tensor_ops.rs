@@ -29,7 +29,9 @@
 //! f64 accumulation's error (≤ M · 2⁻⁵³ · Σ|a| for M reduced elements); mul within its f64
 //! rounding (relative ≤ M · 2⁻⁵³) and the final f32 rounding.
 
-use super::{check_buffer, check_same_dims, for_each_piece, Blend, Runs};
+use super::{
+    check_buffer, check_same_dims, for_each_piece, write_blocks, Blend, Runs, STREAM_MIN_BYTES,
+};
 use crate::desc::TensorDesc;
 use crate::error::{Error, Result};
 use crate::runtime::parallel::{for_each_with, SharedOut};
@@ -443,6 +445,7 @@ pub fn op_tensor(
     let d = *desc;
     let runs = Runs::new(c_desc.dims(), [c_desc.strides(), a_desc.strides(), sb]);
     let features = ctx.features();
+    let stream = d.beta == 0.0 && c_desc.elements().saturating_mul(4) >= STREAM_MIN_BYTES;
     for_each_grouped(ctx, &runs, c, |out, r, first, len| {
         let [oc, oa, ob] = runs.start(r);
         let [sc, sa, sb] = runs.inner;
@@ -452,11 +455,14 @@ pub fn op_tensor(
             // no other piece touches them.
             let dst = unsafe { out.slice_mut(oc + first, len) };
             let xs = &a[oa + first..oa + first + len];
-            if binary && sb == 1 {
-                op_vv(features, d, xs, &b[ob + first..ob + first + len], dst);
-            } else {
-                op_vs(features, d, xs, bv(0), dst);
-            }
+            write_blocks(features, stream, dst, |o, dst| {
+                let (xs, n) = (&xs[o..o + dst.len()], dst.len());
+                if binary && sb == 1 {
+                    op_vv(features, d, xs, &b[ob + first + o..ob + first + o + n], dst);
+                } else {
+                    op_vs(features, d, xs, bv(0), dst);
+                }
+            });
         } else {
             for j in first..first + len {
                 let v = d.op.apply(d.alpha1 * a[oa + j * sa], d.alpha2 * bv(j));
