@@ -1734,9 +1734,7 @@ fn max_pool2d<'py>(
         Some(axes) => ind.call_method1("transpose", (axes,))?,
         None => ind,
     };
-    Ok(PyTuple::new(py, [y, ind.unbind()])?
-        .into_any()
-        .unbind())
+    Ok(PyTuple::new(py, [y, ind.unbind()])?.into_any().unbind())
 }
 
 /// dx = max_pool2d_backward(dy): each dy added at the offset `indices` recorded for it (as
