@@ -92,6 +92,14 @@ impl Token for Avx512 {
 pub(crate) struct Avx512Bf16(());
 
 #[cfg(target_arch = "x86_64")]
+impl Avx512Bf16 {
+    /// The AVX-512 (F) token its features include.
+    pub(crate) fn avx512(self) -> Avx512 {
+        Avx512(())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
 impl Token for Avx512Bf16 {
     const REQUIRES: Features = Features::of(&[
         crate::cpu::Feature::Avx512F,

@@ -487,65 +487,11 @@ mod avx512 {
     family_entries!(Avx512, "avx512f");
 }
 
-/// The transformed-domain micro-kernel: for one transform position, `2·LANES` output
-/// channels × `NR` tiles, summed over `cbn` blocks of [`CB`] input channels.
-///
-/// - `a`: the transformed filter panel, element (channel c, row i) at `c·KP + i`, rows
-///   starting where the caller points (row 0 or, on 8-lane families, row 16);
-/// - `b`: the transformed input, element (c, tile j) at
-///   `(c / CB)·b_cb_stride + j·CB + c % CB`;
-/// - `out`: tile j's `2·LANES` results at `out + j·out_stride`.
+/// The transformed-domain micro-kernel on f32 operands ([`Floats`]; see [`kernel`]), for a
+/// runtime tile count `nr` (1 ..= `S::NR_MAX`, at most 12).
 ///
 /// # Safety
-/// The CPU supports `S` (it is a token); `a` is readable for `cbn·CB·KP` floats, `b` at
-/// every offset above for c < cbn·CB, j < NR, and `out` writable at every offset above and
-/// used by this thread alone.
-#[inline(always)]
-pub(crate) unsafe fn micro_kernel<S: Simd, const NR: usize>(
-    s: S,
-    a: *const f32,
-    b: *const f32,
-    b_cb_stride: usize,
-    cbn: usize,
-    out: *mut f32,
-    out_stride: usize,
-) {
-    let mut acc = [[s.zero(); 2]; NR];
-    for cb in 0..cbn {
-        let ab = a.wrapping_add(cb * CB * KP);
-        let bb = b.wrapping_add(cb * b_cb_stride);
-        for cc in 0..CB {
-            // SAFETY: depth c = cb·CB + cc < cbn·CB: rows 0 .. 2·LANES of its A row are
-            // readable (contract).
-            let (a0, a1) = unsafe {
-                (
-                    s.load_ptr(ab.add(cc * KP)),
-                    s.load_ptr(ab.add(cc * KP + S::LANES)),
-                )
-            };
-            for (j, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: element (c, j) of B, j < NR (contract).
-                let bj = s.splat(unsafe { *bb.add(j * CB + cc) });
-                acc[0] = s.fma(a0, bj, acc[0]);
-                acc[1] = s.fma(a1, bj, acc[1]);
-            }
-        }
-    }
-    for (j, acc) in acc.iter().enumerate() {
-        let o = out.wrapping_add(j * out_stride);
-        // SAFETY: tile j's 2·LANES results are writable and this thread's (contract).
-        unsafe {
-            s.store_ptr(acc[0], o);
-            s.store_ptr(acc[1], o.add(S::LANES));
-        }
-    }
-}
-
-/// Dispatches a runtime tile count `nr` (1 ..= `S::NR_MAX`, at most 12) to the
-/// monomorphised micro-kernel.
-///
-/// # Safety
-/// As [`micro_kernel`] with NR = `nr`.
+/// As [`kernel`] with NR = `nr`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn micro_kernel_n<S: Simd>(
@@ -560,7 +506,9 @@ pub(crate) unsafe fn micro_kernel_n<S: Simd>(
 ) {
     assert!(nr >= 1 && nr <= S::NR_MAX.min(12));
     // SAFETY: the caller's contract with NR = nr.
-    with_nr!(nr, N => unsafe { micro_kernel::<S, N>(s, a, b, b_cb_stride, cbn, out, out_stride) })
+    with_nr!(nr, N => unsafe {
+        kernel::<S, Floats, N>(s, Floats, a, b, b_cb_stride, cbn, out, out_stride)
+    })
 }
 
 /// Two bf16 values (their bits, rounded to nearest even from f32) in one 32-bit slot: `lo`
@@ -578,19 +526,105 @@ fn unpair(w: f32) -> (f32, f32) {
     (f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000))
 }
 
-/// [`micro_kernel`] on bf16 pairs, in f32 arithmetic (any family): the same products,
-/// each pair summed high value first as `vdpbf16ps` sums it.
+/// How one depth step's products are added: the panel's `2·LANES` rows of one step of A
+/// (a row of f32 values, or a row of bf16 pairs), loaded once per step as two halves, each
+/// multiplied by one tile's element of B into an accumulator. [`Floats`] multiplies f32
+/// operands, [`InF32`] widens bf16 pairs and runs any family's FMAs on them, [`DotPairs`]
+/// runs `vdpbf16ps` on the pairs as they are.
+pub(crate) trait Products<S: Simd>: Copy {
+    /// Depth steps per block of [`CB`] input channels (one per channel, or per pair).
+    const STEPS: usize;
+    /// Half a step of A (`LANES` rows), as this form multiplies it.
+    type A: Copy;
+    /// One tile's element of B, broadcast.
+    type B: Copy;
+    /// Rows 0 .. LANES and LANES .. 2·LANES of the step of A at `p`.
+    ///
+    /// # Safety
+    /// `2·LANES` slots are readable at `p`.
+    unsafe fn load_a(self, s: S, p: *const f32) -> [Self::A; 2];
+    /// The element (slot) `w` of B, broadcast.
+    fn splat_b(self, s: S, w: f32) -> Self::B;
+    /// `acc` plus the step's products (for a pair, the high values' first).
+    fn add(self, s: S, acc: S::V, a: Self::A, b: Self::B) -> S::V;
+}
+
+/// f32 operands: one input channel per step, the family's FMAs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Floats;
+
+impl<S: Simd> Products<S> for Floats {
+    const STEPS: usize = CB;
+    type A = S::V;
+    type B = S::V;
+    #[inline(always)]
+    unsafe fn load_a(self, s: S, p: *const f32) -> [S::V; 2] {
+        // SAFETY: 2·LANES floats are readable at p (contract).
+        unsafe { [s.load_ptr(p), s.load_ptr(p.add(S::LANES))] }
+    }
+    #[inline(always)]
+    fn splat_b(self, s: S, w: f32) -> S::V {
+        s.splat(w)
+    }
+    #[inline(always)]
+    fn add(self, s: S, acc: S::V, a: S::V, b: S::V) -> S::V {
+        s.fma(a, b, acc)
+    }
+}
+
+/// Pairs widened (exactly) to f32 and multiplied by the family's FMAs: the products of
+/// `vdpbf16ps` on any CPU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InF32;
+
+impl<S: Simd> Products<S> for InF32 {
+    const STEPS: usize = CB / 2;
+    /// (low values, high values).
+    type A = (S::V, S::V);
+    type B = (S::V, S::V);
+    #[inline(always)]
+    unsafe fn load_a(self, s: S, p: *const f32) -> [(S::V, S::V); 2] {
+        let (mut lo, mut hi) = ([0f32; 32], [0f32; 32]);
+        for r in 0..2 * S::LANES {
+            // SAFETY: r < 2·LANES slots are readable (contract).
+            (lo[r], hi[r]) = unpair(unsafe { *p.add(r) });
+        }
+        [
+            (s.load(&lo), s.load(&hi)),
+            (s.load(&lo[S::LANES..]), s.load(&hi[S::LANES..])),
+        ]
+    }
+    #[inline(always)]
+    fn splat_b(self, s: S, w: f32) -> (S::V, S::V) {
+        let (lo, hi) = unpair(w);
+        (s.splat(lo), s.splat(hi))
+    }
+    #[inline(always)]
+    fn add(self, s: S, acc: S::V, a: (S::V, S::V), b: (S::V, S::V)) -> S::V {
+        s.fma(a.0, b.0, s.fma(a.1, b.1, acc))
+    }
+}
+
+/// The transformed-domain micro-kernel: for one transform position, `2·LANES` output
+/// channels × `NR` tiles, summed over `cbn` blocks of [`CB`] input channels, each block
+/// `P::STEPS` depth steps whose products `p` adds.
 ///
-/// - `a`: pair slot (pair q of the panel's channels, row i) at `q·KP + i`, rows from where
-///   the caller points;
-/// - `b`: pair slot (pair q, tile j) at `(q / (CB/2))·b_cb_stride + j·CB/2 + q % (CB/2)`;
-/// - `out`: as in [`micro_kernel`].
+/// - `a`: the transformed filter panel, step t (channel t, or pair of channels t) of row i at
+///   `t·KP + i`, rows starting where the caller points (row 0 or, on 8-lane families, row
+///   16);
+/// - `b`: the transformed input, step t of tile j at
+///   `(t / P::STEPS)·b_cb_stride + j·P::STEPS + t % P::STEPS`;
+/// - `out`: tile j's `2·LANES` results at `out + j·out_stride`.
 ///
 /// # Safety
-/// As [`micro_kernel`], with `cbn·CB/2` pair rows of `KP` slots readable at `a`.
+/// The CPU supports `S` (it is a token) and `p`'s instructions; `a` is readable for
+/// `cbn·P::STEPS·KP` slots, `b` at every offset above for t < cbn·P::STEPS, j < NR, and
+/// `out` writable at every offset above and used by this thread alone.
 #[inline(always)]
-unsafe fn pair_kernel_portable<S: Simd, const NR: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn kernel<S: Simd, P: Products<S>, const NR: usize>(
     s: S,
+    p: P,
     a: *const f32,
     b: *const f32,
     b_cb_stride: usize,
@@ -599,22 +633,19 @@ unsafe fn pair_kernel_portable<S: Simd, const NR: usize>(
     out_stride: usize,
 ) {
     let mut acc = [[s.zero(); 2]; NR];
-    let rows = 2 * S::LANES;
-    for q in 0..cbn * CB / 2 {
-        let (mut lo, mut hi) = ([0f32; 32], [0f32; 32]);
-        for r in 0..rows {
-            // SAFETY: row r < 2·LANES of pair row q (contract).
-            (lo[r], hi[r]) = unpair(unsafe { *a.add(q * KP + r) });
-        }
-        let (lo0, lo1) = (s.load(&lo), s.load(&lo[S::LANES..]));
-        let (hi0, hi1) = (s.load(&hi), s.load(&hi[S::LANES..]));
-        let bq = b.wrapping_add((q / (CB / 2)) * b_cb_stride + q % (CB / 2));
-        for (j, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: pair q of tile j < NR (contract).
-            let (bl, bh) = unpair(unsafe { *bq.add(j * CB / 2) });
-            let (bl, bh) = (s.splat(bl), s.splat(bh));
-            acc[0] = s.fma(lo0, bl, s.fma(hi0, bh, acc[0]));
-            acc[1] = s.fma(lo1, bl, s.fma(hi1, bh, acc[1]));
+    for cb in 0..cbn {
+        let ab = a.wrapping_add(cb * P::STEPS * KP);
+        let bb = b.wrapping_add(cb * b_cb_stride);
+        for t in 0..P::STEPS {
+            // SAFETY: step cb·STEPS + t < cbn·STEPS: rows 0 .. 2·LANES of its A row are
+            // readable (contract).
+            let [a0, a1] = unsafe { p.load_a(s, ab.add(t * KP)) };
+            for (j, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: step t of tile j < NR in this block of B (contract).
+                let bj = p.splat_b(s, unsafe { *bb.add(j * P::STEPS + t) });
+                acc[0] = p.add(s, acc[0], a0, bj);
+                acc[1] = p.add(s, acc[1], a1, bj);
+            }
         }
     }
     for (j, acc) in acc.iter().enumerate() {
@@ -627,13 +658,11 @@ unsafe fn pair_kernel_portable<S: Simd, const NR: usize>(
     }
 }
 
-/// The products of one transform position on bf16 pairs (see [`pair_kernel_portable`] for
-/// the layouts), `2·LANES` rows × `nr` tiles: on the bf16 dot-product units where `dp` is
-/// given (32 rows: the caller points at row 0 and `S` has 16 lanes), else in f32 arithmetic
-/// on `S`.
+/// The products of one transform position on bf16 pairs (see [`kernel`] for the layouts), `2·LANES` rows × `nr` tiles: on the bf16 dot-product units where `dp` is given
+/// (32 rows: the caller points at row 0 and `S` has 16 lanes), else in f32 arithmetic on `S`.
 ///
 /// # Safety
-/// As [`pair_kernel_portable`] with NR = `nr` (1 ..= `S::NR_MAX`, at most 12).
+/// As [`kernel`] with pair steps and NR = `nr` (1 ..= `S::NR_MAX`, at most 12).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn pair_kernel_n<S: Simd>(
@@ -658,7 +687,7 @@ pub(crate) unsafe fn pair_kernel_n<S: Simd>(
     let _ = dp;
     // SAFETY: the caller's contract with NR = nr.
     with_nr!(nr, N => unsafe {
-        pair_kernel_portable::<S, N>(s, a, b, b_cb_stride, cbn, out, out_stride)
+        kernel::<S, InF32, N>(s, InF32, a, b, b_cb_stride, cbn, out, out_stride)
     })
 }
 
@@ -674,16 +703,41 @@ pub(crate) enum DotPairs {}
 mod dot_pairs {
     use std::arch::x86_64::*;
 
-    use super::{DotPairs, CB, KP};
+    use super::{kernel as products_kernel, Avx512, DotPairs, Products, CB};
 
-    /// 32 rows × NR tiles on `vdpbf16ps`: per pair of channels, two vectors of the panel's
-    /// pairs and one broadcast pair per tile.
+    /// The pairs as they are, on `vdpbf16ps`: two vectors of the panel's pairs per step and
+    /// one broadcast pair per tile.
+    impl Products<Avx512> for DotPairs {
+        const STEPS: usize = CB / 2;
+        type A = __m512bh;
+        type B = __m512bh;
+        #[inline(always)]
+        unsafe fn load_a(self, _: Avx512, p: *const f32) -> [__m512bh; 2] {
+            // SAFETY: 32 slots are readable at p (contract); AVX-512F (the token's features
+            // include it).
+            unsafe { [bh(_mm512_loadu_ps(p)), bh(_mm512_loadu_ps(p.add(16)))] }
+        }
+        #[inline(always)]
+        fn splat_b(self, _: Avx512, w: f32) -> __m512bh {
+            // SAFETY: AVX-512F, as above.
+            bh(unsafe { _mm512_set1_ps(w) })
+        }
+        #[inline(always)]
+        fn add(self, _: Avx512, acc: __m512, a: __m512bh, b: __m512bh) -> __m512 {
+            // SAFETY: the token proves the CPU runs AVX512-BF16.
+            unsafe { _mm512_dpbf16_ps(acc, a, b) }
+        }
+    }
+
+    /// The micro-kernel on the bf16 units, compiled with their features.
     ///
     /// # Safety
-    /// The CPU runs AVX512-BF16 (the caller holds a token); the layouts and bounds of
-    /// `super::pair_kernel_portable` with 32 rows.
+    /// The CPU runs AVX512-BF16 (the token); the contract of `super::kernel` with pair
+    /// steps and 32 rows.
     #[target_feature(enable = "avx512f,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn kernel<const NR: usize>(
+        t: DotPairs,
         a: *const f32,
         b: *const f32,
         b_cb_stride: usize,
@@ -691,29 +745,18 @@ mod dot_pairs {
         out: *mut f32,
         out_stride: usize,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; NR];
-        for q in 0..cbn * CB / 2 {
-            // SAFETY: rows 0 .. 32 of pair row q are readable (contract).
-            let (a0, a1) = unsafe {
-                let p = a.add(q * KP);
-                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-            };
-            let (a0, a1) = (bh(a0), bh(a1));
-            let bq = b.wrapping_add((q / (CB / 2)) * b_cb_stride + q % (CB / 2));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: pair q of tile j < NR (contract).
-                let bj = bh(_mm512_set1_ps(unsafe { *bq.add(j * CB / 2) }));
-                acc[0] = _mm512_dpbf16_ps(acc[0], a0, bj);
-                acc[1] = _mm512_dpbf16_ps(acc[1], a1, bj);
-            }
-        }
-        for (j, acc) in acc.iter().enumerate() {
-            // SAFETY: tile j's 32 results are writable and this thread's (contract).
-            unsafe {
-                let o = out.add(j * out_stride);
-                _mm512_storeu_ps(o, acc[0]);
-                _mm512_storeu_ps(o.add(16), acc[1]);
-            }
+        // SAFETY: the caller's contract.
+        unsafe {
+            products_kernel::<Avx512, DotPairs, NR>(
+                t.avx512(),
+                t,
+                a,
+                b,
+                b_cb_stride,
+                cbn,
+                out,
+                out_stride,
+            )
         }
     }
 
@@ -731,7 +774,7 @@ mod dot_pairs {
     /// As [`kernel`] with NR = `nr` (1 ..= 12).
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn kernel_n(
-        _: DotPairs,
+        t: DotPairs,
         nr: usize,
         a: *const f32,
         b: *const f32,
@@ -741,6 +784,6 @@ mod dot_pairs {
         out_stride: usize,
     ) {
         // SAFETY: the caller's contract with NR = nr; the token proves the CPU's features.
-        with_nr!(nr, N => unsafe { kernel::<N>(a, b, b_cb_stride, cbn, out, out_stride) })
+        with_nr!(nr, N => unsafe { kernel::<N>(t, a, b, b_cb_stride, cbn, out, out_stride) })
     }
 }
