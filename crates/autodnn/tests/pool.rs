@@ -1077,3 +1077,44 @@ fn max_backward_planes_sweep() {
     }
     assert!(case > 60, "{case} cases");
 }
+
+/// The planes' backward from indices on a dx of at least 8 MiB with the plain blend: each
+/// plane summed in a cached accumulator and streamed out ([`autodnn::layers`]' non-temporal
+/// copy where AVX-512 runs), dx starting off a cache line; the exact sums, on every
+/// instruction set and thread count.
+#[test]
+fn indexed_backward_streams_large_planes() {
+    let pd = PoolDesc::new(PoolMode::Max, [3, 3], [2, 2], Padding::symmetric(1, 1)).unwrap();
+    let dims = [1, 8, 512, 520];
+    let [n, c, h, w] = dims;
+    assert!(n * c * h * w * 4 >= 8 << 20);
+    let dxd = desc(dims, 0);
+    let yd = desc(pd.output_dims(&dxd).unwrap(), 0);
+    let [_, _, oh, ow] = yd.dims();
+    let dy = int_data(yd.span(), 5);
+    let mut rng = Rng(0x5713);
+    let ind: Vec<u32> = (0..n * c * oh * ow)
+        .map(|_| rng.range(0, (h * w) as i64 - 1) as u32)
+        .collect();
+    let mut want = vec![0.0f64; n * c * h * w];
+    for (k, &at) in ind.iter().enumerate() {
+        want[k / (oh * ow) * h * w + at as usize] += dy[k] as f64;
+    }
+    for (isa, threads, hd) in handles() {
+        // One element in: dx starts 4 bytes past the allocation's alignment.
+        let mut buf = vec![f32::NAN; dxd.span() + 1];
+        hd.pooling_backward_with_indices(
+            &pd,
+            Blend::default(),
+            &yd,
+            &dy,
+            &ind,
+            &dxd,
+            &mut buf[1..],
+        )
+        .unwrap();
+        for (o, (&g, &w)) in buf[1..].iter().zip(&want).enumerate() {
+            assert_eq!(g as f64, w, "{isa:?} {threads}t: dx[{o}]");
+        }
+    }
+}

@@ -316,7 +316,7 @@ pub fn backward(
             | Activation::LeakyRelu { .. }
             | Activation::Clip { .. }
     );
-    let stream = piecewise_linear && streams(blend, dx_desc);
+    let stream = piecewise_linear && streams(blend.reads_output(), dx_desc);
     for_each_piece(ctx, &runs, dx, |out, r, first, len| {
         let [od, ox, og] = runs.start(r);
         let [sd, sx, sg] = runs.inner;

@@ -288,10 +288,11 @@ pub(crate) const LINE: usize = 64;
 /// traffic for a unary operator, a quarter for a binary one.
 pub(crate) const STREAM_MIN_BYTES: usize = 8 << 20;
 
-/// Whether an operator writing `out` under `blend` streams its output ([`write_blocks`]):
-/// the blend does not read it and it takes at least [`STREAM_MIN_BYTES`].
-pub(crate) fn streams(blend: Blend, out: &TensorDesc) -> bool {
-    !blend.reads_output() && out.elements().saturating_mul(4) >= STREAM_MIN_BYTES
+/// Whether an operator writing `out` streams its output ([`write_blocks`],
+/// [`stream_copy`]): it does not read the output's prior contents (`reads_output` false)
+/// and the output takes at least [`STREAM_MIN_BYTES`].
+pub(crate) fn streams(reads_output: bool, out: &TensorDesc) -> bool {
+    !reads_output && out.elements().saturating_mul(4) >= STREAM_MIN_BYTES
 }
 
 /// Floats of the cached block that [`write_blocks`] computes before streaming it out.

@@ -2080,9 +2080,11 @@ struct BwdIdx<'a> {
     is: [usize; 4],
     dxs: [usize; 4],
     /// The blend is (1, 0) and dx is dense, by planes (the planar path) or by rows of
-    /// pixels (the packed-channels path): scatter straight into dx (packed channels), or
-    /// into a cached plane streamed out to dx whole (planes, [`stream_out`]).
+    /// pixels (the packed-channels path): scatter straight into dx, or on planes of a large
+    /// dx (`stream`) into a cached plane streamed out to dx whole ([`stream_out`]).
     direct: bool,
+    /// dx is large enough to stream ([`super::streams`]).
+    stream: bool,
     /// The usable features ([`stream_out`]'s non-temporal stores).
     features: crate::cpu::Features,
 }
@@ -2108,8 +2110,15 @@ multiversion! {
         let ib = n * is[0] + c * is[1];
         let dyb = n * p.dys[0] + c * p.dys[1];
         let dxb = n * p.dxs[0] + c * p.dxs[1];
-        // The plane is summed in the item's cached accumulator, then written out.
-        let acc = &mut acc[..hw];
+        // Summed in dx itself where it may be, else in the item's cached accumulator, then
+        // written out.
+        let in_place = p.direct && !p.stream;
+        let acc: &mut [f32] = if in_place {
+            // SAFETY: plane (n, c) of dx belongs to this item alone (dense: hw elements).
+            unsafe { out.slice_mut(dxb, hw) }
+        } else {
+            &mut acc[..hw]
+        };
         acc.fill(0.0);
         for i in 0..g.oh {
             let (dyr, ir) = (dyb + i * p.dys[2], ib + i * is[2]);
@@ -2131,10 +2140,10 @@ multiversion! {
                 }
             }
         }
-        if p.direct {
+        if p.direct && p.stream {
             // SAFETY: plane (n, c) of dx belongs to this item alone (dense: hw elements).
             unsafe { stream_out(p.features, out, dxb, acc) };
-        } else {
+        } else if !p.direct {
             for r in 0..g.h {
                 // SAFETY: plane (n, c) of dx belongs to this item alone.
                 unsafe { store(out, p.blend, &acc[r * g.w..(r + 1) * g.w], dxb + r * p.dxs[2], p.dxs[3]) };
@@ -2202,6 +2211,7 @@ pub fn backward_with_indices(
         is: indices_strides(dy_desc),
         dxs,
         direct,
+        stream: super::streams(false, dx_desc),
         features,
     };
     let out = SharedOut::new(dx);
@@ -2230,7 +2240,10 @@ pub fn backward_with_indices(
         ctx,
         planes,
         work,
-        || crate::alloc::try_vec(plane, 0.0f32, "pooling dx accumulator"),
+        || {
+            let len = if p.direct && !p.stream { 0 } else { plane };
+            crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator")
+        },
         |acc, plane| plane_backward_indices(features, &p, acc, &out, plane),
     )
 }

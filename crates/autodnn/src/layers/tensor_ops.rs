@@ -29,9 +29,7 @@
 //! f64 accumulation's error (≤ M · 2⁻⁵³ · Σ|a| for M reduced elements); mul within its f64
 //! rounding (relative ≤ M · 2⁻⁵³) and the final f32 rounding.
 
-use super::{
-    check_buffer, check_same_dims, for_each_piece, write_blocks, Blend, Runs, STREAM_MIN_BYTES,
-};
+use super::{check_buffer, check_same_dims, for_each_piece, streams, write_blocks, Blend, Runs};
 use crate::desc::TensorDesc;
 use crate::error::{Error, Result};
 use crate::runtime::parallel::{for_each_with, SharedOut};
@@ -445,7 +443,7 @@ pub fn op_tensor(
     let d = *desc;
     let runs = Runs::new(c_desc.dims(), [c_desc.strides(), a_desc.strides(), sb]);
     let features = ctx.features();
-    let stream = d.beta == 0.0 && c_desc.elements().saturating_mul(4) >= STREAM_MIN_BYTES;
+    let stream = streams(d.beta != 0.0, c_desc);
     for_each_grouped(ctx, &runs, c, |out, r, first, len| {
         let [oc, oa, ob] = runs.start(r);
         let [sc, sa, sb] = runs.inner;
