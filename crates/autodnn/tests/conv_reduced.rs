@@ -773,6 +773,109 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
     );
 }
 
+/// NCHW-like `depthwise` on bf16 and f16 tensors (y of the same type, an epilogue the
+/// kernels apply in full) widens x's lanes as it loads them and rounds y's as it stores them:
+/// every NCHW-like kernel (3x3 and 5x5 at strides 1 and 2, the 3-wide windows, channel
+/// pairs, the generic kernels at any step), on every instruction set and 1 and 2 threads,
+/// gives the f32 `depthwise` on the widened tensors rounded once, bit for bit, also where
+/// the outputs land on rounding's edge cases: channels with a zero filter output their bias,
+/// which here is a tie (both ways), a subnormal (rounding to a subnormal or up to the least
+/// normal), the largest finite values (rounding to infinity), infinities and NaNs.
+#[test]
+fn depthwise_rounds_reduced_lanes_in_registers() {
+    use autodnn::conv::Activation;
+    let specials: Vec<f32> = [
+        0x3f80_8000u32,
+        0x3f81_8000,
+        0x3f80_8001,
+        0xbf80_7fff,
+        0x0001_2345,
+        0x807f_ffff,
+        0x0000_8000,
+        0x7f7f_ffff,
+        0x477f_f000,
+        0x3380_0001,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0001,
+        0x8000_0000,
+    ]
+    .into_iter()
+    .map(f32::from_bits)
+    .collect();
+    let specs = [
+        "g20mb2ic20ih13iw37oc20oh13ow37kh3kw3ph1pw1",
+        "g20mb1ic20ih13iw37oc20oh7ow19kh3kw3sh2sw2ph1pw1",
+        "g20mb1ic20ih11iw40oc20oh11ow40kh5kw5ph2pw2",
+        "g20mb1ic20ih11iw40oc20oh6ow20kh5kw5sh2sw2ph2pw2",
+        "g20mb1ic20ih7iw7oc20oh7ow7kh3kw3ph1pw1",
+        "g20mb1ic20ih8iw8oc20oh4ow4kh3kw3sh2sw2ph1pw1",
+        "g20mb1ic20ih9iw21oc20oh9ow21kh2kw3ph1pw1",
+        "g20mb1ic20ih12iw30oc20oh6ow15kh3kw3sh2sw2dh1dw1ph2pw2",
+        "g20mb1ic20ih9iw30oc20oh9ow10kh1kw3sw3ph0pw1",
+    ];
+    let mut ran = 0;
+    for isa in autodnn::cpu::Isa::ALL
+        .into_iter()
+        .filter(|i| i.is_available())
+    {
+        for threads in [1, 2] {
+            let h = Handle::with_threads(threads).unwrap();
+            h.set_isa_cap(isa);
+            for (i, spec) in specs.iter().enumerate() {
+                for dt in [DataType::Bf16, DataType::F16] {
+                    let p = reduced(&problem(spec, Layout::Nchw), dt, dt).with_epilogue(Epilogue {
+                        bias: true,
+                        residual: false,
+                        act: [Activation::None, Activation::Relu][i % 2],
+                    });
+                    let k = p.y().c();
+                    let taps = p.w().elements() / k;
+                    let mut wv = real_data(p.w().elements(), i as u64, 977);
+                    for c in (0..k).step_by(2) {
+                        wv[c * taps..][..taps].fill(0.0);
+                    }
+                    let x = buf(&real_data(p.x().span(), 20 + i as u64, 977), dt);
+                    let w = buf(&wv, dt);
+                    let mut bias = real_data(k, 7, 977);
+                    for (c, b) in bias.iter_mut().step_by(2).enumerate() {
+                        *b = specials[(c + i) % specials.len()];
+                    }
+                    let beta = [0.0, 0.5][i % 2];
+                    let y0 = if beta == 0.0 {
+                        buf(&vec![f32::NAN; p.y().span()], dt)
+                    } else {
+                        buf(&real_data(p.y().span(), 90, 977), dt)
+                    };
+                    let epi = EpilogueArgs::new(0.75, beta).with_bias(&bias);
+                    let mut want = widened(&y0);
+                    h.run_algorithm::<ConvForward>(
+                        &p.as_f32(),
+                        "depthwise",
+                        &ConvFwdInputs::new(&widened(&x), Weights::Plain(&widened(&w)), epi),
+                        &mut TensorMut::F32(&mut want),
+                        None,
+                    )
+                    .unwrap();
+                    let want = widened(&buf(&want, dt));
+                    let got = run(&h, "depthwise", &p, &x, &w, &y0, &epi).unwrap();
+                    each_output(&p, |o| {
+                        assert_eq!(
+                            got[o].to_bits(),
+                            want[o].to_bits(),
+                            "{isa:?} {threads}T {spec} {dt:?}: y[{o}] = {} (want {})",
+                            got[o],
+                            want[o]
+                        )
+                    });
+                    ran += 1;
+                }
+            }
+        }
+    }
+    assert!(ran >= 36, "{ran}");
+}
+
 /// The GEMM-engine algorithms compute reduced tensors an image at a time (the image's f32
 /// copy, its blocks' outputs rounded into y as they finish) where x's images lie a batch
 /// stride apart, and the whole batch at once where they interleave (batch innermost); either

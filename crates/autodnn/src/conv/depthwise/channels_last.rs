@@ -53,6 +53,11 @@ pub(super) struct ClJob<'a> {
     pub(super) z: *const f32,
     pub(super) yrow: isize,
     pub(super) ycol: isize,
+    /// Addresses inside x's and y's buffers (the image's, or a stage's) that accesses with
+    /// no lane enabled are given: a masked access to an address in an unmapped page costs a
+    /// microcode assist on some CPUs, and the job's x and y may point outside their stages.
+    pub(super) x_parked: *const f32,
+    pub(super) y_parked: *mut f32,
     /// Tap t's weights of block b0 + i at `wt + i·wblock + t·wstride`.
     pub(super) wt: *const f32,
     pub(super) wblock: usize,
@@ -68,12 +73,14 @@ pub(super) struct ClJob<'a> {
 impl<'a> ClJob<'a> {
     /// The job of output rows `oh0..oh1` of blocks `b0..b1` (shifted by `shift`): x at
     /// (pointer, row stride, column stride), y and z at (y, z, row stride, column stride),
-    /// the weights as [`chunk_weights`] gives them; the geometry and bias from `g` and `epi`.
+    /// masked-off accesses parked at `parked` (inside x's and y's buffers), the weights as
+    /// [`chunk_weights`] gives them; the geometry and bias from `g` and `epi`.
     #[allow(clippy::too_many_arguments)]
     fn new(
         g: &Geo,
         (x, xrow, xcol): (*const f32, isize, isize),
         (y, z, yrow, ycol): (*mut f32, *const f32, isize, isize),
+        (x_parked, y_parked): (*const f32, *mut f32),
         (oh0, oh1): (usize, usize),
         (shift, b0, b1): (usize, usize, usize),
         (wt, wblock, wstride): (*const f32, usize, usize),
@@ -106,6 +113,8 @@ impl<'a> ClJob<'a> {
             z,
             yrow,
             ycol,
+            x_parked,
+            y_parked,
             wt,
             wblock,
             wstride,
@@ -157,7 +166,7 @@ pub(super) fn channels_last<S: Simd>(
     out: &SharedOut<'_>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
-    let lanes = set.lanes;
+    let lanes = set.plane.lanes;
     let kernel = cl_kernel(g, set);
     let shift = align_shift(g, x, lanes);
     let (blocks, chunks, parts, rows_per) = cl_split(ctx, g, lanes, shift);
@@ -184,6 +193,7 @@ pub(super) fn channels_last<S: Simd>(
                 g.xs[3] as isize,
             ),
             (y, z, g.ys[2] as isize, g.ys[3] as isize),
+            (x.as_ptr().wrapping_add(n * g.xs[0]), y),
             (part * rows_per, ((part + 1) * rows_per).min(g.oh)),
             (shift, b0, b1),
             (wt, wblock, wstride),
@@ -334,7 +344,7 @@ pub(super) fn channels_last_staged<S: Simd>(
     y: &YOut<'_>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
-    let lanes = set.lanes;
+    let lanes = set.plane.lanes;
     let kernel = cl_kernel(g, set);
     let (blocks, chunks, parts, rows_per) = cl_split(ctx, g, lanes, 0);
     let (h, wd) = (g.h as usize, g.w as usize);
@@ -401,13 +411,13 @@ pub(super) fn channels_last_staged<S: Simd>(
             let y_runs = |f: &mut dyn FnMut(usize, usize, usize)| {
                 runs(y_at(o0, 0), (o1 - o0, g.ys[2]), (g.ow, g.ys[3]), cwy, f)
             };
-            let (yp, zp, yrow, ycol) = match y.in_place() {
+            let (yp, zp, yrow, ycol, y_parked) = match y.in_place() {
                 Some(o) => {
                     let yp = o.as_mut_ptr().wrapping_add(n * g.ys[0]);
                     let zp = epi
                         .residual
                         .map_or(yp.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0]));
-                    (yp, zp, g.ys[2] as isize, g.ys[3] as isize)
+                    (yp, zp, g.ys[2] as isize, g.ys[3] as isize, yp)
                 }
                 None => {
                     y_runs(&mut |off, at, len| {
@@ -419,13 +429,14 @@ pub(super) fn channels_last_staged<S: Simd>(
                     let yp = ys
                         .as_mut_ptr()
                         .wrapping_offset(-(k0 as isize) - o0 as isize * yrow);
-                    (yp, yp.cast_const(), yrow, ycol)
+                    (yp, yp.cast_const(), yrow, ycol, ys.as_mut_ptr())
                 }
             };
             let job = ClJob::new(
                 g,
                 (xp, xrow, xcol),
                 (yp, zp, yrow, ycol),
+                (xs.as_ptr(), y_parked),
                 (o0, o1),
                 (0, b0, b1),
                 (wt, wblock, wstride),

@@ -3,6 +3,8 @@
 //! set the CPU runs).
 
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights};
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::{Feature, Features};
 use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 use crate::op::tensor::widen;
@@ -10,15 +12,17 @@ use crate::op::{Tensor, TensorMut};
 use crate::runtime::parallel::SharedOut;
 use crate::simd::Scalar;
 #[cfg(target_arch = "x86_64")]
-use crate::simd::{Avx2, Avx512, Token};
+use crate::simd::{Avx2, Avx512, Avx512Bf16, Token};
 
 use super::channels_last::{channels_last, channels_last_staged};
 use super::filter::ClWeights;
-use super::geometry::{mode_of, Geo, Mode};
+use super::geometry::{activates_after, mode_of, Geo, Mode};
 #[cfg(target_arch = "x86_64")]
-use super::kernels::{avx2_set, avx512_set};
+use super::kernels::{avx2_set, avx512_reduced, avx512_set};
 use super::kernels::{portable_set, KernelSet};
 use super::planar::{planar, planar_staged};
+#[cfg(target_arch = "x86_64")]
+use super::simd::Bf16Cvt;
 use super::simd::Simd;
 use super::stage::YOut;
 
@@ -115,6 +119,37 @@ impl ConvAlgorithm for Depthwise {
                 return Err(self.declined("has no prepared form of an NCHW-like filter".into()))
             }
         };
+        // NCHW-like bf16 and f16 problems whose epilogue the kernels apply in full read and
+        // write their tensors in their own types, converted in registers.
+        #[cfg(target_arch = "x86_64")]
+        if mode == Mode::Planar && epi.residual.is_none() && !activates_after(epi) {
+            if let Some(s) = Avx512::new(ctx.features) {
+                let bw = Features::of(&[Feature::Avx512Bw, Feature::Avx512Vl]);
+                if ctx
+                    .features
+                    .intersection(Features::detected())
+                    .contains_all(bw)
+                {
+                    let (w, g) = (weights.data(), &g);
+                    match (x, &mut *y) {
+                        (Tensor::Bf16(x), TensorMut::Bf16(y)) => {
+                            if Avx512Bf16::new(ctx.features).is_some() {
+                                let y = Bf16Cvt::slice_mut(y);
+                                let (out, set) = (SharedOut::new(y), &avx512_reduced::BF16_CVT);
+                                return planar(s, ctx, g, set, x, w, &out, epi);
+                            }
+                            let out = SharedOut::new(y);
+                            return planar(s, ctx, g, &avx512_reduced::BF16, x, w, &out, epi);
+                        }
+                        (Tensor::F16(x), TensorMut::F16(y)) => {
+                            let out = SharedOut::new(y);
+                            return planar(s, ctx, g, &avx512_reduced::F16, x, w, &out, epi);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
         let (w, out) = (weights, YOut::new(y));
         #[cfg(target_arch = "x86_64")]
         {
@@ -209,7 +244,7 @@ fn run_set<S: Simd>(
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
     match mode {
-        Mode::Planar => planar(simd, ctx, g, set, x, weights.data(), out, epi),
+        Mode::Planar => planar(simd, ctx, g, &set.plane, x, weights.data(), out, epi),
         Mode::ChannelsLast => channels_last(simd, ctx, g, set, x, weights, out, epi),
     }
 }

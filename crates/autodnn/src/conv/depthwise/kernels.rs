@@ -13,7 +13,7 @@ use super::geometry::{GENERIC_COLS, GENERIC_ROWS, MAX_FAST_IN_ROWS, MAX_FAST_TAP
 #[cfg(doc)]
 use super::planar::Step;
 use super::planar::{PlaneFn, PlaneJob};
-use super::simd::Simd;
+use super::simd::{Elem, Simd};
 
 /// The epilogue, splatted for one kernel call.
 struct EpiV<S: Simd> {
@@ -86,17 +86,24 @@ fn finish<S: Simd>(simd: S, e: &EpiV<S>, acc: S::V, bias: S::V, z: impl FnOnce()
 /// The lanes of `m` at `y` (and at `z` when beta ≠ 0) are in bounds and accessed by no other
 /// thread.
 #[inline(always)]
-unsafe fn store_out<S: Simd>(
+unsafe fn store_out<S: Simd, Y: Elem<S>>(
     simd: S,
     e: &EpiV<S>,
     acc: S::V,
     bias: S::V,
-    y: *mut f32,
-    z: *const f32,
+    y: *mut Y,
+    z: *const Y,
     m: u32,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { simd.store(y, finish(simd, e, acc, bias, || simd.load(z, m)), m) }
+    unsafe {
+        Y::store(
+            simd,
+            y,
+            finish(simd, e, acc, bias, || Y::load(simd, z, m)),
+            m,
+        )
+    }
 }
 
 /// Repeats `body` with `i` = 0, 1, ... while `i < n`, `n` a constant after monomorphisation
@@ -134,6 +141,8 @@ macro_rules! unroll {
 #[inline(always)]
 unsafe fn plane_fast<
     S: Simd,
+    X: Elem<S>,
+    Y: Elem<S>,
     const R: usize,
     const C: usize,
     const SH: usize,
@@ -142,7 +151,7 @@ unsafe fn plane_fast<
     const PAIR: bool,
 >(
     simd: S,
-    a: &PlaneJob<'_>,
+    a: &PlaneJob<'_, X, Y>,
 ) {
     const {
         assert!(R * C <= MAX_FAST_TAPS && (ROWS - 1) * SH + R <= MAX_FAST_IN_ROWS);
@@ -245,7 +254,7 @@ unsafe fn plane_fast<
                                     let p1 = row1.wrapping_offset(ld.off);
                                     let xv = match (PAIR, STEP) {
                                         (false, 3..) => window[s],
-                                        (false, 1) => simd.load(p, ld.m0 & rm),
+                                        (false, 1) => X::load(simd, p, ld.m0 & rm),
                                         (false, _) => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
                                         (true, 1) => simd.load_pair(p, p1, both(ld.m0 & rm)),
                                         (true, _) => {
@@ -306,7 +315,10 @@ unsafe fn plane_fast<
 /// # Safety
 /// That of [`PlaneFn`], and the units' blocks of GENERIC_ROWS rows.
 #[inline(always)]
-unsafe fn plane_generic<S: Simd, const STEP: usize>(simd: S, a: &PlaneJob<'_>) {
+unsafe fn plane_generic<S: Simd, X: Elem<S>, Y: Elem<S>, const STEP: usize>(
+    simd: S,
+    a: &PlaneJob<'_, X, Y>,
+) {
     debug_assert!(a.blocks == a.oh.div_ceil(GENERIC_ROWS));
     // SAFETY: as in `plane_fast`.
     unsafe {
@@ -344,7 +356,7 @@ unsafe fn plane_generic<S: Simd, const STEP: usize>(simd: S, a: &PlaneJob<'_>) {
                                     xk
                                 };
                                 let xv = match STEP {
-                                    1 => simd.load(p, ld.m0 & rm),
+                                    1 => X::load(simd, p, ld.m0 & rm),
                                     2 => simd.load_step2(p, ld.m0 & rm, ld.m1 & rm),
                                     _ => simd.load_strided(p, a.sw, ld.m0 & rm),
                                 };
@@ -440,14 +452,13 @@ unsafe fn cl_fast<
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
                         let row = xb.wrapping_offset((ih0 + d as isize) * a.xrow);
                         unroll!(12: e < (T - 1) * SW + C, {
-                            // Pixels outside the image read nothing, at the image's first
-                            // pixel: a masked access to an address in an unmapped page costs
-                            // a microcode assist on some CPUs.
+                            // Pixels outside the image read nothing, at x's parked address
+                            // (see `ClJob::x_parked`).
                             let mm = rm & (vcols >> e & 1).wrapping_neg();
                             let p = if mm != 0 {
                                 row.wrapping_offset((iw0 + e as isize) * a.xcol)
                             } else {
-                                xb
+                                a.x_parked
                             };
                             let xv = simd.load(p, mm);
                             for (i, acc) in acc.iter_mut().enumerate() {
@@ -472,12 +483,13 @@ unsafe fn cl_fast<
                     // `plane_fast`).
                     unroll!(16: j < TR * T, {
                         let (i, t) = (j / T, j % T);
-                        let (off, m) = if i < nrows && t < nt {
-                            ((oh0 + i) as isize * a.yrow + (ow0 + t) as isize * a.ycol + k0, m)
+                        let (y, z, m) = if i < nrows && t < nt {
+                            let off =
+                                (oh0 + i) as isize * a.yrow + (ow0 + t) as isize * a.ycol + k0;
+                            (a.y.wrapping_offset(off), a.z.wrapping_offset(off), m)
                         } else {
-                            (0, 0)
+                            (a.y_parked, a.y_parked.cast_const(), 0)
                         };
-                        let (y, z) = (a.y.wrapping_offset(off), a.z.wrapping_offset(off));
                         store_out(simd, &epi, acc[i][t], bias, y, z, m);
                     });
                 }
@@ -556,19 +568,26 @@ unsafe fn cl_generic<S: Simd>(simd: S, a: &ClJob<'_>) {
 // ---------------------------------------------------------------------------------------------
 // Kernel sets: the kernels above monomorphised per instruction set, with their blocking.
 
-/// One instruction set's kernels and blocking; `S` is its token, which each kernel takes.
-pub(super) struct KernelSet<S: 'static> {
+/// One instruction set's NCHW-like kernels over x of `X` and y of `Y`, and their blocking;
+/// `S` is its token, which each kernel takes.
+pub(super) struct PlaneSet<S: 'static, X: 'static = f32, Y: 'static = f32> {
     pub(super) lanes: usize,
     /// Output rows per pass of the unrolled NCHW-like kernels: 3x3, 5x5.
     pub(super) plane_rows: [usize; 2],
     /// [3x3, 5x5][stride 1, 2].
-    pub(super) plane_fast: [[PlaneFn<S>; 2]; 2],
+    pub(super) plane_fast: [[PlaneFn<S, X, Y>; 2]; 2],
     /// The same, two channels per vector.
-    pub(super) plane_pair: [[PlaneFn<S>; 2]; 2],
+    pub(super) plane_pair: [[PlaneFn<S, X, Y>; 2]; 2],
     /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
-    pub(super) plane_win3: [PlaneFn<S>; 2],
+    pub(super) plane_win3: [PlaneFn<S, X, Y>; 2],
     /// By [`Step`]: 1, 2, any.
-    pub(super) plane_generic: [PlaneFn<S>; 3],
+    pub(super) plane_generic: [PlaneFn<S, X, Y>; 3],
+}
+
+/// One instruction set's kernels and blocking over f32 tensors; `S` is its token, which each
+/// kernel takes.
+pub(super) struct KernelSet<S: 'static> {
+    pub(super) plane: PlaneSet<S>,
     /// [3x3, 5x5][stride 1, 2].
     pub(super) cl_fast: [[ClFn<S>; 2]; 2],
     pub(super) cl_generic: ClFn<S>,
@@ -587,6 +606,35 @@ macro_rules! entry {
     };
 }
 
+/// The [`PlaneSet`] of `$simd` over x of `$x` and y of `$y`, compiled with the attributes
+/// given: ROWS of the 3x3 and 5x5 kernels.
+macro_rules! plane_set {
+    ($simd:ty, $x:ty, $y:ty, [$(#[$attr:meta])*], rows = [$p3:literal, $p5:literal]) => {{
+        type Job<'a> = PlaneJob<'a, $x, $y>;
+        entry!($simd, $(#[$attr])* fn p3s1(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 1, 1, $p3, false>);
+        entry!($simd, $(#[$attr])* fn p3s2(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 2, 2, $p3, false>);
+        entry!($simd, $(#[$attr])* fn p5s1(Job<'_>) = plane_fast::<$simd, $x, $y, 5, 5, 1, 1, $p5, false>);
+        entry!($simd, $(#[$attr])* fn p5s2(Job<'_>) = plane_fast::<$simd, $x, $y, 5, 5, 2, 2, $p5, false>);
+        entry!($simd, $(#[$attr])* fn w3s1(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 1, 4, $p3, false>);
+        entry!($simd, $(#[$attr])* fn w3s2(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 2, 3, $p3, false>);
+        entry!($simd, $(#[$attr])* fn q3s1(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 1, 1, $p3, true>);
+        entry!($simd, $(#[$attr])* fn q3s2(Job<'_>) = plane_fast::<$simd, $x, $y, 3, 3, 2, 2, $p3, true>);
+        entry!($simd, $(#[$attr])* fn q5s1(Job<'_>) = plane_fast::<$simd, $x, $y, 5, 5, 1, 1, $p5, true>);
+        entry!($simd, $(#[$attr])* fn q5s2(Job<'_>) = plane_fast::<$simd, $x, $y, 5, 5, 2, 2, $p5, true>);
+        entry!($simd, $(#[$attr])* fn pg1(Job<'_>) = plane_generic::<$simd, $x, $y, 1>);
+        entry!($simd, $(#[$attr])* fn pg2(Job<'_>) = plane_generic::<$simd, $x, $y, 2>);
+        entry!($simd, $(#[$attr])* fn pgn(Job<'_>) = plane_generic::<$simd, $x, $y, 0>);
+        PlaneSet {
+            lanes: <$simd as Simd>::L,
+            plane_rows: [$p3, $p5],
+            plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
+            plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
+            plane_win3: [w3s1, w3s2],
+            plane_generic: [pg1, pg2, pgn],
+        }
+    }};
+}
+
 /// Defines module `$module` with the kernel set `SET` of `$simd`: ROWS of the NCHW-like 3x3
 /// and 5x5 kernels; output groups (rows, columns) of the NHWC-like 3x3 stride 1, 3x3 stride 2,
 /// 5x5 stride 1 and 5x5 stride 2 kernels.
@@ -596,19 +644,6 @@ macro_rules! kernel_set {
                ($dr:literal, $dc:literal)]) => {
         pub(super) mod $module {
             use super::*;
-            entry!($simd, $(#[$attr])* fn p3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, false>);
-            entry!($simd, $(#[$attr])* fn p3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, false>);
-            entry!($simd, $(#[$attr])* fn p5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, false>);
-            entry!($simd, $(#[$attr])* fn p5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, false>);
-            entry!($simd, $(#[$attr])* fn w3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 4, $p3, false>);
-            entry!($simd, $(#[$attr])* fn w3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 3, $p3, false>);
-            entry!($simd, $(#[$attr])* fn q3s1(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 1, 1, $p3, true>);
-            entry!($simd, $(#[$attr])* fn q3s2(PlaneJob<'_>) = plane_fast::<$simd, 3, 3, 2, 2, $p3, true>);
-            entry!($simd, $(#[$attr])* fn q5s1(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 1, 1, $p5, true>);
-            entry!($simd, $(#[$attr])* fn q5s2(PlaneJob<'_>) = plane_fast::<$simd, 5, 5, 2, 2, $p5, true>);
-            entry!($simd, $(#[$attr])* fn pg1(PlaneJob<'_>) = plane_generic::<$simd, 1>);
-            entry!($simd, $(#[$attr])* fn pg2(PlaneJob<'_>) = plane_generic::<$simd, 2>);
-            entry!($simd, $(#[$attr])* fn pgn(PlaneJob<'_>) = plane_generic::<$simd, 0>);
             entry!($simd, $(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
             entry!($simd, $(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
             entry!($simd, $(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
@@ -616,12 +651,7 @@ macro_rules! kernel_set {
             entry!($simd, $(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
 
             pub(crate) static SET: KernelSet<$simd> = KernelSet {
-                lanes: <$simd as Simd>::L,
-                plane_rows: [$p3, $p5],
-                plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
-                plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
-                plane_win3: [w3s1, w3s2],
-                plane_generic: [pg1, pg2, pgn],
+                plane: plane_set!($simd, f32, f32, [$(#[$attr])*], rows = [$p3, $p5]),
                 cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
                 cl_generic: cg,
             };
@@ -645,3 +675,23 @@ kernel_set!(
     rows = [4, 2],
     groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
 );
+
+/// The NCHW-like kernels of AVX-512 over bf16 and f16 tensors (x and y of one type), read and
+/// written in their own types: the lanes are widened as they are loaded and rounded as they
+/// are stored (AVX512-BW and VL for the 16-bit masked accesses; the caller checks them).
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx512_reduced {
+    use half::{bf16, f16};
+
+    use super::super::simd::Bf16Cvt;
+    use super::*;
+
+    pub(crate) static BF16: PlaneSet<Avx512, bf16, bf16> = plane_set!(Avx512, bf16, bf16,
+        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4]);
+    /// bf16 with `vcvtneps2bf16` (AVX512-BF16) rounding the stores.
+    pub(crate) static BF16_CVT: PlaneSet<Avx512, bf16, Bf16Cvt> = plane_set!(Avx512, bf16,
+        Bf16Cvt, [#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]],
+        rows = [7, 4]);
+    pub(crate) static F16: PlaneSet<Avx512, f16, f16> = plane_set!(Avx512, f16, f16,
+        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4]);
+}

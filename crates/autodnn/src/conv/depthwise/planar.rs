@@ -11,8 +11,8 @@ use crate::op::Tensor;
 use crate::runtime::parallel::SharedOut;
 
 use super::geometry::{activate, activates_after, for_ranges, Geo, GENERIC_ROWS, ITEMS_PER_THREAD};
-use super::kernels::KernelSet;
-use super::simd::Simd;
+use super::kernels::{KernelSet, PlaneSet};
+use super::simd::{Elem, Simd};
 use super::stage::{runs, stage_x, stage_z, YOut, STAGE_FLOATS};
 
 /// One vector of a column table: its offset along the row and the lanes (or, for stride-2
@@ -108,9 +108,9 @@ fn plane_cols(g: &Geo, lanes: usize, step: Step) -> Result<Vec<ColLoad>> {
 /// A run of an NCHW-like kernel: units `u0..u1` of one image, unit u = k·blocks + b being row
 /// block b (output rows b·rows .. b·rows + rows, every column) of output channel k (of
 /// channels 2k and 2k + 1 for kernels that hold two channels per vector).
-pub(super) struct PlaneJob<'a> {
+pub(super) struct PlaneJob<'a, X = f32, Y = f32> {
     /// Image n of x.
-    pub(super) x: *const f32,
+    pub(super) x: *const X,
     /// x's channel and row strides.
     pub(super) xc: isize,
     pub(super) xrow: isize,
@@ -126,8 +126,8 @@ pub(super) struct PlaneJob<'a> {
     pub(super) r: usize,
     pub(super) s: usize,
     /// Image n of y, and of z: the residual, or y itself (its prior contents).
-    pub(super) y: *mut f32,
-    pub(super) z: *const f32,
+    pub(super) y: *mut Y,
+    pub(super) z: *const Y,
     /// y's (and z's) channel and row strides.
     pub(super) yc: isize,
     pub(super) yrow: isize,
@@ -146,7 +146,7 @@ pub(super) struct PlaneJob<'a> {
     pub(super) epi: &'a EpilogueArgs<'a>,
 }
 
-impl<'a> PlaneJob<'a> {
+impl<'a, X, Y> PlaneJob<'a, X, Y> {
     /// The job of units `u0..u1` (of `blocks` row blocks per channel) of `k` output channels
     /// from channel `k0` on (the filter and bias addressed from there): x at (pointer,
     /// channel stride, row stride), y and z at (y, z, channel stride, row stride); the rest
@@ -154,14 +154,14 @@ impl<'a> PlaneJob<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         g: &Geo,
-        (x, xc, xrow): (*const f32, usize, usize),
-        (y, z, yc, yrow): (*mut f32, *const f32, usize, usize),
+        (x, xc, xrow): (*const X, usize, usize),
+        (y, z, yc, yrow): (*mut Y, *const Y, usize, usize),
         (k, k0): (usize, usize),
         (blocks, u0, u1): (usize, usize, usize),
         cols: &'a [ColLoad],
         w: &[f32],
         epi: &'a EpilogueArgs<'a>,
-    ) -> PlaneJob<'a> {
+    ) -> PlaneJob<'a, X, Y> {
         PlaneJob {
             x,
             xc: xc as isize,
@@ -226,11 +226,11 @@ impl<'a> PlaneJob<'a> {
 /// The job's pointers address images of the tensors whose every element at in-tensor
 /// coordinates is in bounds, and the caller is the only thread accessing the output rows its
 /// units name. (The token `S` proves that the CPU has the kernel set's features.)
-pub(super) type PlaneFn<S> = unsafe fn(S, &PlaneJob<'_>);
+pub(super) type PlaneFn<S, X = f32, Y = f32> = unsafe fn(S, &PlaneJob<'_, X, Y>);
 
 /// The kernel an NCHW-like problem runs, its blocking and its column table.
-struct PlanePlan<S: 'static> {
-    kernel: PlaneFn<S>,
+struct PlanePlan<S: 'static, X: 'static, Y: 'static> {
+    kernel: PlaneFn<S, X, Y>,
     /// Output rows per unit, and units (row blocks) per channel.
     rows: usize,
     blocks: usize,
@@ -239,10 +239,10 @@ struct PlanePlan<S: 'static> {
     cols: Vec<ColLoad>,
 }
 
-impl<S: Simd> PlanePlan<S> {
+impl<S: Simd, X, Y> PlanePlan<S, X, Y> {
     /// # Errors
     /// [`Error::OutOfMemory`] for the column table.
-    fn new(g: &Geo, set: &KernelSet<S>) -> Result<PlanePlan<S>> {
+    fn new(g: &Geo, set: &PlaneSet<S, X, Y>) -> Result<PlanePlan<S, X, Y>> {
         let fast = match (g.r, g.s) {
             (3, 3) => Some(0),
             (5, 5) => Some(1),
@@ -281,17 +281,21 @@ impl<S: Simd> PlanePlan<S> {
     }
 }
 
+/// The NCHW-like frame over x of `X` and y of `Y`, z being the residual (f32 y only) or y
+/// itself. Activations that kernels leave to the frame ([`activates_after`]) are applied
+/// where y is f32 only: callers with a reduced y have the staged frame apply them.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn planar<S: Simd>(
+pub(super) fn planar<S: Simd, X: Elem<S>, Y: Elem<S>>(
     simd: S,
     ctx: &ExecContext<'_>,
     g: &Geo,
-    set: &KernelSet<S>,
-    x: &[f32],
+    set: &PlaneSet<S, X, Y>,
+    x: &[X],
     w: &[f32],
-    out: &SharedOut<'_>,
+    out: &SharedOut<'_, Y>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
+    debug_assert!(Y::as_f32(out).is_some() || (!activates_after(epi) && epi.residual.is_none()));
     let plan = PlanePlan::new(g, set)?;
     let (kernel, rows, blocks, pair, cols) =
         (plan.kernel, plan.rows, plan.blocks, plan.pair, &plan.cols);
@@ -302,9 +306,10 @@ pub(super) fn planar<S: Simd>(
             let n = u / per_image;
             let u1 = end.min((n + 1) * per_image);
             let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
-            let z = epi
-                .residual
-                .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0]));
+            let z = match (Y::as_f32(out), epi.residual) {
+                (Some(_), Some(z)) => z.as_ptr().wrapping_add(n * g.ys[0]).cast::<Y>(),
+                _ => y.cast_const(),
+            };
             let job = PlaneJob::new(
                 g,
                 (x.as_ptr().wrapping_add(n * g.xs[0]), g.xs[1], g.xs[2]),
@@ -321,7 +326,7 @@ pub(super) fn planar<S: Simd>(
             // inside a row, the kernels only read rows inside the image and write the rows of
             // units start .. end, which this range alone covers.
             unsafe { kernel(simd, &job) };
-            if activates_after(epi) {
+            if let (true, Some(out)) = (activates_after(epi), Y::as_f32(out)) {
                 // Units u .. u1 of image n: row blocks of (pairs of) channels.
                 let per_unit = if pair { 2 } else { 1 };
                 let offsets = (u - n * per_image..u1 - n * per_image).flat_map(|unit| {
@@ -358,7 +363,7 @@ pub(super) fn planar_staged<S: Simd>(
     y: &YOut<'_>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
-    let plan = PlanePlan::new(g, set)?;
+    let plan = PlanePlan::new(g, &set.plane)?;
     let (h, wd) = (g.h as usize, g.w as usize);
     let (plane_in, plane_out) = (h * wd, g.oh * g.ow);
     let c = g.k / g.mult;

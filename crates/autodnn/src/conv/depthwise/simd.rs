@@ -16,15 +16,15 @@ pub(super) trait Simd: crate::simd::Token {
     unsafe fn load(self, p: *const f32, m: u32) -> Self::V;
     /// Lane l = element 2l of the 2L from p, each read where its bit is set (bits of m0
     /// for elements 0..L, of m1 for L..2L), else 0.
-    unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> Self::V;
+    unsafe fn load_step2<E: Elem<Self>>(self, p: *const E, m0: u32, m1: u32) -> Self::V;
     /// Lane l = p\[l·step\] where bit l of m is set, else 0.
     #[inline(always)]
-    unsafe fn load_strided(self, p: *const f32, step: isize, m: u32) -> Self::V {
+    unsafe fn load_strided<E: Elem<Self>>(self, p: *const E, step: isize, m: u32) -> Self::V {
         let mut a = [0f32; 16];
         for (l, v) in a.iter_mut().enumerate().take(Self::L) {
             if m >> l & 1 == 1 {
                 // SAFETY: lane l is enabled: the caller's contract.
-                *v = unsafe { *p.wrapping_offset(l as isize * step) };
+                *v = unsafe { *p.wrapping_offset(l as isize * step) }.to_f32();
             }
         }
         self.of_array(&a)
@@ -43,33 +43,33 @@ pub(super) trait Simd: crate::simd::Token {
     }
     /// Lanes below L/2 as [`Simd::load`] from `lo`, the others from `hi` (lane l reads
     /// hi\[l − L/2\]); m holds the lanes of both halves.
-    unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> Self::V;
+    unsafe fn load_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, m: u32) -> Self::V;
     /// Lanes below L/2 = elements 2l from `lo`, the others elements 2(l − L/2) from `hi`,
     /// each read where its bit of the L-element mask `em` is set, else 0.
-    unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> Self::V;
+    unsafe fn load_step2_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, em: u32) -> Self::V;
     /// Stores lanes below L/2 at `lo`, the others at `hi` (lane l at hi\[l − L/2\]), where
     /// their bits of m are set.
-    unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: Self::V, m: u32);
+    unsafe fn store_pair<E: Elem<Self>>(self, lo: *mut E, hi: *mut E, v: Self::V, m: u32);
     /// Lanes below L/2 from a, the others from b.
     fn blend_hi(self, a: Self::V, b: Self::V) -> Self::V;
     /// The three stride-1 windows from `p`: lane l of window s is element l + s, read where
     /// bit l + s of `raw` (elements 0..L + 2) is set, else 0.
     #[inline(always)]
-    unsafe fn windows3_s1(self, p: *const f32, raw: u32) -> [Self::V; 3] {
+    unsafe fn windows3_s1<E: Elem<Self>>(self, p: *const E, raw: u32) -> [Self::V; 3] {
         let low = (1u32 << Self::L) - 1;
         // SAFETY: the caller's contract; window s reads elements s + l.
         unsafe {
             [
-                self.load(p, raw & low),
-                self.load(p.wrapping_add(1), raw >> 1 & low),
-                self.load(p.wrapping_add(2), raw >> 2 & low),
+                E::load(self, p, raw & low),
+                E::load(self, p.wrapping_add(1), raw >> 1 & low),
+                E::load(self, p.wrapping_add(2), raw >> 2 & low),
             ]
         }
     }
     /// The three stride-2 windows from `p`: lane l of window s is element 2l + s, read
     /// where bit 2l + s of `raw` (elements 0..=2L) is set, else 0.
     #[inline(always)]
-    unsafe fn windows3(self, p: *const f32, raw: u64) -> [Self::V; 3] {
+    unsafe fn windows3<E: Elem<Self>>(self, p: *const E, raw: u64) -> [Self::V; 3] {
         let low = (1u64 << Self::L) - 1;
         let m = |s: usize, hi: usize| (raw >> (s + hi * Self::L) & low) as u32;
         // SAFETY: the caller's contract; window s reads elements s + 2l.
@@ -95,6 +95,52 @@ pub(super) trait Simd: crate::simd::Token {
     fn min(self, a: Self::V, b: Self::V) -> Self::V;
     /// The first L elements.
     fn of_array(self, a: &[f32; 16]) -> Self::V;
+}
+
+/// An element type of x and y in memory: lanes are widened to f32 on load (exactly) and
+/// rounded once on store (to nearest even), so that a kernel over reduced tensors sums in f32
+/// exactly as over their widened copies. f32 on every instruction set; bf16 and f16 on
+/// AVX-512 (their masked 16-bit accesses need AVX512-BW and VL: kernels over them are
+/// compiled with those features and run only where the CPU has them).
+pub(super) trait Elem<S: Simd>: Copy + Send + Sync + 'static {
+    /// Lane l = p\[l\] widened, where bit l of m is set, else 0.
+    ///
+    /// # Safety
+    /// The enabled lanes are readable; for bf16 and f16, the CPU has AVX512-BW and VL.
+    unsafe fn load(s: S, p: *const Self, m: u32) -> S::V;
+    /// p\[l\] = lane l rounded, where bit l of m is set.
+    ///
+    /// # Safety
+    /// The enabled lanes are writable; for bf16 and f16, the CPU has AVX512-BW and VL.
+    unsafe fn store(s: S, p: *mut Self, v: S::V, m: u32);
+    /// One element, widened.
+    fn to_f32(self) -> f32;
+    /// The output as f32 when this type is f32 (the frames apply the activations that
+    /// kernels leave to them only there).
+    fn as_f32<'b, 'c>(out: &'b SharedOut<'c, Self>) -> Option<&'b SharedOut<'c, f32>> {
+        let _ = out;
+        None
+    }
+}
+
+impl<S: Simd> Elem<S> for f32 {
+    #[inline(always)]
+    unsafe fn load(s: S, p: *const f32, m: u32) -> S::V {
+        // SAFETY: the caller's contract.
+        unsafe { s.load(p, m) }
+    }
+    #[inline(always)]
+    unsafe fn store(s: S, p: *mut f32, v: S::V, m: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { s.store(p, v, m) }
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn as_f32<'b, 'c>(out: &'b SharedOut<'c, f32>) -> Option<&'b SharedOut<'c, f32>> {
+        Some(out)
+    }
 }
 
 /// Portable Rust over lane arrays (no target-specific code), 8 lanes.
@@ -126,29 +172,29 @@ impl Simd for crate::simd::Scalar {
         v
     }
     #[inline(always)]
-    unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> Self::V {
+    unsafe fn load_step2<E: Elem<Self>>(self, p: *const E, m0: u32, m1: u32) -> Self::V {
         let bits = m0 as u64 | (m1 as u64) << 8;
         let mut v = [0.0; 8];
         for (l, v) in v.iter_mut().enumerate() {
             if bits >> (2 * l) & 1 == 1 {
                 // SAFETY: element 2l is enabled.
-                *v = unsafe { *p.wrapping_add(2 * l) };
+                *v = unsafe { *p.wrapping_add(2 * l) }.to_f32();
             }
         }
         v
     }
     #[inline(always)]
-    unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> Self::V {
+    unsafe fn load_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, m: u32) -> Self::V {
         // SAFETY: the caller's contract.
         unsafe {
             self.blend_hi(
-                self.load(lo, m & 0xf),
-                self.load(hi.wrapping_sub(4), m & 0xf0),
+                E::load(self, lo, m & 0xf),
+                E::load(self, hi.wrapping_sub(4), m & 0xf0),
             )
         }
     }
     #[inline(always)]
-    unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> Self::V {
+    unsafe fn load_step2_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, em: u32) -> Self::V {
         // SAFETY: the caller's contract; elements 2l of the two halves are elements 0..8
         // of lo and of hi.
         unsafe {
@@ -159,11 +205,11 @@ impl Simd for crate::simd::Scalar {
         }
     }
     #[inline(always)]
-    unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: Self::V, m: u32) {
+    unsafe fn store_pair<E: Elem<Self>>(self, lo: *mut E, hi: *mut E, v: Self::V, m: u32) {
         // SAFETY: the caller's contract.
         unsafe {
-            self.store(lo, v, m & 0xf);
-            self.store(hi.wrapping_sub(4), v, m & 0xf0);
+            E::store(self, lo, v, m & 0xf);
+            E::store(self, hi.wrapping_sub(4), v, m & 0xf0);
         }
     }
     #[inline(always)]
@@ -212,11 +258,16 @@ impl Simd for crate::simd::Scalar {
 
 use std::ptr;
 
+use crate::runtime::parallel::SharedOut;
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use x86::Bf16Cvt;
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::Simd;
+    use super::{Elem, Simd};
     use crate::simd::{Avx2, Avx512};
 
     /// An empty `asm!` that takes and returns `v` in a register: a value the optimiser
@@ -285,11 +336,11 @@ mod x86 {
             unsafe { _mm256_maskload_ps(p, mask8(m)) }
         }
         #[inline(always)]
-        unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> __m256 {
+        unsafe fn load_step2<E: Elem<Self>>(self, p: *const E, m0: u32, m1: u32) -> __m256 {
             // SAFETY: see the impl.
             unsafe {
-                let lo = self.load(p, m0);
-                let hi = self.load(p.wrapping_add(8), m1);
+                let lo = E::load(self, p, m0);
+                let hi = E::load(self, p.wrapping_add(8), m1);
                 // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then 64-bit pairs in order 0 2 1 3.
                 let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
                 _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
@@ -298,20 +349,25 @@ mod x86 {
             }
         }
         #[inline(always)]
-        unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> __m256 {
+        unsafe fn load_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, m: u32) -> __m256 {
             // SAFETY: see the impl.
             unsafe {
-                let a = self.load(lo, m & 0xf);
-                let b = self.load(hi.wrapping_sub(4), m & 0xf0);
+                let a = E::load(self, lo, m & 0xf);
+                let b = E::load(self, hi.wrapping_sub(4), m & 0xf0);
                 _mm256_blend_ps::<0xf0>(a, b)
             }
         }
         #[inline(always)]
-        unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> __m256 {
+        unsafe fn load_step2_pair<E: Elem<Self>>(
+            self,
+            lo: *const E,
+            hi: *const E,
+            em: u32,
+        ) -> __m256 {
             // SAFETY: see the impl. Evens of (a, b) are [a0 a2 a4 a6 b0 b2 b4 b6].
             unsafe {
-                let a = self.load(lo, em);
-                let b = self.load(hi, em);
+                let a = E::load(self, lo, em);
+                let b = E::load(self, hi, em);
                 let even = _mm256_shuffle_ps::<0b10_00_10_00>(a, b);
                 _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(
                     even,
@@ -319,11 +375,11 @@ mod x86 {
             }
         }
         #[inline(always)]
-        unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: __m256, m: u32) {
+        unsafe fn store_pair<E: Elem<Self>>(self, lo: *mut E, hi: *mut E, v: __m256, m: u32) {
             // SAFETY: see the impl.
             unsafe {
-                self.store(lo, v, m & 0xf);
-                self.store(hi.wrapping_sub(4), v, m & 0xf0);
+                E::store(self, lo, v, m & 0xf);
+                E::store(self, hi.wrapping_sub(4), v, m & 0xf0);
             }
         }
         #[inline(always)]
@@ -401,25 +457,22 @@ mod x86 {
             unsafe { _mm512_maskz_loadu_ps(m as __mmask16, p) }
         }
         #[inline(always)]
-        unsafe fn load_step2(self, p: *const f32, m0: u32, m1: u32) -> __m512 {
+        unsafe fn load_step2<E: Elem<Self>>(self, p: *const E, m0: u32, m1: u32) -> __m512 {
             // SAFETY: see the impl.
             unsafe {
                 let evens =
                     _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-                let lo = _mm512_maskz_loadu_ps(m0 as __mmask16, p);
-                let hi = _mm512_maskz_loadu_ps(m1 as __mmask16, p.wrapping_add(16));
+                let lo = E::load(self, p, m0);
+                let hi = E::load(self, p.wrapping_add(16), m1);
                 _mm512_permutex2var_ps(lo, evens, hi)
             }
         }
         #[inline(always)]
-        unsafe fn windows3_s1(self, p: *const f32, raw: u32) -> [__m512; 3] {
+        unsafe fn windows3_s1<E: Elem<Self>>(self, p: *const E, raw: u32) -> [__m512; 3] {
             // SAFETY: see the impl. Elements 0..18: two loads, two lane shifts.
             unsafe {
-                let a = _mm512_castps_si512(_mm512_maskz_loadu_ps(raw as __mmask16, p));
-                let b = _mm512_castps_si512(_mm512_maskz_loadu_ps(
-                    (raw >> 16) as __mmask16 & 3,
-                    p.wrapping_add(16),
-                ));
+                let a = _mm512_castps_si512(E::load(self, p, raw & 0xffff));
+                let b = _mm512_castps_si512(E::load(self, p.wrapping_add(16), raw >> 16 & 3));
                 [
                     _mm512_castsi512_ps(a),
                     _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(b, a)),
@@ -428,7 +481,7 @@ mod x86 {
             }
         }
         #[inline(always)]
-        unsafe fn windows3(self, p: *const f32, raw: u64) -> [__m512; 3] {
+        unsafe fn windows3<E: Elem<Self>>(self, p: *const E, raw: u64) -> [__m512; 3] {
             // SAFETY: see the impl. Elements 0..32 are two loads; element 32 (window 2's
             // lane 15) one masked lane of a third.
             unsafe {
@@ -438,42 +491,49 @@ mod x86 {
                     _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
                 let e2 =
                     _mm512_setr_epi32(2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 0);
-                let a = _mm512_maskz_loadu_ps(raw as __mmask16, p);
-                let b = _mm512_maskz_loadu_ps((raw >> 16) as __mmask16, p.wrapping_add(16));
+                let a = E::load(self, p, raw as u32 & 0xffff);
+                let b = E::load(self, p.wrapping_add(16), (raw >> 16) as u32 & 0xffff);
                 let w2 = _mm512_maskz_permutex2var_ps(0x7fff, a, e2, b);
-                let last = ((raw >> 32) as __mmask16 & 1) << 15;
+                let last = (raw >> 32) as u32 & 1;
+                let x32 = E::load(self, p.wrapping_add(17), last << 15);
                 [
                     _mm512_permutex2var_ps(a, ev, b),
                     _mm512_permutex2var_ps(a, od, b),
-                    _mm512_mask_loadu_ps(w2, last, p.wrapping_add(17)),
+                    _mm512_mask_mov_ps(w2, (last << 15) as __mmask16, x32),
                 ]
             }
         }
         #[inline(always)]
-        unsafe fn load_pair(self, lo: *const f32, hi: *const f32, m: u32) -> __m512 {
+        unsafe fn load_pair<E: Elem<Self>>(self, lo: *const E, hi: *const E, m: u32) -> __m512 {
             // SAFETY: see the impl.
             unsafe {
-                let a = _mm512_maskz_loadu_ps((m & 0xff) as __mmask16, lo);
-                _mm512_mask_loadu_ps(a, (m & 0xff00) as __mmask16, hi.wrapping_sub(8))
+                let a = E::load(self, lo, m & 0xff);
+                let b = E::load(self, hi.wrapping_sub(8), m & 0xff00);
+                _mm512_mask_mov_ps(a, (m & 0xff00) as __mmask16, b)
             }
         }
         #[inline(always)]
-        unsafe fn load_step2_pair(self, lo: *const f32, hi: *const f32, em: u32) -> __m512 {
+        unsafe fn load_step2_pair<E: Elem<Self>>(
+            self,
+            lo: *const E,
+            hi: *const E,
+            em: u32,
+        ) -> __m512 {
             // SAFETY: see the impl. Lane l picks element 2l of (a, b): a's evens, then b's.
             unsafe {
                 let evens =
                     _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-                let a = _mm512_maskz_loadu_ps(em as __mmask16, lo);
-                let b = _mm512_maskz_loadu_ps(em as __mmask16, hi);
+                let a = E::load(self, lo, em);
+                let b = E::load(self, hi, em);
                 _mm512_permutex2var_ps(a, evens, b)
             }
         }
         #[inline(always)]
-        unsafe fn store_pair(self, lo: *mut f32, hi: *mut f32, v: __m512, m: u32) {
+        unsafe fn store_pair<E: Elem<Self>>(self, lo: *mut E, hi: *mut E, v: __m512, m: u32) {
             // SAFETY: see the impl.
             unsafe {
-                _mm512_mask_storeu_ps(lo, (m & 0xff) as __mmask16, v);
-                _mm512_mask_storeu_ps(hi.wrapping_sub(8), (m & 0xff00) as __mmask16, v);
+                E::store(self, lo, v, m & 0xff);
+                E::store(self, hi.wrapping_sub(8), v, m & 0xff00);
             }
         }
         #[inline(always)]
@@ -521,5 +581,220 @@ mod x86 {
             // SAFETY: see the impl; a holds 16 elements.
             unsafe { _mm512_loadu_ps(a.as_ptr()) }
         }
+    }
+
+    // bf16 and f16 lanes: 16-bit masked accesses (AVX512-BW and VL), widened and rounded in
+    // registers (AVX-512F).
+    // SAFETY (every method): the CPU has AVX-512F (an Avx512 token exists) and, by the
+    // methods' contract, AVX512-BW and VL; masked-off lanes are not accessed.
+    impl Elem<Avx512> for half::bf16 {
+        #[inline(always)]
+        unsafe fn load(_: Avx512, p: *const half::bf16, m: u32) -> __m512 {
+            // SAFETY: see the impl; bf16 widens exactly by a shift into the upper half.
+            unsafe {
+                let h = _mm256_maskz_loadu_epi16(m as __mmask16, p.cast());
+                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(_: Avx512, p: *mut half::bf16, v: __m512, m: u32) {
+            // SAFETY: see the impl.
+            unsafe { _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, bf16_round(v)) }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self.to_f32()
+        }
+    }
+
+    /// The lanes rounded to bf16 bits, to nearest even as `op::tensor::bf16_bits` rounds:
+    /// the bits plus 0x7fff plus the kept part's last bit, the upper half; a NaN keeps its
+    /// upper half, made quiet.
+    ///
+    /// # Safety
+    /// AVX-512F.
+    #[inline(always)]
+    unsafe fn bf16_round(v: __m512) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let b = _mm512_castps_si512(v);
+            let upper = _mm512_srli_epi32::<16>(b);
+            let odd = _mm512_and_si512(upper, _mm512_set1_epi32(1));
+            let bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+            let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            let bits = _mm512_mask_or_epi32(rounded, nan, upper, _mm512_set1_epi32(0x40));
+            _mm512_cvtepi32_epi16(bits)
+        }
+    }
+
+    /// bf16 in memory, rounded on store by the CPU's `vcvtneps2bf16` (AVX512-BF16), which
+    /// rounds as [`bf16_round`] does except that it takes subnormal inputs for zero: vectors
+    /// holding one are rounded by [`bf16_round`] instead, so the bits are the same.
+    #[derive(Debug, Clone, Copy)]
+    #[repr(transparent)]
+    pub(crate) struct Bf16Cvt(pub(crate) half::bf16);
+
+    impl Bf16Cvt {
+        /// The same elements, as this type.
+        pub(crate) fn slice_mut(v: &mut [half::bf16]) -> &mut [Bf16Cvt] {
+            // SAFETY: Bf16Cvt is a transparent bf16 (same size, alignment and bits); the
+            // borrow moves to the result.
+            unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len()) }
+        }
+    }
+
+    // SAFETY (every method): as for bf16; stores also need AVX512-BF16 (the contract).
+    impl Elem<Avx512> for Bf16Cvt {
+        #[inline(always)]
+        unsafe fn load(s: Avx512, p: *const Bf16Cvt, m: u32) -> __m512 {
+            // SAFETY: see the impl; the same bits as bf16.
+            unsafe { <half::bf16 as Elem<Avx512>>::load(s, p.cast(), m) }
+        }
+        #[inline(always)]
+        unsafe fn store(_: Avx512, p: *mut Bf16Cvt, v: __m512, m: u32) {
+            // SAFETY: see the impl. Subnormal lanes: exponent zero, magnitude not.
+            unsafe {
+                let b = _mm512_castps_si512(v);
+                let normal_or_zero = _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x7f80_0000))
+                    | !_mm512_test_epi32_mask(b, _mm512_set1_epi32(0x7fff_ffff));
+                let bits = if normal_or_zero == 0xffff {
+                    std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(v))
+                } else {
+                    bf16_round(v)
+                };
+                _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, bits);
+            }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self.0.to_f32()
+        }
+    }
+
+    // SAFETY (every method): as for bf16.
+    impl Elem<Avx512> for half::f16 {
+        #[inline(always)]
+        unsafe fn load(_: Avx512, p: *const half::f16, m: u32) -> __m512 {
+            // SAFETY: see the impl; every f16 is exact in f32.
+            unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m as __mmask16, p.cast())) }
+        }
+        #[inline(always)]
+        unsafe fn store(_: Avx512, p: *mut half::f16, v: __m512, m: u32) {
+            // SAFETY: see the impl; rounded to nearest even.
+            unsafe {
+                let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+                _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, h);
+            }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self.to_f32()
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use half::bf16;
+
+    use super::{Bf16Cvt, Elem};
+    use crate::cpu::{Feature, Features};
+    use crate::simd::{Avx512, Token};
+
+    /// Rounds `v` through `E`'s AVX-512 store, 16 lanes at a time (one masked tail).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn store_all<E: Elem<Avx512>>(s: Avx512, v: &[f32], out: &mut [E]) {
+        for (i, c) in v.chunks(16).enumerate() {
+            let m = (1u32 << c.len()) - 1;
+            // SAFETY: the enabled lanes are c's elements and the same ones of `out`.
+            unsafe {
+                let x = std::arch::x86_64::_mm512_maskz_loadu_ps(m as u16, c.as_ptr());
+                E::store(s, out.as_mut_ptr().add(16 * i), x, m);
+            }
+        }
+    }
+
+    /// The AVX-512 kernels' bf16 stores, rounded in integer lanes (CPUs without AVX512-BF16)
+    /// or by `vcvtneps2bf16` with subnormal vectors rounded as before, give the portable
+    /// conversion's bits on ties both ways, carries into the exponent, overflow to
+    /// infinity, subnormals, zeros, infinities, NaNs and a sweep of bit patterns.
+    #[test]
+    fn avx512_bf16_stores_round_as_the_portable_conversion() {
+        let mut v: Vec<f32> = [
+            0x3f80_8000u32,
+            0x3f81_8000,
+            0x3f80_8001,
+            0x3f80_7fff,
+            0x3fff_ffff,
+            0x7f7f_ffff,
+            0x0001_2345,
+            0x807f_ffff,
+            0x0000_8000,
+            0x0001_8000,
+            0x8000_0000,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7fc0_0001,
+            0x7f80_0001,
+            0xffbf_ffff,
+        ]
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+        let mut r = 0x9e37_79b9_7f4a_7c15u64;
+        v.extend((0..20_011).map(|_| {
+            r = r.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            f32::from_bits((r >> 32) as u32)
+        }));
+        let want: Vec<u16> = v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
+        let usable = Features::detected();
+        let Some(s) = Avx512::new(usable) else {
+            eprintln!("no AVX-512 here: the portable conversion alone is tested elsewhere");
+            return;
+        };
+        if !usable.contains_all(Features::of(&[Feature::Avx512Bw, Feature::Avx512Vl])) {
+            eprintln!("no AVX512-BW and VL here: the kernels over bf16 do not run");
+            return;
+        }
+        let mut plain = vec![bf16::ZERO; v.len()];
+        // SAFETY: the features are checked above.
+        unsafe { store_all(s, &v, &mut plain) };
+        for (i, x) in v.iter().enumerate() {
+            assert_eq!(
+                plain[i].to_bits(),
+                want[i],
+                "integer rounding of {:#x}",
+                x.to_bits()
+            );
+        }
+        if !usable.contains(Feature::Avx512Bf16) {
+            eprintln!("no AVX512-BF16 here: the integer rounding alone was tested");
+            return;
+        }
+        let mut cvt = vec![Bf16Cvt(bf16::ZERO); v.len()];
+        // SAFETY: the features are checked above, AVX512-BF16 too.
+        unsafe { store_all_cvt(s, &v, &mut cvt) };
+        for (i, x) in v.iter().enumerate() {
+            assert_eq!(
+                cvt[i].0.to_bits(),
+                want[i],
+                "vcvtneps2bf16 of {:#x}",
+                x.to_bits()
+            );
+        }
+    }
+
+    /// [`store_all`] compiled with AVX512-BF16.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, BW, VL and BF16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn store_all_cvt(s: Avx512, v: &[f32], out: &mut [Bf16Cvt]) {
+        // SAFETY: the caller's contract.
+        unsafe { store_all(s, v, out) }
     }
 }
