@@ -773,10 +773,11 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
     );
 }
 
-/// NCHW-like `depthwise` on bf16 and f16 tensors (y of the same type, an epilogue the
-/// kernels apply in full) widens x's lanes as it loads them and rounds y's as it stores them:
-/// every NCHW-like kernel (3x3 and 5x5 at strides 1 and 2, the 3-wide windows, channel
-/// pairs, the generic kernels at any step), on every instruction set and 1 and 2 threads,
+/// `depthwise` on bf16 and f16 tensors (y of the same type, an epilogue the kernels apply in
+/// full) widens x's lanes as it loads them and rounds y's as it stores them: every kernel of
+/// both layouts (3x3 and 5x5 at strides 1 and 2; NCHW's 3-wide windows, channel pairs and
+/// generic kernels at any step; NHWC's generic kernel, with a channel multiplier too), on
+/// every instruction set and 1 and 2 threads,
 /// gives the f32 `depthwise` on the widened tensors rounded once, bit for bit, also where
 /// the outputs land on rounding's edge cases: channels with a zero filter output their bias,
 /// which here is a tie (both ways), a subnormal (rounding to a subnormal or up to the least
@@ -813,6 +814,7 @@ fn depthwise_rounds_reduced_lanes_in_registers() {
         "g20mb1ic20ih9iw21oc20oh9ow21kh2kw3ph1pw1",
         "g20mb1ic20ih12iw30oc20oh6ow15kh3kw3sh2sw2dh1dw1ph2pw2",
         "g20mb1ic20ih9iw30oc20oh9ow10kh1kw3sw3ph0pw1",
+        "g20mb1ic20ih9iw11oc40oh9ow11kh3kw3ph1pw1",
     ];
     let mut ran = 0;
     for isa in autodnn::cpu::Isa::ALL
@@ -822,9 +824,13 @@ fn depthwise_rounds_reduced_lanes_in_registers() {
         for threads in [1, 2] {
             let h = Handle::with_threads(threads).unwrap();
             h.set_isa_cap(isa);
-            for (i, spec) in specs.iter().enumerate() {
+            for (i, spec, layout) in specs
+                .iter()
+                .enumerate()
+                .flat_map(|(i, s)| [Layout::Nchw, Layout::Nhwc].map(|l| (i, s, l)))
+            {
                 for dt in [DataType::Bf16, DataType::F16] {
-                    let p = reduced(&problem(spec, Layout::Nchw), dt, dt).with_epilogue(Epilogue {
+                    let p = reduced(&problem(spec, layout), dt, dt).with_epilogue(Epilogue {
                         bias: true,
                         residual: false,
                         act: [Activation::None, Activation::Relu][i % 2],
@@ -863,7 +869,7 @@ fn depthwise_rounds_reduced_lanes_in_registers() {
                         assert_eq!(
                             got[o].to_bits(),
                             want[o].to_bits(),
-                            "{isa:?} {threads}T {spec} {dt:?}: y[{o}] = {} (want {})",
+                            "{isa:?} {threads}T {spec} {layout:?} {dt:?}: y[{o}] = {} (want {})",
                             got[o],
                             want[o]
                         )
@@ -873,7 +879,7 @@ fn depthwise_rounds_reduced_lanes_in_registers() {
             }
         }
     }
-    assert!(ran >= 36, "{ran}");
+    assert!(ran >= 80, "{ran}");
 }
 
 /// The GEMM-engine algorithms compute reduced tensors an image at a time (the image's f32

@@ -15,16 +15,16 @@ use super::geometry::{
 use super::kernels::KernelSet;
 #[cfg(doc)]
 use super::planar::PlaneFn;
-use super::simd::Simd;
+use super::simd::{Elem, Simd};
 use super::stage::{runs, stage_x, stage_z, YOut, STAGE_FLOATS};
 
 /// A run of an NHWC-like kernel: output rows `oh0..oh1` of the channel blocks `b0..b1` (of
 /// one vector each). The kernels walk pixels outer and blocks inner, so that consecutive
 /// loads read consecutive cache lines: a block's pixels alone lie C elements apart, which
 /// for many channels maps them all to a few cache sets.
-pub(super) struct ClJob<'a> {
+pub(super) struct ClJob<'a, X = f32, Y = f32> {
     /// Image n of x.
-    pub(super) x: *const f32,
+    pub(super) x: *const X,
     pub(super) xrow: isize,
     pub(super) xcol: isize,
     pub(super) h: isize,
@@ -49,15 +49,15 @@ pub(super) struct ClJob<'a> {
     pub(super) b0: usize,
     pub(super) b1: usize,
     /// Image n of y and of z (the residual, or y itself).
-    pub(super) y: *mut f32,
-    pub(super) z: *const f32,
+    pub(super) y: *mut Y,
+    pub(super) z: *const Y,
     pub(super) yrow: isize,
     pub(super) ycol: isize,
     /// Addresses inside x's and y's buffers (the image's, or a stage's) that accesses with
     /// no lane enabled are given: a masked access to an address in an unmapped page costs a
     /// microcode assist on some CPUs, and the job's x and y may point outside their stages.
-    pub(super) x_parked: *const f32,
-    pub(super) y_parked: *mut f32,
+    pub(super) x_parked: *const X,
+    pub(super) y_parked: *mut Y,
     /// Tap t's weights of block b0 + i at `wt + i·wblock + t·wstride`.
     pub(super) wt: *const f32,
     pub(super) wblock: usize,
@@ -70,7 +70,7 @@ pub(super) struct ClJob<'a> {
     pub(super) epi: &'a EpilogueArgs<'a>,
 }
 
-impl<'a> ClJob<'a> {
+impl<'a, X, Y> ClJob<'a, X, Y> {
     /// The job of output rows `oh0..oh1` of blocks `b0..b1` (shifted by `shift`): x at
     /// (pointer, row stride, column stride), y and z at (y, z, row stride, column stride),
     /// masked-off accesses parked at `parked` (inside x's and y's buffers), the weights as
@@ -78,15 +78,15 @@ impl<'a> ClJob<'a> {
     #[allow(clippy::too_many_arguments)]
     fn new(
         g: &Geo,
-        (x, xrow, xcol): (*const f32, isize, isize),
-        (y, z, yrow, ycol): (*mut f32, *const f32, isize, isize),
-        (x_parked, y_parked): (*const f32, *mut f32),
+        (x, xrow, xcol): (*const X, isize, isize),
+        (y, z, yrow, ycol): (*mut Y, *const Y, isize, isize),
+        (x_parked, y_parked): (*const X, *mut Y),
         (oh0, oh1): (usize, usize),
         (shift, b0, b1): (usize, usize, usize),
         (wt, wblock, wstride): (*const f32, usize, usize),
         idx: &'a [[isize; 16]],
         epi: &'a EpilogueArgs<'a>,
-    ) -> ClJob<'a> {
+    ) -> ClJob<'a, X, Y> {
         ClJob {
             x,
             xrow,
@@ -141,31 +141,36 @@ impl<'a> ClJob<'a> {
 /// straddle two cache lines. 0 unless every pixel of x starts at the same offset within a
 /// vector (its strides are multiples of `lanes`), M = 1, and there are at least
 /// [`MIN_BLOCKS_TO_ALIGN`] blocks (a shift adds one, partly empty).
-fn align_shift(g: &Geo, x: &[f32], lanes: usize) -> usize {
-    let addr = x.as_ptr() as usize;
+fn align_shift<X>(g: &Geo, x: &[X], lanes: usize) -> usize {
+    let (addr, size) = (x.as_ptr() as usize, size_of::<X>());
     let strides_ok = [g.xs[0], g.xs[2], g.xs[3]]
         .iter()
         .all(|s| s.is_multiple_of(lanes));
-    if g.mult != 1 || !strides_ok || !addr.is_multiple_of(4) || g.k < MIN_BLOCKS_TO_ALIGN * lanes {
+    if g.mult != 1 || !strides_ok || !addr.is_multiple_of(size) || g.k < MIN_BLOCKS_TO_ALIGN * lanes
+    {
         return 0;
     }
-    (addr / 4) % lanes
+    (addr / size) % lanes
 }
 
 /// An NHWC-like kernel; its safety contract is that of [`PlaneFn`].
-pub(super) type ClFn<S> = unsafe fn(S, &ClJob<'_>);
+pub(super) type ClFn<S, X = f32, Y = f32> = unsafe fn(S, &ClJob<'_, X, Y>);
 
+/// The NHWC-like frame over x of `X` and y of `Y`, z being the residual (f32 y only) or y
+/// itself. Activations that kernels leave to the frame ([`activates_after`]) are applied
+/// where y is f32 only: callers with a reduced y have the staged frame apply them.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn channels_last<S: Simd>(
+pub(super) fn channels_last<S: Simd, X: Elem<S>, Y: Elem<S>>(
     simd: S,
     ctx: &ExecContext<'_>,
     g: &Geo,
-    set: &KernelSet<S>,
-    x: &[f32],
+    set: &KernelSet<S, X, Y>,
+    x: &[X],
     weights: ClWeights<'_>,
-    out: &SharedOut<'_>,
+    out: &SharedOut<'_, Y>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
+    debug_assert!(Y::as_f32(out).is_some() || (!activates_after(epi) && epi.residual.is_none()));
     let lanes = set.plane.lanes;
     let kernel = cl_kernel(g, set);
     let shift = align_shift(g, x, lanes);
@@ -182,9 +187,10 @@ pub(super) fn channels_last<S: Simd>(
         let (wt, wblock, wstride) = chunk_weights(g, lanes, shift, weights, (b0, b1), scratch);
         lane_indices(g, lanes, (b0, b1), idx);
         let y = out.as_mut_ptr().wrapping_add(n * g.ys[0]);
-        let z = epi
-            .residual
-            .map_or(y.cast_const(), |z| z.as_ptr().wrapping_add(n * g.ys[0]));
+        let z = match (Y::as_f32(out), epi.residual) {
+            (Some(_), Some(z)) => z.as_ptr().wrapping_add(n * g.ys[0]).cast::<Y>(),
+            _ => y.cast_const(),
+        };
         let job = ClJob::new(
             g,
             (
@@ -206,7 +212,7 @@ pub(super) fn channels_last<S: Simd>(
         // [taps][K]); the kernel reads only in-image pixels and writes rows oh0 .. oh1 of the
         // chunk's channels, which this item alone covers.
         unsafe { kernel(simd, &job) };
-        if activates_after(epi) {
+        if let (true, Some(out)) = (activates_after(epi), Y::as_f32(out)) {
             let ks = (b0 * lanes).saturating_sub(shift)..(b1 * lanes - shift).min(g.k);
             // One pixel's channels at a time: plain loops around a plain range (nested
             // flat_maps held their state in a frame that valgrind took for uninitialised).
@@ -244,7 +250,7 @@ fn chunk_scratch(g: &Geo, lanes: usize, weights: ClWeights<'_>) -> Result<Scratc
 }
 
 /// The kernel of the problem's geometry.
-fn cl_kernel<S: Simd>(g: &Geo, set: &KernelSet<S>) -> ClFn<S> {
+fn cl_kernel<S: Simd, X, Y>(g: &Geo, set: &KernelSet<S, X, Y>) -> ClFn<S, X, Y> {
     let fast = match (g.r, g.s) {
         (3, 3) => Some(0),
         (5, 5) => Some(1),

@@ -23,7 +23,7 @@ use super::kernels::{portable_set, KernelSet};
 use super::planar::{planar, planar_staged};
 #[cfg(target_arch = "x86_64")]
 use super::simd::Bf16Cvt;
-use super::simd::Simd;
+use super::simd::{Elem, Simd};
 use super::stage::YOut;
 
 /// The depthwise convolution.
@@ -122,7 +122,7 @@ impl ConvAlgorithm for Depthwise {
         // NCHW-like bf16 and f16 problems whose epilogue the kernels apply in full read and
         // write their tensors in their own types, converted in registers.
         #[cfg(target_arch = "x86_64")]
-        if mode == Mode::Planar && epi.residual.is_none() && !activates_after(epi) {
+        if epi.residual.is_none() && !activates_after(epi) {
             if let Some(s) = Avx512::new(ctx.features) {
                 let bw = Features::of(&[Feature::Avx512Bw, Feature::Avx512Vl]);
                 if ctx
@@ -130,20 +130,20 @@ impl ConvAlgorithm for Depthwise {
                     .intersection(Features::detected())
                     .contains_all(bw)
                 {
-                    let (w, g) = (weights.data(), &g);
+                    let (w, g) = (weights, &g);
                     match (x, &mut *y) {
                         (Tensor::Bf16(x), TensorMut::Bf16(y)) => {
                             if Avx512Bf16::new(ctx.features).is_some() {
                                 let y = Bf16Cvt::slice_mut(y);
                                 let (out, set) = (SharedOut::new(y), &avx512_reduced::BF16_CVT);
-                                return planar(s, ctx, g, set, x, w, &out, epi);
+                                return run_set(s, set, ctx, mode, g, x, w, &out, epi);
                             }
-                            let out = SharedOut::new(y);
-                            return planar(s, ctx, g, &avx512_reduced::BF16, x, w, &out, epi);
+                            let (out, set) = (SharedOut::new(y), &avx512_reduced::BF16);
+                            return run_set(s, set, ctx, mode, g, x, w, &out, epi);
                         }
                         (Tensor::F16(x), TensorMut::F16(y)) => {
-                            let out = SharedOut::new(y);
-                            return planar(s, ctx, g, &avx512_reduced::F16, x, w, &out, epi);
+                            let (out, set) = (SharedOut::new(y), &avx512_reduced::F16);
+                            return run_set(s, set, ctx, mode, g, x, w, &out, epi);
                         }
                         _ => {}
                     }
@@ -232,15 +232,15 @@ impl ConvAlgorithm for Depthwise {
 
 /// Runs the frame of `mode` with the kernel set of token `simd`.
 #[allow(clippy::too_many_arguments)]
-fn run_set<S: Simd>(
+fn run_set<S: Simd, X: Elem<S>, Y: Elem<S>>(
     simd: S,
-    set: &KernelSet<S>,
+    set: &KernelSet<S, X, Y>,
     ctx: &ExecContext<'_>,
     mode: Mode,
     g: &Geo,
-    x: &[f32],
+    x: &[X],
     weights: ClWeights<'_>,
-    out: &SharedOut<'_>,
+    out: &SharedOut<'_, Y>,
     epi: &EpilogueArgs<'_>,
 ) -> Result<()> {
     match mode {

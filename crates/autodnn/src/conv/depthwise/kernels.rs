@@ -389,6 +389,8 @@ unsafe fn plane_generic<S: Simd, X: Elem<S>, Y: Elem<S>, const STEP: usize>(
 #[inline(always)]
 unsafe fn cl_fast<
     S: Simd,
+    X: Elem<S>,
+    Y: Elem<S>,
     const R: usize,
     const C: usize,
     const SW: usize,
@@ -396,7 +398,7 @@ unsafe fn cl_fast<
     const T: usize,
 >(
     simd: S,
-    a: &ClJob<'_>,
+    a: &ClJob<'_, X, Y>,
 ) {
     const {
         assert!(R * C <= MAX_FAST_TAPS && TR * T <= 16);
@@ -460,7 +462,7 @@ unsafe fn cl_fast<
                             } else {
                                 a.x_parked
                             };
-                            let xv = simd.load(p, mm);
+                            let xv = X::load(simd, p, mm);
                             for (i, acc) in acc.iter_mut().enumerate() {
                                 if d >= i * SW && d - i * SW < R {
                                     let r = d - i * SW;
@@ -505,7 +507,7 @@ unsafe fn cl_fast<
 /// # Safety
 /// That of [`ClFn`].
 #[inline(always)]
-unsafe fn cl_generic<S: Simd>(simd: S, a: &ClJob<'_>) {
+unsafe fn cl_generic<S: Simd, X: Elem<S>, Y: Elem<S>>(simd: S, a: &ClJob<'_, X, Y>) {
     // SAFETY: as in `cl_fast`; with a multiplier, lane l reads input channel idx[l] of the
     // block, inside the tensor for every enabled lane.
     unsafe {
@@ -544,7 +546,7 @@ unsafe fn cl_generic<S: Simd>(simd: S, a: &ClJob<'_>) {
                                     (0, row)
                                 };
                                 let xv = match a.idx.get(b - a.b0) {
-                                    None => simd.load(p, mt),
+                                    None => X::load(simd, p, mt),
                                     Some(idx) => simd.load_idx(p, idx, mt),
                                 };
                                 *acc = simd.fma(wv, xv, *acc);
@@ -584,13 +586,13 @@ pub(super) struct PlaneSet<S: 'static, X: 'static = f32, Y: 'static = f32> {
     pub(super) plane_generic: [PlaneFn<S, X, Y>; 3],
 }
 
-/// One instruction set's kernels and blocking over f32 tensors; `S` is its token, which each
-/// kernel takes.
-pub(super) struct KernelSet<S: 'static> {
-    pub(super) plane: PlaneSet<S>,
+/// One instruction set's kernels over x of `X` and y of `Y`, and their blocking; `S` is its
+/// token, which each kernel takes.
+pub(super) struct KernelSet<S: 'static, X: 'static = f32, Y: 'static = f32> {
+    pub(super) plane: PlaneSet<S, X, Y>,
     /// [3x3, 5x5][stride 1, 2].
-    pub(super) cl_fast: [[ClFn<S>; 2]; 2],
-    pub(super) cl_generic: ClFn<S>,
+    pub(super) cl_fast: [[ClFn<S, X, Y>; 2]; 2],
+    pub(super) cl_generic: ClFn<S, X, Y>,
 }
 
 /// Defines a kernel entry point: a non-generic function (with the instruction set's
@@ -635,50 +637,59 @@ macro_rules! plane_set {
     }};
 }
 
-/// Defines module `$module` with the kernel set `SET` of `$simd`: ROWS of the NCHW-like 3x3
-/// and 5x5 kernels; output groups (rows, columns) of the NHWC-like 3x3 stride 1, 3x3 stride 2,
-/// 5x5 stride 1 and 5x5 stride 2 kernels.
+/// The [`KernelSet`] of `$simd` over x of `$x` and y of `$y`, compiled with the attributes
+/// given: ROWS of the NCHW-like 3x3 and 5x5 kernels; output groups (rows, columns) of the
+/// NHWC-like 3x3 stride 1, 3x3 stride 2, 5x5 stride 1 and 5x5 stride 2 kernels.
 macro_rules! kernel_set {
-    ($module:ident, $simd:ty, [$(#[$attr:meta])*], rows = [$p3:literal, $p5:literal],
+    ($simd:ty, $x:ty, $y:ty, [$(#[$attr:meta])*], rows = [$p3:literal, $p5:literal],
      groups = [($ar:literal, $ac:literal), ($br:literal, $bc:literal), ($cr:literal, $cc:literal),
-               ($dr:literal, $dc:literal)]) => {
-        pub(super) mod $module {
-            use super::*;
-            entry!($simd, $(#[$attr])* fn c3s1(ClJob<'_>) = cl_fast::<$simd, 3, 3, 1, $ar, $ac>);
-            entry!($simd, $(#[$attr])* fn c3s2(ClJob<'_>) = cl_fast::<$simd, 3, 3, 2, $br, $bc>);
-            entry!($simd, $(#[$attr])* fn c5s1(ClJob<'_>) = cl_fast::<$simd, 5, 5, 1, $cr, $cc>);
-            entry!($simd, $(#[$attr])* fn c5s2(ClJob<'_>) = cl_fast::<$simd, 5, 5, 2, $dr, $dc>);
-            entry!($simd, $(#[$attr])* fn cg(ClJob<'_>) = cl_generic::<$simd>);
-
-            pub(crate) static SET: KernelSet<$simd> = KernelSet {
-                plane: plane_set!($simd, f32, f32, [$(#[$attr])*], rows = [$p3, $p5]),
-                cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
-                cl_generic: cg,
-            };
+               ($dr:literal, $dc:literal)]) => {{
+        type Job<'a> = ClJob<'a, $x, $y>;
+        entry!($simd, $(#[$attr])* fn c3s1(Job<'_>) = cl_fast::<$simd, $x, $y, 3, 3, 1, $ar, $ac>);
+        entry!($simd, $(#[$attr])* fn c3s2(Job<'_>) = cl_fast::<$simd, $x, $y, 3, 3, 2, $br, $bc>);
+        entry!($simd, $(#[$attr])* fn c5s1(Job<'_>) = cl_fast::<$simd, $x, $y, 5, 5, 1, $cr, $cc>);
+        entry!($simd, $(#[$attr])* fn c5s2(Job<'_>) = cl_fast::<$simd, $x, $y, 5, 5, 2, $dr, $dc>);
+        entry!($simd, $(#[$attr])* fn cg(Job<'_>) = cl_generic::<$simd, $x, $y>);
+        KernelSet {
+            plane: plane_set!($simd, $x, $y, [$(#[$attr])*], rows = [$p3, $p5]),
+            cl_fast: [[c3s1, c3s2], [c5s1, c5s2]],
+            cl_generic: cg,
         }
-    };
+    }};
 }
 
 // AVX-512: 32 registers hold 9 weights and 7 rows (MobileNet's sizes are multiples of 7) or
 // 3x4 outputs of accumulators.
 #[cfg(target_arch = "x86_64")]
-kernel_set!(avx512_set, Avx512, [#[target_feature(enable = "avx512f")]],
-    rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+pub(super) mod avx512_set {
+    use super::*;
+    pub(crate) static SET: KernelSet<Avx512> = kernel_set!(Avx512, f32, f32,
+        [#[target_feature(enable = "avx512f")]], rows = [7, 4],
+        groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+}
 // AVX2: 16 registers.
 #[cfg(target_arch = "x86_64")]
-kernel_set!(avx2_set, Avx2, [#[target_feature(enable = "avx2,fma")]],
-    rows = [4, 2], groups = [(1, 4), (1, 4), (1, 2), (1, 2)]);
-kernel_set!(
-    portable_set,
-    Scalar,
-    [],
-    rows = [4, 2],
-    groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
-);
+pub(super) mod avx2_set {
+    use super::*;
+    pub(crate) static SET: KernelSet<Avx2> = kernel_set!(Avx2, f32, f32,
+        [#[target_feature(enable = "avx2,fma")]], rows = [4, 2],
+        groups = [(1, 4), (1, 4), (1, 2), (1, 2)]);
+}
+pub(super) mod portable_set {
+    use super::*;
+    pub(crate) static SET: KernelSet<Scalar> = kernel_set!(
+        Scalar,
+        f32,
+        f32,
+        [],
+        rows = [4, 2],
+        groups = [(1, 4), (1, 4), (1, 2), (1, 2)]
+    );
+}
 
-/// The NCHW-like kernels of AVX-512 over bf16 and f16 tensors (x and y of one type), read and
-/// written in their own types: the lanes are widened as they are loaded and rounded as they
-/// are stored (AVX512-BW and VL for the 16-bit masked accesses; the caller checks them).
+/// The kernels of AVX-512 over bf16 and f16 tensors (x and y of one type), read and written
+/// in their own types: the lanes are widened as they are loaded and rounded as they are
+/// stored (AVX512-BW and VL for the 16-bit masked accesses; the caller checks them).
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512_reduced {
     use half::{bf16, f16};
@@ -686,12 +697,14 @@ pub(super) mod avx512_reduced {
     use super::super::simd::Bf16Cvt;
     use super::*;
 
-    pub(crate) static BF16: PlaneSet<Avx512, bf16, bf16> = plane_set!(Avx512, bf16, bf16,
-        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4]);
+    pub(crate) static BF16: KernelSet<Avx512, bf16, bf16> = kernel_set!(Avx512, bf16, bf16,
+        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4],
+        groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
     /// bf16 with `vcvtneps2bf16` (AVX512-BF16) rounding the stores.
-    pub(crate) static BF16_CVT: PlaneSet<Avx512, bf16, Bf16Cvt> = plane_set!(Avx512, bf16,
+    pub(crate) static BF16_CVT: KernelSet<Avx512, bf16, Bf16Cvt> = kernel_set!(Avx512, bf16,
         Bf16Cvt, [#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]],
-        rows = [7, 4]);
-    pub(crate) static F16: PlaneSet<Avx512, f16, f16> = plane_set!(Avx512, f16, f16,
-        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4]);
+        rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+    pub(crate) static F16: KernelSet<Avx512, f16, f16> = kernel_set!(Avx512, f16, f16,
+        [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4],
+        groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
 }

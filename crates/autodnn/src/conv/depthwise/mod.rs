@@ -38,6 +38,9 @@
 //! masked access to an unmapped page), except for partial vectors at the very start or end of
 //! a buffer.
 //!
+//! bf16 and f16 tensors: see `stage` (converted in the kernels' loads and stores on
+//! AVX-512, else widened into stages in cache).
+//!
 //! Kernels are written once over the vector operations of `simd::Simd`, implemented for the
 //! crate's capability tokens ([`crate::simd`]): arithmetic is safe on a token, memory access
 //! through raw pointers is not. Each instruction set's kernel set is a table of

@@ -31,12 +31,12 @@ pub(super) trait Simd: crate::simd::Token {
     }
     /// Lane l = p\[idx\[l\]\] where bit l of m is set, else 0.
     #[inline(always)]
-    unsafe fn load_idx(self, p: *const f32, idx: &[isize; 16], m: u32) -> Self::V {
+    unsafe fn load_idx<E: Elem<Self>>(self, p: *const E, idx: &[isize; 16], m: u32) -> Self::V {
         let mut a = [0f32; 16];
         for (l, v) in a.iter_mut().enumerate().take(Self::L) {
             if m >> l & 1 == 1 {
                 // SAFETY: lane l is enabled: the caller's contract.
-                *v = unsafe { *p.wrapping_offset(idx[l]) };
+                *v = unsafe { *p.wrapping_offset(idx[l]) }.to_f32();
             }
         }
         self.of_array(&a)

@@ -1,8 +1,8 @@
 //! bf16 and f16 tensors in both frames, read in their own types. On AVX-512 (with BW and
-//! VL), NCHW-like problems whose x and y have one reduced type and whose epilogue the kernels
-//! apply in full (no residual, no activation left to the frame) run the NCHW-like kernels
-//! over the tensors themselves, widening lanes as they load them and rounding as they store
-//! them ([`super::simd::Elem`]). Every other reduced problem is staged: each work item widens the
+//! VL), problems whose x and y have one reduced type and whose epilogue the kernels apply in
+//! full (no residual, no activation left to the frame) run the kernels over the tensors
+//! themselves, widening lanes as they load them and rounding as they store them
+//! ([`super::simd::Elem`]). Every other reduced problem is staged: each work item widens the
 //! part of x it reads into an f32 stage sized to stay in cache, runs the f32 kernels on it,
 //! and rounds its outputs into y once (an f32 y is written in place, as in the f32 call). The
 //! kernels, their blocking and each output's order of summation are those of the f32 call,
