@@ -489,6 +489,19 @@ impl<T: GemmInput> StridedMatrix<'_, T> {
         #[cfg(target_arch = "x86_64")]
         let avx512 =
             <crate::simd::Avx512 as crate::simd::Token>::new(crate::cpu::Features::detected());
+        if self.rs == 1 {
+            // Rows contiguous: each pair of source columns is read once across every panel,
+            // two sequential streams, rather than a cache line of each column per panel
+            // (as many streams as columns, which the prefetchers do not follow).
+            #[cfg(target_arch = "x86_64")]
+            if let Some(t) = avx512 {
+                // SAFETY: the token proves the CPU runs AVX-512F.
+                unsafe { pairs_by_columns_avx512(t, self, bits, (r0, rows, c0, len, w), dst) };
+                return true;
+            }
+            pairs_by_columns(self, bits, (r0, rows, c0, len, w), dst);
+            return true;
+        }
         for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
             let p0 = r0 + q * w;
             let rv = w.min(r0 + rows - p0);
@@ -503,6 +516,70 @@ impl<T: GemmInput> StridedMatrix<'_, T> {
         }
         true
     }
+}
+
+/// Pair steps fetched ahead by [`pairs_by_columns`] (2 to 8 measured alike within noise on
+/// the AMD Zen 4, 4 the best: 256 channels of 56x56 bf16, batch 8, 6.5 -> 4.8 ms).
+const PAIR_STEPS_AHEAD: usize = 4;
+
+/// [`StridedMatrix::pack_pairs_block`] where rows are contiguous in the source (`rs` = 1):
+/// pair step by pair step, each across every panel.
+#[inline(always)]
+fn pairs_by_columns<T>(
+    m: &StridedMatrix<'_, T>,
+    bits: &[u16],
+    (r0, rows, c0, len, w): (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) {
+    let steps = len.div_ceil(2);
+    for s in 0..steps {
+        let lo_col = (c0 + 2 * s) * m.cs;
+        let hi_col = (2 * s + 1 < len).then(|| (c0 + 2 * s + 1) * m.cs);
+        // The columns PAIR_STEPS_AHEAD pair steps on: short runs of far-apart columns, where
+        // the hardware prefetchers barely start before a run ends.
+        let ahead =
+            (s + PAIR_STEPS_AHEAD < steps).then(|| (c0 + 2 * (s + PAIR_STEPS_AHEAD)) * m.cs);
+        for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
+            let p0 = r0 + q * w;
+            let rv = w.min(r0 + rows - p0);
+            if let Some(a) = ahead {
+                for line in (0..rv).step_by(32) {
+                    prefetch(&bits[a + p0 + line]);
+                    if let Some(b) = bits.get(a + m.cs + p0 + line) {
+                        prefetch(b);
+                    }
+                }
+            }
+            let out = &mut panel[s * w..(s + 1) * w];
+            let lo = &bits[lo_col + p0..][..rv];
+            match hi_col {
+                Some(h) => {
+                    let hi = &bits[h + p0..][..rv];
+                    for ((o, &a), &b) in out.iter_mut().zip(lo).zip(hi) {
+                        *o = f32::from_bits(a as u32 | (b as u32) << 16);
+                    }
+                }
+                None => {
+                    for (o, &a) in out.iter_mut().zip(lo) {
+                        *o = f32::from_bits(a as u32);
+                    }
+                }
+            }
+            out[rv..].fill(0.0);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pairs_by_columns_avx512<T>(
+    _: crate::simd::Avx512,
+    m: &StridedMatrix<'_, T>,
+    bits: &[u16],
+    geometry: (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) {
+    pairs_by_columns(m, bits, geometry, dst)
 }
 
 /// The most rows a pair panel reads side by side (the widest register tile's).
