@@ -483,6 +483,30 @@ impl<T: GemmInput> StridedMatrix<'_, T> {
         dst: &mut [f32],
     ) -> bool {
         let Some(bits) = T::as_bf16_bits(self.data) else {
+            // f32 data whose rows are contiguous, for the families that read pairs (all need
+            // AVX512-BF16): rounded while packing, as their conversion of f32 panels rounds.
+            #[cfg(target_arch = "x86_64")]
+            if let (1, Some(data), Some(t)) = (
+                self.rs,
+                T::as_f32(self.data),
+                <crate::simd::Avx512Bf16 as crate::simd::Token>::new(
+                    crate::cpu::Features::detected(),
+                ),
+            ) {
+                let geometry = (r0, rows, c0, len, w);
+                // SAFETY: the token proves the CPU runs AVX512F and AVX512-BF16.
+                unsafe {
+                    super::kernels::avx512bf16::pairs_from_f32_columns(
+                        t,
+                        data,
+                        self.cs,
+                        geometry,
+                        PAIR_STEPS_AHEAD,
+                        dst,
+                    )
+                };
+                return true;
+            }
             return false;
         };
         let steps = len.div_ceil(2);
