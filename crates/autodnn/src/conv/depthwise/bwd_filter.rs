@@ -165,6 +165,12 @@ fn flattened<const FMA: bool>(
                 let first = base + ((j_lo as i64 * swi + shift) as usize) * xs3;
                 let step = sw.saturating_mul(xs3); // a lone column never steps
                 let len = j_hi - j_lo;
+                if b + 1 < n && bb == 0 {
+                    // The next image's run, for its copy after this image's products (once
+                    // per row: the other column phases read the same lines).
+                    let next = first + xd.strides()[0];
+                    fetch_to_l2(x.get(next..next + (len - 1) * step + 1).unwrap_or(&[]));
+                }
                 if step == 1 {
                     row[j_lo..j_hi].copy_from_slice(&x[first..first + len]);
                 } else if step == 2 {
@@ -178,6 +184,10 @@ fn flattened<const FMA: bool>(
         }
         for (i, row) in dp.chunks_exact_mut(wp).enumerate() {
             let src = yd.offset(b, k, i, 0);
+            if b + 1 < n {
+                let next = src + yd.strides()[0];
+                fetch_to_l2(dy.get(next..next + ow).unwrap_or(&[]));
+            }
             row[..ow].copy_from_slice(&dy[src..src + ow]);
             row[ow..].fill(0.0);
         }
@@ -206,6 +216,24 @@ fn flattened<const FMA: bool>(
         }
     }
     lane_sums(&acc)
+}
+
+/// Asks for `run`'s cache lines in L2 (a hint: never faults). The planes of the next image
+/// are fetched while this image's products are computed: copied cold, one row at a time,
+/// they kept the copies waiting on memory for most of the call.
+#[inline(always)]
+fn fetch_to_l2(run: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in run.iter().step_by(16) {
+        // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                (line as *const f32).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = run;
 }
 
 /// For every tap t < T at once: acc\[t\]\[l\] += dp\[i\] · xp\[i + offs\[t\]\] for i ≡ l (mod
@@ -237,9 +265,15 @@ fn dots<const T: usize, const FMA: bool>(
             tap_products(&mut a, dv, xp, c * LANES, &offs);
         }
     } else {
+        // One pointer per tap, each run indexed unchecked: with bounds checks the runs'
+        // lengths and pointers did not fit the registers, and dy's vector was reloaded for
+        // every tap.
+        let ptrs: [*const [f32; LANES]; T] = std::array::from_fn(|t| runs[t].as_ptr());
         for (c, dv) in chunks.iter().enumerate() {
-            for (at, run) in a.iter_mut().zip(&runs) {
-                let xv = &run[c];
+            let dv = *dv;
+            for (at, &run) in a.iter_mut().zip(&ptrs) {
+                // SAFETY: c < n, and every run holds at least n chunks (checked above).
+                let xv = unsafe { &*run.add(c) };
                 for l in 0..LANES {
                     if FMA {
                         at[l] = dv[l].mul_add(xv[l], at[l]);
