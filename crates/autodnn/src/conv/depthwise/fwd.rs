@@ -119,8 +119,8 @@ impl ConvAlgorithm for Depthwise {
                 return Err(self.declined("has no prepared form of an NCHW-like filter".into()))
             }
         };
-        // NCHW-like bf16 and f16 problems whose epilogue the kernels apply in full read and
-        // write their tensors in their own types, converted in registers.
+        // bf16 and f16 problems (x and y of one type) whose epilogue the kernels apply in
+        // full run the kernels over their tensors, converted in registers (both frames).
         #[cfg(target_arch = "x86_64")]
         if epi.residual.is_none() && !activates_after(epi) {
             if let Some(s) = Avx512::new(ctx.features) {
