@@ -53,9 +53,10 @@ pub(super) struct ClJob<'a, X = f32, Y = f32> {
     pub(super) z: *const Y,
     pub(super) yrow: isize,
     pub(super) ycol: isize,
-    /// Addresses inside x's and y's buffers (the image's, or a stage's) that accesses with
-    /// no lane enabled are given: a masked access to an address in an unmapped page costs a
-    /// microcode assist on some CPUs, and the job's x and y may point outside their stages.
+    /// Where accesses with no lane enabled go, inside x's and y's buffers (the image's, or a
+    /// stage's): a masked access to an address in an unmapped page costs a microcode assist
+    /// on some CPUs, and the job's x and y may point outside their stages. x's is channel
+    /// 0's: a block parks at its own first channel, k0 on from it (near the lines it reads).
     pub(super) x_parked: *const X,
     pub(super) y_parked: *mut Y,
     /// Tap t's weights of block b0 + i at `wt + i·wblock + t·wstride`.
@@ -442,7 +443,7 @@ pub(super) fn channels_last_staged<S: Simd>(
                 g,
                 (xp, xrow, xcol),
                 (yp, zp, yrow, ycol),
-                (xs.as_ptr(), y_parked),
+                (xs.as_ptr().wrapping_sub(kx0), y_parked),
                 (o0, o1),
                 (0, b0, b1),
                 (wt, wblock, wstride),

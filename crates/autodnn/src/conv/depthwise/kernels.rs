@@ -449,6 +449,7 @@ unsafe fn cl_fast<
                         simd.load(a.bias.wrapping_offset(k0), m)
                     };
                     let xb = a.x.wrapping_offset(k0);
+                    let parked = a.x_parked.wrapping_offset(k0);
                     let mut acc = [[simd.zero(); T]; TR];
                     unroll!(8: d < (TR - 1) * SW + R, {
                         let rm = (vrows >> d & 1).wrapping_neg() & m;
@@ -460,7 +461,7 @@ unsafe fn cl_fast<
                             let p = if mm != 0 {
                                 row.wrapping_offset((iw0 + e as isize) * a.xcol)
                             } else {
-                                a.x_parked
+                                parked
                             };
                             let xv = X::load(simd, p, mm);
                             for (i, acc) in acc.iter_mut().enumerate() {
