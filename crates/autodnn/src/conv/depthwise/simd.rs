@@ -610,20 +610,42 @@ mod x86 {
     impl Elem<Avx512> for half::bf16 {
         #[inline(always)]
         unsafe fn load(_: Avx512, p: *const half::bf16, m: u32) -> __m512 {
-            // SAFETY: see the impl; bf16 widens exactly by a shift into the upper half.
+            // SAFETY: see the impl; bf16 widens exactly by a shift into the upper half. A
+            // whole vector is read unmasked (its load folds into the widening).
             unsafe {
-                let h = _mm256_maskz_loadu_epi16(m as __mmask16, p.cast());
+                let h = if m & 0xffff == 0xffff {
+                    _mm256_loadu_si256(p.cast())
+                } else {
+                    _mm256_maskz_loadu_epi16(m as __mmask16, p.cast())
+                };
                 _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
             }
         }
         #[inline(always)]
         unsafe fn store(_: Avx512, p: *mut half::bf16, v: __m512, m: u32) {
             // SAFETY: see the impl.
-            unsafe { _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, bf16_round(v)) }
+            unsafe { store16(p.cast(), bf16_round(v), m) }
         }
         #[inline(always)]
         fn to_f32(self) -> f32 {
             self.to_f32()
+        }
+    }
+
+    /// Stores the 16 16-bit lanes of `v` at `p` where their bits of m are set (a whole
+    /// vector unmasked).
+    ///
+    /// # Safety
+    /// The enabled lanes are writable; AVX512-BW and VL.
+    #[inline(always)]
+    unsafe fn store16(p: *mut u16, v: __m256i, m: u32) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if m & 0xffff == 0xffff {
+                _mm256_storeu_si256(p.cast(), v)
+            } else {
+                _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, v)
+            }
         }
     }
 
@@ -683,7 +705,7 @@ mod x86 {
                 } else {
                     bf16_round(v)
                 };
-                _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, bits);
+                store16(p.cast(), bits, m);
             }
         }
         #[inline(always)]
@@ -696,15 +718,23 @@ mod x86 {
     impl Elem<Avx512> for half::f16 {
         #[inline(always)]
         unsafe fn load(_: Avx512, p: *const half::f16, m: u32) -> __m512 {
-            // SAFETY: see the impl; every f16 is exact in f32.
-            unsafe { _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m as __mmask16, p.cast())) }
+            // SAFETY: see the impl; every f16 is exact in f32. A whole vector is read
+            // unmasked (its load folds into the conversion).
+            unsafe {
+                let h = if m & 0xffff == 0xffff {
+                    _mm256_loadu_si256(p.cast())
+                } else {
+                    _mm256_maskz_loadu_epi16(m as __mmask16, p.cast())
+                };
+                _mm512_cvtph_ps(h)
+            }
         }
         #[inline(always)]
         unsafe fn store(_: Avx512, p: *mut half::f16, v: __m512, m: u32) {
             // SAFETY: see the impl; rounded to nearest even.
             unsafe {
                 let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
-                _mm256_mask_storeu_epi16(p.cast(), m as __mmask16, h);
+                store16(p.cast(), h, m);
             }
         }
         #[inline(always)]
