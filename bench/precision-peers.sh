@@ -8,6 +8,7 @@
 #   source "$(bench/peers/setup.sh)"      # numpy, onnxruntime, OpenVINO, PyTorch
 #   cargo build --release --bin autodnn
 #   bench/precision-peers.sh [ROUNDS=3] [THREADS=1] [MB=1] [MODEL=resnet50] [OUTDIR]
+#   LAYOUT=nhwc bench/precision-peers.sh 3 1 1 mobilenet_dw   # autodnn's tensors in NHWC
 #
 # Rounds are interleaved (every configuration once per round). Not run by CI.
 set -euo pipefail
@@ -20,7 +21,8 @@ REPS=${REPS:-5}
 mkdir -p "$OUT"
 total() { tail -n 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["ms_weighted"])'; }
 for i in $(seq 1 "$R"); do
-    a=(conv --model "$MODEL" --mb "$MB" --threads "$T" --prepared --reps "$REPS" --json)
+    a=(conv --model "$MODEL" --mb "$MB" --threads "$T" --prepared --reps "$REPS" --json
+       --layout "${LAYOUT:-nchw}")
     echo "f32 $("$BIN" "${a[@]}" | total)" >>"$OUT/totals"
     echo "bf16 $("$BIN" "${a[@]}" --dtype bf16 | total)" >>"$OUT/totals"
     echo "allow_bf16 $("$BIN" "${a[@]}" --math allow_bf16 | total)" >>"$OUT/totals"
