@@ -362,11 +362,19 @@ fn to_line(at: usize) -> usize {
     (LINE - at % LINE) % LINE / std::mem::size_of::<f32>()
 }
 
+/// Elements of `out` before its first [`LINE`] boundary (all of them when it has none): the
+/// split of [`by_lines`], for loops that must stay inside their entry point's instruction
+/// set (a closure may be compiled out of line).
+#[inline(always)]
+pub(crate) fn line_head(out: &[f32]) -> usize {
+    to_line(out.as_ptr() as usize).min(out.len())
+}
+
 /// `f` on `y`'s elements before its first [`LINE`] boundary, then on the others, with `x`'s
 /// elements at the same indices: the second call's vectors are whole cache lines of `y` (and
 /// of `x` when it is as misaligned, buffers from the same allocator).
 pub(crate) fn by_lines(x: &[f32], y: &mut [f32], mut f: impl FnMut(&[f32], &mut [f32])) {
-    let head = to_line(y.as_ptr() as usize).min(y.len());
+    let head = line_head(y);
     let (y0, y1) = y.split_at_mut(head);
     f(&x[..head], y0);
     f(&x[head..], y1);
