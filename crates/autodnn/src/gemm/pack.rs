@@ -609,10 +609,10 @@ fn pairs_by_columns_avx512<T>(
 /// The most rows a pair panel reads side by side (the widest register tile's).
 const MAX_PAIR_ROWS: usize = 32;
 
-/// One panel of [`StridedMatrix::pack_pairs_block`]: rows `r0 .. r0 + rv` of `w`, columns
-/// `c0 .. c0 + len`, into `ceil(len / 2)·w` slots. Rows contiguous in the source (`rs` = 1)
-/// interleave two source columns; columns contiguous (`cs` = 1) read each row's pairs as
-/// 32-bit words.
+/// One panel of [`StridedMatrix::pack_pairs_block`] whose rows are not contiguous in the
+/// source ([`pairs_by_columns`] packs those): rows `r0 .. r0 + rv` of `w`, columns
+/// `c0 .. c0 + len`, into `ceil(len / 2)·w` slots. Columns contiguous (`cs` = 1) read each
+/// row's pairs as 32-bit words.
 #[inline(always)]
 fn pairs_panel<T>(
     m: &StridedMatrix<'_, T>,
@@ -622,24 +622,11 @@ fn pairs_panel<T>(
 ) {
     let at = |r: usize, c: usize| bits[r * m.rs + c * m.cs] as u32;
     let steps = len.div_ceil(2);
-    if m.rs == 1 {
-        for (s, out) in slots.chunks_exact_mut(w).enumerate() {
-            let lo = (c0 + 2 * s) * m.cs + r0;
-            let lo = &bits[lo..lo + rv];
-            if 2 * s + 1 < len {
-                let h0 = (c0 + 2 * s + 1) * m.cs + r0;
-                let hi = &bits[h0..h0 + rv];
-                for ((o, &a), &b) in out.iter_mut().zip(lo).zip(hi) {
-                    *o = f32::from_bits(a as u32 | (b as u32) << 16);
-                }
-            } else {
-                for (o, &a) in out.iter_mut().zip(lo) {
-                    *o = f32::from_bits(a as u32);
-                }
-            }
-            out[rv..].fill(0.0);
-        }
-    } else if m.cs == 1 && rv <= MAX_PAIR_ROWS {
+    debug_assert!(
+        m.rs != 1,
+        "pairs_by_columns packs rows contiguous in the source"
+    );
+    if m.cs == 1 && rv <= MAX_PAIR_ROWS {
         // The rows side by side, each read sequentially: a 32-bit transpose of the pairs.
         let rows: [&[u16]; MAX_PAIR_ROWS] = std::array::from_fn(|i| {
             if i < rv {

@@ -362,22 +362,23 @@ fn to_line(at: usize) -> usize {
     (LINE - at % LINE) % LINE / std::mem::size_of::<f32>()
 }
 
-/// Elements of `out` before its first [`LINE`] boundary (all of them when it has none): the
-/// split of [`by_lines`], for loops that must stay inside their entry point's instruction
-/// set (a closure may be compiled out of line).
-#[inline(always)]
-pub(crate) fn line_head(out: &[f32]) -> usize {
-    to_line(out.as_ptr() as usize).min(out.len())
-}
-
 /// `f` on `y`'s elements before its first [`LINE`] boundary, then on the others, with `x`'s
 /// elements at the same indices: the second call's vectors are whole cache lines of `y` (and
 /// of `x` when it is as misaligned, buffers from the same allocator).
 pub(crate) fn by_lines(x: &[f32], y: &mut [f32], mut f: impl FnMut(&[f32], &mut [f32])) {
-    let head = line_head(y);
+    let head = to_line(y.as_ptr() as usize).min(y.len());
     let (y0, y1) = y.split_at_mut(head);
     f(&x[..head], y0);
     f(&x[head..], y1);
+}
+
+/// Elements of run r before the output's first [`LINE`] boundary (0 where the output's run
+/// is not contiguous); not capped at the run's length. `base` is the output buffer's address.
+pub(crate) fn line_head<const K: usize>(runs: &Runs<K>, base: usize, r: usize) -> usize {
+    if runs.inner[0] != 1 {
+        return 0;
+    }
+    to_line(base.wrapping_add(runs.start(r)[0].wrapping_mul(4)))
 }
 
 /// Runs `f(out, run, first, len)` over pieces of `runs` on the context's threads: elements
@@ -405,14 +406,8 @@ pub(crate) fn for_each_piece<const K: usize>(
         1
     };
     let piece = runs.len.div_ceil(per_run).max(1).next_multiple_of(PER_LINE);
-    // Elements of run r before the output's first line boundary.
     let base = y.as_ptr() as usize;
-    let head = |r: usize| {
-        if runs.inner[0] != 1 {
-            return 0;
-        }
-        to_line(base.wrapping_add(runs.start(r)[0].wrapping_mul(4)))
-    };
+    let head = |r: usize| line_head(runs, base, r);
     // Item (r, 0) is the head; (r, p ≥ 1) the p-th piece after it.
     let slots = per_run + 1;
     let items = runs.count() * slots;

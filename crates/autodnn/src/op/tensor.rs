@@ -431,39 +431,49 @@ fn narrow_bf16(src: &[f32], dst: &mut [bf16], features: Features) {
     narrow_bf16_body(src, dst)
 }
 
+/// Values that test a rounding to bf16: ties both ways, carries into the exponent, the
+/// largest finite values (rounding to infinity), subnormals (rounding to subnormals and up to
+/// the least normal), zeros, infinities and NaNs of both signs, and a sweep of bit patterns.
+#[cfg(test)]
+pub(crate) fn bf16_rounding_cases() -> Vec<f32> {
+    let mut v: Vec<f32> = [
+        0x3f80_8000u32,
+        0x3f81_8000,
+        0x3f80_8001,
+        0x3f80_7fff,
+        0x3fff_ffff,
+        0x7f7f_ffff,
+        0x7f7f_7fff,
+        0x0000_0001,
+        0x0000_8000,
+        0x0001_8000,
+        0x0001_2345,
+        0x807f_ffff,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7fc0_0001,
+        0x7f80_0001,
+        0xff80_0001,
+        0xffbf_ffff,
+        0xffff_ffff,
+        0,
+        0x8000_0000,
+    ]
+    .iter()
+    .map(|&b| f32::from_bits(b))
+    .collect();
+    v.extend((0..100_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn bf16_rounding_matches_half_on_every_path() {
-        // Ties both ways, carries into the exponent, the largest finite values (rounding to
-        // infinity), subnormals, zeros, infinities and NaNs of both signs, and a sweep.
-        let mut v: Vec<f32> = [
-            0x3f80_8000u32,
-            0x3f81_8000,
-            0x3f80_8001,
-            0x3f80_7fff,
-            0x3fff_ffff,
-            0x7f7f_ffff,
-            0x7f7f_7fff,
-            0x0000_0001,
-            0x0000_8000,
-            0x0001_8000,
-            0x807f_ffff,
-            0x7f80_0000,
-            0xff80_0000,
-            0x7fc0_0000,
-            0x7f80_0001,
-            0xff80_0001,
-            0xffff_ffff,
-            0,
-            0x8000_0000,
-        ]
-        .iter()
-        .map(|&b| f32::from_bits(b))
-        .collect();
-        v.extend((0..100_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+        let v = bf16_rounding_cases();
         for isa in crate::cpu::Isa::ALL {
             let mut got = vec![bf16::ZERO; v.len()];
             narrow_bf16(&v, &mut got, isa.usable());

@@ -610,14 +610,9 @@ mod x86 {
     impl Elem<Avx512> for half::bf16 {
         #[inline(always)]
         unsafe fn load(_: Avx512, p: *const half::bf16, m: u32) -> __m512 {
-            // SAFETY: see the impl; bf16 widens exactly by a shift into the upper half. A
-            // whole vector is read unmasked (its load folds into the widening).
+            // SAFETY: see the impl; bf16 widens exactly by a shift into the upper half.
             unsafe {
-                let h = if m & 0xffff == 0xffff {
-                    _mm256_loadu_si256(p.cast())
-                } else {
-                    _mm256_maskz_loadu_epi16(m as __mmask16, p.cast())
-                };
+                let h = load16(p.cast(), m);
                 _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
             }
         }
@@ -629,6 +624,23 @@ mod x86 {
         #[inline(always)]
         fn to_f32(self) -> f32 {
             self.to_f32()
+        }
+    }
+
+    /// The 16 16-bit lanes at `p` where their bits of m are set, else 0 (a whole vector read
+    /// unmasked: its load then folds into the widening that follows).
+    ///
+    /// # Safety
+    /// The enabled lanes are readable; AVX512-BW and VL.
+    #[inline(always)]
+    unsafe fn load16(p: *const u16, m: u32) -> __m256i {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if m & 0xffff == 0xffff {
+                _mm256_loadu_si256(p.cast())
+            } else {
+                _mm256_maskz_loadu_epi16(m as __mmask16, p.cast())
+            }
         }
     }
 
@@ -718,16 +730,8 @@ mod x86 {
     impl Elem<Avx512> for half::f16 {
         #[inline(always)]
         unsafe fn load(_: Avx512, p: *const half::f16, m: u32) -> __m512 {
-            // SAFETY: see the impl; every f16 is exact in f32. A whole vector is read
-            // unmasked (its load folds into the conversion).
-            unsafe {
-                let h = if m & 0xffff == 0xffff {
-                    _mm256_loadu_si256(p.cast())
-                } else {
-                    _mm256_maskz_loadu_epi16(m as __mmask16, p.cast())
-                };
-                _mm512_cvtph_ps(h)
-            }
+            // SAFETY: see the impl; every f16 is exact in f32.
+            unsafe { _mm512_cvtph_ps(load16(p.cast(), m)) }
         }
         #[inline(always)]
         unsafe fn store(_: Avx512, p: *mut half::f16, v: __m512, m: u32) {
@@ -774,27 +778,7 @@ mod tests {
     /// infinity, subnormals, zeros, infinities, NaNs and a sweep of bit patterns.
     #[test]
     fn avx512_bf16_stores_round_as_the_portable_conversion() {
-        let mut v: Vec<f32> = [
-            0x3f80_8000u32,
-            0x3f81_8000,
-            0x3f80_8001,
-            0x3f80_7fff,
-            0x3fff_ffff,
-            0x7f7f_ffff,
-            0x0001_2345,
-            0x807f_ffff,
-            0x0000_8000,
-            0x0001_8000,
-            0x8000_0000,
-            0x7f80_0000,
-            0xff80_0000,
-            0x7fc0_0001,
-            0x7f80_0001,
-            0xffbf_ffff,
-        ]
-        .into_iter()
-        .map(f32::from_bits)
-        .collect();
+        let mut v = crate::op::tensor::bf16_rounding_cases();
         let mut r = 0x9e37_79b9_7f4a_7c15u64;
         v.extend((0..20_011).map(|_| {
             r = r.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
