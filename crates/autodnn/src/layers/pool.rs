@@ -852,8 +852,16 @@ multiversion! {
     }
 }
 
-/// Planes per item of the global path.
+/// Fewest planes per item of the global path.
 const GLOBAL_PLANES: usize = 64;
+
+/// Planes per item of the global path: at least [`GLOBAL_PLANES`], and otherwise about a
+/// quarter of each thread's share, so that each thread streams through long runs of x
+/// (items of 64 planes, taken in turn by 2 threads, held 2 threads to 1 thread's time:
+/// each item restarted the hardware prefetchers).
+fn global_planes_per_item(planes: usize, threads: usize) -> usize {
+    planes.div_ceil(4 * threads.max(1)).max(GLOBAL_PLANES)
+}
 
 /// Reduces `v` in 16 lanes (element k into lane k mod 16), then the lanes in order: a fixed
 /// order that vectorises.
@@ -887,13 +895,12 @@ fn lane_reduce(v: &[f32], is_max: bool) -> f32 {
 }
 
 multiversion! {
-    fn global_forward(p: &PlaneFwd<'_>, out: &SharedOut<'_>, item: usize) {
+    fn global_forward(p: &PlaneFwd<'_>, out: &SharedOut<'_>, planes: std::ops::Range<usize>) {
         let g = &p.g;
-        let planes = g.n * g.c;
         let hw = g.h * g.w;
         let is_max = g.mode.is_max();
         let div = hw as f32;
-        for plane in item * GLOBAL_PLANES..((item + 1) * GLOBAL_PLANES).min(planes) {
+        for plane in planes {
             let (n, c) = (plane / g.c, plane % g.c);
             let xb = n * p.xs[0] + c * p.xs[1];
             let r = lane_reduce(&p.x[xb..xb + hw], is_max);
@@ -913,7 +920,7 @@ fn global_average_avx512(
     _: crate::simd::Avx512,
     p: &PlaneFwd<'_>,
     out: &SharedOut<'_>,
-    item: usize,
+    planes: std::ops::Range<usize>,
 ) {
     #[target_feature(enable = "avx512f")]
     fn plane_sum(v: &[f32]) -> f32 {
@@ -933,10 +940,9 @@ fn global_average_avx512(
         _mm512_reduce_add_ps(acc)
     }
     let g = &p.g;
-    let planes = g.n * g.c;
     let hw = g.h * g.w;
     let div = hw as f32;
-    for plane in item * GLOBAL_PLANES..((item + 1) * GLOBAL_PLANES).min(planes) {
+    for plane in planes {
         let (n, c) = (plane / g.c, plane % g.c);
         let xb = n * p.xs[0] + c * p.xs[1];
         // SAFETY: the token proves the CPU runs AVX-512F.
@@ -1135,17 +1141,19 @@ pub fn forward(
             true => None,
             false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
         };
+        let per = global_planes_per_item(planes, ctx.threads);
         return run_items(
             ctx,
-            planes.div_ceil(GLOBAL_PLANES),
+            planes.div_ceil(per),
             work,
             || Ok(()),
             |_, item| {
+                let range = item * per..((item + 1) * per).min(planes);
                 #[cfg(target_arch = "x86_64")]
                 if let Some(t) = avx512 {
-                    return global_average_avx512(t, &p, &out, item);
+                    return global_average_avx512(t, &p, &out, range);
                 }
-                global_forward(features, &p, &out, item)
+                global_forward(features, &p, &out, range)
             },
         );
     }
