@@ -110,6 +110,49 @@ impl Token for Avx512Bf16 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+/// The 16 × 16 transpose of registers: lane i of output q is lane q of input i. Two unpack
+/// stages within 128-bit lanes, then two stages of lane shuffles. Used by the GEMM's
+/// transposed stores, the Winograd transforms' channel blocks and the layout transform.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86_64::__m512; 16] {
+    use std::arch::x86_64::*;
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4g + c]: column c (+ 4 per lane) of rows 4g .. 4g + 4, one row group per lane.
+    let mut u = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        let pd = _mm512_castps_pd;
+        let ps = _mm512_castpd_ps;
+        u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
+        u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
+        u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
+        u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
+    }
+    let mut res = [_mm512_setzero_ps(); 16];
+    for c in 0..4 {
+        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+        let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+        let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+        let out = [
+            (c, _mm512_shuffle_f32x4::<0x88>(v0, w0)),
+            (c + 8, _mm512_shuffle_f32x4::<0xDD>(v0, w0)),
+            (c + 4, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
+            (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
+        ];
+        for (q, x) in out {
+            res[q] = x;
+        }
+    }
+    res
+}
+
 /// Defines `fn NAME(features: Features, ARGS...) -> R` that runs BODY compiled for the widest
 /// family within `features` (AVX-512, AVX2 + FMA, else the portable build): BODY is written
 /// once, as plain loops the compiler vectorises (see `crate::vmath` for the functions that

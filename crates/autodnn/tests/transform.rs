@@ -160,6 +160,48 @@ fn random_shapes_and_blends_match_the_reference() {
 }
 
 #[test]
+fn large_transposes_stream_exactly() {
+    // Outputs past 8 MiB are written with non-temporal stores, whole lines only, with the
+    // blocks started on lines: both directions, channels that keep every row's offset in a
+    // line (48) and channels that do not (40), y starting at two offsets in its buffer, a
+    // copy and a scaling blend (which streams too), the buffer's edges untouched.
+    let hs = handles();
+    for c in [48usize, 40] {
+        let dims = [2, c, 160, 181];
+        let nchw = TensorDesc::new(DataType::F32, Layout::Nchw, dims).unwrap();
+        let nhwc = TensorDesc::new(DataType::F32, Layout::Nhwc, dims).unwrap();
+        assert!(nchw.span() * 4 >= 8 << 20);
+        for (xd, yd, what) in [(&nchw, &nhwc, "nchw->nhwc"), (&nhwc, &nchw, "nhwc->nchw")] {
+            let x = int_data(xd.span(), c as u64);
+            for (alpha, start) in [(1.0f32, 0usize), (2.0, 3)] {
+                let blend = Blend::new(alpha, 0.0);
+                let mut bits: Option<Vec<u32>> = None;
+                for (name, h) in &hs {
+                    let mut buf = vec![SENTINEL; yd.span() + 8];
+                    let y = &mut buf[start..start + yd.span()];
+                    h.transform_tensor(blend, xd, &x, yd, y).unwrap();
+                    for (ox, oy) in xd.offsets().zip(yd.offsets()) {
+                        assert!(
+                            y[oy] == alpha * x[ox],
+                            "{what} c {c} {name} alpha {alpha}: y[{oy}] = {} want {}",
+                            y[oy],
+                            alpha * x[ox]
+                        );
+                    }
+                    let outside = buf[..start].iter().chain(&buf[start + yd.span()..]);
+                    assert!(outside.into_iter().all(|&v| v == SENTINEL), "{what} {name}");
+                    let b: Vec<u32> = buf.iter().map(|v| v.to_bits()).collect();
+                    match &bits {
+                        None => bits = Some(b),
+                        Some(f) => assert!(f == &b, "{what} c {c} {name}: bits differ"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn real_data_blends_within_one_rounding() {
     // alpha·x + beta·y in f32 (two products, one sum) against the f64 value: 2⁻²³ relative to
     // |alpha·x| + |beta·y|.

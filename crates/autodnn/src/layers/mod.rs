@@ -358,7 +358,7 @@ fn stream_avx512(_: crate::simd::Avx512, src: &[f32], dst: &mut [f32]) {
 }
 
 /// f32 elements from address `at` to the next [`LINE`] boundary (0 on one).
-fn to_line(at: usize) -> usize {
+pub(crate) fn to_line(at: usize) -> usize {
     (LINE - at % LINE) % LINE / std::mem::size_of::<f32>()
 }
 

@@ -9,12 +9,13 @@
 //!   contiguous in both is one vectorised copy (a `memcpy` for alpha = 1, beta = 0), split
 //!   among the threads in pieces of about 16 Ki elements (short runs grouped);
 //! - **tiles**: when the innermost dimensions differ (NCHW ↔ NHWC: (c, h·w) against
-//!   (h·w, c)), the two inner dimensions are transposed in 8 × 8 tiles, each tile read as
-//!   8 contiguous rows of x and written as 8 contiguous rows of y: by AVX2 shuffles in
-//!   registers where the CPU has them (the AVX-512 preset too), else by plain loops
-//!   (`multiversion!`); the threads take 64 × 64 blocks of the plane (times the outer
-//!   dimensions), each writing its own elements; edges and non-unit inner strides element
-//!   by element.
+//!   (h·w, c)), the two inner dimensions are transposed in tiles, each tile read as
+//!   contiguous rows of x and written as contiguous rows of y: 16 × 16 by AVX-512 (partial
+//!   tiles masked; an output past the caches written with non-temporal stores, line by
+//!   line), 8 × 8 by AVX2 shuffles, else by plain loops (`multiversion!`); the threads take
+//!   blocks of 16 by 2048 elements of the plane (times the outer dimensions; where the rows
+//!   of a tensor share their offset in a cache line, blocks start on lines), each writing
+//!   its own elements; edges and non-unit inner strides element by element.
 //!
 //! Exact: with alpha = 1, beta = 0 the transform is a pure copy (no arithmetic touches a
 //! value, so −0 and NaN payloads come through bit for bit); otherwise each element is
@@ -33,11 +34,16 @@ use crate::simd::multiversion;
 
 /// Side of the transposed tiles (elements).
 const TILE: usize = 8;
-/// The blocks the threads take in the tiled transform: BLOCK_I elements along y's inner
-/// dimension by BLOCK_J along x's (multiples of TILE).
-const BLOCK_I: usize = 64;
-/// See [`BLOCK_I`].
-const BLOCK_J: usize = 64;
+/// The blocks the threads take in the tiled transform: BLOCK_SHORT elements (one cache line
+/// of floats) along one of the two transposed dimensions by BLOCK_LONG along the other, the
+/// long side along the dimension whose stride in the other tensor is the smaller one (NCHW
+/// to NHWC: 16 channels by 2048 positions; back: 2048 positions by 16 channels). The
+/// tensor that is packed along the short side is then read or written in 16 long runs, the
+/// other in whole lines at its smaller stride. 64 × 64 blocks, 64 short runs each way,
+/// took twice the time on 1 thread.
+const BLOCK_SHORT: usize = 16;
+/// See [`BLOCK_SHORT`].
+const BLOCK_LONG: usize = 2048;
 /// Bytes [`copy_bandwidth`] copies when the caller has no preference (256 MiB).
 pub const DEFAULT_BANDWIDTH_BYTES: usize = 256 << 20;
 
@@ -192,6 +198,94 @@ mod avx2 {
     }
 }
 
+/// The tiles' transpose with AVX-512: 16 × 16 tiles (the partial ones at the block's edges by
+/// masked loads and stores), the transpose in registers ([`crate::simd::transpose16`]), the
+/// same blend arithmetic as [`transpose_tiles`]. Where the output streams, each whole row of
+/// a tile on a 64-byte line is written with a non-temporal store: a transposing copy whose
+/// stores fetched y's lines first moved a third more bytes than a copy.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::Blend;
+    use crate::simd::{transpose16, Avx512};
+    use std::arch::x86_64::*;
+
+    /// y[j·ldy + i] = blend(x[i·ldx + j]) for i < ni, j < nj; `stream` only where the blend
+    /// does not read y.
+    ///
+    /// # Safety
+    /// Every x[i·ldx + j] and y[j·ldy + i] with i < ni, j < nj must be in bounds of the
+    /// buffers `x` and `y` point to, and no other thread may access those elements of y
+    /// meanwhile.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn transpose_tiles(
+        _: Avx512,
+        blend: Blend,
+        x: *const f32,
+        ldx: usize,
+        y: *mut f32,
+        ldy: usize,
+        ni: usize,
+        nj: usize,
+        stream: bool,
+    ) {
+        let (a, b) = (_mm512_set1_ps(blend.alpha), _mm512_set1_ps(blend.beta));
+        let copy = blend.alpha == 1.0 && blend.beta == 0.0;
+        let scale_only = blend.beta == 0.0;
+        let mask = |w: usize| ((1u32 << w) - 1) as __mmask16;
+        let mut jt = 0;
+        while jt < nj {
+            let wj = (nj - jt).min(16);
+            let mut it = 0;
+            while it < ni {
+                let wi = (ni - it).min(16);
+                let mut r = [_mm512_setzero_ps(); 16];
+                if wi == 16 && wj == 16 {
+                    // SAFETY: rows it .. it + 16, columns jt .. jt + 16 of the region the
+                    // caller vouches for.
+                    r = std::array::from_fn(|k| unsafe {
+                        _mm512_loadu_ps(x.add((it + k) * ldx + jt))
+                    });
+                } else {
+                    for (k, r) in r.iter_mut().enumerate().take(wi) {
+                        // SAFETY: row it + k, columns jt .. jt + wj of the region the caller
+                        // vouches for; the mask leaves the others unread.
+                        *r = unsafe { _mm512_maskz_loadu_ps(mask(wj), x.add((it + k) * ldx + jt)) };
+                    }
+                }
+                let o = transpose16(r);
+                for (q, &v) in o.iter().enumerate().take(wj) {
+                    // SAFETY: row jt + q, columns it .. it + wi of y's region (as above),
+                    // masked to them; a streamed row is whole (16 elements) on its line.
+                    unsafe {
+                        let d = y.add((jt + q) * ldy + it);
+                        let v = if copy {
+                            v
+                        } else if scale_only {
+                            _mm512_mul_ps(a, v)
+                        } else {
+                            let prior = _mm512_maskz_loadu_ps(mask(wi), d);
+                            _mm512_add_ps(_mm512_mul_ps(a, v), _mm512_mul_ps(b, prior))
+                        };
+                        if stream && wi == 16 && (d as usize).is_multiple_of(64) {
+                            _mm512_stream_ps(d, v);
+                        } else {
+                            _mm512_mask_storeu_ps(d, mask(wi), v);
+                        }
+                    }
+                }
+                it += 16;
+            }
+            jt += 16;
+        }
+        if stream {
+            // The streamed lines are ordered before anything this thread stores next (the
+            // work item's completion, which the caller's join reads).
+            _mm_sfence();
+        }
+    }
+}
+
 /// The dimensions of a transform, merged where contiguous in both tensors and ordered by y's
 /// strides, outermost first.
 #[derive(Debug, Clone, Copy)]
@@ -277,7 +371,10 @@ pub fn forward(
     check_buffer("y", y_desc, y.len())?;
     let plan = Plan::new(y_desc.dims(), y_desc.strides(), x_desc.strides());
     match plan.transposed() {
-        Some((i, j)) => tiled(ctx, blend, &plan, i, j, x, y),
+        Some((i, j)) => {
+            let stream = super::streams(blend.reads_output(), y_desc);
+            tiled(ctx, blend, &plan, (i, j), stream, x, y)
+        }
         None => by_runs(ctx, blend, x_desc, x, y_desc, y),
     }
 }
@@ -329,30 +426,79 @@ fn apply(blend: Blend, v: f32, prior: f32) -> f32 {
     }
 }
 
+/// Blocks of `block` elements over `0..n`, after a first one of `head` elements when `head`
+/// is not 0 (so that the others start at a cache line).
+struct Grid {
+    n: usize,
+    block: usize,
+    head: usize,
+}
+
+impl Grid {
+    fn new(n: usize, block: usize, head: usize) -> Grid {
+        Grid {
+            n,
+            block,
+            head: head.min(n),
+        }
+    }
+
+    fn count(&self) -> usize {
+        usize::from(self.head > 0) + (self.n - self.head).div_ceil(self.block)
+    }
+
+    /// Block `b`'s range.
+    fn block(&self, b: usize) -> (usize, usize) {
+        if self.head > 0 && b == 0 {
+            return (0, self.head);
+        }
+        let k = b - usize::from(self.head > 0);
+        let start = self.head + k * self.block;
+        (start, (start + self.block).min(self.n))
+    }
+}
+
 /// The tiled path: dimension `i` is y's innermost, `j` x's; the others (at most two) are
 /// outer loops.
 fn tiled(
     ctx: &ExecContext<'_>,
     blend: Blend,
     p: &Plan,
-    i: usize,
-    j: usize,
+    (i, j): (usize, usize),
+    stream: bool,
     x: &[f32],
     y: &mut [f32],
 ) -> Result<()> {
     let outer: Vec<usize> = (0..p.nd).filter(|&d| d != i && d != j).collect();
     let (ni, nj) = (p.ext[i], p.ext[j]);
-    let (bi, bj) = (ni.div_ceil(BLOCK_I), nj.div_ceil(BLOCK_J));
-    let n_outer: usize = outer.iter().map(|&d| p.ext[d]).product();
-    let items = n_outer * bi * bj;
     let (syi, syj, sxi, sxj) = (p.sy[i], p.sy[j], p.sx[i], p.sx[j]);
     let fast = syi == 1 && sxj == 1;
+    // Where every row of y (of x) starts at the same offset within a cache line, the
+    // blocks along its inner dimension start at line boundaries after a first partial block.
+    let lines = |base: *const f32, row: usize, outer_strides: &[usize; 4]| {
+        let even = |s: usize| s.is_multiple_of(super::LINE / 4);
+        if fast && even(row) && outer.iter().all(|&d| even(outer_strides[d])) {
+            super::to_line(base as usize)
+        } else {
+            0
+        }
+    };
+    let (block_i, block_j) = if sxi < syj {
+        (BLOCK_LONG, BLOCK_SHORT)
+    } else {
+        (BLOCK_SHORT, BLOCK_LONG)
+    };
+    let gi = Grid::new(ni, block_i, lines(y.as_ptr(), syj, &p.sy));
+    let gj = Grid::new(nj, block_j, lines(x.as_ptr(), sxi, &p.sx));
+    let (bi, bj) = (gi.count(), gj.count());
+    let n_outer: usize = outer.iter().map(|&d| p.ext[d]).product();
+    let items = n_outer * bi * bj;
     let features = ctx.features();
     let out = SharedOut::new(y);
     let ylen = out.len();
     let one = |_: &mut (), item: usize| {
         let (mut o, b) = (item / (bi * bj), item % (bi * bj));
-        let (i0, j0) = ((b / bj) * BLOCK_I, (b % bj) * BLOCK_J);
+        let ((i0, i1), (j0, j1)) = (gi.block(b / bj), gj.block(b % bj));
         let (mut oy, mut ox) = (0, 0);
         for &d in outer.iter().rev() {
             let k = o % p.ext[d];
@@ -360,10 +506,33 @@ fn tiled(
             oy += k * p.sy[d];
             ox += k * p.sx[d];
         }
-        let (i1, j1) = ((i0 + BLOCK_I).min(ni), (j0 + BLOCK_J).min(nj));
         // Every element of the block lies inside y's span (the descriptor was checked
         // against the buffer); this guards the unchecked stores below.
         assert!(oy + (i1 - 1) * syi + (j1 - 1) * syj < ylen);
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            if let Some(t) = <crate::simd::Avx512 as crate::simd::Token>::new(features) {
+                let (ty, tx) = (oy + i0 + j0 * syj, ox + i0 * sxi + j0);
+                // The block reads inside x's span (checked against the buffer).
+                assert!(tx + (i1 - i0 - 1) * sxi + (j1 - j0 - 1) < x.len());
+                // SAFETY: the block's elements are in bounds of x and y (asserted above),
+                // and this item alone writes them.
+                unsafe {
+                    avx512::transpose_tiles(
+                        t,
+                        blend,
+                        x.as_ptr().add(tx),
+                        sxi,
+                        out.as_mut_ptr().add(ty),
+                        syj,
+                        i1 - i0,
+                        j1 - j0,
+                        stream,
+                    )
+                };
+                return;
+            }
+        }
         // Full tiles in the kernel, the edges (and strided inner steps) element by element.
         let (fi, fj) = if fast {
             ((i1 - i0) / TILE * TILE, (j1 - j0) / TILE * TILE)

@@ -430,7 +430,8 @@ mod avx512 {
                         _mm512_maskz_loadu_ps(mask, src.as_ptr().add(base + l * stride + c))
                     };
                 }
-                let t = transpose16(r);
+                // SAFETY: an Avx512 token (self) exists only when the CPU runs AVX-512F.
+                let t = unsafe { crate::simd::transpose16(r) };
                 for (q, t) in t.iter().enumerate().take(w) {
                     self.store(*t, &mut dst[(c + q) * CB..]);
                 }
@@ -447,43 +448,6 @@ mod avx512 {
     use super::{bwd_filter, winograd, Family, FilterArgs, InputArgs, OutputArgs, Tile, CB};
     use super::{DyArgs, FilterOutArgs, ProductArgs};
 
-    /// Transposes 16 vectors: output q holds element q of every input, in order.
-    #[inline(always)]
-    fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
-        // SAFETY (all intrinsics): only called from AVX-512 code paths (an Avx512 token's
-        // methods).
-        unsafe {
-            // Within each 128-bit lane: pairs of rows interleaved, then quads.
-            let mut t = [_mm512_setzero_ps(); 16];
-            for i in 0..8 {
-                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-            }
-            let (pd, ps) = (_mm512_castps_pd, _mm512_castpd_ps);
-            // u[4g + j], 128-bit lane L: element 4L + j of rows 4g .. 4g + 4.
-            let mut u = [_mm512_setzero_ps(); 16];
-            for g in 0..4 {
-                let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-                u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
-                u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
-                u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
-                u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
-            }
-            // Gather lane L of u[j], u[4 + j], u[8 + j], u[12 + j]: element 4L + j of all 16.
-            let mut out = [_mm512_setzero_ps(); 16];
-            for j in 0..4 {
-                let v0 = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
-                let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
-                let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
-                let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
-                out[j] = _mm512_shuffle_f32x4::<0x88>(v0, w0);
-                out[8 + j] = _mm512_shuffle_f32x4::<0xDD>(v0, w0);
-                out[4 + j] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
-                out[12 + j] = _mm512_shuffle_f32x4::<0xDD>(v1, w1);
-            }
-            out
-        }
-    }
     family_entries!(Avx512, "avx512f");
 }
 

@@ -302,7 +302,7 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
             for (x, acc) in r.iter_mut().zip(&acc) {
                 *x = acc[v];
             }
-            let tr = transpose_regs(r);
+            let tr = crate::simd::transpose16(r);
             for (q, x) in tr.iter().enumerate().take(rows) {
                 let p = t.c.wrapping_add((16 * v + q) * t.rs_c);
                 let mut y = _mm512_mul_ps(*x, alpha);
@@ -352,51 +352,11 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: us
             *x = unsafe { _mm512_loadu_ps(src.add(i * ld)) };
         }
     }
-    let out = transpose_regs(r);
+    let out = crate::simd::transpose16(r);
     let mask = ((1u32 << w) - 1) as __mmask16;
     for (q, x) in out.iter().enumerate() {
         // SAFETY: output row q < 16 is w writable floats at dst + q·ldd (contract); the
         // mask enables exactly those lanes.
         unsafe { _mm512_mask_storeu_ps(dst.add(q * ldd), mask, *x) };
     }
-}
-
-/// The 16 × 16 transpose of registers: lane i of output q is lane q of input i. Two unpack
-/// stages within 128-bit lanes, then two stages of lane shuffles.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn transpose_regs(r: [__m512; 16]) -> [__m512; 16] {
-    let mut t = [_mm512_setzero_ps(); 16];
-    for i in 0..8 {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    // u[4g + c]: column c (+ 4 per lane) of rows 4g .. 4g + 4, one row group per lane.
-    let mut u = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-        let pd = _mm512_castps_pd;
-        let ps = _mm512_castpd_ps;
-        u[4 * g] = ps(_mm512_unpacklo_pd(pd(a), pd(c)));
-        u[4 * g + 1] = ps(_mm512_unpackhi_pd(pd(a), pd(c)));
-        u[4 * g + 2] = ps(_mm512_unpacklo_pd(pd(b), pd(d)));
-        u[4 * g + 3] = ps(_mm512_unpackhi_pd(pd(b), pd(d)));
-    }
-    let mut res = [_mm512_setzero_ps(); 16];
-    for c in 0..4 {
-        let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
-        let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
-        let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
-        let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
-        let out = [
-            (c, _mm512_shuffle_f32x4::<0x88>(v0, w0)),
-            (c + 8, _mm512_shuffle_f32x4::<0xDD>(v0, w0)),
-            (c + 4, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
-            (c + 12, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
-        ];
-        for (q, x) in out {
-            res[q] = x;
-        }
-    }
-    res
 }
