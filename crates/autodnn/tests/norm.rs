@@ -808,7 +808,13 @@ fn folding_matches_convolution_then_batch_norm() {
 fn resnet50_shapes() {
     let hs: Vec<Handle> = [1, 2].map(|t| Handle::with_threads(t).unwrap()).into();
     let bn = BatchNorm::new(EPS).unwrap();
-    for dims in [[1, 64, 56, 56], [1, 256, 56, 56], [2, 2048, 7, 7]] {
+    // [3, 256, 56, 56]: a dx past 8 MiB, written with non-temporal stores.
+    for dims in [
+        [1, 64, 56, 56],
+        [1, 256, 56, 56],
+        [2, 2048, 7, 7],
+        [3, 256, 56, 56],
+    ] {
         let c = dims[1];
         let (g, b) = params(c, 1);
         for layout in [Layout::Nchw, Layout::Nhwc] {

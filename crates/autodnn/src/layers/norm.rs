@@ -1499,12 +1499,21 @@ fn backward_masked(
         let beta = blend_data.beta;
         let dgamma = SharedOut::new(grads.dgamma);
         let dbeta = SharedOut::new(grads.dbeta);
+        let stream = !masked && super::streams(beta != 0.0, dx_desc);
         let out = SharedOut::new(dx);
         return run_items(ctx, x_desc.elements(), c, |ch| {
             // In sample order: the sums' bits are those of the other paths' `plane_sums`.
             let s = (0..n).fold([0.0f64; 2], |a, b| {
                 let ([od, ox, og, oy], _) = pl.at(b * c + ch);
                 let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
+                // The channel's next plane (the next channel's first after the last), a
+                // stride the prefetchers do not follow.
+                let next = b * c + ch + if b + 1 < n { c } else { 1 };
+                if next < pl.count {
+                    let ([_, nx, ng, _], _) = pl.at(next);
+                    crate::simd::fetch_to_l2(&x[nx..nx + len]);
+                    crate::simd::fetch_to_l2(&dy[ng..ng + len]);
+                }
                 let p = if masked {
                     // SAFETY: channel ch's planes of dx belong to this item alone.
                     let g = unsafe { out.slice_mut(od, len) };
@@ -1533,7 +1542,11 @@ fn backward_masked(
                     if masked {
                         grad_affine_in_place(features, xs, dst, kk);
                     } else {
-                        grad_affine(features, xs, &dy[og..og + len], dst, kk, beta);
+                        let dys = &dy[og..og + len];
+                        super::write_blocks(features, stream, dst, |o, blk| {
+                            let k = blk.len();
+                            grad_affine(features, &xs[o..o + k], &dys[o..o + k], blk, kk, beta)
+                        });
                     }
                 }
             }

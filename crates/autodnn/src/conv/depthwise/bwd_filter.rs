@@ -169,7 +169,9 @@ fn flattened<const FMA: bool>(
                     // The next image's run, for its copy after this image's products (once
                     // per row: the other column phases read the same lines).
                     let next = first + xd.strides()[0];
-                    fetch_to_l2(x.get(next..next + (len - 1) * step + 1).unwrap_or(&[]));
+                    crate::simd::fetch_to_l2(
+                        x.get(next..next + (len - 1) * step + 1).unwrap_or(&[]),
+                    );
                 }
                 if step == 1 {
                     row[j_lo..j_hi].copy_from_slice(&x[first..first + len]);
@@ -186,7 +188,7 @@ fn flattened<const FMA: bool>(
             let src = yd.offset(b, k, i, 0);
             if b + 1 < n {
                 let next = src + yd.strides()[0];
-                fetch_to_l2(dy.get(next..next + ow).unwrap_or(&[]));
+                crate::simd::fetch_to_l2(dy.get(next..next + ow).unwrap_or(&[]));
             }
             row[..ow].copy_from_slice(&dy[src..src + ow]);
             row[ow..].fill(0.0);
@@ -216,24 +218,6 @@ fn flattened<const FMA: bool>(
         }
     }
     lane_sums(&acc)
-}
-
-/// Asks for `run`'s cache lines in L2 (a hint: never faults). The planes of the next image
-/// are fetched while this image's products are computed: copied cold, one row at a time,
-/// they kept the copies waiting on memory for most of the call.
-#[inline(always)]
-fn fetch_to_l2(run: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in run.iter().step_by(16) {
-        // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                (line as *const f32).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = run;
 }
 
 /// For every tap t < T at once: acc\[t\]\[l\] += dp\[i\] · xp\[i + offs\[t\]\] for i ≡ l (mod
