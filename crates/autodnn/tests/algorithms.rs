@@ -10,7 +10,7 @@ use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle};
 use common::{
     assert_exact, int_data, max_errors, random_dilated_problem, random_padded_problem,
-    random_problem, Rng,
+    random_problem, run_plain, run_prepared, Rng,
 };
 
 fn handles() -> Vec<(Isa, usize, Handle)> {
@@ -119,6 +119,61 @@ fn every_algorithm_on_random_paddings() {
 #[test]
 fn every_algorithm_on_random_dilations() {
     every_algorithm_on(random_dilated_problem, 0xa7_0005, 300, all);
+}
+
+/// The space-to-batch algorithms run their frames in up to four batches, one per pair of
+/// output counts (rows, columns), each with the one preparation of the filter: random dilated
+/// problems, plain and prepared weights, against the reference; enough of them with classes
+/// of two output counts in a dimension.
+#[test]
+fn space_to_batch_batches_share_prepared_weights() {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let h = Handle::with_threads(2).unwrap();
+    let mut rng = Rng(0x52b);
+    let mut split = 0;
+    for case in 0..150 {
+        let p = random_dilated_problem(&mut rng);
+        let x = int_data(p.x().span(), case);
+        let w = int_data(p.w().elements(), case + 1000);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        let (stride, dilation, out) = (p.conv().stride(), p.conv().dilation(), p.y().dims());
+        let uneven = (0..2).any(|d| {
+            let period = dilation[d] / gcd(stride[d], dilation[d]);
+            out[2 + d] > period && out[2 + d] % period != 0
+        });
+        for a in conv::algorithms() {
+            if !a.name().starts_with("s2b_") || a.check(&p).is_err() {
+                continue;
+            }
+            split += usize::from(uneven);
+            let pw = h.prepare_weights(&p, a.name(), &w).unwrap();
+            for (how, y) in [
+                ("plain", run_plain(&h, a.name(), &p, &x, &w)),
+                ("prepared", run_prepared(&h, a.name(), &p, &x, &pw)),
+            ] {
+                let what = format!("case {case} {} {how}", a.name());
+                match a.accuracy() {
+                    Accuracy::Exact => {
+                        assert_exact(&p, &y, &r, &what);
+                    }
+                    acc => {
+                        let (diff, max) = max_errors(&p, &y, &r, &what);
+                        let e = diff / max.max(1e-30);
+                        assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        split >= 20,
+        "only {split} runs with classes of two output counts"
+    );
 }
 
 #[test]

@@ -5,11 +5,15 @@
 //! g = gcd(s, d): the outputs o and o + d/g read inputs of the same residue modulo d, so the
 //! outputs split into P = d/g classes a = 0 .. P−1 (o = a + k·P). Output k of class a reads
 //! input rows (a·s − p) + d·(k·s/g + r), r < R: a dense convolution, stride s/g, on the
-//! "frame" whose row j is input row (a·s − p) + d·j (zero outside the image). Every class's
-//! frame has the same size, (⌈O/P⌉ − 1)·s/g + R rows, so the frames of all classes and
-//! images form one batch of N·Ph·Pw sub-images, computed by the inner algorithm in one call
-//! with the unchanged filter (its prepared weights too). The frames' outputs past a class's
-//! own ⌈(O − a)/P⌉ are dropped; the rest are interleaved back into y, with the epilogue.
+//! "frame" whose row j is input row (a·s − p) + d·j (zero outside the image). Class a has
+//! ⌈(O − a)/P⌉ outputs: the first O mod P classes one more than the others. The classes of
+//! one output count form a group per dimension (at most two), and the frames of a pair of
+//! groups (rows, columns) and of every image form one batch of sub-images of one size,
+//! (outputs − 1)·s/g + R rows: at most four calls of the inner algorithm, each with the
+//! unchanged filter (and prepared weights, below). The frames' outputs are interleaved
+//! back into y, with the epilogue. (One batch of frames of
+//! the largest class's size left Winograd F(4x4) two tiles a side on the 4x4 classes of a
+//! 65x65 image at dilation 16, where one tile fits.)
 //!
 //! - **Wins** where the dense algorithm is much faster than any dilated one: Winograd's
 //!   fewer products on atrous layers whose sub-images still hold whole tiles (dilation 2 on
@@ -19,7 +23,10 @@
 //! - **Declines:** dense kernels, frames of more than twice the image's positions plus the
 //!   outputs' taps (strides far beyond the kernel, padding far beyond the image), and what
 //!   the inner algorithm declines of the frames' problem.
-//! - **Prepared weights:** the inner algorithm's, for the frames' problem.
+//! - **Prepared weights:** the inner algorithm's, for each batch's problem: one copy when the
+//!   batches' preparations are the same (Winograd's transformed filter depends on the filter
+//!   alone), else each distinct one after a header that maps the batches to them (the
+//!   implicit GEMM packs for the frame's shape).
 //! - **Deterministic:** as the inner algorithm.
 
 use crate::conv::{
@@ -69,11 +76,9 @@ struct Dim {
     /// Classes: outputs a, a + period, a + 2·period, ... for a < classes.
     period: usize,
     classes: usize,
-    /// Outputs of the largest class (the frames' output size).
-    out: usize,
-    /// The frames' stride and size.
+    /// The frames' stride, and the kernel's size.
     stride: usize,
-    frame: usize,
+    kernel: usize,
     /// The image's size, the convolution's stride, dilation and leading padding.
     size: usize,
     conv_stride: usize,
@@ -95,14 +100,11 @@ impl Dim {
         let g = gcd(stride, dilation);
         let period = dilation / g;
         let classes = period.min(out);
-        let per = out.div_ceil(period);
-        let fstride = stride / g;
         Dim {
             period,
             classes,
-            out: per,
-            stride: fstride,
-            frame: (per - 1) * fstride + kernel,
+            stride: stride / g,
+            kernel,
             size,
             conv_stride: stride,
             dilation,
@@ -122,10 +124,81 @@ impl Dim {
     fn outputs(&self, a: usize) -> usize {
         (self.total - a).div_ceil(self.period)
     }
+
+    /// The classes grouped by output count: classes `first .. first + count` have `out`
+    /// outputs each (the larger count first).
+    fn groups(&self) -> impl Iterator<Item = Group> + '_ {
+        let more = self.total % self.period;
+        let split = if more == 0 { 0 } else { more.min(self.classes) };
+        [(0, split), (split, self.classes - split)]
+            .into_iter()
+            .filter(|&(_, count)| count > 0)
+            .map(|(first, count)| Group {
+                first,
+                count,
+                out: self.outputs(first),
+            })
+    }
+
+    /// A frame's size for a class of `out` outputs.
+    fn frame(&self, out: usize) -> usize {
+        (out - 1) * self.stride + self.kernel
+    }
 }
 
-/// The frames' problem and the two dimensions' splits.
-fn frames(p: &ConvProblem) -> std::result::Result<(ConvProblem, [Dim; 2]), String> {
+/// Classes of one dimension with the same output count.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    first: usize,
+    count: usize,
+    out: usize,
+}
+
+/// Opens prepared weights that hold several batches' preparations (see [`SpaceToBatch`]'s
+/// `prepare`); no inner algorithm's own prepared data starts with it.
+const COMPOSITE_MAGIC: f32 = 7407.0;
+/// 24 bits: the integers below 2^24 are exact in f32.
+const LOW_BITS: usize = 24;
+
+/// `v` as two exact f32 integers (high and low 24 bits).
+fn encode(v: usize) -> [f32; 2] {
+    [(v >> LOW_BITS) as f32, (v & ((1 << LOW_BITS) - 1)) as f32]
+}
+
+/// The inverse of [`encode`]; `None` for values it does not make.
+fn decode(h: f32, l: f32) -> Option<usize> {
+    let ok = |v: f32| v.fract() == 0.0 && (0.0..(1u32 << LOW_BITS) as f32).contains(&v);
+    (ok(h) && ok(l)).then_some(((h as usize) << LOW_BITS) | l as usize)
+}
+
+/// Batch `i`'s part of prepared weights made by [`SpaceToBatch`]'s `prepare` for `batches`
+/// batches: the whole data when it is one preparation for all.
+fn prepared_part(data: &[f32], i: usize, batches: usize) -> Result<&[f32]> {
+    if data.first() != Some(&COMPOSITE_MAGIC) {
+        return Ok(data);
+    }
+    let bad = || Error::bad("prepared", "data", "not made by this algorithm's prepare");
+    let header = 2 + 4 * batches;
+    if data.len() < header || decode(0.0, data[1]) != Some(batches) {
+        return Err(bad());
+    }
+    let at = 2 + 4 * i;
+    let off = decode(data[at], data[at + 1]).ok_or_else(bad)?;
+    let len = decode(data[at + 2], data[at + 3]).ok_or_else(bad)?;
+    match off.checked_add(len) {
+        Some(end) if off >= header && end <= data.len() => Ok(&data[off..end]),
+        _ => Err(bad()),
+    }
+}
+
+/// One batch of frames: its dense problem and its classes in each dimension.
+struct Batch {
+    q: ConvProblem,
+    groups: [Group; 2],
+}
+
+/// The frames' problems (a batch per pair of groups) and the two dimensions' splits.
+fn frames(p: &ConvProblem) -> std::result::Result<(Vec<Batch>, [Dim; 2]), String> {
     check_dilated(p)?;
     let [n, c, h, w] = p.x().dims();
     let [_, _, oh, ow] = p.y().dims();
@@ -139,7 +212,12 @@ fn frames(p: &ConvProblem) -> std::result::Result<(ConvProblem, [Dim; 2]), Strin
     // The frames repeat the rows and columns the classes share and keep what a frame's
     // stride skips: decline when they would hold more than twice the image plus every
     // output's taps (a stride far beyond the kernel, or padding far beyond the image).
-    let framed = [0, 1].map(|i| dims[i].classes as f64 * dims[i].frame as f64);
+    let framed = [0, 1].map(|i| {
+        dims[i]
+            .groups()
+            .map(|g| g.count as f64 * dims[i].frame(g.out) as f64)
+            .sum::<f64>()
+    });
     let needed = h as f64 * w as f64 + oh as f64 * ow as f64 * (p.w().r() * p.w().s()) as f64;
     if framed[0] * framed[1] > 2.0 * needed {
         return Err(format!(
@@ -148,41 +226,57 @@ fn frames(p: &ConvProblem) -> std::result::Result<(ConvProblem, [Dim; 2]), Strin
             framed[0] * framed[1]
         ));
     }
-    let batch = n
-        .checked_mul(dims[0].classes)
-        .and_then(|b| b.checked_mul(dims[1].classes))
-        .ok_or("the frames' batch overflows")?;
     let layout = match p.w().layout() {
         FilterLayout::Kcrs => Layout::Nchw,
         FilterLayout::Krsc => Layout::Nhwc,
     };
     let bad = |e: Error| format!("the frames' problem is invalid: {e}");
-    let x = TensorDesc::new(
-        DataType::F32,
-        layout,
-        [batch, c, dims[0].frame, dims[1].frame],
-    )
-    .map_err(bad)?;
-    let conv = ConvDesc::new(
-        Padding::default(),
-        [dims[0].stride, dims[1].stride],
-        [1, 1],
-        p.groups(),
-        p.conv().mode(),
-    )
-    .map_err(bad)?;
-    let q = ConvProblem::forward_packed(x, p.w().with_dtype(DataType::F32), conv, layout)
-        .map_err(bad)?;
-    if q.y().dims()[2..] != [dims[0].out, dims[1].out] {
-        return Err("the frames' output does not match the classes".into());
+    let mut batches = Vec::with_capacity(4);
+    for gh in dims[0].groups() {
+        for gw in dims[1].groups() {
+            let batch = n
+                .checked_mul(gh.count)
+                .and_then(|b| b.checked_mul(gw.count))
+                .ok_or("the frames' batch overflows")?;
+            let x = TensorDesc::new(
+                DataType::F32,
+                layout,
+                [batch, c, dims[0].frame(gh.out), dims[1].frame(gw.out)],
+            )
+            .map_err(bad)?;
+            let conv = ConvDesc::new(
+                Padding::default(),
+                [dims[0].stride, dims[1].stride],
+                [1, 1],
+                p.groups(),
+                p.conv().mode(),
+            )
+            .map_err(bad)?;
+            let q = ConvProblem::forward_packed(x, p.w().with_dtype(DataType::F32), conv, layout)
+                .map_err(bad)?;
+            if q.y().dims()[2..] != [gh.out, gw.out] {
+                return Err("the frames' output does not match the classes".into());
+            }
+            batches.push(Batch {
+                q,
+                groups: [gh, gw],
+            });
+        }
     }
-    Ok((q, dims))
+    Ok((batches, dims))
 }
 
 impl SpaceToBatch {
-    /// Floats of the frames and of their outputs.
-    fn buffers(q: &ConvProblem) -> [usize; 2] {
-        [q.x().span(), q.y().span()]
+    /// Floats of the largest batch's frames and of the largest batch's outputs, and bytes of
+    /// the inner algorithm's largest workspace: the batches run one after the other.
+    fn buffers(&self, batches: &[Batch]) -> [usize; 3] {
+        batches.iter().fold([0; 3], |[a, b, c], t| {
+            [
+                a.max(t.q.x().span()),
+                b.max(t.q.y().span()),
+                c.max(self.inner.workspace_bytes(&t.q)),
+            ]
+        })
     }
 }
 
@@ -192,16 +286,16 @@ impl ConvAlgorithm for SpaceToBatch {
     }
 
     fn check(&self, p: &ConvProblem) -> std::result::Result<(), String> {
-        let (q, _) = frames(p)?;
-        self.inner.check(&q)
+        let (batches, _) = frames(p)?;
+        batches.iter().try_for_each(|b| self.inner.check(&b.q))
     }
 
     fn workspace_bytes(&self, p: &ConvProblem) -> usize {
-        frames(p).map_or(0, |(q, _)| {
-            let [a, b] = Self::buffers(&q);
+        frames(p).map_or(0, |(batches, _)| {
+            let [a, b, inner] = self.buffers(&batches);
             a.saturating_add(b)
                 .saturating_mul(std::mem::size_of::<f32>())
-                .saturating_add(self.inner.workspace_bytes(&q))
+                .saturating_add(inner)
         })
     }
 
@@ -216,14 +310,17 @@ impl ConvAlgorithm for SpaceToBatch {
         self.inner.accuracy_under(math)
     }
 
-    /// The inner algorithm's features on the frames, plus the copies in and out (MB of the
-    /// frames and their outputs in the bytes term).
+    /// The inner algorithm's features on each batch of frames, summed, plus the copies in
+    /// and out (MB of the frames and their outputs in the bytes term).
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         match frames(p) {
-            Ok((q, _)) => {
-                let mut f = self.inner.cost_features(&q);
-                let [a, b] = Self::buffers(&q);
-                f[2] += (a + b) as f64 * 4.0 / 1e6;
+            Ok((batches, _)) => {
+                let mut f = [0.0; COST_FEATURES];
+                for b in &batches {
+                    let g = self.inner.cost_features(&b.q);
+                    f.iter_mut().zip(g).for_each(|(s, v)| *s += v);
+                    f[2] += (b.q.x().span() + b.q.y().span()) as f64 * 4.0 / 1e6;
+                }
                 f
             }
             // A problem the algorithm declines: the definition's features.
@@ -237,8 +334,47 @@ impl ConvAlgorithm for SpaceToBatch {
         p: &ConvProblem,
         w: &[f32],
     ) -> Result<Option<Vec<f32>>> {
-        let (q, _) = frames(p).map_err(|r| declined(self.name, r))?;
-        self.inner.prepare(ctx, &q, w)
+        let (batches, _) = frames(p).map_err(|r| declined(self.name, r))?;
+        // Each batch's preparation, the same ones stored once.
+        let mut parts: Vec<Vec<f32>> = Vec::new();
+        let mut index = Vec::with_capacity(batches.len());
+        for b in &batches {
+            let Some(d) = self.inner.prepare(ctx, &b.q, w)? else {
+                return Ok(None);
+            };
+            let same = |q: &Vec<f32>| {
+                q.len() == d.len() && q.iter().zip(&d).all(|(a, b)| a.to_bits() == b.to_bits())
+            };
+            match parts.iter().position(same) {
+                Some(i) => index.push(i),
+                None => {
+                    index.push(parts.len());
+                    parts.push(d);
+                }
+            }
+        }
+        if parts.len() == 1 {
+            return Ok(parts.pop());
+        }
+        let header = 2 + 4 * batches.len();
+        let total = header + parts.iter().map(Vec::len).sum::<usize>();
+        let mut data = crate::alloc::try_vec_with_capacity(total, "space-to-batch prepared")?;
+        data.push(COMPOSITE_MAGIC);
+        data.push(batches.len() as f32);
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut at = header;
+        for q in &parts {
+            starts.push(at);
+            at += q.len();
+        }
+        for &i in &index {
+            data.extend(encode(starts[i]));
+            data.extend(encode(parts[i].len()));
+        }
+        for q in &parts {
+            data.extend_from_slice(q);
+        }
+        Ok(Some(data))
     }
 
     fn run(
@@ -251,57 +387,78 @@ impl ConvAlgorithm for SpaceToBatch {
         workspace: &mut [u8],
         epi: &EpilogueArgs<'_>,
     ) -> Result<()> {
-        let (q, [dh, dw]) = frames(p).map_err(|r| declined(self.name, r))?;
-        let [fx_n, fy_n] = Self::buffers(&q);
+        let (batches, [dh, dw]) = frames(p).map_err(|r| declined(self.name, r))?;
+        let [fx_n, fy_n, inner_n] = self.buffers(&batches);
         let mut carve = Carve::new(workspace);
-        let fx = carve.take::<f32>(fx_n)?;
-        let fy = carve.take::<f32>(fy_n)?;
-        let inner_ws = carve.take::<u8>(self.inner.workspace_bytes(&q))?;
+        let fx_all = carve.take::<f32>(fx_n)?;
+        let fy_all = carve.take::<f32>(fy_n)?;
+        let inner_ws = carve.take::<u8>(inner_n)?;
         let (xs, ys) = (p.x().strides(), p.y().strides());
-        let (qxs, qys) = (q.x().strides(), q.y().strides());
         let c = p.x().c();
-        // The frames: frame b = (image, class row, class column).
-        for n in 0..p.x().n() {
-            for ah in 0..dh.classes {
-                for aw in 0..dw.classes {
-                    let b = (n * dh.classes + ah) * dw.classes + aw;
-                    for ci in 0..c {
-                        for j in 0..dh.frame {
-                            let row = b * qxs[0] + ci * qxs[1] + j * qxs[2];
-                            let Some(ih) = dh.input(ah, j) else {
-                                for l in 0..dw.frame {
-                                    fx[row + l * qxs[3]] = 0.0;
-                                }
-                                continue;
-                            };
-                            let src = n * xs[0] + ci * xs[1] + ih * xs[2];
-                            for l in 0..dw.frame {
-                                fx[row + l * qxs[3]] = match dw.input(aw, l) {
-                                    Some(iw) => x[src + iw * xs[3]],
-                                    None => 0.0,
+        let k = p.y().c();
+        for (
+            bi,
+            Batch {
+                q,
+                groups: [gh, gw],
+            },
+        ) in batches.iter().enumerate()
+        {
+            let w = match w {
+                AlgoWeights::Prepared(d) => {
+                    AlgoWeights::Prepared(prepared_part(d, bi, batches.len())?)
+                }
+                plain => plain,
+            };
+            let (qxs, qys) = (q.x().strides(), q.y().strides());
+            let (fh, fw) = (q.x().h(), q.x().w());
+            let fx = &mut fx_all[..q.x().span()];
+            let fy = &mut fy_all[..q.y().span()];
+            // The frames: frame b = (image, class row, class column) within the batch.
+            let frame = |n: usize, ah: usize, aw: usize| {
+                (n * gh.count + ah - gh.first) * gw.count + aw - gw.first
+            };
+            for n in 0..p.x().n() {
+                for ah in gh.first..gh.first + gh.count {
+                    for aw in gw.first..gw.first + gw.count {
+                        let b = frame(n, ah, aw);
+                        for ci in 0..c {
+                            for j in 0..fh {
+                                let row = b * qxs[0] + ci * qxs[1] + j * qxs[2];
+                                let Some(ih) = dh.input(ah, j) else {
+                                    for l in 0..fw {
+                                        fx[row + l * qxs[3]] = 0.0;
+                                    }
+                                    continue;
                                 };
+                                let src = n * xs[0] + ci * xs[1] + ih * xs[2];
+                                for l in 0..fw {
+                                    fx[row + l * qxs[3]] = match dw.input(aw, l) {
+                                        Some(iw) => x[src + iw * xs[3]],
+                                        None => 0.0,
+                                    };
+                                }
                             }
                         }
                     }
                 }
             }
-        }
-        self.inner
-            .run(ctx, &q, fx, w, fy, inner_ws, &EpilogueArgs::default())?;
-        // The frames' outputs, interleaved into y with the epilogue.
-        let k = p.y().c();
-        for n in 0..p.x().n() {
-            for ah in 0..dh.classes {
-                for aw in 0..dw.classes {
-                    let b = (n * dh.classes + ah) * dw.classes + aw;
-                    for kk in 0..k {
-                        for i in 0..dh.outputs(ah) {
-                            let oh = ah + i * dh.period;
-                            for j in 0..dw.outputs(aw) {
-                                let ow = aw + j * dw.period;
-                                let v = fy[b * qys[0] + kk * qys[1] + i * qys[2] + j * qys[3]];
-                                let off = n * ys[0] + kk * ys[1] + oh * ys[2] + ow * ys[3];
-                                y[off] = epi.value(v, kk, off, || y[off]);
+            self.inner
+                .run(ctx, q, fx, w, fy, inner_ws, &EpilogueArgs::default())?;
+            // The frames' outputs, interleaved into y with the epilogue.
+            for n in 0..p.x().n() {
+                for ah in gh.first..gh.first + gh.count {
+                    for aw in gw.first..gw.first + gw.count {
+                        let b = frame(n, ah, aw);
+                        for kk in 0..k {
+                            for i in 0..gh.out {
+                                let oh = ah + i * dh.period;
+                                for j in 0..gw.out {
+                                    let ow = aw + j * dw.period;
+                                    let v = fy[b * qys[0] + kk * qys[1] + i * qys[2] + j * qys[3]];
+                                    let off = n * ys[0] + kk * ys[1] + oh * ys[2] + ow * ys[3];
+                                    y[off] = epi.value(v, kk, off, || y[off]);
+                                }
                             }
                         }
                     }
