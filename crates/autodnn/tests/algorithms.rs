@@ -9,8 +9,8 @@ use autodnn::conv::{self, Accuracy, ConvAlgorithm};
 use autodnn::cpu::Isa;
 use autodnn::{reference, ConvProblem, Error, Handle};
 use common::{
-    assert_exact, int_data, max_errors, random_dilated_problem, random_padded_problem,
-    random_problem, run_plain, run_prepared, Rng,
+    assert_within, int_data, random_dilated_problem, random_padded_problem, random_problem,
+    run_plain, run_prepared, Rng,
 };
 
 fn handles() -> Vec<(Isa, usize, Handle)> {
@@ -58,16 +58,7 @@ fn every_algorithm_on(
             for (isa, threads, h) in &handles {
                 let y = run(h, *a, &p, &x, &w);
                 let what = format!("case {case} {} {isa:?} {threads} threads", a.name());
-                match a.accuracy() {
-                    Accuracy::Exact => {
-                        assert_exact(&p, &y, &r, &what);
-                    }
-                    acc => {
-                        let (diff, max) = max_errors(&p, &y, &r, &what);
-                        let e = diff / max.max(1e-30);
-                        assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
-                    }
-                }
+                assert_within(a.accuracy(), &p, &y, &r, &what);
                 if !a.deterministic() {
                     continue;
                 }
@@ -157,16 +148,7 @@ fn space_to_batch_batches_share_prepared_weights() {
                 ("prepared", run_prepared(&h, a.name(), &p, &x, &pw)),
             ] {
                 let what = format!("case {case} {} {how}", a.name());
-                match a.accuracy() {
-                    Accuracy::Exact => {
-                        assert_exact(&p, &y, &r, &what);
-                    }
-                    acc => {
-                        let (diff, max) = max_errors(&p, &y, &r, &what);
-                        let e = diff / max.max(1e-30);
-                        assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
-                    }
-                }
+                assert_within(a.accuracy(), &p, &y, &r, &what);
             }
         }
     }

@@ -8,7 +8,7 @@ use autodnn::conv::{self, Accuracy};
 use autodnn::cpu::Isa;
 use autodnn::op::{Algorithm, ConvBackwardBias, ConvBackwardData, ConvBackwardFilter, Registered};
 use autodnn::{reference, ConvProblem, Handle, Layout, OpKind};
-use common::{assert_exact, int_data, max_errors, problem, run_plain, run_prepared};
+use common::{assert_exact, assert_within, int_data, problem, run_plain, run_prepared};
 use std::alloc::{GlobalAlloc, Layout as StdLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -35,16 +35,7 @@ fn every_algorithm_matches_the_reference(spec: &str) {
                 ];
                 for (how, y) in outputs {
                     let what = format!("{spec} {layout:?} {isa:?} {} {how}", a.name());
-                    match a.accuracy() {
-                        Accuracy::Exact => {
-                            assert_exact(&p, &y, &r, &what);
-                        }
-                        acc => {
-                            let (diff, max) = max_errors(&p, &y, &r, &what);
-                            let e = diff / max.max(1e-30);
-                            assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
-                        }
-                    }
+                    assert_within(a.accuracy(), &p, &y, &r, &what);
                 }
             }
             assert!(ran >= 2, "{spec}: only {ran} algorithms accepted it");

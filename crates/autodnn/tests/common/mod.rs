@@ -188,6 +188,21 @@ pub fn max_errors(p: &ConvProblem, y: &[f32], r: &[f64], what: &str) -> (f64, f6
     (diff, max)
 }
 
+/// y against the reference on integer data: exact for an exact algorithm, within its
+/// documented bound (relative to the output's largest value) otherwise.
+pub fn assert_within(acc: Accuracy, p: &ConvProblem, y: &[f32], r: &[f64], what: &str) {
+    match acc {
+        Accuracy::Exact => {
+            assert_exact(p, y, r, what);
+        }
+        acc => {
+            let (diff, max) = max_errors(p, y, r, what);
+            let e = diff / max.max(1e-30);
+            assert!(e <= acc.integer_tolerance(), "{what}: max_rel_err {e}");
+        }
+    }
+}
+
 /// Checks that every element of y inside the tensor equals the f64 reference rounded to f32
 /// (+0 and -0 compare equal). Returns the number of elements checked.
 pub fn assert_exact(p: &ConvProblem, y: &[f32], reference: &[f64], what: &str) -> usize {
