@@ -1508,8 +1508,12 @@ fn backward_masked(
                 let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
                 // The channel's next plane (the next channel's first after the last), a
                 // stride the prefetchers do not follow.
-                let next = b * c + ch + if b + 1 < n { c } else { 1 };
-                if next < pl.count {
+                let next = if b + 1 < n {
+                    Some((b + 1) * c + ch)
+                } else {
+                    (ch + 1 < c).then_some(ch + 1)
+                };
+                if let Some(next) = next {
                     let ([_, nx, ng, _], _) = pl.at(next);
                     crate::simd::fetch_to_l2(&x[nx..nx + len]);
                     crate::simd::fetch_to_l2(&dy[ng..ng + len]);
