@@ -546,39 +546,69 @@ impl<T: GemmInput> StridedMatrix<'_, T> {
 /// the AMD Zen 4, 4 the best: 256 channels of 56x56 bf16, batch 8, 6.5 -> 4.8 ms).
 const PAIR_STEPS_AHEAD: usize = 4;
 
-/// [`StridedMatrix::pack_pairs_block`] where rows are contiguous in the source (`rs` = 1):
-/// pair step by pair step, each across every panel.
+/// The walk of pair panels whose rows are contiguous in `src` (`rs` = 1), column c at `c·cs`:
+/// pair step by pair step, each across every panel (two sequential streams, rather than a
+/// line of each column per panel), the columns `ahead` steps on asked for first (short runs
+/// of far-apart columns, where the hardware prefetchers barely start before a run ends).
+/// Panel q holds rows `r0 + q·w ..` (`rows` in all); `fill(out, lo, hi)` writes pair step s
+/// of a panel (`w` slots, zero past the rows) from its rows of columns `c0 + 2s` and, within
+/// `len`, `c0 + 2s + 1`. Shared by the bf16 columns ([`pairs_by_columns`]) and the f32 ones
+/// rounded while packing (`kernels::avx512bf16::pairs_from_f32_columns`).
 #[inline(always)]
-fn pairs_by_columns<T>(
-    m: &StridedMatrix<'_, T>,
-    bits: &[u16],
+pub(crate) fn pair_steps<E>(
+    src: &[E],
+    cs: usize,
     (r0, rows, c0, len, w): (usize, usize, usize, usize, usize),
+    ahead: usize,
     dst: &mut [f32],
+    mut fill: impl FnMut(&mut [f32], &[E], Option<&[E]>),
 ) {
+    let line = (64 / std::mem::size_of::<E>().max(1)).max(1);
     let steps = len.div_ceil(2);
     for s in 0..steps {
-        let lo_col = (c0 + 2 * s) * m.cs;
-        let hi_col = (2 * s + 1 < len).then(|| (c0 + 2 * s + 1) * m.cs);
-        // The columns PAIR_STEPS_AHEAD pair steps on: short runs of far-apart columns, where
-        // the hardware prefetchers barely start before a run ends.
-        let ahead =
-            (s + PAIR_STEPS_AHEAD < steps).then(|| (c0 + 2 * (s + PAIR_STEPS_AHEAD)) * m.cs);
+        let lo_col = (c0 + 2 * s) * cs;
+        let hi_col = (2 * s + 1 < len).then(|| lo_col + cs);
+        let next = (s + ahead < steps).then(|| (c0 + 2 * (s + ahead)) * cs);
         for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
             let p0 = r0 + q * w;
             let rv = w.min(r0 + rows - p0);
-            if let Some(a) = ahead {
-                for line in (0..rv).step_by(32) {
-                    prefetch(&bits[a + p0 + line]);
-                    if let Some(b) = bits.get(a + m.cs + p0 + line) {
+            if let Some(a) = next {
+                for l in (0..rv).step_by(line) {
+                    prefetch(&src[a + p0 + l]);
+                    if let Some(b) = src.get(a + cs + p0 + l) {
                         prefetch(b);
                     }
                 }
             }
-            let out = &mut panel[s * w..(s + 1) * w];
-            let lo = &bits[lo_col + p0..][..rv];
-            match hi_col {
-                Some(h) => {
-                    let hi = &bits[h + p0..][..rv];
+            let hi = hi_col.map(|h| &src[h + p0..][..rv]);
+            fill(
+                &mut panel[s * w..(s + 1) * w],
+                &src[lo_col + p0..][..rv],
+                hi,
+            );
+        }
+    }
+}
+
+/// [`StridedMatrix::pack_pairs_block`] where rows are contiguous in the source (`rs` = 1),
+/// by [`pair_steps`].
+#[inline(always)]
+fn pairs_by_columns<T>(
+    m: &StridedMatrix<'_, T>,
+    bits: &[u16],
+    geometry: (usize, usize, usize, usize, usize),
+    dst: &mut [f32],
+) {
+    pair_steps(
+        bits,
+        m.cs,
+        geometry,
+        PAIR_STEPS_AHEAD,
+        dst,
+        |out, lo, hi| {
+            let rv = lo.len();
+            match hi {
+                Some(hi) => {
                     for ((o, &a), &b) in out.iter_mut().zip(lo).zip(hi) {
                         *o = f32::from_bits(a as u32 | (b as u32) << 16);
                     }
@@ -590,8 +620,8 @@ fn pairs_by_columns<T>(
                 }
             }
             out[rv..].fill(0.0);
-        }
-    }
+        },
+    );
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -278,6 +278,15 @@ pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 /// Elements per work item when an elementwise operator splits long runs among threads.
 pub(crate) const CHUNK: usize = 1 << 14;
 
+/// Consecutive units (planes, runs) per work item out of `count`: at least `least`, and at
+/// least a quarter of each of the `threads`' shares, so that each thread streams through
+/// long stretches of memory. Small items taken in turn by 2 threads held them to 1 thread's
+/// time (global average pooling's 64 planes, the bias add's runs of 16 Ki elements): each
+/// item restarted the hardware prefetchers.
+pub(crate) fn stretch(count: usize, least: usize, threads: usize) -> usize {
+    count.div_ceil(4 * threads.max(1)).max(least).max(1)
+}
+
 /// Bytes of a cache line, the unit element-wise loops align their output to.
 pub(crate) const LINE: usize = 64;
 

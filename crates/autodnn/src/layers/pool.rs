@@ -852,16 +852,8 @@ multiversion! {
     }
 }
 
-/// Fewest planes per item of the global path.
+/// Fewest planes per item of the global path (more by [`super::stretch`]).
 const GLOBAL_PLANES: usize = 64;
-
-/// Planes per item of the global path: at least [`GLOBAL_PLANES`], and otherwise about a
-/// quarter of each thread's share, so that each thread streams through long runs of x
-/// (items of 64 planes, taken in turn by 2 threads, held 2 threads to 1 thread's time:
-/// each item restarted the hardware prefetchers).
-fn global_planes_per_item(planes: usize, threads: usize) -> usize {
-    planes.div_ceil(4 * threads.max(1)).max(GLOBAL_PLANES)
-}
 
 /// Reduces `v` in 16 lanes (element k into lane k mod 16), then the lanes in order: a fixed
 /// order that vectorises.
@@ -1141,7 +1133,7 @@ pub fn forward(
             true => None,
             false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
         };
-        let per = global_planes_per_item(planes, ctx.threads);
+        let per = super::stretch(planes, GLOBAL_PLANES, ctx.threads);
         return run_items(
             ctx,
             planes.div_ceil(per),

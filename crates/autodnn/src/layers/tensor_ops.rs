@@ -67,9 +67,9 @@ pub(crate) fn broadcast_strides(
 /// [`super::for_each_piece`] with short runs grouped: a work item takes consecutive whole
 /// runs of about 16 Ki elements in all (NHWC's runs of C elements, padded rows), so that the
 /// per-item cost does not dominate; long runs are split as there. `f(y, run, first, len)`.
-/// On several threads an item takes at least a quarter of a thread's share, so that each
-/// thread streams through long stretches of memory (items of 16 Ki elements taken in turn
-/// held the in-place bias add on 2 threads at 1.2 times PyTorch's time).
+/// On several threads an item takes at least a quarter of a thread's share
+/// ([`super::stretch`]; items of 16 Ki elements taken in turn held the in-place bias add on
+/// 2 threads at 1.2 times PyTorch's time).
 /// Each run is two calls, split where the output reaches a cache line, as `for_each_piece`
 /// splits its pieces (a bias's planes on a buffer 16 bytes into a line: every vector stored
 /// into two lines, the in-place bias add 12 % slower).
@@ -83,9 +83,7 @@ pub(crate) fn for_each_grouped<const K: usize>(
         return for_each_piece(ctx, runs, y, f);
     }
     let count = runs.count();
-    let group = (super::CHUNK / runs.len.max(1))
-        .max(count.div_ceil(4 * ctx.threads.max(1)))
-        .max(1);
+    let group = super::stretch(count, super::CHUNK / runs.len.max(1), ctx.threads);
     let items = count.div_ceil(group);
     let base = y.as_ptr() as usize;
     let out = SharedOut::new(y);

@@ -494,6 +494,15 @@ fn tiled(
     let n_outer: usize = outer.iter().map(|&d| p.ext[d]).product();
     let items = n_outer * bi * bj;
     let features = ctx.features();
+    #[cfg(target_arch = "x86_64")]
+    let (avx512, avx2) = (
+        <crate::simd::Avx512 as crate::simd::Token>::new(features),
+        <crate::simd::Avx2 as crate::simd::Token>::new(features),
+    );
+    #[cfg(target_arch = "x86_64")]
+    let masked_tiles = avx512.is_some();
+    #[cfg(not(target_arch = "x86_64"))]
+    let masked_tiles = false;
     let out = SharedOut::new(y);
     let ylen = out.len();
     let one = |_: &mut (), item: usize| {
@@ -509,35 +518,12 @@ fn tiled(
         // Every element of the block lies inside y's span (the descriptor was checked
         // against the buffer); this guards the unchecked stores below.
         assert!(oy + (i1 - 1) * syi + (j1 - 1) * syj < ylen);
-        #[cfg(target_arch = "x86_64")]
-        if fast {
-            if let Some(t) = <crate::simd::Avx512 as crate::simd::Token>::new(features) {
-                let (ty, tx) = (oy + i0 + j0 * syj, ox + i0 * sxi + j0);
-                // The block reads inside x's span (checked against the buffer).
-                assert!(tx + (i1 - i0 - 1) * sxi + (j1 - j0 - 1) < x.len());
-                // SAFETY: the block's elements are in bounds of x and y (asserted above),
-                // and this item alone writes them.
-                unsafe {
-                    avx512::transpose_tiles(
-                        t,
-                        blend,
-                        x.as_ptr().add(tx),
-                        sxi,
-                        out.as_mut_ptr().add(ty),
-                        syj,
-                        i1 - i0,
-                        j1 - j0,
-                        stream,
-                    )
-                };
-                return;
-            }
-        }
-        // Full tiles in the kernel, the edges (and strided inner steps) element by element.
-        let (fi, fj) = if fast {
-            ((i1 - i0) / TILE * TILE, (j1 - j0) / TILE * TILE)
-        } else {
-            (0, 0)
+        // The tiles in a kernel (with AVX-512 the whole block, its partial tiles masked;
+        // else the whole 8 × 8 tiles); the rest, and strided inner steps, element by element.
+        let (fi, fj) = match (fast, masked_tiles) {
+            (false, _) => (0, 0),
+            (true, true) => (i1 - i0, j1 - j0),
+            (true, false) => ((i1 - i0) / TILE * TILE, (j1 - j0) / TILE * TILE),
         };
         if fi > 0 && fj > 0 {
             let (ty, tx) = (oy + i0 + j0 * syj, ox + i0 * sxi + j0);
@@ -545,22 +531,22 @@ fn tiled(
             assert!(tx + (fi - 1) * sxi + fj - 1 < x.len());
             let mut done = false;
             #[cfg(target_arch = "x86_64")]
-            if let Some(t) = <crate::simd::Avx2 as crate::simd::Token>::new(features) {
+            {
+                let (xp, yp) = (
+                    x.as_ptr().wrapping_add(tx),
+                    out.as_mut_ptr().wrapping_add(ty),
+                );
                 // SAFETY: the region's elements are in bounds of x and y (asserted above),
-                // and this item alone writes them.
+                // and this item alone writes them; each token proves its instruction set.
                 unsafe {
-                    avx2::transpose_tiles(
-                        t,
-                        blend,
-                        x.as_ptr().add(tx),
-                        sxi,
-                        out.as_mut_ptr().add(ty),
-                        syj,
-                        fi,
-                        fj,
-                    )
-                };
-                done = true;
+                    if let Some(t) = avx512 {
+                        avx512::transpose_tiles(t, blend, xp, sxi, yp, syj, fi, fj, stream);
+                        done = true;
+                    } else if let Some(t) = avx2 {
+                        avx2::transpose_tiles(t, blend, xp, sxi, yp, syj, fi, fj);
+                        done = true;
+                    }
+                }
             }
             if !done {
                 transpose_tiles(

@@ -158,11 +158,8 @@ pub(crate) unsafe fn to_pairs(buf: *mut f32, w: usize, kc: usize) {
 }
 
 /// Pair panels straight from f32 columns (what [`to_pairs`] makes of their f32 panels, the
-/// same bits): rows contiguous in `src` from `r0`, column c at `c·cs`; panel q holds rows
-/// `r0 + q·w ..` (`rows` in all, zero past them), pair step s at slot row s of its
-/// `ceil(len / 2)·w` slots: columns `c0 + 2s` (low half) and `c0 + 2s + 1` (high half, zero
-/// past `len`). Pair step by pair step across every panel (two sequential streams), with the
-/// columns `ahead` steps on prefetched. Panels are `w·len` floats apart in `dst`, `w ≤ 32`.
+/// same bits), walked by [`crate::gemm::pack::pair_steps`] (rows contiguous in `src`, column c
+/// at `c·cs`, the columns `ahead` steps on prefetched; `w ≤ 32`).
 ///
 /// # Safety
 /// The CPU has AVX512F and AVX512-BF16 (the token proves it). Every index is checked
@@ -172,49 +169,31 @@ pub(crate) unsafe fn pairs_from_f32_columns(
     _: crate::simd::Avx512Bf16,
     src: &[f32],
     cs: usize,
-    (r0, rows, c0, len, w): (usize, usize, usize, usize, usize),
+    geometry: (usize, usize, usize, usize, usize),
     ahead: usize,
     dst: &mut [f32],
 ) {
-    let steps = len.div_ceil(2);
     let low = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
-    for s in 0..steps {
-        let lo_col = (c0 + 2 * s) * cs;
-        let hi_col = (2 * s + 1 < len).then(|| lo_col + cs);
-        let next = (s + ahead < steps).then(|| (c0 + 2 * (s + ahead)) * cs);
-        for (q, panel) in dst.chunks_exact_mut(w * len).enumerate() {
-            let p0 = r0 + q * w;
-            let rv = w.min(r0 + rows - p0);
-            if let Some(a) = next {
-                for line in (0..rv).step_by(16) {
-                    crate::gemm::pack::prefetch(&src[a + p0 + line]);
-                    if let Some(b) = src.get(a + cs + p0 + line) {
-                        crate::gemm::pack::prefetch(b);
-                    }
-                }
-            }
-            let out = &mut panel[s * w..(s + 1) * w];
-            let lo = &src[lo_col + p0..][..rv];
-            let hi = hi_col.map_or(&[][..], |h| &src[h + p0..][..rv]);
-            for e in (0..w).step_by(16) {
-                let m_in = low(rv.saturating_sub(e));
-                let m_hi = if hi.is_empty() { 0 } else { m_in };
-                // SAFETY: the enabled input lanes are elements e .. rv of `lo` (and of `hi`
-                // where it is present), the enabled output lanes elements e .. w of `out`;
-                // masked-off lanes are not accessed.
-                unsafe {
-                    let a = _mm512_maskz_loadu_ps(m_in, lo.as_ptr().wrapping_add(e));
-                    let b = _mm512_maskz_loadu_ps(m_hi, hi.as_ptr().wrapping_add(e));
-                    let l = _mm512_cvtepu16_epi32(bits16(_mm512_cvtneps_pbh(a)));
-                    let h = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(bits16(
-                        _mm512_cvtneps_pbh(b),
-                    )));
-                    let o = out.as_mut_ptr().wrapping_add(e).cast::<i32>();
-                    _mm512_mask_storeu_epi32(o, low(w - e), _mm512_or_si512(l, h));
-                }
+    crate::gemm::pack::pair_steps(src, cs, geometry, ahead, dst, |out, lo, hi| {
+        let (rv, w) = (lo.len(), out.len());
+        let hi = hi.unwrap_or(&[]);
+        for e in (0..w).step_by(16) {
+            let m_in = low(rv.saturating_sub(e));
+            let m_hi = if hi.is_empty() { 0 } else { m_in };
+            // SAFETY: the token proves AVX512F and AVX512-BF16; the enabled input lanes are
+            // elements e .. rv of `lo` (and of `hi` where it is present), the enabled output
+            // lanes elements e .. w of `out`; masked-off lanes are not accessed.
+            unsafe {
+                let a = _mm512_maskz_loadu_ps(m_in, lo.as_ptr().wrapping_add(e));
+                let b = _mm512_maskz_loadu_ps(m_hi, hi.as_ptr().wrapping_add(e));
+                let l = _mm512_cvtepu16_epi32(bits16(_mm512_cvtneps_pbh(a)));
+                let h =
+                    _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(bits16(_mm512_cvtneps_pbh(b))));
+                let o = out.as_mut_ptr().wrapping_add(e).cast::<i32>();
+                _mm512_mask_storeu_epi32(o, low(w - e), _mm512_or_si512(l, h));
             }
         }
-    }
+    });
 }
 
 /// The bits of 16 bf16 values.
