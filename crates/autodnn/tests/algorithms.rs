@@ -158,6 +158,39 @@ fn space_to_batch_batches_share_prepared_weights() {
     );
 }
 
+/// kn2row's prepared filters are the engine's panels for the instruction set they were
+/// prepared under: calls under every other cap (other panel widths) repack them and stay
+/// exact, on random dilated problems.
+#[test]
+fn kn2row_prepared_panels_run_under_every_isa() {
+    let hs = handles();
+    let mut rng = Rng(0x4b6);
+    let mut ran = 0;
+    for case in 0..40 {
+        let p = random_dilated_problem(&mut rng);
+        let kn2row = conv::algorithms()
+            .iter()
+            .find(|a| a.name() == "kn2row")
+            .unwrap();
+        if kn2row.check(&p).is_err() {
+            continue;
+        }
+        let x = int_data(p.x().span(), case);
+        let w = int_data(p.w().elements(), case + 500);
+        let r = reference::conv_forward(&p, &x, &w).unwrap();
+        for (from, _, hp) in &hs {
+            let pw = hp.prepare_weights(&p, "kn2row", &w).unwrap();
+            for (to, threads, h) in &hs {
+                let y = run_prepared(h, "kn2row", &p, &x, &pw);
+                let what = format!("case {case} prepared {from:?}, run {to:?} x{threads}");
+                assert_within(Accuracy::Exact, &p, &y, &r, &what);
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 20 * hs.len(), "only {ran} runs");
+}
+
 #[test]
 fn direct_accepts_everything_and_needs_no_workspace() {
     let direct = conv::algorithms().last().unwrap();

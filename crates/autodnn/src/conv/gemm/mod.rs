@@ -48,6 +48,7 @@ pub(crate) use explicit_fwd::GEMM;
 pub(crate) use implicit_bwd_data::IMPLICIT_GEMM_BWD_DATA;
 pub(crate) use implicit_bwd_filter::IMPLICIT_GEMM_BWD_FILTER;
 pub(crate) use implicit_fwd::IMPLICIT_GEMM;
+pub(crate) use packed_filter::{a_panels_len, prepare_a_panels, prepared_a_panels};
 
 use algorithm::{GemmConv, PatchSource};
 #[cfg(doc)]

@@ -255,20 +255,7 @@ impl Geometry {
         if data.len() < PREPARED_HEADER || data[0] != PREPARED_MAGIC {
             return Err(bad());
         }
-        let format = match data[4] {
-            c if c.fract() == 0.0 && (0.0..=255.0).contains(&c) => {
-                PackFormat::from_code(c as u8).ok_or_else(bad)?
-            }
-            _ => return Err(bad()),
-        };
-        if format.is_bf16() && ctx.math == MathMode::Strict {
-            return Err(Error::bad(
-                "prepared",
-                "bf16 pairs",
-                "these weights were rounded to bf16 (prepared under allow_bf16 or for bf16 \
-                 tensors); this call computes in strict f32",
-            ));
-        }
+        let format = stored_format(data[4], ctx)?;
         let (width, kcb) = (data[1] as usize, data[2] as usize);
         let frame = if data[3] == 0.0 {
             Frame::Positions
@@ -488,8 +475,19 @@ pub(crate) fn pack_a_once<'a>(
     shape.pack(ctx, to_pairs, &mut buf[..len], |i0, rows, t0, kt, dst| {
         a.pack_a(i0, rows, t0, kt, width, dst)
     })?;
-    let data: &'a [f32] = &buf[..len];
-    Ok(Filter::Packed(PackedFilter {
+    Ok(a_side_panels(&buf[..len], (width, kcb), depth, m, format))
+}
+
+/// The A operand (`m × depth`) whose panels of `width` rows in depth blocks of `kcb` are
+/// `data`.
+fn a_side_panels(
+    data: &[f32],
+    (width, kcb): (usize, usize),
+    depth: usize,
+    m: usize,
+    format: PackFormat,
+) -> Filter<'_> {
+    Filter::Packed(PackedFilter {
         data,
         width,
         kcb,
@@ -497,5 +495,95 @@ pub(crate) fn pack_a_once<'a>(
         channels: m,
         format,
         b_side: false,
-    }))
+    })
+}
+
+/// The panel format recorded in prepared weights as `code` ([`PackFormat`]'s code), checked
+/// against the call: bf16 pairs are refused in a strict call.
+///
+/// # Errors
+/// [`Error::BadValue`] for a code no packing wrote, and for bf16 pairs under strict math.
+fn stored_format(code: f32, ctx: &ExecContext<'_>) -> Result<PackFormat> {
+    let format = (code.fract() == 0.0 && (0.0..=255.0).contains(&code))
+        .then(|| PackFormat::from_code(code as u8))
+        .flatten()
+        .ok_or_else(|| Error::bad("prepared", "data", "not made by this algorithm's prepare"))?;
+    if format.is_bf16() && ctx.math == MathMode::Strict {
+        return Err(Error::bad(
+            "prepared",
+            "bf16 pairs",
+            "these weights were rounded to bf16 (prepared under allow_bf16 or for bf16 \
+             tensors); this call computes in strict f32",
+        ));
+    }
+    Ok(format)
+}
+
+/// Floats before an operand stored by [`prepare_a_panels`]: its panel width, depth block and
+/// format code.
+const A_PANELS_HEADER: usize = 3;
+
+/// Floats [`prepare_a_panels`] writes for an `m × depth` operand, whatever the instruction
+/// set (its header and [`packed_a_len_bound`]); `None` on overflow.
+pub(crate) fn a_panels_len(m: usize, depth: usize) -> Option<usize> {
+    packed_a_len_bound(m, depth)?.checked_add(A_PANELS_HEADER)
+}
+
+/// An A operand `a` (`m × depth`) stored as prepared weights: the engine's panels as
+/// [`pack_a_once`] packs them in `ctx`, after a header recording their layout, into `dst`
+/// (exactly [`a_panels_len`] floats; the tail past the panels is left as it is).
+///
+/// # Errors
+/// [`Error::BufferTooSmall`] when `dst` is too short; those of the packer.
+pub(crate) fn prepare_a_panels(
+    ctx: &ExecContext<'_>,
+    a: &dyn PackA,
+    m: usize,
+    depth: usize,
+    dst: &mut [f32],
+) -> Result<()> {
+    if dst.len() < A_PANELS_HEADER {
+        return Err(Error::BufferTooSmall {
+            field: "prepared weights (the packed operand)".into(),
+            needed: A_PANELS_HEADER,
+            got: dst.len(),
+        });
+    }
+    let (head, body) = dst.split_at_mut(A_PANELS_HEADER);
+    let Filter::Packed(p) = pack_a_once(ctx, a, m, depth, body)? else {
+        unreachable!("pack_a_once returns packed panels")
+    };
+    head.copy_from_slice(&[p.width as f32, p.kcb as f32, f32::from(p.format.code())]);
+    Ok(())
+}
+
+/// The `m × depth` operand [`prepare_a_panels`] stored in `data`: read in place by the engine
+/// where its blocking in `ctx` is the one it was packed for, repacked from the panels
+/// otherwise (another instruction-set cap).
+///
+/// # Errors
+/// [`Error::BadValue`] for a header no packing wrote or data too short for it, and for bf16
+/// pairs in a strict call.
+pub(crate) fn prepared_a_panels<'a>(
+    data: &'a [f32],
+    m: usize,
+    depth: usize,
+    ctx: &ExecContext<'_>,
+) -> Result<Filter<'a>> {
+    let bad = || Error::bad("prepared", "data", "not made by this algorithm's prepare");
+    let whole = |v: f32, hi: f32| v.fract() == 0.0 && (1.0..=hi).contains(&v);
+    let [w, kcb, code] = match data.get(..A_PANELS_HEADER) {
+        Some(&[w, kcb, code]) => [w, kcb, code],
+        _ => return Err(bad()),
+    };
+    if !whole(w, MAX_PANEL_WIDTH as f32) || !whole(kcb, depth.max(1) as f32) {
+        return Err(bad());
+    }
+    let format = stored_format(code, ctx)?;
+    let (width, kcb) = (w as usize, kcb as usize);
+    let len = depth * m.div_ceil(width) * width;
+    let panels = data
+        .get(A_PANELS_HEADER..A_PANELS_HEADER + len)
+        .ok_or_else(bad)?;
+    Ok(a_side_panels(panels, (width, kcb), depth, m, format))
 }
