@@ -106,15 +106,18 @@ impl Case {
     /// `algo`'s bound when it rounds inside under allow_bf16 (its bound under the mode
     /// differs from its strict one), else `None`.
     fn rounds_inside(&self, algo: &str) -> Option<Accuracy> {
-        fn of<O: Registered<Problem = ConvProblem>>(algo: &str) -> Option<Accuracy> {
+        fn of<O: Registered<Problem = ConvProblem>>(
+            p: &ConvProblem,
+            algo: &str,
+        ) -> Option<Accuracy> {
             let a = O::algorithms().iter().find(|a| a.name() == algo)?;
-            let under = a.accuracy_under(MathMode::AllowBf16);
+            let under = a.accuracy_under(p, MathMode::AllowBf16);
             (under != a.accuracy()).then_some(under)
         }
         match self.op {
-            OpKind::ConvForward => of::<ConvForward>(algo),
-            OpKind::ConvBackwardData => of::<ConvBackwardData>(algo),
-            _ => of::<ConvBackwardFilter>(algo),
+            OpKind::ConvForward => of::<ConvForward>(&self.p, algo),
+            OpKind::ConvBackwardData => of::<ConvBackwardData>(&self.p, algo),
+            _ => of::<ConvBackwardFilter>(&self.p, algo),
         }
     }
 

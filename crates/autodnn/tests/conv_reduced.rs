@@ -2,8 +2,9 @@
 //! type or f32. Every algorithm computes them with f32 sums on f32 copies of its operands
 //! (widening is exact) and the epilogue in f32, and rounds y once, to nearest even, at the
 //! end. So on integer data (exact in both types) the exact algorithms give the f64 result
-//! rounded once to y's type, bit for bit; on real data each stays within its f32 bound plus
-//! half an ulp of y's type.
+//! rounded once to y's type, bit for bit; on real data each stays within its bound plus half
+//! an ulp of y's type: the f32 bound, except `winograd_2x2` on bf16 tensors, which rounds its
+//! transformed operands to bf16 in every mode (its bound under `allow_bf16`).
 
 mod common;
 
@@ -13,7 +14,9 @@ use autodnn::op::{
     TensorMut,
 };
 use autodnn::select::Policy;
-use autodnn::{bf16, f16, reference, ConvProblem, DataType, Error, Handle, Layout};
+use autodnn::{
+    bf16, f16, reference, Bf16Units, ConvProblem, DataType, Error, Handle, Layout, MathMode,
+};
 use common::{
     int_data, problem, random_depthwise_problem, random_padded_problem, random_problem, real_data,
     Rng,
@@ -229,7 +232,7 @@ fn real_data_stays_within_the_f32_bound_plus_one_rounding() {
                     continue;
                 }
                 let y = run(&h, a.name(), &p, &x, &w, &y0, &EpilogueArgs::default()).unwrap();
-                let c = match a.accuracy() {
+                let c = match Algorithm::<ConvForward>::accuracy_under(*a, &p, MathMode::Strict) {
                     Accuracy::Exact => 1.0,
                     Accuracy::Normwise { c, .. } => c,
                 };
@@ -249,6 +252,61 @@ fn real_data_stays_within_the_f32_bound_plus_one_rounding() {
                     );
                 });
             }
+        }
+    }
+}
+
+/// bf16 tensors compute at bf16's precision in every mode: `winograd_2x2` rounds its
+/// transformed operands to bf16 pairs under strict math exactly as under `allow_bf16` (the
+/// same bits), within its bound under the mode, where the f32 problem on the same values
+/// keeps them in f32 under strict math.
+#[test]
+fn bf16_tensors_round_winograd_operands_in_every_mode() {
+    let (strict, allow) = (
+        Handle::with_threads(1).unwrap(),
+        Handle::with_threads(1).unwrap(),
+    );
+    allow.set_math_mode(MathMode::AllowBf16);
+    let p32 = problem("mb2ic32oc16ih10oh10kh3ph1", Layout::Nchw);
+    let p = reduced(&p32, DataType::Bf16, DataType::F32);
+    let (x, w) = (
+        buf(&real_data(p.x().span(), 3, 1 << 12), DataType::Bf16),
+        buf(&real_data(p.w().elements(), 4, 1 << 12), DataType::Bf16),
+    );
+    let (xv, wv) = (widened(&x), widened(&w));
+    let r = reference::conv_forward(&p32, &xv, &wv).unwrap();
+    let y0 = buf(&vec![f32::NAN; p.y().span()], DataType::F32);
+    let a = ConvForward::algorithms()
+        .iter()
+        .find(|a| a.name() == "winograd_2x2")
+        .unwrap();
+    let bound = match Algorithm::<ConvForward>::accuracy_under(*a, &p, MathMode::Strict) {
+        Accuracy::Normwise { c, .. } => c * 2f64.powi(-24) * (32 * 9) as f64,
+        Accuracy::Exact => panic!("winograd_2x2 is not exact"),
+    };
+    assert!(
+        bound > 1e-4,
+        "the bound under strict math is the f32 one: {bound:e}"
+    );
+    for units in [Bf16Units::Always, Bf16Units::Auto] {
+        strict.set_bf16_units(units);
+        allow.set_bf16_units(units);
+        let epi = EpilogueArgs::default();
+        let ys = run(&strict, "winograd_2x2", &p, &x, &w, &y0, &epi).unwrap();
+        let ya = run(&allow, "winograd_2x2", &p, &x, &w, &y0, &epi).unwrap();
+        each_output(&p, |o| {
+            assert_eq!(ys[o].to_bits(), ya[o].to_bits(), "{units:?}: y[{o}]");
+            assert!((ys[o] as f64 - r[o]).abs() <= bound, "{units:?}: y[{o}]");
+        });
+        if units == Bf16Units::Always {
+            // The f32 problem on the same values, strict: V and U stay in f32.
+            let mut y32 = vec![f32::NAN; p32.y().span()];
+            strict
+                .conv_forward(&p32, "winograd_2x2", &xv, &wv, &mut y32)
+                .unwrap();
+            let mut differ = 0;
+            each_output(&p, |o| differ += usize::from(ys[o] != y32[o]));
+            assert!(differ > 0, "bf16 tensors under strict math computed in f32");
         }
     }
 }

@@ -584,7 +584,7 @@ impl Algorithm<ConvBackwardData> for ViaForward {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
-    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
+    fn accuracy_under(&self, _p: &ConvProblem, math: crate::MathMode) -> Accuracy {
         self.inner.accuracy_under(math)
     }
     /// The sum of the forward algorithm's features over the residues.

@@ -250,8 +250,8 @@ impl Algorithm<ConvBackwardData> for SplitBwdData {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
-    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
-        self.inner.accuracy_under(math)
+    fn accuracy_under(&self, p: &ConvProblem, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(p, math)
     }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         self.inner.cost_features(p)
@@ -318,8 +318,8 @@ impl Algorithm<ConvBackwardFilter> for SplitBwdFilter {
     fn accuracy(&self) -> Accuracy {
         self.inner.accuracy()
     }
-    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
-        self.inner.accuracy_under(math)
+    fn accuracy_under(&self, p: &ConvProblem, math: crate::MathMode) -> Accuracy {
+        self.inner.accuracy_under(p, math)
     }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         self.inner.cost_features(p)

@@ -276,7 +276,6 @@ impl Handle {
             isa: c.isa,
             features: c.features,
             math: c.math,
-            caller_math: c.math,
             bf16_units: c.bf16_units,
         }
     }

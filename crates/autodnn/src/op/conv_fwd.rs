@@ -212,14 +212,18 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
     fn accuracy(&self) -> Accuracy {
         ConvAlgorithm::accuracy(self)
     }
-    fn accuracy_under(&self, math: MathMode) -> Accuracy {
-        ConvAlgorithm::accuracy_under(self, math)
+    fn accuracy_under(&self, p: &ConvProblem, math: MathMode) -> Accuracy {
+        ConvAlgorithm::accuracy_under(self, math_for(p, math))
     }
     fn cost_features(&self, p: &ConvProblem) -> [f64; COST_FEATURES] {
         ConvAlgorithm::cost_features(self, &p.as_f32())
     }
     fn cost_features_under(&self, p: &ConvProblem, ctx: &ExecContext<'_>) -> [f64; COST_FEATURES] {
-        ConvAlgorithm::cost_features_under(self, &p.as_f32(), ctx)
+        let ctx = ExecContext {
+            math: math_for(p, ctx.math),
+            ..*ctx
+        };
+        ConvAlgorithm::cost_features_under(self, &p.as_f32(), &ctx)
     }
     fn run(
         &self,
@@ -245,15 +249,9 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
         // bf16 x and w (widened or read in place) are exactly bf16 values: rounding them to
         // bf16 again (the allow_bf16 mode) changes nothing, and puts the GEMM-engine
         // algorithms' products on the bf16 units where the handle's units choice lets them.
-        let bf16_ctx;
-        let ctx = if computes_in_bf16(p) {
-            bf16_ctx = ExecContext {
-                math: MathMode::AllowBf16,
-                ..*ctx
-            };
-            &bf16_ctx
-        } else {
-            ctx
+        let ctx = &ExecContext {
+            math: math_for(p, ctx.math),
+            ..*ctx
         };
         if ConvAlgorithm::reads_reduced(self) {
             // Reduced-precision tensors read and written in their own types.
@@ -324,6 +322,19 @@ impl<T: ConvAlgorithm + ?Sized> Algorithm<ConvForward> for T {
 /// math mode (f32 problems only under [`MathMode::AllowBf16`]).
 pub(crate) fn computes_in_bf16(p: &ConvProblem) -> bool {
     p.x().dtype() == DataType::Bf16 && p.w().dtype() == DataType::Bf16
+}
+
+/// The mode `p`'s algorithms compute in when the caller's is `math`: [`MathMode::AllowBf16`]
+/// for bf16 x and w, whose values are bf16 already (rounding them to bf16 changes nothing
+/// but the units), and whose transformed-domain operands (`winograd_2x2`'s) may then be
+/// rounded to bf16 as well: a bf16 convolution computes at bf16's precision in every mode,
+/// within the bound [`ConvAlgorithm::accuracy_under`] documents. `math` otherwise.
+pub(crate) fn math_for(p: &ConvProblem, math: MathMode) -> MathMode {
+    if computes_in_bf16(p) {
+        MathMode::AllowBf16
+    } else {
+        math
+    }
 }
 
 /// Alignment of the widened copies in the workspace.

@@ -167,11 +167,12 @@ pub trait Algorithm<O: Operation>: Send + Sync {
     fn deterministic(&self) -> bool;
     /// Its documented error bound.
     fn accuracy(&self) -> Accuracy;
-    /// Its documented error bound when the caller's math mode is `math`: the same as
-    /// [`Algorithm::accuracy`] unless the mode lets it round more than strict math (bf16
-    /// operands in a transformed domain under [`crate::MathMode::AllowBf16`]).
-    fn accuracy_under(&self, math: crate::MathMode) -> Accuracy {
-        let _ = math;
+    /// Its documented error bound on `p` when the caller's math mode is `math`: the same as
+    /// [`Algorithm::accuracy`] unless the mode or the problem's types let it round more than
+    /// strict math (bf16 operands in a transformed domain under
+    /// [`crate::MathMode::AllowBf16`], and on bf16 tensors in any mode).
+    fn accuracy_under(&self, p: &O::Problem, math: crate::MathMode) -> Accuracy {
+        let _ = (p, math);
         self.accuracy()
     }
     /// What the cost model predicts its time from: [`COST_FEATURES`] non-negative

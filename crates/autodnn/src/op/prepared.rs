@@ -35,9 +35,7 @@ pub(crate) fn prepare_for(
             &rounded
         }
     };
-    if super::conv_fwd::computes_in_bf16(problem) {
-        ctx.math = MathMode::AllowBf16;
-    }
+    ctx.math = super::conv_fwd::math_for(problem, ctx.math);
     let bf16 = ctx.math == MathMode::AllowBf16;
     let p32 = problem.as_f32();
     Ok(match ConvAlgorithm::prepare(a, &ctx, &p32, w)? {

@@ -27,13 +27,9 @@ pub struct ExecContext<'a> {
     pub(crate) isa: Isa,
     /// The processor features kernels may use (within the handle's cap).
     pub(crate) features: Features,
-    /// The precision f32 operands may be computed in.
+    /// The precision f32 operands may be computed in: the handle's mode, raised to
+    /// [`MathMode::AllowBf16`] for calls on bf16 tensors (whose values are bf16 already).
     pub(crate) math: MathMode,
-    /// The mode the caller asked for (the handle's). `math` is raised to
-    /// [`MathMode::AllowBf16`] for bf16 tensors, whose products are of bf16 values in any
-    /// mode; a rounding beyond the tensors' own (bf16 operands in a transformed domain)
-    /// follows this one.
-    pub(crate) caller_math: MathMode,
     /// Which units compute products of bf16 values.
     pub(crate) bf16_units: Bf16Units,
 }
@@ -45,9 +41,11 @@ pub struct ExecContext<'a> {
 /// mode; the mode decides only what f32 operands may become, and whether operands computed
 /// inside an algorithm may be rounded too. In convolution it applies to the algorithms whose
 /// products run on the GEMM engine (explicit and implicit GEMM), and to `winograd_2x2`, whose
-/// transformed input and filter are then rounded to bf16 pairs (for bf16 tensors as well;
-/// its bound under the mode is [`crate::op::Algorithm::accuracy_under`]); the others compute
-/// in f32 whatever the mode. Where the bf16 units run is [`Bf16Units`]' choice.
+/// transformed input and filter are then rounded to bf16 pairs (its bound under the mode is
+/// [`crate::op::Algorithm::accuracy_under`]); the others compute in f32 whatever the mode.
+/// A convolution of bf16 tensors computes as under `allow_bf16` in every mode: its operands
+/// are bf16 values, and its precision is bf16's (`winograd_2x2` rounds its transformed
+/// operands there too). Where the bf16 units run is [`Bf16Units`]' choice.
 ///
 /// ```
 /// use autodnn::{gemm::GemmDesc, Handle, MathMode};

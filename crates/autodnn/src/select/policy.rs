@@ -116,7 +116,7 @@ pub(crate) fn rank<O: Operation>(
             ),
             workspace_bytes: ws,
             deterministic: a.deterministic(),
-            accuracy: a.accuracy_under(env.ctx.caller_math),
+            accuracy: a.accuracy_under(p, env.ctx.math),
             eligible,
         });
     }

@@ -20,8 +20,9 @@
 //!   and dilated kernels: the transforms assume unit-step, dense windows. Every group count,
 //!   padding, layout and stride pattern of x and y is accepted.
 //! - **Accuracy:** [`Accuracy::Normwise`], the constant measured in `tests/winograd.rs`.
-//! - **bf16 pairs under `allow_bf16`:** where the caller's math mode is `allow_bf16` and the
-//!   units choice takes the bf16 units, `winograd_2x2` rounds V and U to bf16 pairs (two
+//! - **bf16 pairs under `allow_bf16`:** where the caller's math mode is `allow_bf16` (or the
+//!   tensors are bf16, in any mode) and the units choice takes the bf16 units, `winograd_2x2`
+//!   rounds V and U to bf16 pairs (two
 //!   channels per 32-bit slot) and sums their products in f32 on `vdpbf16ps` (in f32
 //!   arithmetic on the same pairs where the CPU lacks it): twice the products per cycle and
 //!   half the bytes of V and of a prepared filter, within the bound of products rounded to
@@ -414,12 +415,13 @@ impl<T: Tile> Winograd<T> {
     }
 
     /// Whether a call under `ctx` computes its transformed-domain products on bf16 pairs:
-    /// the tile size's error allows it, the caller's math mode is `allow_bf16`, and the units
+    /// the tile size's error allows it, the call's math mode is `allow_bf16` (the caller's,
+    /// or any mode on bf16 tensors: [`crate::op::conv_fwd::math_for`]), and the units
     /// choice takes the bf16 units (`auto`: where the GEMM engine takes them, measured faster
     /// than f32; `always`: everywhere, in f32 arithmetic where the CPU lacks them).
     fn pairs_under(&self, ctx: &ExecContext<'_>) -> bool {
         self.bf16_accuracy.is_some()
-            && ctx.caller_math == MathMode::AllowBf16
+            && ctx.math == MathMode::AllowBf16
             && match ctx.bf16_units {
                 Bf16Units::Never => false,
                 Bf16Units::Always => true,
