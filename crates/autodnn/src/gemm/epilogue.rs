@@ -5,6 +5,7 @@
 //! The order is fixed: `C = act(alpha·op(A)·op(B) + beta·C + bias + residual)`, which is
 //! what a convolution layer with a folded batch norm, a skip connection and a ReLU computes.
 
+use super::kernels::TilePost;
 use crate::error::{Error, Result};
 
 pub use crate::activation::Activation;
@@ -152,6 +153,47 @@ impl FrameEpilogue<'_> {
             col_bias: self.row_bias,
             residual: self.residual.map(|(d, rs, cs)| (d, cs, rs)),
             act: self.act,
+        }
+    }
+
+    /// Whether a kernel family that [`KernelSet::fuses_epilogue`] can apply this epilogue in
+    /// its store for an output of strides `rs_c`, `cs_c`: its activation is one the stores
+    /// vectorise, and the residual is contiguous along the stores' vectors where they are
+    /// vector stores.
+    ///
+    /// [`KernelSet::fuses_epilogue`]: super::kernels::KernelSet::fuses_epilogue
+    pub fn fuses_in_store(&self, rs_c: usize, cs_c: usize) -> bool {
+        let residual_fits = match self.residual {
+            None => true,
+            Some((_, rs, cs)) => {
+                if rs_c == 1 {
+                    rs == 1
+                } else if cs_c == 1 {
+                    cs == 1
+                } else {
+                    true
+                }
+            }
+        };
+        TilePost::vectorised(self.act) && residual_fits
+    }
+
+    /// The store's epilogue ([`TilePost`]) for the tile whose first element is (i0, j0).
+    /// The slices were checked to cover the output, so the pointers stay inside them for
+    /// every element of a tile of it.
+    pub fn tile_post(&self, i0: usize, j0: usize) -> TilePost {
+        let at = |d: &[f32], off: usize| d.as_ptr().wrapping_add(off);
+        let (res, res_rs, res_cs) = match self.residual {
+            Some((d, rs, cs)) => (at(d, i0 * rs + j0 * cs), rs, cs),
+            None => (std::ptr::null(), 0, 0),
+        };
+        TilePost {
+            row_bias: self.row_bias.map_or(std::ptr::null(), |b| at(b, i0)),
+            col_bias: self.col_bias.map_or(std::ptr::null(), |b| at(b, j0)),
+            res,
+            res_rs,
+            res_cs,
+            act: Some(self.act),
         }
     }
 

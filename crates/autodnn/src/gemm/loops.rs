@@ -54,7 +54,7 @@ use std::thread::LocalKey;
 
 use super::blocking::THRESHOLDS;
 use super::epilogue::{FrameEpilogue, TileView};
-use super::kernels::{KernelSet, Tile};
+use super::kernels::{KernelSet, Tile, TilePost};
 use super::pack::{PackA, PackB};
 use crate::error::Result;
 use crate::runtime::parallel::{try_for_each, try_for_each_chunk, FirstError};
@@ -733,6 +733,9 @@ fn macro_kernel(
     let (mr, nr, kc) = (ks.blocking.mr, ks.blocking.nr, s.kc);
     let apan = mc.div_ceil(mr);
     let epilogue = s.last && !g.epilogue.is_identity();
+    // In the kernels' store where the family can (the tile is then written once), else
+    // applied to the stored tile below.
+    let fused = epilogue && ks.fuses_epilogue && g.epilogue.fuses_in_store(c.rs, c.cs);
     let first = jpanels.start;
     if let Some(state) = ks.tiles {
         // SAFETY: the family was chosen where the CPU has its features (kernel_set_for
@@ -793,6 +796,11 @@ fn macro_kernel(
                 alpha: g.alpha,
                 beta: s.beta,
                 a_pack,
+                post: if fused {
+                    g.epilogue.tile_post(i, j)
+                } else {
+                    TilePost::OFF
+                },
             };
             if let Some(b) = s.b_in_place {
                 // Groups of at most `cols` columns, each its own kernel call.
@@ -807,6 +815,7 @@ fn macro_kernel(
                         b: bpanel[if b.rows { j0 } else { j0 * ldb }..].as_ptr(),
                         c: view.ptr.wrapping_add(j0 * c.cs),
                         n: w,
+                        post: tile.post.columns_from(j0),
                         ..tile
                     };
                     if j0 > 0 && !a_pack.is_null() {
@@ -839,7 +848,7 @@ fn macro_kernel(
                 // an edge kernel gets n ≤ its width.
                 unsafe { ukr(&tile) };
             }
-            if epilogue {
+            if epilogue && !fused {
                 (ks.epilogue)(&g.epilogue, &mut view, i, j);
             }
         }

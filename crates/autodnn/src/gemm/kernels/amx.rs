@@ -62,6 +62,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         b_in_place: &[],
         b_in_place_rows: &[],
         packs_a: false,
+        fuses_epilogue: false,
         pairs: Some(&PAIRS),
         tiles: Some(&TILES),
         min_depth: STEPS,

@@ -3,11 +3,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, PackFormat, Tile, Transposer};
+use super::{update_general, KernelSet, PackFormat, Tile, TilePost, Transposer};
 use crate::cpu::Features;
 use crate::desc::DataType;
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
+use crate::Activation;
 
 /// Vectors of 8 lanes per column of the tile.
 const MV: usize = 2;
@@ -33,6 +34,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         min_depth: 1,
         unit_peak: None,
         packs_a: false,
+        fuses_epilogue: true,
     }
 }
 
@@ -111,6 +113,9 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                         if t.beta != 0.0 {
                             y = _mm256_fmadd_ps(_mm256_loadu_ps(p), beta, y);
                         }
+                        if let Some(act) = t.post.act {
+                            y = post_rows(y, &t.post, act, 8 * v, j, None);
+                        }
                         _mm256_storeu_ps(p, y);
                     }
                 } else {
@@ -120,6 +125,9 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
                         let mask = lane_mask(t.m, v);
                         if t.beta != 0.0 {
                             y = _mm256_fmadd_ps(_mm256_maskload_ps(p, mask), beta, y);
+                        }
+                        if let Some(act) = t.post.act {
+                            y = post_rows(y, &t.post, act, 8 * v, j, Some(mask));
                         }
                         _mm256_maskstore_ps(p, mask, y);
                     }
@@ -136,6 +144,56 @@ unsafe fn kernel<const MVN: usize, const NRN: usize>(t: &Tile) {
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 8 * MVN, t) }
+    }
+}
+
+/// The store's epilogue ([`Tile::post`]) on rows `i .. i + 8` of column `j` (all eight, or
+/// the lanes of `mask`): the row biases, column j's bias, the residual's lanes (contiguous
+/// along rows), then the activation, in [`TilePost::apply`]'s order.
+///
+/// # Safety
+/// The lanes loaded are elements of the tile, where the epilogue's operands are readable.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn post_rows(
+    mut y: __m256,
+    p: &TilePost,
+    act: Activation,
+    i: usize,
+    j: usize,
+    mask: Option<__m256i>,
+) -> __m256 {
+    // SAFETY: the caller's contract; masked-off lanes are not read and cannot fault.
+    let load = |x: *const f32| unsafe {
+        match mask {
+            Some(m) => _mm256_maskload_ps(x, m),
+            None => _mm256_loadu_ps(x),
+        }
+    };
+    // SAFETY: the caller's contract (row i's and column j's operands are readable).
+    unsafe {
+        if !p.row_bias.is_null() {
+            y = _mm256_add_ps(y, load(p.row_bias.add(i)));
+        }
+        if !p.col_bias.is_null() {
+            y = _mm256_add_ps(y, _mm256_set1_ps(*p.col_bias.add(j)));
+        }
+        if !p.res.is_null() {
+            y = _mm256_add_ps(y, load(p.res.add(i * p.res_rs + j * p.res_cs)));
+        }
+    }
+    let zero = _mm256_setzero_ps();
+    match act {
+        // maxps returns its second operand for a NaN, as f32::max returns the bound.
+        Activation::Relu => _mm256_max_ps(y, zero),
+        Activation::Clip { lo, hi } => {
+            _mm256_min_ps(_mm256_max_ps(y, _mm256_set1_ps(lo)), _mm256_set1_ps(hi))
+        }
+        Activation::LeakyRelu { slope } => {
+            let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(y, zero);
+            _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_set1_ps(slope)), y, keep)
+        }
+        _ => y,
     }
 }
 

@@ -5,11 +5,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{update_general, KernelSet, PackFormat, Tile, Transposer};
+use super::{update_general, KernelSet, PackFormat, Tile, TilePost, Transposer};
 use crate::cpu::Features;
 use crate::desc::DataType;
 use crate::gemm::blocking::{Blocking, ASSUMED_CACHES};
 use crate::gemm::epilogue::{FrameEpilogue, TileView};
+use crate::Activation;
 
 /// Vectors of 16 lanes per column of the tile.
 const MV: usize = 2;
@@ -35,6 +36,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         min_depth: 1,
         unit_peak: None,
         packs_a: true,
+        fuses_epilogue: true,
     }
 }
 
@@ -257,6 +259,9 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                         if t.beta != 0.0 {
                             y = _mm512_fmadd_ps(_mm512_loadu_ps(p), beta, y);
                         }
+                        if let Some(act) = t.post.act {
+                            y = post_rows(y, &t.post, act, 16 * v, j, u16::MAX);
+                        }
                         _mm512_storeu_ps(p, y);
                     }
                 }
@@ -281,6 +286,9 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                 unsafe {
                     if t.beta != 0.0 {
                         y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, p), beta, y);
+                    }
+                    if let Some(act) = t.post.act {
+                        y = post_rows(y, &t.post, act, 16 * v, j, mask);
                     }
                     _mm512_mask_storeu_ps(p, mask, y);
                 }
@@ -313,6 +321,9 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
                     if t.beta != 0.0 {
                         y = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, p), beta, y);
                     }
+                    if let Some(act) = t.post.act {
+                        y = post_columns(y, &t.post, act, 16 * v + q, cols);
+                    }
                     _mm512_mask_storeu_ps(p, cols, y);
                 }
             }
@@ -327,6 +338,88 @@ pub(super) unsafe fn store<const MVN: usize, const NRN: usize>(
         }
         // SAFETY: the tile contract is the caller's; flat holds MR·NR values.
         unsafe { update_general::<true>(flat.as_flattened().as_flattened(), 16 * MVN, t) }
+    }
+}
+
+/// The store's epilogue ([`Tile::post`]) on rows `i .. i + 16` of column `j` (the lanes of
+/// `mask`): the row biases, column j's bias, the residual's lanes (contiguous along rows),
+/// then the activation, in [`TilePost::apply`]'s order.
+///
+/// # Safety
+/// The lanes of `mask` are elements of the tile, where the epilogue's operands are readable.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn post_rows(
+    mut y: __m512,
+    p: &TilePost,
+    act: Activation,
+    i: usize,
+    j: usize,
+    mask: __mmask16,
+) -> __m512 {
+    // SAFETY: the caller's contract; masked-off lanes are not read and cannot fault.
+    unsafe {
+        if !p.row_bias.is_null() {
+            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.row_bias.add(i)));
+        }
+        if !p.col_bias.is_null() {
+            y = _mm512_add_ps(y, _mm512_set1_ps(*p.col_bias.add(j)));
+        }
+        if !p.res.is_null() {
+            let r = p.res.add(i * p.res_rs + j * p.res_cs);
+            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, r));
+        }
+    }
+    activate(y, act)
+}
+
+/// The store's epilogue on row `i`'s columns (the lanes of `mask`; the transposed store):
+/// row i's bias, the column biases, the residual's lanes (contiguous along columns), then
+/// the activation, in [`TilePost::apply`]'s order.
+///
+/// # Safety
+/// As [`post_rows`].
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn post_columns(
+    mut y: __m512,
+    p: &TilePost,
+    act: Activation,
+    i: usize,
+    mask: __mmask16,
+) -> __m512 {
+    // SAFETY: the caller's contract; masked-off lanes are not read and cannot fault.
+    unsafe {
+        if !p.row_bias.is_null() {
+            y = _mm512_add_ps(y, _mm512_set1_ps(*p.row_bias.add(i)));
+        }
+        if !p.col_bias.is_null() {
+            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.col_bias));
+        }
+        if !p.res.is_null() {
+            y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, p.res.add(i * p.res_rs)));
+        }
+    }
+    activate(y, act)
+}
+
+/// One of the activations [`TilePost::vectorised`] names, on 16 lanes, with the same
+/// results as [`Activation::apply`] (a NaN through ReLU or clip gives the bound, as
+/// `f32::max` does).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn activate(y: __m512, act: Activation) -> __m512 {
+    let zero = _mm512_setzero_ps();
+    match act {
+        Activation::Relu => _mm512_max_ps(y, zero),
+        Activation::Clip { lo, hi } => {
+            _mm512_min_ps(_mm512_max_ps(y, _mm512_set1_ps(lo)), _mm512_set1_ps(hi))
+        }
+        Activation::LeakyRelu { slope } => {
+            let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(y, zero);
+            _mm512_mask_mul_ps(y, !keep, y, _mm512_set1_ps(slope))
+        }
+        _ => y,
     }
 }
 

@@ -47,6 +47,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         b_in_place: &[],
         b_in_place_rows: &[],
         packs_a: false,
+        fuses_epilogue: true,
         pairs: Some(&PAIRS),
         tiles: None,
         min_depth: 1,

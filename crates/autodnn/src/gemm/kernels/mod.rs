@@ -67,6 +67,100 @@ pub(crate) struct Tile {
     /// calls after it read the packed copy: A is packed by the first call that uses it
     /// instead of in a pass of its own. Only with `m = MR`.
     pub a_pack: *mut f32,
+    /// The epilogue the store applies to the tile in registers, where the family
+    /// [`KernelSet::fuses_epilogue`] and the frame asked for it ([`TilePost::OFF`]
+    /// otherwise).
+    pub post: TilePost,
+}
+
+/// An epilogue applied by the micro-kernel's store, before the tile leaves the registers:
+/// `C = act(alpha·acc + beta·C + row bias + column bias + residual)`, the same operations
+/// in the same order as [`crate::gemm::epilogue::FrameEpilogue::apply_tile`] (which rereads
+/// the stored tile: on a 1x1 convolution with a bias, ReLU and a shortcut, that second pass
+/// took a third of the call). Pointers are tile-relative; null means absent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TilePost {
+    /// Bias of row i at `row_bias + i`.
+    pub row_bias: *const f32,
+    /// Bias of column j at `col_bias + j`.
+    pub col_bias: *const f32,
+    /// Residual element (i, j) at `res + i·res_rs + j·res_cs`; the stride along the
+    /// store's vectors is 1 (rows with `rs_c = 1`, columns with `cs_c = 1`).
+    pub res: *const f32,
+    /// Row stride of the residual.
+    pub res_rs: usize,
+    /// Column stride of the residual.
+    pub res_cs: usize,
+    /// The activation (only those the stores vectorise: none, ReLU, clip, leaky ReLU), or
+    /// `None` when the store applies no epilogue at all.
+    pub act: Option<crate::Activation>,
+}
+
+impl TilePost {
+    /// No epilogue in the store.
+    pub(crate) const OFF: TilePost = TilePost {
+        row_bias: std::ptr::null(),
+        col_bias: std::ptr::null(),
+        res: std::ptr::null(),
+        res_rs: 0,
+        res_cs: 0,
+        act: None,
+    };
+
+    /// The same epilogue for the columns from `j0` on (a kernel call on part of a tile).
+    pub(crate) fn columns_from(self, j0: usize) -> TilePost {
+        TilePost {
+            col_bias: if self.col_bias.is_null() {
+                self.col_bias
+            } else {
+                self.col_bias.wrapping_add(j0)
+            },
+            res: if self.res.is_null() {
+                self.res
+            } else {
+                self.res.wrapping_add(j0 * self.res_cs)
+            },
+            ..self
+        }
+    }
+
+    /// Whether the activation is one the stores vectorise.
+    pub(crate) fn vectorised(act: crate::Activation) -> bool {
+        use crate::Activation as A;
+        matches!(
+            act,
+            A::None | A::Relu | A::Clip { .. } | A::LeakyRelu { .. }
+        )
+    }
+
+    /// Element (i, j) of the tile, `c` as stored (alpha·acc + beta·C), after the epilogue.
+    ///
+    /// # Safety
+    /// (i, j) is inside the tile whose epilogue this is: the biases and the residual are
+    /// readable there.
+    #[inline(always)]
+    pub(crate) unsafe fn apply(&self, c: f32, i: usize, j: usize) -> f32 {
+        // SAFETY: the caller's contract: row i's and column j's biases and the residual's
+        // element (i, j) are readable where present.
+        unsafe {
+            let rb = if self.row_bias.is_null() {
+                0.0
+            } else {
+                *self.row_bias.add(i)
+            };
+            let cb = if self.col_bias.is_null() {
+                0.0
+            } else {
+                *self.col_bias.add(j)
+            };
+            let r = if self.res.is_null() {
+                0.0
+            } else {
+                *self.res.add(i * self.res_rs + j * self.res_cs)
+            };
+            self.act.unwrap_or_default().apply(c + rb + cb + r)
+        }
+    }
 }
 
 /// Depth steps ahead at which the f32 micro-kernels prefetch the packed A micro-panel they
@@ -253,6 +347,9 @@ pub(crate) struct KernelSet {
     /// Whether the kernels store the A micro-panel they read where [`Tile::a_pack`] says
     /// (the others ignore it).
     pub packs_a: bool,
+    /// Whether the kernels' store applies [`Tile::post`] (the others ignore it, and the
+    /// frame applies the epilogue to the stored tile instead).
+    pub fuses_epilogue: bool,
     /// For the bf16 formats: how panels are converted into them.
     pub pairs: Option<&'static PairsConversion>,
     /// State the kernels need set up around their calls, where they need any.
@@ -377,7 +474,8 @@ pub(crate) fn unit_speedup(ks: &KernelSet) -> Option<f64> {
 
 /// Updates C from an accumulator tile stored column-major with leading dimension `mr`
 /// (element (i, j) at `j·mr + i`), for any strides: `C = alpha·acc + beta·C`. `FUSED` uses
-/// one fused multiply-add for the beta term (only where FMA instructions exist).
+/// one fused multiply-add for the beta term (only where FMA instructions exist), then the
+/// tile's epilogue ([`Tile::post`]) where it has one.
 ///
 /// # Safety
 /// As for [`UKernel`] regarding `t.c`, `t.m`, `t.n`; `acc` holds `mr · t.n` elements.
@@ -390,12 +488,19 @@ pub(crate) unsafe fn update_general<const FUSED: bool>(acc: &[f32], mr: usize, t
             // SAFETY: (i, j) with i < m, j < n is an element of the tile (the caller's
             // contract).
             let c = unsafe { &mut *t.c.add(i * t.rs_c + j * t.cs_c) };
-            *c = if t.beta == 0.0 {
+            let y = if t.beta == 0.0 {
                 ab
             } else if FUSED {
                 t.beta.mul_add(*c, ab)
             } else {
                 t.beta * *c + ab
+            };
+            *c = if t.post.act.is_some() {
+                // SAFETY: (i, j) is inside the tile, where the epilogue's operands are
+                // readable (Tile::post).
+                unsafe { t.post.apply(y, i, j) }
+            } else {
+                y
             };
         }
     }
@@ -424,5 +529,108 @@ mod tests {
         let ks = kernel_set(Features::all());
         assert!(Features::detected().contains_all(ks.requires));
         assert_eq!(kernel_set(Features::empty()).name, "scalar-8x4");
+    }
+
+    /// Every family whose store applies the epilogue, through each of its store's paths
+    /// (columns contiguous, rows contiguous, neither), whole and ragged tiles, each
+    /// vectorised activation and each operand absent in turn: exact on integers, elements
+    /// between the tile's untouched.
+    #[test]
+    fn stores_apply_the_epilogue_in_every_path() {
+        use crate::Activation;
+        let detected = Features::detected();
+        let int = |s: usize| ((s * 7919 + 13) % 9) as f32 - 4.0;
+        let families = table().iter().filter(|s| {
+            s.fuses_epilogue
+                && s.packing == PackFormat::F32Panels
+                && detected.contains_all(s.requires)
+        });
+        let mut ran = Vec::new();
+        for ks in families {
+            ran.push(ks.name);
+            let (mr, nr, k) = (ks.blocking.mr, ks.blocking.nr, 9);
+            let a: Vec<f32> = (0..k * mr).map(int).collect();
+            let b: Vec<f32> = (0..k * nr).map(|s| int(s + 101)).collect();
+            for (rs, cs) in [(1, mr + 3), (nr + 2, 1), (3, 3 * mr + 1)] {
+                for (m, n) in [(mr, nr), (mr - 5, nr - 3)] {
+                    let acts = [
+                        Activation::None,
+                        Activation::Relu,
+                        Activation::Clip { lo: -3.0, hi: 5.0 },
+                        Activation::LeakyRelu { slope: 0.5 },
+                    ];
+                    for (v, act) in acts.into_iter().enumerate() {
+                        let span = (m - 1) * rs + (n - 1) * cs + 1;
+                        let c0: Vec<f32> = (0..span).map(|s| int(s + 7)).collect();
+                        let rb: Vec<f32> = (0..m).map(|s| int(s + 3)).collect();
+                        let cb: Vec<f32> = (0..n).map(|s| int(s + 5)).collect();
+                        // Contiguous along the store's vectors, as the frame asks.
+                        let (rrs, rcs) = match (rs, cs) {
+                            (1, _) => (1, m + 2),
+                            (_, 1) => (n + 1, 1),
+                            _ => (2, 2 * m + 5),
+                        };
+                        let res: Vec<f32> = (0..(m - 1) * rrs + (n - 1) * rcs + 1)
+                            .map(|s| int(s + 11))
+                            .collect();
+                        let (with_rb, with_cb, with_res) = (v != 1, v != 2, v != 3);
+                        let or_null =
+                            |on: bool, p: *const f32| if on { p } else { std::ptr::null() };
+                        let mut c = c0.clone();
+                        let t = Tile {
+                            k,
+                            a: a.as_ptr(),
+                            lda: mr,
+                            b: b.as_ptr(),
+                            ldb: 0,
+                            c: c.as_mut_ptr(),
+                            rs_c: rs,
+                            cs_c: cs,
+                            m,
+                            n,
+                            alpha: 2.0,
+                            beta: if v == 0 { 0.0 } else { 1.0 },
+                            a_pack: std::ptr::null_mut(),
+                            post: TilePost {
+                                row_bias: or_null(with_rb, rb.as_ptr()),
+                                col_bias: or_null(with_cb, cb.as_ptr()),
+                                res: or_null(with_res, res.as_ptr()),
+                                res_rs: rrs,
+                                res_cs: rcs,
+                                act: Some(act),
+                            },
+                        };
+                        // SAFETY: the family's features are detected; A and B are packed
+                        // panels k deep; the tile, the biases and the residual lie in the
+                        // vectors above.
+                        unsafe { (ks.ukr)(&t) };
+                        let mut want = c0.clone();
+                        for i in 0..m {
+                            for j in 0..n {
+                                let dot: f32 = (0..k).map(|p| a[p * mr + i] * b[p * nr + j]).sum();
+                                let x = i * rs + j * cs;
+                                let mut y = 2.0 * dot + t.beta * c0[x];
+                                y += if with_rb { rb[i] } else { 0.0 };
+                                y += if with_cb { cb[j] } else { 0.0 };
+                                y += if with_res {
+                                    res[i * rrs + j * rcs]
+                                } else {
+                                    0.0
+                                };
+                                want[x] = act.apply(y);
+                            }
+                        }
+                        assert_eq!(c, want, "{} {act:?} rs {rs} cs {cs} {m}x{n}", ks.name);
+                    }
+                }
+            }
+        }
+        // The portable family on every machine, and each vector family the CPU has.
+        eprintln!("stores with the epilogue checked: {ran:?}");
+        assert!(ran.contains(&"scalar-8x4"));
+        assert_eq!(
+            ran.contains(&"avx512-32x14"),
+            detected.contains_all(Features::AVX512F)
+        );
     }
 }

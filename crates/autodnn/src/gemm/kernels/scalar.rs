@@ -31,6 +31,7 @@ pub(crate) fn kernel_set() -> KernelSet {
         min_depth: 1,
         unit_peak: None,
         packs_a: false,
+        fuses_epilogue: true,
     }
 }
 
