@@ -142,7 +142,17 @@ fn integer_epilogues_are_exact() {
 /// integer epilogues exact, with and without y's prior contents.
 #[test]
 fn wide_channel_epilogues_are_exact() {
-    let h = Handle::with_threads(2).unwrap();
+    // Every instruction set (Winograd applies the common epilogue in its vector family's
+    // registers), on 2 threads.
+    for (isa, _, h) in common::isa_handles()
+        .into_iter()
+        .filter(|(_, t, _)| *t == 2)
+    {
+        wide_channel_epilogues_on(&h, &format!("{isa:?}"));
+    }
+}
+
+fn wide_channel_epilogues_on(h: &Handle, isa: &str) {
     let mut i = 0;
     for text in [
         "mb1ic16ih12oc32oh12kh3ph1",
@@ -185,14 +195,16 @@ fn wide_channel_epilogues_are_exact() {
                 };
                 let r = expected(&c);
                 let mut winograd = 0;
-                run_all(&h, &c, |name, y| {
+                run_all(h, &c, |name, y| {
                     winograd += usize::from(name.starts_with("winograd"));
                     assert_accurate(
                         &c.p,
                         y,
                         &r,
                         accuracy(name),
-                        &format!("{text} {layout:?} {name} {epi:?} alpha {alpha} beta {beta}"),
+                        &format!(
+                            "{isa} {text} {layout:?} {name} {epi:?} alpha {alpha} beta {beta}"
+                        ),
                     );
                 });
                 if spec.kh == 3 {

@@ -1071,7 +1071,18 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
             s0 += nr;
         }
     }
-    // Output transforms, 16 output channels at a time.
+    // Output transforms, 16 output channels at a time. The common epilogue (alpha, a bias,
+    // ReLU; y not read) is applied to the transformed vectors in registers where store_tile
+    // then stores whole 16-channel vectors: applied to the stored tile instead, its loads
+    // waited on the stores just made (a 56x56 64-channel layer took 12 % longer with a
+    // bias and ReLU than without).
+    let epi = a.epi;
+    let ys = pl.ys;
+    let in_registers = !epi.is_identity()
+        && epi.beta == 0.0
+        && matches!(epi.act, Activation::None | Activation::Relu)
+        && (ys[1] == 1 || ys[3] == 1);
+    let relu = epi.act == Activation::Relu;
     let mut vals = [[0f32; 16]; 36];
     for tl in 0..nbt {
         for h16 in 0..KP / CB {
@@ -1079,8 +1090,16 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
             if k0 >= pl.k {
                 break;
             }
+            let whole = in_registers && pl.k - k0 >= CB;
+            let kg = a.g * pl.k + k0;
             for hh in 0..CB / S::LANES {
                 let lane0 = h16 * CB + hh * S::LANES;
+                // The epilogue's operands for these lanes (output channels kg + hh·LANES..).
+                let bias = epi
+                    .bias
+                    .filter(|_| whole)
+                    .map(|b| s.load(&b[kg + hh * S::LANES..]));
+                let (alpha, zero) = (s.splat(epi.alpha), s.zero());
                 // Column transforms: tmp[i][j] = (Aᵀ M)[i][j].
                 let mut tmp = [[s.zero(); 8]; 6];
                 for j in 0..al {
@@ -1096,14 +1115,26 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
                 for (i, row) in tmp.iter().enumerate().take(mo) {
                     let yrow = T::output_1d(s, row);
                     for (j, &val) in yrow.iter().enumerate().take(mo) {
+                        // In EpilogueArgs::value's order: alpha, the bias, the activation.
+                        let val = if whole {
+                            let v = s.mul(val, alpha);
+                            let v = bias.map_or(v, |b| s.add(v, b));
+                            if relu {
+                                s.max(v, zero)
+                            } else {
+                                v
+                            }
+                        } else {
+                            val
+                        };
                         s.store(val, &mut vals[i * mo + j][hh * S::LANES..]);
                     }
                 }
             }
             match mo {
-                2 => store_tile::<2>(a, a.t0 + tl, k0, &mut vals),
-                4 => store_tile::<4>(a, a.t0 + tl, k0, &mut vals),
-                _ => store_tile::<6>(a, a.t0 + tl, k0, &mut vals),
+                2 => store_tile::<2>(a, a.t0 + tl, k0, &mut vals, whole),
+                4 => store_tile::<4>(a, a.t0 + tl, k0, &mut vals, whole),
+                _ => store_tile::<6>(a, a.t0 + tl, k0, &mut vals, whole),
             }
         }
     }
@@ -1112,9 +1143,17 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
 /// Writes one transformed-back tile (`vals[i·m + j]`: 16 output channels from `k0`, within
 /// the group) to y through the epilogue, clipped to the image and the group's channels.
 /// `vals` is the caller's scratch for this tile: the epilogue may run on it in place.
+/// `applied`: the caller applied the epilogue already (16 channels, y not read, and y's
+/// channels or pixels contiguous: one of the two vector paths below).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `l` picks a lane inside each vector: a transpose
-fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &mut [[f32; 16]; 36]) {
+fn store_tile<const M: usize>(
+    a: &OutputArgs<'_>,
+    t: usize,
+    k0: usize,
+    vals: &mut [[f32; 16]; 36],
+    applied: bool,
+) {
     let m = M;
     let pl = a.plan;
     let (n, ti) = (t / pl.tiles, t % pl.tiles);
@@ -1127,7 +1166,7 @@ fn store_tile<const M: usize>(a: &OutputArgs<'_>, t: usize, k0: usize, vals: &mu
     let ys = pl.ys;
     let base = n * ys[0] + kg * ys[1] + oh0 * ys[2] + ow0 * ys[3];
     let epi = a.epi;
-    let identity = epi.is_identity();
+    let identity = applied || epi.is_identity();
     let out = a.out;
     if ys[1] == 1 && lanes == CB {
         // Channels contiguous (NHWC): 16 channels per store.

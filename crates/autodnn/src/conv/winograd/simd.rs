@@ -100,6 +100,8 @@ pub(crate) trait Simd: Token {
     fn add(self, a: Self::V, b: Self::V) -> Self::V;
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Lane-wise maximum, `b` where `a` is NaN (as `f32::max` with `b` not NaN).
+    fn max(self, a: Self::V, b: Self::V) -> Self::V;
     /// a·b + c (fused where the family has FMA).
     fn fma(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// Interleaves up to 16 rows: element (l, c) of `src` at `base + l·stride + c` (l < rows,
@@ -288,6 +290,10 @@ macro_rules! lane_array_simd {
                 std::array::from_fn(|i| a[i] * b[i])
             }
             #[inline(always)]
+            fn max(self, a: [f32; 8], b: [f32; 8]) -> [f32; 8] {
+                std::array::from_fn(|i| a[i].max(b[i]))
+            }
+            #[inline(always)]
             fn fma(self, a: [f32; 8], b: [f32; 8], c: [f32; 8]) -> [f32; 8] {
                 if $fused {
                     std::array::from_fn(|i| a[i].mul_add(b[i], c[i]))
@@ -386,6 +392,11 @@ mod avx512 {
         fn mul(self, a: __m512, b: __m512) -> __m512 {
             // SAFETY: as above.
             unsafe { _mm512_mul_ps(a, b) }
+        }
+        #[inline(always)]
+        fn max(self, a: __m512, b: __m512) -> __m512 {
+            // SAFETY: as above. (maxps returns its second operand where either is NaN.)
+            unsafe { _mm512_max_ps(a, b) }
         }
         #[inline(always)]
         fn fma(self, a: __m512, b: __m512, c: __m512) -> __m512 {
