@@ -193,7 +193,18 @@ unsafe fn post_rows(
             let keep = _mm256_cmp_ps::<_CMP_GE_OQ>(y, zero);
             _mm256_blendv_ps(_mm256_mul_ps(y, _mm256_set1_ps(slope)), y, keep)
         }
-        _ => y,
+        Activation::None => y,
+        // The others lane by lane (the frame fuses only the ones above).
+        a => {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), y) };
+            for v in &mut lanes {
+                *v = a.apply(*v);
+            }
+            // SAFETY: as above.
+            unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+        }
     }
 }
 

@@ -403,9 +403,9 @@ unsafe fn post_columns(
     activate(y, act)
 }
 
-/// One of the activations [`TilePost::vectorised`] names, on 16 lanes, with the same
-/// results as [`Activation::apply`] (a NaN through ReLU or clip gives the bound, as
-/// `f32::max` does).
+/// The activation on 16 lanes, with the same results as [`Activation::apply`] (a NaN
+/// through ReLU or clip gives the bound, as `f32::max` does): vector instructions for those
+/// [`TilePost::vectorised`] names, lane by lane for the others.
 #[target_feature(enable = "avx512f")]
 #[inline]
 fn activate(y: __m512, act: Activation) -> __m512 {
@@ -419,7 +419,17 @@ fn activate(y: __m512, act: Activation) -> __m512 {
             let keep = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(y, zero);
             _mm512_mask_mul_ps(y, !keep, y, _mm512_set1_ps(slope))
         }
-        _ => y,
+        Activation::None => y,
+        a => {
+            let mut lanes = [0f32; 16];
+            // SAFETY: `lanes` holds 16 floats.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), y) };
+            for v in &mut lanes {
+                *v = a.apply(*v);
+            }
+            // SAFETY: as above.
+            unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+        }
     }
 }
 

@@ -91,8 +91,9 @@ pub(crate) struct TilePost {
     pub res_rs: usize,
     /// Column stride of the residual.
     pub res_cs: usize,
-    /// The activation (only those the stores vectorise: none, ReLU, clip, leaky ReLU), or
-    /// `None` when the store applies no epilogue at all.
+    /// The activation, or `None` when the store applies no epilogue at all. The frame sets
+    /// only those the stores vectorise ([`TilePost::vectorised`]); any other is applied lane
+    /// by lane, correct but slower than the frame's own pass.
     pub act: Option<crate::Activation>,
 }
 
@@ -533,8 +534,9 @@ mod tests {
 
     /// Every family whose store applies the epilogue, through each of its store's paths
     /// (columns contiguous, rows contiguous, neither), whole and ragged tiles, each
-    /// vectorised activation and each operand absent in turn: exact on integers, elements
-    /// between the tile's untouched.
+    /// vectorised activation and one that is not, and each operand absent in turn: exact on
+    /// integers (the sigmoid bit for bit with `Activation::apply`), elements between the
+    /// tile's untouched.
     #[test]
     fn stores_apply_the_epilogue_in_every_path() {
         use crate::Activation;
@@ -558,6 +560,8 @@ mod tests {
                         Activation::Relu,
                         Activation::Clip { lo: -3.0, hi: 5.0 },
                         Activation::LeakyRelu { slope: 0.5 },
+                        // Not vectorised: lane by lane, the scalar function's bits.
+                        Activation::Sigmoid,
                     ];
                     for (v, act) in acts.into_iter().enumerate() {
                         let span = (m - 1) * rs + (n - 1) * cs + 1;
