@@ -456,6 +456,17 @@ pub(crate) fn pack_a_once<'a>(
     depth: usize,
     buf: &'a mut [f32],
 ) -> Result<Filter<'a>> {
+    pack_a_panels(ctx, a, m, depth, buf).map(Filter::Packed)
+}
+
+/// [`pack_a_once`]'s panels, with their layout.
+fn pack_a_panels<'a>(
+    ctx: &ExecContext<'_>,
+    a: &dyn PackA,
+    m: usize,
+    depth: usize,
+    buf: &'a mut [f32],
+) -> Result<PackedFilter<'a>> {
     let (bl, format, to_pairs) = gemm::engine_format(ctx, depth, true);
     let (width, kcb) = (bl.mr, gemm::depth_block(depth, bl.kc));
     let len = depth * m.div_ceil(width) * width;
@@ -486,8 +497,8 @@ fn a_side_panels(
     depth: usize,
     m: usize,
     format: PackFormat,
-) -> Filter<'_> {
-    Filter::Packed(PackedFilter {
+) -> PackedFilter<'_> {
+    PackedFilter {
         data,
         width,
         kcb,
@@ -495,7 +506,7 @@ fn a_side_panels(
         channels: m,
         format,
         b_side: false,
-    })
+    }
 }
 
 /// The panel format recorded in prepared weights as `code` ([`PackFormat`]'s code), checked
@@ -550,9 +561,7 @@ pub(crate) fn prepare_a_panels(
         });
     }
     let (head, body) = dst.split_at_mut(A_PANELS_HEADER);
-    let Filter::Packed(p) = pack_a_once(ctx, a, m, depth, body)? else {
-        unreachable!("pack_a_once returns packed panels")
-    };
+    let p = pack_a_panels(ctx, a, m, depth, body)?;
     head.copy_from_slice(&[p.width as f32, p.kcb as f32, f32::from(p.format.code())]);
     Ok(())
 }
@@ -585,5 +594,11 @@ pub(crate) fn prepared_a_panels<'a>(
     let panels = data
         .get(A_PANELS_HEADER..A_PANELS_HEADER + len)
         .ok_or_else(bad)?;
-    Ok(a_side_panels(panels, (width, kcb), depth, m, format))
+    Ok(Filter::Packed(a_side_panels(
+        panels,
+        (width, kcb),
+        depth,
+        m,
+        format,
+    )))
 }

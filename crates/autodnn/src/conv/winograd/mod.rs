@@ -1083,6 +1083,7 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
         && matches!(epi.act, Activation::None | Activation::Relu)
         && (ys[1] == 1 || ys[3] == 1);
     let relu = epi.act == Activation::Relu;
+    let (alpha, zero) = (s.splat(epi.alpha), s.zero());
     let mut vals = [[0f32; 16]; 36];
     for tl in 0..nbt {
         for h16 in 0..KP / CB {
@@ -1099,7 +1100,6 @@ pub(crate) fn output_item<S: Simd, T: Tile>(
                     .bias
                     .filter(|_| whole)
                     .map(|b| s.load(&b[kg + hh * S::LANES..]));
-                let (alpha, zero) = (s.splat(epi.alpha), s.zero());
                 // Column transforms: tmp[i][j] = (Aᵀ M)[i][j].
                 let mut tmp = [[s.zero(); 8]; 6];
                 for j in 0..al {
