@@ -28,7 +28,7 @@ use crate::op::{
 use crate::runtime::parallel::SharedOut;
 use crate::runtime::workspace::Carve;
 
-use super::packed_filter::{pack_a_once, packed_a_len_bound, PACK_ONCE_POSITIONS};
+use super::packed_filter::{pack_a_once, packed_a_len_bound, Filter, PACK_ONCE_POSITIONS};
 
 /// Positions a block aims for.
 pub(crate) const TARGET_POSITIONS: usize = 1024;
@@ -233,7 +233,7 @@ impl Algorithm<ConvBackwardData> for GemmBwdData {
                         let wt = StridedMatrix::new(wg, t, kg, 1, ks)
                             .ok_or_else(|| inside("w"))?
                             .for_features(features);
-                        Some(pack_a_once(ctx, &wt, t, kg, buf)?)
+                        Some(Filter::Packed(pack_a_once(ctx, &wt, t, kg, buf)?))
                     }
                     None => None,
                 };

@@ -455,17 +455,6 @@ pub(crate) fn pack_a_once<'a>(
     m: usize,
     depth: usize,
     buf: &'a mut [f32],
-) -> Result<Filter<'a>> {
-    pack_a_panels(ctx, a, m, depth, buf).map(Filter::Packed)
-}
-
-/// [`pack_a_once`]'s panels, with their layout.
-fn pack_a_panels<'a>(
-    ctx: &ExecContext<'_>,
-    a: &dyn PackA,
-    m: usize,
-    depth: usize,
-    buf: &'a mut [f32],
 ) -> Result<PackedFilter<'a>> {
     let (bl, format, to_pairs) = gemm::engine_format(ctx, depth, true);
     let (width, kcb) = (bl.mr, gemm::depth_block(depth, bl.kc));
@@ -561,7 +550,7 @@ pub(crate) fn prepare_a_panels(
         });
     }
     let (head, body) = dst.split_at_mut(A_PANELS_HEADER);
-    let p = pack_a_panels(ctx, a, m, depth, body)?;
+    let p = pack_a_once(ctx, a, m, depth, body)?;
     head.copy_from_slice(&[p.width as f32, p.kcb as f32, f32::from(p.format.code())]);
     Ok(())
 }
