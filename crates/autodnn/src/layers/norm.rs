@@ -1501,22 +1501,38 @@ fn backward_masked(
         let dbeta = SharedOut::new(grads.dbeta);
         let stream = !masked && super::streams(beta != 0.0, dx_desc);
         let out = SharedOut::new(dx);
-        return run_items(ctx, x_desc.elements(), c, |ch| {
+        // Channel ch + step is (most likely) this worker's next: its planes are asked into
+        // L2 while this one's are summed (x) and written (dy, and y under a mask), so the
+        // reads from memory overlap both passes instead of stalling the sums.
+        let total = x_desc.elements();
+        let step = if ctx.threads > 1 && total >= super::PARALLEL_MIN_ELEMENTS {
+            ctx.threads
+        } else {
+            1
+        };
+        let fetch = |off: usize, v: &[f32]| {
+            if !v.is_empty() {
+                crate::simd::fetch_to_l2(&v[off..off + len]);
+            }
+        };
+        let body = |asked: &mut Option<usize>, ch: usize| {
+            let warm = *asked == Some(ch);
+            let next = (ch + step < c).then_some(ch + step);
+            *asked = next;
             // In sample order: the sums' bits are those of the other paths' `plane_sums`.
             let s = (0..n).fold([0.0f64; 2], |a, b| {
                 let ([od, ox, og, oy], _) = pl.at(b * c + ch);
                 let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
-                // The channel's next plane (the next channel's first after the last), a
-                // stride the prefetchers do not follow.
-                let next = if b + 1 < n {
-                    Some((b + 1) * c + ch)
-                } else {
-                    (ch + 1 < c).then_some(ch + 1)
-                };
-                if let Some(next) = next {
-                    let ([_, nx, ng, _], _) = pl.at(next);
-                    crate::simd::fetch_to_l2(&x[nx..nx + len]);
-                    crate::simd::fetch_to_l2(&dy[ng..ng + len]);
+                // Without the last channel's requests, the channel's next plane: a stride
+                // the prefetchers do not follow.
+                if !warm && b + 1 < n {
+                    let ([_, nx, ng, ny], _) = pl.at((b + 1) * c + ch);
+                    fetch(nx, x);
+                    fetch(ng, dy);
+                    fetch(ny, yv);
+                }
+                if let Some(nc) = next {
+                    fetch(pl.at(b * c + nc).0[1], x);
                 }
                 let p = if masked {
                     // SAFETY: channel ch's planes of dx belong to this item alone.
@@ -1541,6 +1557,11 @@ fn backward_masked(
                     blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
                 );
                 for b in 0..n {
+                    if let Some(nc) = next {
+                        let ([_, _, ng, ny], _) = pl.at(b * c + nc);
+                        fetch(ng, dy);
+                        fetch(ny, yv);
+                    }
                     let ([od, ox, og, _], _) = pl.at(b * c + ch);
                     let (xs, dst) = (&x[ox..ox + len], out.slice_mut(od, len));
                     if masked {
@@ -1554,7 +1575,13 @@ fn backward_masked(
                     }
                 }
             }
-        });
+        };
+        if step == 1 {
+            let mut asked = None;
+            (0..c).for_each(|ch| body(&mut asked, ch));
+            return Ok(());
+        }
+        return for_each_with(ctx, c, || Ok(None), body);
     }
     let sums = match Rows::new(dims, [x_desc.strides(), dy_desc.strides()]) {
         Some(rows) => {
