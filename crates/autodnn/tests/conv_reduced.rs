@@ -216,6 +216,9 @@ fn real_data_stays_within_the_f32_bound_plus_one_rounding() {
             ("mb2ic16oc24ih12oh12kh3ph1", Layout::Nchw),
             ("mb1ic32oc32ih9oh9kh1ph0", Layout::Nhwc),
             ("mb1ic8oc8ih14oh7kh3sh2ph1", Layout::Nchw),
+            // Depthwise 3x3 windows: on AVX512-BF16, bf16 ones on the dot-product units.
+            ("g24mb1ic24oc24ih20oh20kh3ph1", Layout::Nchw),
+            ("g24mb1ic24oc24ih21oh11kh3sh2ph1", Layout::Nchw),
         ] {
             let p = reduced(&problem(s, layout), dt, ydt);
             let p32 = p.as_f32();
@@ -726,7 +729,9 @@ fn direct_reads_reduced_tensors_in_place_with_no_workspace() {
 /// channel pairs, generic taps, multipliers, problems larger than one stage), on real data
 /// with a bias, activations applied in the kernels and after them, beta reading the prior y
 /// or a residual, its output is the f32 `depthwise` on the widened tensors rounded once, bit
-/// for bit.
+/// for bit. (On AVX512-BF16, bf16's 3x3 NCHW-like windows run on the dot-product units, which
+/// add each pair's two products in the other order: the same bits on these data, whose sums
+/// round alike; `real_data_stays_within_the_f32_bound_plus_one_rounding` bounds them on any.)
 #[test]
 fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
     use autodnn::conv::Activation;

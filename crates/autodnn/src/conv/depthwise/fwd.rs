@@ -5,7 +5,7 @@
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights};
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::{Feature, Features};
-use crate::desc::ConvProblem;
+use crate::desc::{ConvProblem, DataType};
 use crate::error::{Error, Result};
 use crate::op::tensor::widen;
 use crate::op::{Tensor, TensorMut};
@@ -105,6 +105,9 @@ impl ConvAlgorithm for Depthwise {
             "depthwise: buffers shorter than the problem (the handle checks them)"
         );
         // The filter in f32 (K·R·S values, widened once), or prepared (f32 already).
+        #[cfg(target_arch = "x86_64")]
+        // (bf16 values either way: a plain f32 filter is one rounded to the problem's type.)
+        let bf16_filter = problem.w().dtype() == DataType::Bf16;
         let widened;
         let weights = match (mode, w) {
             (_, ReducedWeights::Plain(Tensor::F32(w))) => ClWeights::Plain(w),
@@ -135,7 +138,13 @@ impl ConvAlgorithm for Depthwise {
                         (Tensor::Bf16(x), TensorMut::Bf16(y)) => {
                             if Avx512Bf16::new(ctx.features).is_some() {
                                 let y = Bf16Cvt::slice_mut(y);
-                                let (out, set) = (SharedOut::new(y), &avx512_reduced::BF16_CVT);
+                                // The dot-product kernels take the filter's values as bf16.
+                                let set = if bf16_filter {
+                                    &avx512_reduced::BF16_DOT
+                                } else {
+                                    &avx512_reduced::BF16_CVT
+                                };
+                                let out = SharedOut::new(y);
                                 return run_set(s, set, ctx, mode, g, x, w, &out, epi);
                             }
                             let (out, set) = (SharedOut::new(y), &avx512_reduced::BF16);

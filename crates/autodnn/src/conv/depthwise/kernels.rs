@@ -309,6 +309,127 @@ unsafe fn plane_fast<
     }
 }
 
+/// The 3x3 NCHW-like kernel over bf16 x on the dot-product units (AVX512-BF16): ROWS output
+/// rows per block, row stride SH (1 or 2), no dilation. Each input row gives two vectors of
+/// 16 bf16 pairs, (x\[j\], x\[j + 1\]) and (x\[j + 2\], 0) at lane j's window, that one
+/// `vdpbf16ps` each multiplies by a filter row's pairs (w₀, w₁) and (w₂, 0): 6 dot products
+/// per output vector instead of 9 multiply-adds, on bf16 read as it lies. With stride 2 the
+/// pairs are the row's own consecutive elements (two loads); with stride 1 two permutes of
+/// one load. Column tables as [`Step::Window3S1`] and [`Step::Window3`]. The products are
+/// exact in f32, each instruction rounds twice, and subnormal inputs count as zero (as in
+/// the bf16 GEMM family); the filter's values must be bf16 (the caller checks).
+///
+/// # Safety
+/// That of [`PlaneFn`], `a.r == a.s == 3`, the units' blocks of ROWS rows; AVX512-BW, VL
+/// and BF16.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize>(
+    simd: Avx512,
+    a: &PlaneJob<'_, half::bf16, Y>,
+) {
+    use std::arch::x86_64::*;
+    const { assert!((ROWS - 1) * SH + 3 <= MAX_FAST_IN_ROWS && (SH == 1 || SH == 2)) };
+    debug_assert!(a.r == 3 && a.s == 3 && a.blocks == a.oh.div_ceil(ROWS));
+    let in_rows = (ROWS - 1) * SH + 3;
+    // The filter's pair (lo, hi) as one lane's 32 bits.
+    let pair = |lo: f32, hi: f32| {
+        let b = |v: f32| half::bf16::from_f32(v).to_bits() as u32;
+        (b(lo) | b(hi) << 16) as i32
+    };
+    // SAFETY: the caller's contract (the token proves AVX-512F; BW, VL and BF16 by the
+    // contract); rows are read only inside the image, elements only where the table's bits
+    // are set; outputs go to the units' rows.
+    unsafe {
+        let epi = EpiV::new(simd, a.epi);
+        // Word 2l (2l + 1) of the stride-1 permutes: element l (l + 1), and l + 2 (unused).
+        let idx0 = _mm512_set_epi16(
+            16, 15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4,
+            3, 3, 2, 2, 1, 1, 0,
+        );
+        let idx1 = _mm512_add_epi16(idx0, _mm512_set1_epi16(2));
+        const EVEN: u32 = 0x5555_5555;
+        let bh = |v: __m512i| std::mem::transmute::<__m512i, __m512bh>(v);
+        let mut u = a.u0;
+        while u < a.u1 {
+            let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
+            let k = u / a.blocks;
+            u += b1 - b0;
+            let xk = a.x.wrapping_offset((k / a.mult) as isize * a.xc);
+            let yk = a.y.wrapping_offset(k as isize * a.yc);
+            let zk = a.z.wrapping_offset(k as isize * a.yc);
+            let bias = simd.splat(a.bias(k));
+            let w01: [__m512bh; 3] = std::array::from_fn(|r| {
+                bh(_mm512_set1_epi32(pair(
+                    a.tap(k, 3 * r),
+                    a.tap(k, 3 * r + 1),
+                )))
+            });
+            let w2: [__m512bh; 3] =
+                std::array::from_fn(|r| bh(_mm512_set1_epi32(pair(a.tap(k, 3 * r + 2), 0.0))));
+            for b in b0..b1 {
+                let oh0 = b * ROWS;
+                let nrows = ROWS.min(a.oh - oh0);
+                let ih0 = (oh0 * SH) as isize - a.pt;
+                // As in `plane_fast`: rows outside the image read nothing (empty masks).
+                let mut valid = 0u32;
+                for d in 0..in_rows.min((nrows - 1) * SH + 3) {
+                    if (0..a.h).contains(&(ih0 + d as isize)) {
+                        valid |= 1 << d;
+                    }
+                }
+                let row0 = oh0 as isize * a.yrow;
+                for col in a.cols.chunks_exact(4) {
+                    let mut acc = [simd.zero(); ROWS];
+                    let ld = col[1];
+                    let raw = ld.m0 as u64 | (ld.m1 as u64) << 32;
+                    unroll!(16: d < (ROWS - 1) * SH + 3, {
+                        let rm = (valid >> d & 1).wrapping_neg();
+                        let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
+                        let p = xk.wrapping_offset(roff).wrapping_offset(ld.off).cast::<i16>();
+                        let (p0, p1) = if SH == 2 {
+                            (
+                                _mm512_maskz_loadu_epi16(raw as u32 & rm, p),
+                                _mm512_maskz_loadu_epi16(
+                                    (raw >> 2) as u32 & EVEN & rm,
+                                    p.wrapping_add(2),
+                                ),
+                            )
+                        } else {
+                            let v = _mm512_maskz_loadu_epi16(raw as u32 & rm, p);
+                            (
+                                _mm512_permutexvar_epi16(idx0, v),
+                                _mm512_maskz_permutexvar_epi16(EVEN, idx1, v),
+                            )
+                        };
+                        let (p0, p1) = (bh(p0), bh(p1));
+                        for (i, acc) in acc.iter_mut().enumerate() {
+                            if d >= i * SH && d - i * SH < 3 {
+                                let r = d - i * SH;
+                                *acc = _mm512_dpbf16_ps(*acc, p0, w01[r]);
+                                *acc = _mm512_dpbf16_ps(*acc, p1, w2[r]);
+                            }
+                        }
+                        for acc in acc.iter_mut() {
+                            *acc = simd.pin(*acc);
+                        }
+                    });
+                    let m = col[0].m0;
+                    unroll!(8: i < ROWS, {
+                        let (m, off) = if i < nrows {
+                            (m, row0 + i as isize * a.yrow + col[0].off)
+                        } else {
+                            (0, 0)
+                        };
+                        let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
+                        store_out(simd, &epi, acc[i], bias, y, z, m);
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// The generic NCHW-like kernel: any taps, strides and dilations; GENERIC_ROWS output rows
 /// per block; lane step 1, 2 or any (STEP = 0).
 ///
@@ -705,6 +826,27 @@ pub(super) mod avx512_reduced {
     pub(crate) static BF16_CVT: KernelSet<Avx512, bf16, Bf16Cvt> = kernel_set!(Avx512, bf16,
         Bf16Cvt, [#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]],
         rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+
+    type DotJob<'a> = PlaneJob<'a, bf16, Bf16Cvt>;
+    entry!(Avx512, #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+        fn dot3s1(DotJob<'_>) = plane_dot3::<Bf16Cvt, 1, 7>);
+    entry!(Avx512, #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+        fn dot3s2(DotJob<'_>) = plane_dot3::<Bf16Cvt, 2, 7>);
+
+    /// [`BF16_CVT`] whose 3x3 NCHW-like windows run on the dot-product units
+    /// ([`plane_dot3`]): for filters whose values are bf16.
+    pub(crate) static BF16_DOT: KernelSet<Avx512, bf16, Bf16Cvt> = {
+        let set = kernel_set!(Avx512, bf16,
+            Bf16Cvt, [#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]],
+            rows = [7, 4], groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
+        KernelSet {
+            plane: PlaneSet {
+                plane_win3: [dot3s1, dot3s2],
+                ..set.plane
+            },
+            ..set
+        }
+    };
     pub(crate) static F16: KernelSet<Avx512, f16, f16> = kernel_set!(Avx512, f16, f16,
         [#[target_feature(enable = "avx512f,avx512bw,avx512vl")]], rows = [7, 4],
         groups = [(3, 4), (2, 4), (1, 4), (1, 4)]);
