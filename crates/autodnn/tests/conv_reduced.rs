@@ -838,13 +838,15 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
 
 /// `depthwise` on bf16 and f16 tensors (y of the same type, an epilogue the kernels apply in
 /// full) widens x's lanes as it loads them and rounds y's as it stores them: every kernel of
-/// both layouts (3x3 and 5x5 at strides 1 and 2; NCHW's 3-wide windows, channel pairs and
-/// generic kernels at any step; NHWC's generic kernel, with a channel multiplier too), on
+/// both layouts (3x3 and 5x5 at strides 1 and 2; NCHW's 3-wide windows, of one vector's
+/// columns per pass or two, channel pairs and generic kernels at any step; NHWC's generic kernel, with a channel multiplier too), on
 /// every instruction set and 1 and 2 threads,
 /// gives the f32 `depthwise` on the widened tensors rounded once, bit for bit, also where
 /// the outputs land on rounding's edge cases: channels with a zero filter output their bias,
 /// which here is a tie (both ways), a subnormal (rounding to a subnormal or up to the least
-/// normal), the largest finite values (rounding to infinity), infinities and NaNs.
+/// normal), the largest finite values (rounding to infinity), infinities and NaNs. (bf16's
+/// dot-product kernels add a pair's products in the other order: the same bits on these
+/// data, as in `depthwise_reads_reduced_tensors_in_place_with_no_workspace`.)
 #[test]
 fn depthwise_rounds_reduced_lanes_in_registers() {
     use autodnn::conv::Activation;
@@ -878,6 +880,10 @@ fn depthwise_rounds_reduced_lanes_in_registers() {
         "g20mb1ic20ih12iw30oc20oh6ow15kh3kw3sh2sw2dh1dw1ph2pw2",
         "g20mb1ic20ih9iw30oc20oh9ow10kh1kw3sw3ph0pw1",
         "g20mb1ic20ih9iw11oc40oh9ow11kh3kw3ph1pw1",
+        // Stride-1 3-wide windows over two vectors' columns per pass (AVX512-BF16's dot
+        // products), a ragged last pass each.
+        "g20mb2ic20ih9iw26oc20oh9ow26kh3kw3ph1pw1",
+        "g20mb1ic20ih10iw60oc20oh10ow60kh3kw3ph1pw1",
     ];
     let mut ran = 0;
     for isa in autodnn::cpu::Isa::ALL

@@ -314,8 +314,13 @@ unsafe fn plane_fast<
 /// 16 bf16 pairs, (x\[j\], x\[j + 1\]) and (x\[j + 2\], 0) at lane j's window, that one
 /// `vdpbf16ps` each multiplies by a filter row's pairs (w₀, w₁) and (w₂, 0): 6 dot products
 /// per output vector instead of 9 multiply-adds, on bf16 read as it lies. With stride 2 the
-/// pairs are the row's own consecutive elements (two loads); with stride 1 two permutes of
-/// one load. Column tables as [`Step::Window3S1`] and [`Step::Window3`]. The products are
+/// pairs are the row's own consecutive elements (two loads). With stride 1, two permutes of
+/// one load; or (WIDE) two stride-2 windows, 32 output columns at a time: the even columns'
+/// pairs load from the window's start, the odd ones' one element on, and two permutes
+/// interleave each output row's sums before the store (4 loads and 2 permutes per 32
+/// columns and row instead of 2 loads and 4 permutes, for rows that fill 32-column
+/// vectors). Column tables as [`Step::Window3`] and [`Step::Window3S1`], of 16 columns per
+/// entry, 32 for WIDE. The products are
 /// exact in f32, each instruction rounds twice, and subnormal inputs count as zero (as in
 /// the bf16 GEMM family); the filter's values must be bf16 (the caller checks).
 ///
@@ -324,12 +329,12 @@ unsafe fn plane_fast<
 /// and BF16.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize>(
+unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const WIDE: bool>(
     simd: Avx512,
     a: &PlaneJob<'_, half::bf16, Y>,
 ) {
     use std::arch::x86_64::*;
-    const { assert!((ROWS - 1) * SH + 3 <= MAX_FAST_IN_ROWS && (SH == 1 || SH == 2)) };
+    const { assert!((ROWS - 1) * SH + 3 <= MAX_FAST_IN_ROWS && (SH == 1 || SH == 2 && !WIDE)) };
     debug_assert!(a.r == 3 && a.s == 3 && a.blocks == a.oh.div_ceil(ROWS));
     let in_rows = (ROWS - 1) * SH + 3;
     // The filter's pair (lo, hi) as one lane's 32 bits.
@@ -342,14 +347,34 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize>(
     // are set; outputs go to the units' rows.
     unsafe {
         let epi = EpiV::new(simd, a.epi);
-        // Word 2l (2l + 1) of the stride-1 permutes: element l (l + 1), and l + 2 (unused).
+        // Lanes 0..16 (16..32) of a 32-column output row: its even columns' sums and its odd
+        // ones', interleaved.
+        let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        let hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+        // Word 2l (2l + 1) of the 16-column stride-1 permutes: element l (l + 1), and l + 2.
         let idx0 = _mm512_set_epi16(
             16, 15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4, 4,
             3, 3, 2, 2, 1, 1, 0,
         );
         let idx1 = _mm512_add_epi16(idx0, _mm512_set1_epi16(2));
         const EVEN: u32 = 0x5555_5555;
+        // Lanes per half of a stride-1 table entry (columns 0..16 and 16..32).
+        const HALF: u32 = 16;
         let bh = |v: __m512i| std::mem::transmute::<__m512i, __m512bh>(v);
+        // The pairs at element e0 of `p` (bit e of `raw` for element e): (e0 + 2l, e0 + 2l + 1),
+        // and (e0 + 2l + 2, 0).
+        let pairs = |p: *const i16, raw: u64, e0: u32, rm: u32| {
+            (
+                bh(_mm512_maskz_loadu_epi16(
+                    (raw >> e0) as u32 & rm,
+                    p.wrapping_add(e0 as usize),
+                )),
+                bh(_mm512_maskz_loadu_epi16(
+                    (raw >> (e0 + 2)) as u32 & EVEN & rm,
+                    p.wrapping_add(e0 as usize + 2),
+                )),
+            )
+        };
         let mut u = a.u0;
         while u < a.u1 {
             let (b0, b1) = (u % a.blocks, a.blocks.min(u % a.blocks + a.u1 - u));
@@ -380,38 +405,42 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize>(
                 }
                 let row0 = oh0 as isize * a.yrow;
                 for col in a.cols.chunks_exact(4) {
+                    // The outputs; WIDE: the even columns' (odd).
                     let mut acc = [simd.zero(); ROWS];
+                    let mut odd = [simd.zero(); ROWS];
                     let ld = col[1];
                     let raw = ld.m0 as u64 | (ld.m1 as u64) << 32;
                     unroll!(16: d < (ROWS - 1) * SH + 3, {
                         let rm = (valid >> d & 1).wrapping_neg();
                         let roff = if rm != 0 { (ih0 + d as isize) * a.xrow } else { 0 };
                         let p = xk.wrapping_offset(roff).wrapping_offset(ld.off).cast::<i16>();
-                        let (p0, p1) = if SH == 2 {
-                            (
-                                _mm512_maskz_loadu_epi16(raw as u32 & rm, p),
-                                _mm512_maskz_loadu_epi16(
-                                    (raw >> 2) as u32 & EVEN & rm,
-                                    p.wrapping_add(2),
-                                ),
-                            )
+                        let (p0, p1) = if SH == 2 || WIDE {
+                            pairs(p, raw, 0, rm)
                         } else {
+                            // Stride 1, 16 columns: both from one load.
                             let v = _mm512_maskz_loadu_epi16(raw as u32 & rm, p);
                             (
-                                _mm512_permutexvar_epi16(idx0, v),
-                                _mm512_maskz_permutexvar_epi16(EVEN, idx1, v),
+                                bh(_mm512_permutexvar_epi16(idx0, v)),
+                                bh(_mm512_maskz_permutexvar_epi16(EVEN, idx1, v)),
                             )
                         };
-                        let (p0, p1) = (bh(p0), bh(p1));
-                        for (i, acc) in acc.iter_mut().enumerate() {
+                        let (q0, q1) = if WIDE { pairs(p, raw, 1, rm) } else { (p0, p1) };
+                        for i in 0..ROWS {
                             if d >= i * SH && d - i * SH < 3 {
                                 let r = d - i * SH;
-                                *acc = _mm512_dpbf16_ps(*acc, p0, w01[r]);
-                                *acc = _mm512_dpbf16_ps(*acc, p1, w2[r]);
+                                acc[i] = _mm512_dpbf16_ps(acc[i], p0, w01[r]);
+                                acc[i] = _mm512_dpbf16_ps(acc[i], p1, w2[r]);
+                                if WIDE {
+                                    odd[i] = _mm512_dpbf16_ps(odd[i], q0, w01[r]);
+                                    odd[i] = _mm512_dpbf16_ps(odd[i], q1, w2[r]);
+                                }
                             }
                         }
-                        for acc in acc.iter_mut() {
-                            *acc = simd.pin(*acc);
+                        for i in 0..ROWS {
+                            acc[i] = simd.pin(acc[i]);
+                            if WIDE {
+                                odd[i] = simd.pin(odd[i]);
+                            }
                         }
                     });
                     let m = col[0].m0;
@@ -422,7 +451,16 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize>(
                             (0, 0)
                         };
                         let (y, z) = (yk.wrapping_offset(off), zk.wrapping_offset(off));
-                        store_out(simd, &epi, acc[i], bias, y, z, m);
+                        if WIDE {
+                            let v0 = _mm512_permutex2var_ps(acc[i], lo, odd[i]);
+                            let v1 = _mm512_permutex2var_ps(acc[i], hi, odd[i]);
+                            let h = HALF as usize;
+                            store_out(simd, &epi, v0, bias, y, z, m & 0xffff);
+                            let (y1, z1) = (y.wrapping_add(h), z.wrapping_add(h));
+                            store_out(simd, &epi, v1, bias, y1, z1, m >> HALF);
+                        } else {
+                            store_out(simd, &epi, acc[i], bias, y, z, m);
+                        }
                     });
                 }
             }
@@ -704,6 +742,8 @@ pub(super) struct PlaneSet<S: 'static, X: 'static = f32, Y: 'static = f32> {
     pub(super) plane_pair: [[PlaneFn<S, X, Y>; 2]; 2],
     /// 3x3, stride 1 and 2, no column dilation: [`Step::Window3S1`], [`Step::Window3`].
     pub(super) plane_win3: [PlaneFn<S, X, Y>; 2],
+    /// 3x3 stride 1 over two vectors' columns per entry of its table, where the set has it.
+    pub(super) win3_wide: Option<PlaneFn<S, X, Y>>,
     /// By [`Step`]: 1, 2, any.
     pub(super) plane_generic: [PlaneFn<S, X, Y>; 3],
 }
@@ -754,6 +794,7 @@ macro_rules! plane_set {
             plane_fast: [[p3s1, p3s2], [p5s1, p5s2]],
             plane_pair: [[q3s1, q3s2], [q5s1, q5s2]],
             plane_win3: [w3s1, w3s2],
+            win3_wide: None,
             plane_generic: [pg1, pg2, pgn],
         }
     }};
@@ -829,9 +870,11 @@ pub(super) mod avx512_reduced {
 
     type DotJob<'a> = PlaneJob<'a, bf16, Bf16Cvt>;
     entry!(Avx512, #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-        fn dot3s1(DotJob<'_>) = plane_dot3::<Bf16Cvt, 1, 7>);
+        fn dot3s1(DotJob<'_>) = plane_dot3::<Bf16Cvt, 1, 7, false>);
     entry!(Avx512, #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-        fn dot3s2(DotJob<'_>) = plane_dot3::<Bf16Cvt, 2, 7>);
+        fn dot3s1w(DotJob<'_>) = plane_dot3::<Bf16Cvt, 1, 7, true>);
+    entry!(Avx512, #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+        fn dot3s2(DotJob<'_>) = plane_dot3::<Bf16Cvt, 2, 7, false>);
 
     /// [`BF16_CVT`] whose 3x3 NCHW-like windows run on the dot-product units
     /// ([`plane_dot3`]): for filters whose values are bf16.
@@ -842,6 +885,7 @@ pub(super) mod avx512_reduced {
         KernelSet {
             plane: PlaneSet {
                 plane_win3: [dot3s1, dot3s2],
+                win3_wide: Some(dot3s1w),
                 ..set.plane
             },
             ..set
