@@ -730,7 +730,7 @@ fn direct_reads_reduced_tensors_in_place_with_no_workspace() {
 /// with a bias, activations applied in the kernels and after them, beta reading the prior y
 /// or a residual, its output is the f32 `depthwise` on the widened tensors rounded once, bit
 /// for bit. (On AVX512-BF16, bf16's 3x3 NCHW-like windows run on the dot-product units, which
-/// add each pair's two products in the other order: the same bits on these data, whose sums
+/// add the products in another order: the same bits on these data, whose sums
 /// round alike; `real_data_stays_within_the_f32_bound_plus_one_rounding` bounds them on any.)
 #[test]
 fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
@@ -845,7 +845,7 @@ fn depthwise_reads_reduced_tensors_in_place_with_no_workspace() {
 /// the outputs land on rounding's edge cases: channels with a zero filter output their bias,
 /// which here is a tie (both ways), a subnormal (rounding to a subnormal or up to the least
 /// normal), the largest finite values (rounding to infinity), infinities and NaNs. (bf16's
-/// dot-product kernels add a pair's products in the other order: the same bits on these
+/// dot-product kernels add the products in another order: the same bits on these
 /// data, as in `depthwise_reads_reduced_tensors_in_place_with_no_workspace`.)
 #[test]
 fn depthwise_rounds_reduced_lanes_in_registers() {

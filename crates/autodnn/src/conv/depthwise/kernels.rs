@@ -314,15 +314,16 @@ unsafe fn plane_fast<
 /// 16 bf16 pairs, (x\[j\], x\[j + 1\]) and (x\[j + 2\], 0) at lane j's window, that one
 /// `vdpbf16ps` each multiplies by a filter row's pairs (w₀, w₁) and (w₂, 0): 6 dot products
 /// per output vector instead of 9 multiply-adds, on bf16 read as it lies. With stride 2 the
-/// pairs are the row's own consecutive elements (two loads). With stride 1, two permutes of
-/// one load; or (WIDE) two stride-2 windows, 32 output columns at a time: the even columns'
+/// pairs are the row's own consecutive elements (two loads); with stride 1, two permutes of
+/// one load, or (WIDE) two stride-2 windows, 32 output columns at a time: the even columns'
 /// pairs load from the window's start, the odd ones' one element on, and two permutes
 /// interleave each output row's sums before the store (4 loads and 2 permutes per 32
 /// columns and row instead of 2 loads and 4 permutes, for rows that fill 32-column
-/// vectors). Column tables as [`Step::Window3`] and [`Step::Window3S1`], of 16 columns per
-/// entry, 32 for WIDE. The products are
-/// exact in f32, each instruction rounds twice, and subnormal inputs count as zero (as in
-/// the bf16 GEMM family); the filter's values must be bf16 (the caller checks).
+/// vectors). But for WIDE, the (w₂, 0) products are summed apart (two chains of dependent
+/// dot products per output row, added before the store). Column tables as
+/// [`Step::Window3`] and [`Step::Window3S1`], of 16 columns per entry, 32 for WIDE. The
+/// products are exact in f32, each instruction rounds twice, and subnormal inputs count as
+/// zero (as in the bf16 GEMM family); the filter's values must be bf16 (the caller checks).
 ///
 /// # Safety
 /// That of [`PlaneFn`], `a.r == a.s == 3`, the units' blocks of ROWS rows; AVX512-BW, VL
@@ -405,7 +406,8 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                 }
                 let row0 = oh0 as isize * a.yrow;
                 for col in a.cols.chunks_exact(4) {
-                    // The outputs; WIDE: the even columns' (odd).
+                    // The outputs' sums, WIDE: the even columns' (odd: the odd ones'); else
+                    // the (w₂, 0) products apart in `odd`, two chains of dot products.
                     let mut acc = [simd.zero(); ROWS];
                     let mut odd = [simd.zero(); ROWS];
                     let ld = col[1];
@@ -429,7 +431,11 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                             if d >= i * SH && d - i * SH < 3 {
                                 let r = d - i * SH;
                                 acc[i] = _mm512_dpbf16_ps(acc[i], p0, w01[r]);
-                                acc[i] = _mm512_dpbf16_ps(acc[i], p1, w2[r]);
+                                if WIDE {
+                                    acc[i] = _mm512_dpbf16_ps(acc[i], p1, w2[r]);
+                                } else {
+                                    odd[i] = _mm512_dpbf16_ps(odd[i], p1, w2[r]);
+                                }
                                 if WIDE {
                                     odd[i] = _mm512_dpbf16_ps(odd[i], q0, w01[r]);
                                     odd[i] = _mm512_dpbf16_ps(odd[i], q1, w2[r]);
@@ -438,9 +444,7 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                         }
                         for i in 0..ROWS {
                             acc[i] = simd.pin(acc[i]);
-                            if WIDE {
-                                odd[i] = simd.pin(odd[i]);
-                            }
+                            odd[i] = simd.pin(odd[i]);
                         }
                     });
                     let m = col[0].m0;
@@ -459,7 +463,8 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                             let (y1, z1) = (y.wrapping_add(h), z.wrapping_add(h));
                             store_out(simd, &epi, v1, bias, y1, z1, m >> HALF);
                         } else {
-                            store_out(simd, &epi, acc[i], bias, y, z, m);
+                            let v = _mm512_add_ps(acc[i], odd[i]);
+                            store_out(simd, &epi, v, bias, y, z, m);
                         }
                     });
                 }
