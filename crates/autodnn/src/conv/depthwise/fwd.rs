@@ -5,7 +5,7 @@
 use crate::conv::{AlgoWeights, ConvAlgorithm, EpilogueArgs, ExecContext, ReducedWeights};
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::{Feature, Features};
-use crate::desc::{ConvProblem, DataType};
+use crate::desc::ConvProblem;
 use crate::error::{Error, Result};
 use crate::op::tensor::widen;
 use crate::op::{Tensor, TensorMut};
@@ -104,10 +104,10 @@ impl ConvAlgorithm for Depthwise {
                 && epi.residual.is_none_or(|z| z.len() >= problem.y().span()),
             "depthwise: buffers shorter than the problem (the handle checks them)"
         );
-        // The filter in f32 (K·R·S values, widened once), or prepared (f32 already).
+        // A bf16 filter, as bf16 or as prepared f32 (one rounded to the problem's type).
         #[cfg(target_arch = "x86_64")]
-        // (bf16 values either way: a plain f32 filter is one rounded to the problem's type.)
-        let bf16_filter = problem.w().dtype() == DataType::Bf16;
+        let bf16_filter = problem.w().dtype() == crate::desc::DataType::Bf16;
+        // The filter in f32 (K·R·S values, widened once), or prepared (f32 already).
         let widened;
         let weights = match (mode, w) {
             (_, ReducedWeights::Plain(Tensor::F32(w))) => ClWeights::Plain(w),

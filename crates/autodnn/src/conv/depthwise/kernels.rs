@@ -433,12 +433,10 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                                 acc[i] = _mm512_dpbf16_ps(acc[i], p0, w01[r]);
                                 if WIDE {
                                     acc[i] = _mm512_dpbf16_ps(acc[i], p1, w2[r]);
-                                } else {
-                                    odd[i] = _mm512_dpbf16_ps(odd[i], p1, w2[r]);
-                                }
-                                if WIDE {
                                     odd[i] = _mm512_dpbf16_ps(odd[i], q0, w01[r]);
                                     odd[i] = _mm512_dpbf16_ps(odd[i], q1, w2[r]);
+                                } else {
+                                    odd[i] = _mm512_dpbf16_ps(odd[i], p1, w2[r]);
                                 }
                             }
                         }
