@@ -419,11 +419,32 @@ fn run_items(
     items: usize,
     f: impl Fn(usize) + Sync,
 ) -> Result<()> {
-    if ctx.threads <= 1 || items <= 1 || total < super::PARALLEL_MIN_ELEMENTS {
-        (0..items).for_each(f);
+    run_items_with(ctx, total, items, || Ok(()), |_, i| f(i))
+}
+
+/// The threads that [`run_items`] runs `items` items of `total` elements on.
+fn item_threads(ctx: &ExecContext<'_>, total: usize, items: usize) -> usize {
+    if items <= 1 || total < super::PARALLEL_MIN_ELEMENTS {
+        1
+    } else {
+        ctx.threads.max(1)
+    }
+}
+
+/// [`run_items`] with a state per thread (`init`'s), which `f` gets with each item.
+fn run_items_with<S: Send>(
+    ctx: &ExecContext<'_>,
+    total: usize,
+    items: usize,
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) -> Result<()> {
+    if item_threads(ctx, total, items) == 1 {
+        let mut s = init()?;
+        (0..items).for_each(|i| f(&mut s, i));
         return Ok(());
     }
-    for_each_with(ctx, items, || Ok(()), |_, i| f(i))
+    for_each_with(ctx, items, init, f)
 }
 
 /// Runs `f(p)` for each of `pl`'s planes, consecutive planes (about [`super::CHUNK`]
@@ -1505,83 +1526,79 @@ fn backward_masked(
         // L2 while this one's are summed (x) and written (dy, and y under a mask), so the
         // reads from memory overlap both passes instead of stalling the sums.
         let total = x_desc.elements();
-        let step = if ctx.threads > 1 && total >= super::PARALLEL_MIN_ELEMENTS {
-            ctx.threads
-        } else {
-            1
-        };
+        let step = item_threads(ctx, total, c);
         let fetch = |off: usize, v: &[f32]| {
             if !v.is_empty() {
                 crate::simd::fetch_to_l2(&v[off..off + len]);
             }
         };
-        let body = |asked: &mut Option<usize>, ch: usize| {
-            let warm = *asked == Some(ch);
-            let next = (ch + step < c).then_some(ch + step);
-            *asked = next;
-            // In sample order: the sums' bits are those of the other paths' `plane_sums`.
-            let s = (0..n).fold([0.0f64; 2], |a, b| {
-                let ([od, ox, og, oy], _) = pl.at(b * c + ch);
-                let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
-                // Without the last channel's requests, the channel's next plane: a stride
-                // the prefetchers do not follow.
-                if !warm && b + 1 < n {
-                    let ([_, nx, ng, ny], _) = pl.at((b + 1) * c + ch);
-                    fetch(nx, x);
-                    fetch(ng, dy);
-                    fetch(ny, yv);
-                }
-                if let Some(nc) = next {
-                    fetch(pl.at(b * c + nc).0[1], x);
-                }
-                let p = if masked {
-                    // SAFETY: channel ch's planes of dx belong to this item alone.
-                    let g = unsafe { out.slice_mut(od, len) };
-                    relu_mask(features, dys, &yv[oy..oy + len], g);
-                    sum_grad(features, xs, g, &[], mean[ch])
-                } else {
-                    sum_grad(features, xs, dys, &[], mean[ch])
-                };
-                [a[0] + p[0], a[1] + p[1]]
-            });
-            let kk = coefs(ch, s);
-            // SAFETY: slot ch of dγ and dβ, and channel ch's planes of dx, belong to this item
-            // alone.
-            unsafe {
-                dgamma.write(
-                    ch,
-                    blend_param.apply_f64(s[1] * inv[ch], dgamma.read(ch) as f64) as f32,
-                );
-                dbeta.write(
-                    ch,
-                    blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
-                );
-                for b in 0..n {
-                    if let Some(nc) = next {
-                        let ([_, _, ng, ny], _) = pl.at(b * c + nc);
+        return run_items_with(
+            ctx,
+            total,
+            c,
+            || Ok(None),
+            |asked: &mut Option<usize>, ch| {
+                let warm = *asked == Some(ch);
+                let next = (ch + step < c).then_some(ch + step);
+                *asked = next;
+                // In sample order: the sums' bits are those of the other paths' `plane_sums`.
+                let s = (0..n).fold([0.0f64; 2], |a, b| {
+                    let ([od, ox, og, oy], _) = pl.at(b * c + ch);
+                    let (xs, dys) = (&x[ox..ox + len], &dy[og..og + len]);
+                    // Without the last channel's requests, the channel's next plane: a stride
+                    // the prefetchers do not follow.
+                    if !warm && b + 1 < n {
+                        let ([_, nx, ng, ny], _) = pl.at((b + 1) * c + ch);
+                        fetch(nx, x);
                         fetch(ng, dy);
                         fetch(ny, yv);
                     }
-                    let ([od, ox, og, _], _) = pl.at(b * c + ch);
-                    let (xs, dst) = (&x[ox..ox + len], out.slice_mut(od, len));
-                    if masked {
-                        grad_affine_in_place(features, xs, dst, kk);
+                    if let Some(nc) = next {
+                        fetch(pl.at(b * c + nc).0[1], x);
+                    }
+                    let p = if masked {
+                        // SAFETY: channel ch's planes of dx belong to this item alone.
+                        let g = unsafe { out.slice_mut(od, len) };
+                        relu_mask(features, dys, &yv[oy..oy + len], g);
+                        sum_grad(features, xs, g, &[], mean[ch])
                     } else {
-                        let dys = &dy[og..og + len];
-                        super::write_blocks(features, stream, dst, |o, blk| {
-                            let k = blk.len();
-                            grad_affine(features, &xs[o..o + k], &dys[o..o + k], blk, kk, beta)
-                        });
+                        sum_grad(features, xs, dys, &[], mean[ch])
+                    };
+                    [a[0] + p[0], a[1] + p[1]]
+                });
+                let kk = coefs(ch, s);
+                // SAFETY: slot ch of dγ and dβ, and channel ch's planes of dx, belong to this item
+                // alone.
+                unsafe {
+                    dgamma.write(
+                        ch,
+                        blend_param.apply_f64(s[1] * inv[ch], dgamma.read(ch) as f64) as f32,
+                    );
+                    dbeta.write(
+                        ch,
+                        blend_param.apply_f64(s[0], dbeta.read(ch) as f64) as f32,
+                    );
+                    for b in 0..n {
+                        if let Some(nc) = next {
+                            let ([_, _, ng, ny], _) = pl.at(b * c + nc);
+                            fetch(ng, dy);
+                            fetch(ny, yv);
+                        }
+                        let ([od, ox, og, _], _) = pl.at(b * c + ch);
+                        let (xs, dst) = (&x[ox..ox + len], out.slice_mut(od, len));
+                        if masked {
+                            grad_affine_in_place(features, xs, dst, kk);
+                        } else {
+                            let dys = &dy[og..og + len];
+                            super::write_blocks(features, stream, dst, |o, blk| {
+                                let k = blk.len();
+                                grad_affine(features, &xs[o..o + k], &dys[o..o + k], blk, kk, beta)
+                            });
+                        }
                     }
                 }
-            }
-        };
-        if step == 1 {
-            let mut asked = None;
-            (0..c).for_each(|ch| body(&mut asked, ch));
-            return Ok(());
-        }
-        return for_each_with(ctx, c, || Ok(None), body);
+            },
+        );
     }
     let sums = match Rows::new(dims, [x_desc.strides(), dy_desc.strides()]) {
         Some(rows) => {

@@ -210,12 +210,7 @@ unsafe fn plane_fast<
                 // Rows outside the image (or needed by no written output) read nothing: their
                 // loads have an empty mask. Masks rather than branches keep the accumulators
                 // in registers; a bit set rather than arrays avoids stores the loads wait for.
-                let mut valid = 0u32;
-                for d in 0..in_rows.min((nrows - 1) * SH + R) {
-                    if (0..a.h).contains(&(ih0 + d as isize)) {
-                        valid |= 1 << d;
-                    }
-                }
+                let valid = a.valid_rows(ih0, in_rows.min((nrows - 1) * SH + R));
                 let row0 = oh0 as isize * a.yrow;
                 // The column loop, for blocks at the image's top or bottom edge (EDGE: row
                 // masks) or inside it (all rows read, masks straight from the table).
@@ -398,12 +393,7 @@ unsafe fn plane_dot3<Y: Elem<Avx512>, const SH: usize, const ROWS: usize, const 
                 let nrows = ROWS.min(a.oh - oh0);
                 let ih0 = (oh0 * SH) as isize - a.pt;
                 // As in `plane_fast`: rows outside the image read nothing (empty masks).
-                let mut valid = 0u32;
-                for d in 0..in_rows.min((nrows - 1) * SH + 3) {
-                    if (0..a.h).contains(&(ih0 + d as isize)) {
-                        valid |= 1 << d;
-                    }
-                }
+                let valid = a.valid_rows(ih0, in_rows.min((nrows - 1) * SH + 3));
                 let row0 = oh0 as isize * a.yrow;
                 for col in a.cols.chunks_exact(4) {
                     // The outputs' sums, WIDE: the even columns' (odd: the odd ones'); else

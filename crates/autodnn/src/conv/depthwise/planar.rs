@@ -205,6 +205,15 @@ impl<'a, X, Y> PlaneJob<'a, X, Y> {
         unsafe { *self.w.add(k * taps + i) }
     }
 
+    /// Bit d set for each of the `rows` input rows from row `ih0` on that lie inside the
+    /// image.
+    #[inline(always)]
+    pub(super) fn valid_rows(&self, ih0: isize, rows: usize) -> u32 {
+        (0..rows)
+            .filter(|&d| (0..self.h).contains(&(ih0 + d as isize)))
+            .fold(0, |m, d| m | 1 << d)
+    }
+
     /// Channel k's bias (0 without one).
     ///
     /// # Safety
