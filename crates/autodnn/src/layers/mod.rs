@@ -275,6 +275,33 @@ pub(crate) fn merge_contiguous<const K: usize>(ext: &mut Vec<usize>, st: &mut Ve
 /// Elements below which an elementwise operator runs on the calling thread alone.
 pub(crate) const PARALLEL_MIN_ELEMENTS: usize = 1 << 15;
 
+/// The threads that [`run_items_with`] runs `items` items touching `work` elements on.
+pub(crate) fn item_threads(ctx: &ExecContext<'_>, items: usize, work: usize) -> usize {
+    if items <= 1 || work < PARALLEL_MIN_ELEMENTS {
+        1
+    } else {
+        ctx.threads.max(1)
+    }
+}
+
+/// Runs `f(state, i)` for items `0..items`, on the context's threads when there is enough
+/// `work` (elements touched), else on the calling thread; each thread with the state `init`
+/// makes.
+pub(crate) fn run_items_with<S: Send>(
+    ctx: &ExecContext<'_>,
+    items: usize,
+    work: usize,
+    init: impl Fn() -> Result<S> + Sync,
+    f: impl Fn(&mut S, usize) + Sync,
+) -> Result<()> {
+    if item_threads(ctx, items, work) == 1 {
+        let mut s = init()?;
+        (0..items).for_each(|i| f(&mut s, i));
+        return Ok(());
+    }
+    crate::runtime::parallel::for_each_with(ctx, items, init, f)
+}
+
 /// Elements per work item when an elementwise operator splits long runs among threads.
 pub(crate) const CHUNK: usize = 1 << 14;
 

@@ -419,32 +419,7 @@ fn run_items(
     items: usize,
     f: impl Fn(usize) + Sync,
 ) -> Result<()> {
-    run_items_with(ctx, total, items, || Ok(()), |_, i| f(i))
-}
-
-/// The threads that [`run_items`] runs `items` items of `total` elements on.
-fn item_threads(ctx: &ExecContext<'_>, total: usize, items: usize) -> usize {
-    if items <= 1 || total < super::PARALLEL_MIN_ELEMENTS {
-        1
-    } else {
-        ctx.threads.max(1)
-    }
-}
-
-/// [`run_items`] with a state per thread (`init`'s), which `f` gets with each item.
-fn run_items_with<S: Send>(
-    ctx: &ExecContext<'_>,
-    total: usize,
-    items: usize,
-    init: impl Fn() -> Result<S> + Sync,
-    f: impl Fn(&mut S, usize) + Sync,
-) -> Result<()> {
-    if item_threads(ctx, total, items) == 1 {
-        let mut s = init()?;
-        (0..items).for_each(|i| f(&mut s, i));
-        return Ok(());
-    }
-    for_each_with(ctx, items, init, f)
+    super::run_items_with(ctx, items, total, || Ok(()), |_, i| f(i))
 }
 
 /// Runs `f(p)` for each of `pl`'s planes, consecutive planes (about [`super::CHUNK`]
@@ -1526,16 +1501,16 @@ fn backward_masked(
         // L2 while this one's are summed (x) and written (dy, and y under a mask), so the
         // reads from memory overlap both passes instead of stalling the sums.
         let total = x_desc.elements();
-        let step = item_threads(ctx, total, c);
+        let step = super::item_threads(ctx, c, total);
         let fetch = |off: usize, v: &[f32]| {
             if !v.is_empty() {
                 crate::simd::fetch_to_l2(&v[off..off + len]);
             }
         };
-        return run_items_with(
+        return super::run_items_with(
             ctx,
-            total,
             c,
+            total,
             || Ok(None),
             |asked: &mut Option<usize>, ch| {
                 let warm = *asked == Some(ch);

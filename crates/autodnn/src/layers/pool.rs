@@ -65,10 +65,10 @@
 //! overlap. Every output element is computed by the same operations in the same order
 //! whatever the split, so results are the same bits on any number of threads.
 
-use super::{check_buffer, Blend, PARALLEL_MIN_ELEMENTS};
+use super::{check_buffer, run_items_with, Blend};
 use crate::desc::{DataType, Layout, Padding, TensorDesc};
 use crate::error::{Error, Result};
-use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::parallel::SharedOut;
 use crate::runtime::ExecContext;
 use crate::simd::multiversion;
 
@@ -622,23 +622,6 @@ fn span(
     (lo, hi, count)
 }
 
-/// Runs `f(scratch, item)` for `items` items, on the context's threads when there is enough
-/// `work` (elements touched), each thread with scratch from `init`.
-fn run_items<S: Send>(
-    ctx: &ExecContext<'_>,
-    items: usize,
-    work: usize,
-    init: impl Fn() -> Result<S> + Sync,
-    f: impl Fn(&mut S, usize) + Sync,
-) -> Result<()> {
-    if ctx.threads <= 1 || items <= 1 || work < PARALLEL_MIN_ELEMENTS {
-        let mut s = init()?;
-        (0..items).for_each(|i| f(&mut s, i));
-        return Ok(());
-    }
-    for_each_with(ctx, items, init, f)
-}
-
 /// Channels per block: all of them, at most `cap`, and fewer when `outer` items times the
 /// blocks would not keep the threads busy (multiples of 16 channels).
 fn channel_block(c: usize, outer: usize, threads: usize, cap: usize) -> usize {
@@ -1091,7 +1074,7 @@ pub fn forward(
             cb,
             cblocks,
         };
-        return run_items(
+        return run_items_with(
             ctx,
             outer * cblocks,
             work,
@@ -1134,7 +1117,7 @@ pub fn forward(
             false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
         };
         let per = super::stretch(planes, GLOBAL_PLANES, ctx.threads);
-        return run_items(
+        return run_items_with(
             ctx,
             planes.div_ceil(per),
             work,
@@ -1161,7 +1144,7 @@ pub fn forward(
             acc: crate::alloc::try_vec(g.ow, 0.0f32, "pooling accumulator")?,
         })
     };
-    run_items(ctx, planes * blocks, work, init, |s, item| {
+    run_items_with(ctx, planes * blocks, work, init, |s, item| {
         plane_forward(features, &p, s, &out, item)
     })
 }
@@ -1629,11 +1612,11 @@ pub fn backward(
         })
     };
     if packed {
-        run_items(ctx, g.n * cblocks, work, init, |s, item| {
+        run_items_with(ctx, g.n * cblocks, work, init, |s, item| {
             chan_backward(features, &p, s, &out, item)
         })
     } else {
-        run_items(ctx, g.n * g.c, work, init, |s, item| {
+        run_items_with(ctx, g.n * g.c, work, init, |s, item| {
             plane_backward(features, &p, s, &out, item)
         })
     }
@@ -1859,7 +1842,7 @@ pub fn forward_with_indices(
         let cb = channel_block(g.c, outer, ctx.threads, usize::MAX);
         let cblocks = g.c.div_ceil(cb);
         let init = || crate::alloc::try_vec(cb, 0.0f32, "pooling maxima");
-        return run_items(ctx, outer * cblocks, work, init, |m, item| {
+        return run_items_with(ctx, outer * cblocks, work, init, |m, item| {
             let (cblk, row) = (item % cblocks, item / cblocks);
             chan_forward_indices(features, &p, m, &out, &out_idx, (row, cblk, cb))
         });
@@ -1872,7 +1855,7 @@ pub fn forward_with_indices(
             phases: crate::alloc::try_vec(phase_len, 0.0f32, "pooling phases")?,
         })
     };
-    run_items(ctx, planes, work, init, |s, plane| {
+    run_items_with(ctx, planes, work, init, |s, plane| {
         plane_forward_indices(features, &p, s, &out, &out_idx, plane)
     })
 }
@@ -2231,12 +2214,12 @@ pub fn backward_with_indices(
             .ok_or_else(|| Error::overflow("pooling scratch", "plane times channels"))?;
         let p = BwdIdx { direct, ..p };
         let init = || crate::alloc::try_vec(len, 0.0f32, "pooling dx accumulator");
-        return run_items(ctx, g.n * cblocks, work, init, |s, item| {
+        return run_items_with(ctx, g.n * cblocks, work, init, |s, item| {
             let (n, cblk) = (item / cblocks, item % cblocks);
             chan_backward_indices(features, &p, s, &out, (n, cblk, cb))
         });
     }
-    run_items(
+    run_items_with(
         ctx,
         planes,
         work,

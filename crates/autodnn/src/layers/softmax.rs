@@ -50,10 +50,10 @@
 //! y written) on 8x1000, 8x64x56x56 NCHW/NHWC, and about 2 GB/s on NHWC rows as short as 21
 //! channels; the backward pass 5–20 GB/s. x and y may not be one buffer (no in-place call).
 
-use super::{check_buffer, check_same_dims, Blend, Runs, PARALLEL_MIN_ELEMENTS};
+use super::{check_buffer, check_same_dims, run_items_with, Blend, Runs};
 use crate::desc::{DataType, Layout, TensorDesc};
 use crate::error::{Error, Result};
-use crate::runtime::parallel::{for_each_with, SharedOut};
+use crate::runtime::parallel::SharedOut;
 use crate::runtime::ExecContext;
 use crate::simd::multiversion;
 use crate::vmath;
@@ -641,23 +641,6 @@ multiversion! {
     }
 }
 
-/// Runs `f(scratch, i)` for items `0..items`, on the context's threads when the tensor is
-/// large enough (`elements`), else on the calling thread.
-fn run_items<S: Send>(
-    ctx: &ExecContext<'_>,
-    items: usize,
-    elements: usize,
-    init: impl Fn() -> Result<S> + Sync,
-    f: impl Fn(&mut S, usize) + Sync,
-) -> Result<()> {
-    if ctx.threads <= 1 || elements < PARALLEL_MIN_ELEMENTS {
-        let mut s = init()?;
-        (0..items).for_each(|i| f(&mut s, i));
-        return Ok(());
-    }
-    for_each_with(ctx, items, init, f)
-}
-
 /// The shared driver: `out` (y or dx) from `a` (x or y) and `b` (x again, or dy), all of
 /// the same dimensions (checked by the caller).
 #[allow(clippy::too_many_arguments)]
@@ -694,7 +677,7 @@ fn run(
             let per_item = (ROW_CHUNK / len).max(1);
             let items = rows.div_ceil(per_item);
             let shared = SharedOut::new(out);
-            return run_items(
+            return run_items_with(
                 ctx,
                 items,
                 elements,
@@ -719,7 +702,7 @@ fn run(
         let per_run = run_len.div_ceil(bsz);
         let items = walk.runs.count() * per_run;
         let shared = SharedOut::new(out);
-        return run_items(
+        return run_items_with(
             ctx,
             items,
             elements,
@@ -756,7 +739,7 @@ fn run(
     // Generic: gather each row (in the order of `inner`'s runs), compute, scatter.
     let shared = SharedOut::new(out);
     let reads_b = !kind.needs_max();
-    run_items(
+    run_items_with(
         ctx,
         rows,
         elements,
@@ -842,7 +825,7 @@ fn long_rows(
     if kind.needs_max() {
         let mut cm = crate::alloc::try_vec(items, 0.0f32, "softmax chunk maxima")?;
         let shared = SharedOut::new(&mut cm);
-        run_items(
+        run_items_with(
             ctx,
             items,
             elements,
@@ -863,7 +846,7 @@ fn long_rows(
     {
         let shared = SharedOut::new(&mut cs);
         let maxes = &maxes;
-        run_items(
+        run_items_with(
             ctx,
             items,
             elements,
@@ -892,7 +875,7 @@ fn long_rows(
         *c = coef(kind, blend.alpha, s);
     }
     let shared = SharedOut::new(out);
-    run_items(
+    run_items_with(
         ctx,
         items,
         elements,
