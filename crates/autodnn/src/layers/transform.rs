@@ -12,10 +12,11 @@
 //!   (h·w, c)), the two inner dimensions are transposed in tiles, each tile read as
 //!   contiguous rows of x and written as contiguous rows of y: 16 × 16 by AVX-512 (partial
 //!   tiles masked; an output past the caches written with non-temporal stores, line by
-//!   line; x's sixteen rows prefetched ahead), 8 × 8 by AVX2 shuffles, else by plain loops (`multiversion!`); the threads take
-//!   blocks of 16 by 2048 elements of the plane (times the outer dimensions; where the rows
-//!   of a tensor share their offset in a cache line, blocks start on lines), each writing
-//!   its own elements; edges and non-unit inner strides element by element.
+//!   line; x's sixteen rows prefetched ahead), 8 × 8 by AVX2 shuffles, else by plain loops
+//!   (`multiversion!`); the threads take blocks of 16 by 2048 elements of the plane (times
+//!   the outer dimensions; where the rows of a tensor share their offset in a cache line,
+//!   blocks start on lines), each writing its own elements; edges and non-unit inner
+//!   strides element by element.
 //!
 //! Exact: with alpha = 1, beta = 0 the transform is a pure copy (no arithmetic touches a
 //! value, so −0 and NaN payloads come through bit for bit); otherwise each element is
