@@ -111,6 +111,38 @@ impl Token for Avx512Bf16 {
 }
 
 #[cfg(target_arch = "x86_64")]
+/// The 8 × 8 transpose of registers: lane i of output q is lane q of input i. Unpacks
+/// within 128-bit lanes, then lane permutes. Used by the AVX2 GEMM's packing and transposed
+/// stores and the depthwise backward filter's channel blocks.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let mut t = [_mm256_setzero_ps(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    let pd = _mm256_castps_pd;
+    let ps = _mm256_castpd_ps;
+    // u[4g + c]: column c (+ 4 in the high lane) of rows 4g .. 4g + 4.
+    let mut u = [_mm256_setzero_ps(); 8];
+    for g in 0..2 {
+        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
+        u[4 * g] = ps(_mm256_unpacklo_pd(pd(a), pd(c)));
+        u[4 * g + 1] = ps(_mm256_unpackhi_pd(pd(a), pd(c)));
+        u[4 * g + 2] = ps(_mm256_unpacklo_pd(pd(b), pd(d)));
+        u[4 * g + 3] = ps(_mm256_unpackhi_pd(pd(b), pd(d)));
+    }
+    let mut out = [_mm256_setzero_ps(); 8];
+    for c in 0..4 {
+        out[c] = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
+        out[c + 4] = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
 /// The 16 × 16 transpose of registers: lane i of output q is lane q of input i. Two unpack
 /// stages within 128-bit lanes, then two stages of lane shuffles. Used by the GEMM's
 /// transposed stores, the Winograd transforms' channel blocks and the layout transform.

@@ -3,9 +3,9 @@
 //! channel per group, on images whose rows are unit-stride (NCHW-like).
 //!
 //! How, on small images (at least 16 output channels, at most 784 output pixels with
-//! AVX-512, 64 without): 16 output channels per work item, one per vector lane; per image,
-//! their zero-padded input window and dy are transposed channels-innermost into a scratch
-//! of at most 115 KiB (in registers, 16 pixels at a time, with AVX-512), and every tap's
+//! AVX-512 or AVX2, 64 without): 16 output channels per work item, one per vector lane; per
+//! image, their zero-padded input window and dy are transposed channels-innermost into a
+//! scratch of at most 115 KiB (in registers, 16 or 8 pixels at a time), and every tap's
 //! product is a whole vector ([`block`]). Otherwise:
 //! one output channel per work item; for each output row and kernel tap, the row's dy
 //! and the tap's x run are multiplied in [`LANES`]-wide chunks into one accumulator vector
@@ -31,6 +31,10 @@ use crate::simd::{Avx2, Avx512, Token};
 
 /// Lanes of one accumulator.
 const LANES: usize = 16;
+
+/// A transposition of a run of pixels of [`LANES`] channels into channels-innermost order
+/// (`transpose::run`'s contract: `dst[q·LANES + l] = src[start + off[l] + q]`).
+type Transpose = unsafe fn(&[f32], usize, usize, &[usize; LANES], usize, &mut [f32]);
 /// Most kernel taps (R·S).
 pub(crate) const MAX_TAPS: usize = 25;
 
@@ -380,8 +384,8 @@ fn channel<const FMA: bool>(
 /// of the channel-blocked path.
 const BLOCKED_MAX_PLANE: usize = 1024;
 /// Most output pixels per image of the channel-blocked path where it transposes in registers
-/// (AVX-512): 28x28, where it took 0.71 ms against the flattened kernel's 1.68 (MobileNet's
-/// conv_dw_5 at batch 8 on 2 threads, one Zen 5 VM; 7x7 0.29 against 0.77).
+/// (AVX-512, AVX2): 28x28, where it took 0.71 ms against the flattened kernel's 1.68
+/// (MobileNet's conv_dw_5 at batch 8 on 2 threads, one Zen 5 VM; 7x7 0.29 against 0.77).
 const BLOCKED_MAX_PIXELS: usize = 784;
 /// The same where the transposition is portable code, lane by lane: it costs what it saves
 /// at 14x14 and twice that at 28x28; at 7x7 it halved the time.
@@ -390,7 +394,8 @@ const BLOCKED_MAX_PIXELS_PORTABLE: usize = 64;
 /// Whether the channel-blocked path computes the problem: at least [`LANES`] output
 /// channels on small images, where the flattened kernel's per-(image, channel) copies and
 /// short rows cost more than the products (MobileNet's 7x7 layers ran at a sixth of
-/// PyTorch's speed). `in_registers`: the AVX-512 transposition is at hand.
+/// PyTorch's speed). `in_registers`: a transposition in registers (AVX-512, AVX2) is at
+/// hand.
 fn takes_blocked(p: &ConvProblem, in_registers: bool) -> bool {
     let [_, k, oh, ow] = p.y().dims();
     let most = if in_registers {
@@ -487,15 +492,19 @@ fn pixels<const T: usize, const FMA: bool>(
 /// channel's sum runs over images, rows and columns in order (deterministic). Lane l of
 /// tap t holds dw\[k0 + l, t\].
 ///
-/// `IN_REGISTERS` (the AVX-512 entry only): the transposition 16 pixels at a time in
-/// registers, where the portable one writes lane by lane.
+/// `in_registers` (the AVX-512 and AVX2 entries, each with its own): the transposition a
+/// run of pixels at a time in registers, where the portable one writes lane by lane.
+///
+/// # Safety
+/// The CPU runs `in_registers`' instruction set.
 #[inline(always)]
-fn block<const IN_REGISTERS: bool, const FMA: bool>(
+unsafe fn block<const FMA: bool>(
     p: &ConvProblem,
     x: &[f32],
     dy: &[f32],
     k0: usize,
     scratch: &mut [f32],
+    in_registers: Option<Transpose>,
 ) -> [[f32; LANES]; MAX_TAPS] {
     let (xd, yd) = (p.x(), p.y());
     let [n, _, h, wi] = xd.dims();
@@ -531,8 +540,7 @@ fn block<const IN_REGISTERS: bool, const FMA: bool>(
     let y_off: [usize; LANES] = std::array::from_fn(|l| l.min(lanes - 1) * ys1);
     let mut acc = [[0.0f32; LANES]; MAX_TAPS];
     for b in 0..n {
-        if IN_REGISTERS {
-            #[cfg(target_arch = "x86_64")]
+        if let Some(transpose) = in_registers {
             {
                 for pr in 0..rows {
                     let ih = pr as i64 - pad.top;
@@ -542,15 +550,15 @@ fn block<const IN_REGISTERS: bool, const FMA: bool>(
                     let iw = (c_lo as i64 - pad.left) as usize;
                     let start = xd.offset(b, k0 / mult, ih as usize, iw);
                     let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
-                    // SAFETY: IN_REGISTERS is set by the AVX-512 entry alone; `run` checks
-                    // its reads.
-                    unsafe { transpose::run(x, start, c_hi - c_lo, &x_off, lanes, dst) };
+                    // SAFETY: the CPU runs the transpose's instruction set (this function's
+                    // contract); it checks its reads.
+                    unsafe { transpose(x, start, c_hi - c_lo, &x_off, lanes, dst) };
                 }
                 for i in 0..oh {
                     let start = yd.offset(b, k0, i, 0);
                     let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
                     // SAFETY: as above.
-                    unsafe { transpose::run(dy, start, ow, &y_off, lanes, dst) };
+                    unsafe { transpose(dy, start, ow, &y_off, lanes, dst) };
                 }
             }
         } else {
@@ -734,7 +742,8 @@ fn block_avx512(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block::<true, true>(p, x, dy, k0, scratch)
+    // SAFETY: this entry's target features are AVX-512F's, which `transpose::run` needs.
+    unsafe { block::<true>(p, x, dy, k0, scratch, Some(transpose::run)) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -747,7 +756,8 @@ fn block_avx2(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block::<false, true>(p, x, dy, k0, scratch)
+    // SAFETY: this entry's target features include AVX2, which `transpose::run_avx2` needs.
+    unsafe { block::<true>(p, x, dy, k0, scratch, Some(transpose::run_avx2)) }
 }
 
 fn block_portable(
@@ -757,7 +767,8 @@ fn block_portable(
     k0: usize,
     scratch: &mut [f32],
 ) -> [[f32; LANES]; MAX_TAPS] {
-    block::<false, false>(p, x, dy, k0, scratch)
+    // SAFETY: no transpose in registers: nothing beyond the portable code runs.
+    unsafe { block::<false>(p, x, dy, k0, scratch, None) }
 }
 
 impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
@@ -836,7 +847,7 @@ impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
             }};
         }
         #[cfg(target_arch = "x86_64")]
-        let in_registers = Avx512::new(ctx.features).is_some();
+        let in_registers = Avx512::new(ctx.features).is_some() || Avx2::new(ctx.features).is_some();
         #[cfg(not(target_arch = "x86_64"))]
         let in_registers = false;
         if takes_blocked(p, in_registers) {
@@ -851,42 +862,6 @@ mod transpose {
     use std::arch::x86_64::*;
 
     use super::LANES;
-
-    /// 16 vectors of 16 floats transposed: out\[j\]\[i\] = r\[i\]\[j\].
-    #[target_feature(enable = "avx512f")]
-    fn square(r: &[__m512; LANES]) -> [__m512; LANES] {
-        let mut a = [_mm512_setzero_ps(); LANES];
-        for i in 0..8 {
-            a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-            a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        // b[4i + m], 128-bit lane L: column 4L + m of rows 4i .. 4i + 4.
-        let mut b = [_mm512_setzero_ps(); LANES];
-        let pd = _mm512_castps_pd;
-        let ps = _mm512_castpd_ps;
-        for i in 0..4 {
-            let (a0, a1, a2, a3) = (a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]);
-            b[4 * i] = ps(_mm512_unpacklo_pd(pd(a0), pd(a2)));
-            b[4 * i + 1] = ps(_mm512_unpackhi_pd(pd(a0), pd(a2)));
-            b[4 * i + 2] = ps(_mm512_unpacklo_pd(pd(a1), pd(a3)));
-            b[4 * i + 3] = ps(_mm512_unpackhi_pd(pd(a1), pd(a3)));
-        }
-        // Per m, the 4x4 transpose of 128-bit lanes: column 4L + m from lane L of b[m],
-        // b[4 + m], b[8 + m], b[12 + m].
-        let mut out = [_mm512_setzero_ps(); LANES];
-        for m in 0..4 {
-            let (b0, b1, b2, b3) = (b[m], b[4 + m], b[8 + m], b[12 + m]);
-            let p0 = _mm512_shuffle_f32x4::<0x44>(b0, b1);
-            let p1 = _mm512_shuffle_f32x4::<0xEE>(b0, b1);
-            let p2 = _mm512_shuffle_f32x4::<0x44>(b2, b3);
-            let p3 = _mm512_shuffle_f32x4::<0xEE>(b2, b3);
-            out[m] = _mm512_shuffle_f32x4::<0x88>(p0, p2);
-            out[4 + m] = _mm512_shuffle_f32x4::<0xDD>(p0, p2);
-            out[8 + m] = _mm512_shuffle_f32x4::<0x88>(p1, p3);
-            out[12 + m] = _mm512_shuffle_f32x4::<0xDD>(p1, p3);
-        }
-        out
-    }
 
     /// dst\[q·16 + l\] = src\[start + off\[l\] + q\] for q < `count` and lanes l < `lanes` (0 in
     /// the others): a run of pixels of 16 channels transposed channels-innermost, 16 pixels
@@ -928,10 +903,57 @@ mod transpose {
                     _mm512_setzero_ps()
                 }
             });
-            let t = square(&r);
+            let t = crate::simd::transpose16(r);
             for (j, v) in t.iter().enumerate().take(n) {
                 // SAFETY: pixel q0 + j < count: its 16 lanes are inside dst (asserted).
                 unsafe { _mm512_storeu_ps(dp.add((q0 + j) * LANES), *v) };
+            }
+        }
+    }
+
+    /// [`run`] with AVX2: 8 pixels at a time, each half of the 16 lanes 8 masked loads and
+    /// an 8 × 8 transpose in registers, then 16 stores.
+    ///
+    /// # Safety
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn run_avx2(
+        src: &[f32],
+        start: usize,
+        count: usize,
+        off: &[usize; LANES],
+        lanes: usize,
+        dst: &mut [f32],
+    ) {
+        if count == 0 || lanes == 0 {
+            return;
+        }
+        // Offsets grow with the lane: the last lane's last element is the largest read.
+        assert!(lanes <= LANES && dst.len() >= count * LANES);
+        assert!(off[..lanes].windows(2).all(|w| w[0] <= w[1]));
+        assert!(start + off[lanes - 1] + count - 1 < src.len());
+        let sp = src.as_ptr();
+        let dp = dst.as_mut_ptr();
+        let order = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for q0 in (0..count).step_by(8) {
+            let n = 8.min(count - q0);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), order);
+            for half in 0..2 {
+                let r: [__m256; 8] = std::array::from_fn(|i| {
+                    let l = 8 * half + i;
+                    if l < lanes {
+                        // SAFETY: the n enabled elements are src[start + off[l] + q0 ..][..n],
+                        // inside src (asserted); masked-off lanes are not read.
+                        unsafe { _mm256_maskload_ps(sp.add(start + off[l] + q0), mask) }
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                let t = crate::simd::transpose8(r);
+                for (j, v) in t.iter().enumerate().take(n) {
+                    // SAFETY: pixel q0 + j < count: its 16 lanes are inside dst (asserted).
+                    unsafe { _mm256_storeu_ps(dp.add((q0 + j) * LANES + 8 * half), *v) };
+                }
             }
         }
     }

@@ -302,7 +302,7 @@ unsafe fn store<const MVN: usize, const NRN: usize>(acc: [[__m256; MVN]; NRN], t
             for (x, acc) in r.iter_mut().zip(&acc) {
                 *x = acc[v];
             }
-            let tr = transpose8(r);
+            let tr = crate::simd::transpose8(r);
             for (q, x) in tr.iter().enumerate().take(rows) {
                 let p = t.c.wrapping_add((8 * v + q) * t.rs_c);
                 let mut y = _mm256_mul_ps(*x, alpha);
@@ -454,38 +454,9 @@ unsafe fn transpose(src: *const f32, ld: usize, w: usize, dst: *mut f32, ldd: us
             *x = unsafe { _mm256_loadu_ps(src.add(i * ld)) };
         }
     }
-    let out = transpose8(r);
+    let out = crate::simd::transpose8(r);
     for (q, x) in out.iter().enumerate() {
         // SAFETY: output row q < 8 is w writable floats at dst + q·ldd (contract).
         unsafe { store_lanes(dst.add(q * ldd), *x, w) };
     }
-}
-
-/// The 8 × 8 transpose of `r` (row i in `r[i]`) in registers: unpacks within 128-bit lanes,
-/// then lane permutes.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    let mut t = [_mm256_setzero_ps(); 8];
-    for i in 0..4 {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    let pd = _mm256_castps_pd;
-    let ps = _mm256_castpd_ps;
-    // u[4g + c]: column c (+ 4 in the high lane) of rows 4g .. 4g + 4.
-    let mut u = [_mm256_setzero_ps(); 8];
-    for g in 0..2 {
-        let (a, b, c, d) = (t[4 * g], t[4 * g + 1], t[4 * g + 2], t[4 * g + 3]);
-        u[4 * g] = ps(_mm256_unpacklo_pd(pd(a), pd(c)));
-        u[4 * g + 1] = ps(_mm256_unpackhi_pd(pd(a), pd(c)));
-        u[4 * g + 2] = ps(_mm256_unpacklo_pd(pd(b), pd(d)));
-        u[4 * g + 3] = ps(_mm256_unpackhi_pd(pd(b), pd(d)));
-    }
-    let mut out = [_mm256_setzero_ps(); 8];
-    for c in 0..4 {
-        out[c] = _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]);
-        out[c + 4] = _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]);
-    }
-    out
 }
