@@ -603,8 +603,9 @@ fn backward_data_through_the_forward_rotates_the_filter_exactly() {
 /// `depthwise` backward filter on both of its NCHW paths: the channel-blocked one (at least
 /// 16 output channels on small images: channel counts off the 16-lane blocks, channel
 /// multipliers, strides, dilation, padding on every side, 2x2, 3x3, 5x5 and odd kernels;
-/// transposed in registers with AVX-512, lane by lane without) and the flattened one beside
-/// it (fewer channels, more pixels, and the middle sizes without AVX-512), exactly against
+/// transposed in registers with AVX-512 and AVX2, lane by lane without) and the flattened
+/// one beside it (fewer channels, more pixels, and the middle sizes: 20x20 flattened with
+/// AVX2 and portable code, blocked with AVX-512), exactly against
 /// the oracle on integer data, every instruction set, 1 to 3 threads, beta 0 and 1,
 /// convolution and cross-correlation.
 #[test]
@@ -622,6 +623,7 @@ fn depthwise_backward_filter_takes_both_paths_exactly() {
         "mb2g32ic32ih12oc32oh12kh3ph1",
         "mb1g16ic16ih30oc16oh30kh3ph1",
         "mb1g40ic40ih29iw27oc40oh14ow13kh3sh2ph0",
+        "mb2g24ic24ih20oc24oh20kh3ph1",
     ];
     for (i, s) in cases.into_iter().enumerate() {
         let base = common::problem(s, autodnn::Layout::Nchw);

@@ -3,7 +3,7 @@
 //! channel per group, on images whose rows are unit-stride (NCHW-like).
 //!
 //! How, on small images (at least 16 output channels, at most 784 output pixels with
-//! AVX-512 or AVX2, 64 without): 16 output channels per work item, one per vector lane; per
+//! AVX-512, 196 with AVX2, 64 without): 16 output channels per work item, one per vector lane; per
 //! image, their zero-padded input window and dy are transposed channels-innermost into a
 //! scratch of at most 115 KiB (in registers, 16 or 8 pixels at a time), and every tap's
 //! product is a whole vector ([`block`]). Otherwise:
@@ -384,9 +384,13 @@ fn channel<const FMA: bool>(
 /// of the channel-blocked path.
 const BLOCKED_MAX_PLANE: usize = 1024;
 /// Most output pixels per image of the channel-blocked path where it transposes in registers
-/// (AVX-512, AVX2): 28x28, where it took 0.71 ms against the flattened kernel's 1.68
+/// with AVX-512: 28x28, where it took 0.71 ms against the flattened kernel's 1.68
 /// (MobileNet's conv_dw_5 at batch 8 on 2 threads, one Zen 5 VM; 7x7 0.29 against 0.77).
 const BLOCKED_MAX_PIXELS: usize = 784;
+/// The same with AVX2 (8 pixels per transposition, half-width products): 14x14. On a Zen 3
+/// (batch 8, 1 thread) conv_dw_5 (28x28) took 2.46 ms blocked against 2.05 flattened,
+/// conv_dw_6 (14x14 out of 28x28) 0.88 against 2.39, conv_dw_13 (7x7) 0.52 against 1.16.
+const BLOCKED_MAX_PIXELS_AVX2: usize = 196;
 /// The same where the transposition is portable code, lane by lane: it costs what it saves
 /// at 14x14 and twice that at 28x28; at 7x7 it halved the time.
 const BLOCKED_MAX_PIXELS_PORTABLE: usize = 64;
@@ -394,15 +398,10 @@ const BLOCKED_MAX_PIXELS_PORTABLE: usize = 64;
 /// Whether the channel-blocked path computes the problem: at least [`LANES`] output
 /// channels on small images, where the flattened kernel's per-(image, channel) copies and
 /// short rows cost more than the products (MobileNet's 7x7 layers ran at a sixth of
-/// PyTorch's speed). `in_registers`: a transposition in registers (AVX-512, AVX2) is at
-/// hand.
-fn takes_blocked(p: &ConvProblem, in_registers: bool) -> bool {
+/// PyTorch's speed). `most`: the most output pixels per image for the instruction set at
+/// hand ([`BLOCKED_MAX_PIXELS`] and the constants after it).
+fn takes_blocked(p: &ConvProblem, most: usize) -> bool {
     let [_, k, oh, ow] = p.y().dims();
-    let most = if in_registers {
-        BLOCKED_MAX_PIXELS
-    } else {
-        BLOCKED_MAX_PIXELS_PORTABLE
-    };
     k >= LANES && oh * ow <= most && blocked_plane(p).is_some()
 }
 
@@ -847,10 +846,16 @@ impl Algorithm<ConvBackwardFilter> for DepthwiseBwdFilter {
             }};
         }
         #[cfg(target_arch = "x86_64")]
-        let in_registers = Avx512::new(ctx.features).is_some() || Avx2::new(ctx.features).is_some();
+        let most = if Avx512::new(ctx.features).is_some() {
+            BLOCKED_MAX_PIXELS
+        } else if Avx2::new(ctx.features).is_some() {
+            BLOCKED_MAX_PIXELS_AVX2
+        } else {
+            BLOCKED_MAX_PIXELS_PORTABLE
+        };
         #[cfg(not(target_arch = "x86_64"))]
-        let in_registers = false;
-        if takes_blocked(p, in_registers) {
+        let most = BLOCKED_MAX_PIXELS_PORTABLE;
+        if takes_blocked(p, most) {
             return dispatch!(all_blocked, block_avx512, block_avx2, block_portable);
         }
         dispatch!(all, channel_avx512, channel_avx2, channel_portable)
