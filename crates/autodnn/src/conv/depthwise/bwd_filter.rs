@@ -3,10 +3,10 @@
 //! channel per group, on images whose rows are unit-stride (NCHW-like).
 //!
 //! How, on small images (at least 16 output channels, at most 784 output pixels with
-//! AVX-512, 196 with AVX2, 64 without): 16 output channels per work item, one per vector lane; per
-//! image, their zero-padded input window and dy are transposed channels-innermost into a
-//! scratch of at most 115 KiB (in registers, 16 or 8 pixels at a time), and every tap's
-//! product is a whole vector ([`block`]). Otherwise:
+//! AVX-512, 196 with AVX2, 64 without): 16 output channels per work item, one per vector
+//! lane; per image, their zero-padded input window and dy are transposed channels-innermost
+//! into a scratch of at most 115 KiB (in registers, 16 or 8 pixels at a time), and every
+//! tap's product is a whole vector ([`block`]). Otherwise:
 //! one output channel per work item; for each output row and kernel tap, the row's dy
 //! and the tap's x run are multiplied in [`LANES`]-wide chunks into one accumulator vector
 //! per tap (R·S ≤ [`MAX_TAPS`] vectors), summed across lanes at the end. The loops are
@@ -35,6 +35,7 @@ const LANES: usize = 16;
 /// A transposition of a run of pixels of [`LANES`] channels into channels-innermost order
 /// (`transpose::run`'s contract: `dst[q·LANES + l] = src[start + off[l] + q]`).
 type Transpose = unsafe fn(&[f32], usize, usize, &[usize; LANES], usize, &mut [f32]);
+
 /// Most kernel taps (R·S).
 pub(crate) const MAX_TAPS: usize = 25;
 
@@ -540,25 +541,23 @@ unsafe fn block<const FMA: bool>(
     let mut acc = [[0.0f32; LANES]; MAX_TAPS];
     for b in 0..n {
         if let Some(transpose) = in_registers {
-            {
-                for pr in 0..rows {
-                    let ih = pr as i64 - pad.top;
-                    if ih < 0 || ih >= h as i64 || c_lo >= c_hi {
-                        continue;
-                    }
-                    let iw = (c_lo as i64 - pad.left) as usize;
-                    let start = xd.offset(b, k0 / mult, ih as usize, iw);
-                    let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
-                    // SAFETY: the CPU runs the transpose's instruction set (this function's
-                    // contract); it checks its reads.
-                    unsafe { transpose(x, start, c_hi - c_lo, &x_off, lanes, dst) };
+            for pr in 0..rows {
+                let ih = pr as i64 - pad.top;
+                if ih < 0 || ih >= h as i64 || c_lo >= c_hi {
+                    continue;
                 }
-                for i in 0..oh {
-                    let start = yd.offset(b, k0, i, 0);
-                    let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
-                    // SAFETY: as above.
-                    unsafe { transpose(dy, start, ow, &y_off, lanes, dst) };
-                }
+                let iw = (c_lo as i64 - pad.left) as usize;
+                let start = xd.offset(b, k0 / mult, ih as usize, iw);
+                let dst = &mut xs[(pr * cols + c_lo) * LANES..(pr * cols + c_hi) * LANES];
+                // SAFETY: the CPU runs the transpose's instruction set (this function's
+                // contract); it checks its reads.
+                unsafe { transpose(x, start, c_hi - c_lo, &x_off, lanes, dst) };
+            }
+            for i in 0..oh {
+                let start = yd.offset(b, k0, i, 0);
+                let dst = &mut ys[i * ow * LANES..(i + 1) * ow * LANES];
+                // SAFETY: as above.
+                unsafe { transpose(dy, start, ow, &y_off, lanes, dst) };
             }
         } else {
             for l in 0..lanes {
@@ -868,6 +867,26 @@ mod transpose {
 
     use super::LANES;
 
+    /// Whether a transposition ([`run`], [`run_avx2`]) has anything to do, after checking
+    /// that its reads and writes stay inside `src` and `dst` (a panic otherwise): the
+    /// offsets grow with the lane, so the last lane's last element is the largest read.
+    fn reads_inside(
+        src: &[f32],
+        start: usize,
+        count: usize,
+        off: &[usize; LANES],
+        lanes: usize,
+        dst: &[f32],
+    ) -> bool {
+        if count == 0 || lanes == 0 {
+            return false;
+        }
+        assert!(lanes <= LANES && dst.len() >= count * LANES);
+        assert!(off[..lanes].windows(2).all(|w| w[0] <= w[1]));
+        assert!(start + off[lanes - 1] + count - 1 < src.len());
+        true
+    }
+
     /// dst\[q·16 + l\] = src\[start + off\[l\] + q\] for q < `count` and lanes l < `lanes` (0 in
     /// the others): a run of pixels of 16 channels transposed channels-innermost, 16 pixels
     /// at a time (16 masked loads, a transpose in registers, 16 stores).
@@ -883,13 +902,9 @@ mod transpose {
         lanes: usize,
         dst: &mut [f32],
     ) {
-        if count == 0 || lanes == 0 {
+        if !reads_inside(src, start, count, off, lanes, dst) {
             return;
         }
-        // Offsets grow with the lane: the last lane's last element is the largest read.
-        assert!(lanes <= LANES && dst.len() >= count * LANES);
-        assert!(off[..lanes].windows(2).all(|w| w[0] <= w[1]));
-        assert!(start + off[lanes - 1] + count - 1 < src.len());
         let sp = src.as_ptr();
         let dp = dst.as_mut_ptr();
         for q0 in (0..count).step_by(LANES) {
@@ -930,13 +945,9 @@ mod transpose {
         lanes: usize,
         dst: &mut [f32],
     ) {
-        if count == 0 || lanes == 0 {
+        if !reads_inside(src, start, count, off, lanes, dst) {
             return;
         }
-        // Offsets grow with the lane: the last lane's last element is the largest read.
-        assert!(lanes <= LANES && dst.len() >= count * LANES);
-        assert!(off[..lanes].windows(2).all(|w| w[0] <= w[1]));
-        assert!(start + off[lanes - 1] + count - 1 < src.len());
         let sp = src.as_ptr();
         let dp = dst.as_mut_ptr();
         let order = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
