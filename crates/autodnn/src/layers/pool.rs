@@ -927,6 +927,48 @@ fn global_average_avx512(
     }
 }
 
+/// [`global_average_avx512`] with AVX2: 8 lanes (element k into lane k mod 8, the tail by
+/// a masked load), reduced by a fixed tree (the two halves, then pairs, then the last two).
+#[cfg(target_arch = "x86_64")]
+fn global_average_avx2(
+    _: crate::simd::Avx2,
+    p: &PlaneFwd<'_>,
+    out: &SharedOut<'_>,
+    planes: std::ops::Range<usize>,
+) {
+    #[target_feature(enable = "avx2")]
+    fn plane_sum(v: &[f32]) -> f32 {
+        use std::arch::x86_64::*;
+        let mut acc = _mm256_setzero_ps();
+        let mut chunks = v.chunks_exact(8);
+        for ch in &mut chunks {
+            // SAFETY: `ch` holds 8 floats.
+            acc = _mm256_add_ps(acc, unsafe { _mm256_loadu_ps(ch.as_ptr()) });
+        }
+        let rem = chunks.remainder();
+        if !rem.is_empty() {
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem.len() as i32), lanes);
+            // SAFETY: the mask covers only `rem`'s elements (masked lanes are not read).
+            acc = _mm256_add_ps(acc, unsafe { _mm256_maskload_ps(rem.as_ptr(), mask) });
+        }
+        let q = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        let d = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)))
+    }
+    let g = &p.g;
+    let hw = g.h * g.w;
+    let div = hw as f32;
+    for plane in planes {
+        let (n, c) = (plane / g.c, plane % g.c);
+        let xb = n * p.xs[0] + c * p.xs[1];
+        // SAFETY: the token proves the CPU runs AVX2.
+        let r = unsafe { plane_sum(&p.x[xb..xb + hw]) };
+        // SAFETY: output (n, c) belongs to this item alone.
+        unsafe { store(out, p.blend, &[r / div], n * p.ys[0] + c * p.ys[1], 1) };
+    }
+}
+
 /// Read-only inputs of the packed-channels path, forward.
 struct ChanFwd<'a> {
     g: Geom,
@@ -1116,6 +1158,11 @@ pub fn forward(
             true => None,
             false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
         };
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = match g.mode.is_max() {
+            true => None,
+            false => <crate::simd::Avx2 as crate::simd::Token>::new(features),
+        };
         let per = super::stretch(planes, GLOBAL_PLANES, ctx.threads);
         return run_items_with(
             ctx,
@@ -1127,6 +1174,10 @@ pub fn forward(
                 #[cfg(target_arch = "x86_64")]
                 if let Some(t) = avx512 {
                     return global_average_avx512(t, &p, &out, range);
+                }
+                #[cfg(target_arch = "x86_64")]
+                if let Some(t) = avx2 {
+                    return global_average_avx2(t, &p, &out, range);
                 }
                 global_forward(features, &p, &out, range)
             },
@@ -1278,6 +1329,76 @@ fn window_max16_avx512<const G: usize>(
         unsafe {
             _mm512_storeu_ps(m[16 * g..].as_mut_ptr(), v);
             _mm512_storeu_si512(idx[16 * g..].as_mut_ptr().cast(), iv[g]);
+        }
+    }
+}
+
+/// [`window_max16`] with AVX2 (the token): channels `c .. c + 8·G`, the masks as vectors
+/// and the choices by blends.
+#[cfg(target_arch = "x86_64")]
+fn window_max8<const G: usize>(
+    t: crate::simd::Avx2,
+    x: &[f32],
+    win: &Window,
+    c: usize,
+    m: &mut [f32],
+    idx: &mut [u32],
+) {
+    // SAFETY: the token proves the CPU runs AVX2.
+    unsafe { window_max8_avx2::<G>(t, x, win, c, m, idx) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn window_max8_avx2<const G: usize>(
+    _: crate::simd::Avx2,
+    x: &[f32],
+    win: &Window,
+    c: usize,
+    m: &mut [f32],
+    idx: &mut [u32],
+) {
+    use std::arch::x86_64::*;
+    let load = |r: usize, col: usize| -> [__m256; G] {
+        let at = win.base + r * win.steps[0] + col * win.steps[1] + c;
+        let v = &x[at..at + 8 * G];
+        // SAFETY: `v` holds 8·G floats.
+        std::array::from_fn(|g| unsafe { _mm256_loadu_ps(v[8 * g..].as_ptr()) })
+    };
+    let [lo, hi] = win.rows;
+    let [clo, chi] = win.cols;
+    let mut mv = load(lo, clo);
+    let first = _mm256_castsi256_ps(_mm256_set1_epi32((lo * win.w + clo) as i32));
+    let mut iv = [first; G];
+    // The lanes whose maximum so far is a number (not NaN): all ones there.
+    let mut ord: [__m256; G] = std::array::from_fn(|g| _mm256_cmp_ps::<_CMP_ORD_Q>(mv[g], mv[g]));
+    for r in lo..hi {
+        for col in clo..chi {
+            if (r, col) == (lo, clo) {
+                continue;
+            }
+            let v = load(r, col);
+            // checked by the caller: plane offsets fit in u32, so in i32's bits
+            let k = _mm256_castsi256_ps(_mm256_set1_epi32((r * win.w + col) as i32));
+            for g in 0..G {
+                // As the AVX-512 kernel: taken where the maximum so far is a number and v
+                // is larger or NaN.
+                let take = _mm256_and_ps(ord[g], _mm256_cmp_ps::<_CMP_NLE_UQ>(v[g], mv[g]));
+                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v[g], v[g]);
+                mv[g] = _mm256_blendv_ps(mv[g], v[g], take);
+                iv[g] = _mm256_blendv_ps(iv[g], k, take);
+                ord[g] = _mm256_andnot_ps(nan, ord[g]);
+            }
+        }
+    }
+    let (m, idx) = (&mut m[..8 * G], &mut idx[..8 * G]);
+    for g in 0..G {
+        // A NaN maximum is the canonical NaN.
+        let v = _mm256_blendv_ps(_mm256_set1_ps(f32::NAN), mv[g], ord[g]);
+        // SAFETY: `m` and `idx` hold 8·G elements each.
+        unsafe {
+            _mm256_storeu_ps(m[8 * g..].as_mut_ptr(), v);
+            _mm256_storeu_ps(idx[8 * g..].as_mut_ptr().cast(), iv[g]);
         }
     }
 }
@@ -1884,25 +2005,28 @@ multiversion! {
         let ibase = n * p.is[0] + i * p.is[2] + c0;
         #[cfg(target_arch = "x86_64")]
         let avx512 = <crate::simd::Avx512 as crate::simd::Token>::new(p.features);
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = <crate::simd::Avx2 as crate::simd::Token>::new(p.features);
         for j in 0..g.ow {
             let (clo, chi, _) = g.cols(j);
             // SAFETY: channels c0 .. c0 + cl of pixel (n, i, j) of the indices belong to this
             // item alone (channel stride 1).
             let idx = unsafe { out_idx.slice_mut(ibase + j * p.is[3], cl) };
-            // Whole vectors of channels in registers through the window where AVX-512 runs
-            // (the portable loop below keeps the running maxima in memory, stored under a
-            // mask at each tap and loaded back at the next: 9 ms for ResNet-50's 3x3
+            // Whole vectors of channels in registers through the window where AVX-512 or
+            // AVX2 runs (the portable loop below keeps the running maxima in memory, stored
+            // under a mask at each tap and loaded back at the next: 9 ms for ResNet-50's 3x3
             // stride-2 pool at batch 8, where the plain forward takes 4), then the rest.
             let mut done = 0;
             #[cfg(target_arch = "x86_64")]
+            let win = Window {
+                base: xbase,
+                steps: [p.xs[2], p.xs[3]],
+                w: g.w,
+                rows: [lo, hi],
+                cols: [clo, chi],
+            };
+            #[cfg(target_arch = "x86_64")]
             if let Some(t) = avx512 {
-                let win = Window {
-                    base: xbase,
-                    steps: [p.xs[2], p.xs[3]],
-                    w: g.w,
-                    rows: [lo, hi],
-                    cols: [clo, chi],
-                };
                 while done + 64 <= cl {
                     let (mv, iv) = (&mut m[done..done + 64], &mut idx[done..done + 64]);
                     window_max16::<4>(t, p.x, &win, done, mv, iv);
@@ -1912,6 +2036,17 @@ multiversion! {
                     let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
                     window_max16::<1>(t, p.x, &win, done, mv, iv);
                     done += 16;
+                }
+            } else if let Some(t) = avx2 {
+                while done + 16 <= cl {
+                    let (mv, iv) = (&mut m[done..done + 16], &mut idx[done..done + 16]);
+                    window_max8::<2>(t, p.x, &win, done, mv, iv);
+                    done += 16;
+                }
+                while done + 8 <= cl {
+                    let (mv, iv) = (&mut m[done..done + 8], &mut idx[done..done + 8]);
+                    window_max8::<1>(t, p.x, &win, done, mv, iv);
+                    done += 8;
                 }
             }
             if done < cl {
