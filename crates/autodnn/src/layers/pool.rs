@@ -914,17 +914,8 @@ fn global_average_avx512(
         }
         _mm512_reduce_add_ps(acc)
     }
-    let g = &p.g;
-    let hw = g.h * g.w;
-    let div = hw as f32;
-    for plane in planes {
-        let (n, c) = (plane / g.c, plane % g.c);
-        let xb = n * p.xs[0] + c * p.xs[1];
-        // SAFETY: the token proves the CPU runs AVX-512F.
-        let r = unsafe { plane_sum(&p.x[xb..xb + hw]) };
-        // SAFETY: output (n, c) belongs to this item alone.
-        unsafe { store(out, p.blend, &[r / div], n * p.ys[0] + c * p.ys[1], 1) };
-    }
+    // SAFETY: the token proves the CPU runs AVX-512F.
+    global_average_planes(p, out, planes, |v| unsafe { plane_sum(v) })
 }
 
 /// [`global_average_avx512`] with AVX2: 8 lanes (element k into lane k mod 8, the tail by
@@ -956,14 +947,27 @@ fn global_average_avx2(
         let d = _mm_add_ps(q, _mm_movehl_ps(q, q));
         _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)))
     }
+    // SAFETY: the token proves the CPU runs AVX2.
+    global_average_planes(p, out, planes, |v| unsafe { plane_sum(v) })
+}
+
+/// The averages of `planes` (each contiguous, `h·w` elements), each plane's sum by `sum`:
+/// the loop of the vector entries above.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn global_average_planes(
+    p: &PlaneFwd<'_>,
+    out: &SharedOut<'_>,
+    planes: std::ops::Range<usize>,
+    sum: impl Fn(&[f32]) -> f32,
+) {
     let g = &p.g;
     let hw = g.h * g.w;
     let div = hw as f32;
     for plane in planes {
         let (n, c) = (plane / g.c, plane % g.c);
         let xb = n * p.xs[0] + c * p.xs[1];
-        // SAFETY: the token proves the CPU runs AVX2.
-        let r = unsafe { plane_sum(&p.x[xb..xb + hw]) };
+        let r = sum(&p.x[xb..xb + hw]);
         // SAFETY: output (n, c) belongs to this item alone.
         unsafe { store(out, p.blend, &[r / div], n * p.ys[0] + c * p.ys[1], 1) };
     }
@@ -1153,15 +1157,14 @@ pub fn forward(
         && xs[3] == 1
         && (xs[2] == g.w || g.h == 1);
     if global {
+        // The averages' vector entries (max keeps the portable reduction).
         #[cfg(target_arch = "x86_64")]
-        let avx512 = match g.mode.is_max() {
-            true => None,
-            false => <crate::simd::Avx512 as crate::simd::Token>::new(features),
-        };
-        #[cfg(target_arch = "x86_64")]
-        let avx2 = match g.mode.is_max() {
-            true => None,
-            false => <crate::simd::Avx2 as crate::simd::Token>::new(features),
+        let (avx512, avx2) = match g.mode.is_max() {
+            true => (None, None),
+            false => (
+                <crate::simd::Avx512 as crate::simd::Token>::new(features),
+                <crate::simd::Avx2 as crate::simd::Token>::new(features),
+            ),
         };
         let per = super::stretch(planes, GLOBAL_PLANES, ctx.threads);
         return run_items_with(
