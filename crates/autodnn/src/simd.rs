@@ -113,7 +113,7 @@ impl Token for Avx512Bf16 {
 #[cfg(target_arch = "x86_64")]
 /// The 8 × 8 transpose of registers: lane i of output q is lane q of input i. Unpacks
 /// within 128-bit lanes, then lane permutes. Used by the AVX2 GEMM's packing and transposed
-/// stores and the depthwise backward filter's channel blocks.
+/// stores, the depthwise backward filter's channel blocks and the layout transform's tiles.
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(crate) fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
