@@ -463,7 +463,8 @@ fn backward_filter_exactly(algo: &str, cases: &[(&str, autodnn::Layout)], every_
 /// The paths of `implicit_gemm` backward filter (no workspace): one product per image with
 /// dy read in place (NCHW images of at least 128 positions; 1x1 stride 1 with x read in
 /// place too), one over the whole batch with dy in place (NHWC) or both operands packed
-/// (small NCHW images, strided, padded and dilated windows, groups, single pixels); taps as
+/// (small NCHW images, strided, padded and dilated windows, groups, single pixels), 1x1
+/// strided windows read from x subsampled; taps as
 /// the engine's rows or the output channels, in ragged panels; every instruction set here.
 /// And the problems it declines: a filter whose taps are not in x's order, convolution
 /// mode.
@@ -486,6 +487,14 @@ fn implicit_gemm_backward_filter_takes_every_path_exactly() {
         ("mb3ic7ih11iw13oc9kh3kw2ph2pw1sh2sw3dh1dw2", Nhwc),
         ("mb6ic5ih1iw1oc7kh1ph0", Nchw),
         ("mb4g2ic6ih1iw1oc4kh1ph0", Nhwc),
+        // 1x1 strided, unpadded: x subsampled read as the patch matrix, a run per output
+        // row (one product per image at 400 positions; a single output row; groups).
+        ("mb3ic10ih13iw12oc7kh1ph0sh2", Nchw),
+        ("mb3ic10ih13iw12oc7kh1ph0sh2", Nhwc),
+        ("mb2ic20ih40iw40oc24kh1ph0sh2", Nchw),
+        ("mb2ic36ih40iw40oc6kh1ph0sh2", Nhwc),
+        ("mb4ic6ih2iw9oc5kh1ph0sh2", Nchw),
+        ("mb2g2ic12ih9iw10oc6kh1kw1sh3sw2ph0pw0", Nchw),
     ];
     backward_filter_exactly("implicit_gemm", &cases, true);
     let algo = ConvBackwardFilter::algorithms()

@@ -11,6 +11,8 @@
 //!   (and one output row, unless the positions flatten) is packed by the engine's own panel
 //!   packer (the vectorised transpose where positions are unit-stride, channels-last
 //!   tensors as contiguous rows);
+//! - a 1x1 window with a stride, unpadded: x subsampled is the patch matrix, packed the same
+//!   way one output row at a time ([`subsampled_x`]);
 //! - otherwise x's patches come from the forward's strip packer (tap-major strips of
 //!   positions, zero in the padding) and are transposed into the panel in registers.
 //!
@@ -353,6 +355,7 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
             features: ctx.features,
             tr,
         };
+        let subsampled = subsampled_x(p);
         let epi = Epilogue::new();
         for g in 0..p.groups() {
             let c = &mut dw[g * kg * ks..];
@@ -381,6 +384,21 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
                         cs: xs[3],
                     };
                     rows(src, cg, n0)
+                } else if let Some([sh, sw]) = subsampled {
+                    let src = Source::Strided {
+                        name: "x",
+                        data: x,
+                        base: g * cg * xs[1],
+                        ns: xs[0],
+                        rs: xs[1],
+                        hs: sh * xs[2],
+                        cs: sw * xs[3],
+                    };
+                    // Output rows are not one stride apart in x (unless there is one).
+                    Rows {
+                        flat: oh == 1,
+                        ..rows(src, cg, n0)
+                    }
                 } else {
                     rows(Source::Patches { geo: &geo, x, g }, taps, n0)
                 };
@@ -421,6 +439,27 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
         }
         Ok(())
     }
+}
+
+/// The strides (sh, sw) where x subsampled is the patch matrix: a 1x1 filter with a stride
+/// other than 1, no top or left padding and every output position on a pixel of x (ResNet's
+/// strided 1x1 layers). Its rows are then read straight from x at those steps, as a strided
+/// matrix per output row, rather than through the patch strips (whose per-tap windows were
+/// half the time of ResNet-50's at batch 8).
+fn subsampled_x(p: &ConvProblem) -> Option<[usize; 2]> {
+    let (x, y, c) = (p.x(), p.y(), p.conv());
+    let pad = c.padding();
+    let [sh, sw] = c.stride();
+    let fits =
+        |o: usize, st: usize, n: usize| o == 0 || (o - 1).checked_mul(st).is_some_and(|v| v < n);
+    (p.w().r() == 1
+        && p.w().s() == 1
+        && [sh, sw] != [1, 1]
+        && pad.top == 0
+        && pad.left == 0
+        && fits(y.h(), sh, x.h())
+        && fits(y.w(), sw, x.w()))
+    .then_some([sh, sw])
 }
 
 /// How a problem is computed.
