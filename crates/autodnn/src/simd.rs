@@ -185,6 +185,26 @@ pub(crate) fn transpose16(r: [std::arch::x86_64::__m512; 16]) -> [std::arch::x86
     res
 }
 
+/// Asks for the cache lines of the `bytes` bytes from `at` in L2: [`fetch_to_l2`] for a
+/// range known only by address (a hint: any address, even outside every allocation, is
+/// fine: the pointer is never dereferenced).
+#[inline(always)]
+pub(crate) fn fetch_range_to_l2(at: *const u8, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes).step_by(64) {
+        // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults, whatever the
+        // address (wrapping arithmetic: no pointer is created out of an allocation's
+        // provenance in a way that is read).
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
+                at.wrapping_add(off).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (at, bytes);
+}
+
 /// Asks for `run`'s cache lines in L2 (a hint: never faults), for data a loop reads next
 /// from a place the hardware prefetchers cannot guess: the depthwise backward filter's next
 /// image, the batch norm's next plane of a channel.

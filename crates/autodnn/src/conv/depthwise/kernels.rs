@@ -207,6 +207,9 @@ unsafe fn plane_fast<
                 let oh0 = b * ROWS;
                 let nrows = ROWS.min(a.oh - oh0);
                 let ih0 = (oh0 * SH) as isize - a.pt;
+                if !PAIR {
+                    a.fetch_ahead(k, b, ROWS, SH, in_rows);
+                }
                 // Rows outside the image (or needed by no written output) read nothing: their
                 // loads have an empty mask. Masks rather than branches keep the accumulators
                 // in registers; a bit set rather than arrays avoids stores the loads wait for.
