@@ -376,52 +376,56 @@ pub(crate) fn stream_copy(features: crate::cpu::Features, src: &[f32], dst: &mut
     dst.copy_from_slice(src);
 }
 
-/// [`stream_avx512`] with 8-lane stores, two per line (`vmovntps` to memory is a plain
-/// store on AMD's and Intel's cores alike, unlike the masked stores).
+/// `dst.copy_from_slice(src)` with `line(s, d)` copying each whole 64-byte line of `dst`
+/// (16 floats from s to d, d on a line boundary), ordinary copies for the ends, then a store
+/// fence: the streamed lines are ordered before anything this thread stores next (the work
+/// item's completion, which the caller's join reads).
+///
+/// # Safety
+/// `line` may be called only where the CPU runs the features its caller's entry enables.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn stream_lines(src: &[f32], dst: &mut [f32], line: impl Fn(*const f32, *mut f32)) {
+    let n = dst.len();
+    let head = dst.as_ptr().align_offset(LINE).min(n);
+    dst[..head].copy_from_slice(&src[..head]);
+    let body = (n - head) / 16 * 16;
+    for i in (head..head + body).step_by(16) {
+        // i + 16 ≤ n = both lengths; dst + i is on a line (head aligns it, each step is one).
+        line(
+            src.as_ptr().wrapping_add(i),
+            dst.as_mut_ptr().wrapping_add(i),
+        );
+    }
+    dst[head + body..].copy_from_slice(&src[head + body..]);
+    // SAFETY: SSE is part of the x86-64 baseline.
+    unsafe { std::arch::x86_64::_mm_sfence() };
+}
+
+/// [`stream_copy`]'s lines as two 8-lane non-temporal stores (`vmovntps` to memory is a
+/// plain store on AMD's and Intel's cores alike, unlike the masked stores).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn stream_avx2(_: crate::simd::Avx2, src: &[f32], dst: &mut [f32]) {
     use std::arch::x86_64::*;
-    let n = dst.len();
-    let head = dst.as_ptr().align_offset(LINE).min(n);
-    dst[..head].copy_from_slice(&src[..head]);
-    let body = (n - head) / 16 * 16;
-    for i in (head..head + body).step_by(16) {
-        // SAFETY: i + 16 ≤ n = both lengths; dst + i is on a 64-byte line (head aligns it,
-        // each step is one line), so both halves are 32-byte aligned.
-        unsafe {
-            let (s, d) = (src.as_ptr().add(i), dst.as_mut_ptr().add(i));
+    // SAFETY: the token proves AVX2 (and so AVX); each call gets a line's 16 floats of src
+    // and of dst, dst on a 64-byte line (so both halves 32-byte aligned).
+    unsafe {
+        stream_lines(src, dst, |s, d| {
             _mm256_stream_ps(d, _mm256_loadu_ps(s));
             _mm256_stream_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
-        }
+        })
     }
-    dst[head + body..].copy_from_slice(&src[head + body..]);
-    // The streamed lines are ordered before anything this thread stores next (as above).
-    _mm_sfence();
 }
 
+/// [`stream_copy`]'s lines as one 16-lane non-temporal store each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 fn stream_avx512(_: crate::simd::Avx512, src: &[f32], dst: &mut [f32]) {
     use std::arch::x86_64::*;
-    let n = dst.len();
-    let head = dst.as_ptr().align_offset(LINE).min(n);
-    dst[..head].copy_from_slice(&src[..head]);
-    let body = (n - head) / 16 * 16;
-    for i in (head..head + body).step_by(16) {
-        // SAFETY: i + 16 ≤ n = both lengths; dst + i is on a 64-byte line (head aligns it,
-        // each step is one line).
-        unsafe {
-            _mm512_stream_ps(
-                dst.as_mut_ptr().add(i),
-                _mm512_loadu_ps(src.as_ptr().add(i)),
-            )
-        };
-    }
-    dst[head + body..].copy_from_slice(&src[head + body..]);
-    // The streamed lines are ordered before anything this thread stores next (the work
-    // item's completion, which the caller's join reads).
-    _mm_sfence();
+    // SAFETY: the token proves AVX-512F; each call gets a line's 16 floats of src and of
+    // dst, dst on a 64-byte line.
+    unsafe { stream_lines(src, dst, |s, d| _mm512_stream_ps(d, _mm512_loadu_ps(s))) }
 }
 
 /// f32 elements from address `at` to the next [`LINE`] boundary (0 on one).

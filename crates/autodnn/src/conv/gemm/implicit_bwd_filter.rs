@@ -355,7 +355,12 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
             features: ctx.features,
             tr,
         };
-        let subsampled = subsampled_x(p);
+        // x read as the patch matrix, at these steps along its rows and columns.
+        let x_steps = if geo.x_is_matrix {
+            Some([1, 1])
+        } else {
+            subsampled_x(p)
+        };
         let epi = Epilogue::new();
         for g in 0..p.groups() {
             let c = &mut dw[g * kg * ks..];
@@ -373,18 +378,7 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
                     kg,
                     n0,
                 );
-                let patches = if geo.x_is_matrix {
-                    let src = Source::Strided {
-                        name: "x",
-                        data: x,
-                        base: g * cg * xs[1],
-                        ns: xs[0],
-                        rs: xs[1],
-                        hs: xs[2],
-                        cs: xs[3],
-                    };
-                    rows(src, cg, n0)
-                } else if let Some([sh, sw]) = subsampled {
+                let patches = if let Some([sh, sw]) = x_steps {
                     let src = Source::Strided {
                         name: "x",
                         data: x,
@@ -394,9 +388,11 @@ impl Algorithm<ConvBackwardFilter> for ImplicitGemmBwdFilter {
                         hs: sh * xs[2],
                         cs: sw * xs[3],
                     };
-                    // Output rows are not one stride apart in x (unless there is one).
+                    // Subsampled, output rows are not one stride apart in x (unless there
+                    // is one).
+                    let flat = if geo.x_is_matrix { geo.y_flat } else { oh == 1 };
                     Rows {
-                        flat: oh == 1,
+                        flat,
                         ..rows(src, cg, n0)
                     }
                 } else {
