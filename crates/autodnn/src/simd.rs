@@ -210,17 +210,7 @@ pub(crate) fn fetch_range_to_l2(at: *const u8, bytes: usize) {
 /// image, the batch norm's next plane of a channel.
 #[inline(always)]
 pub(crate) fn fetch_to_l2(run: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in run.iter().step_by(16) {
-        // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                (line as *const f32).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = run;
+    fetch_range_to_l2(run.as_ptr().cast(), std::mem::size_of_val(run));
 }
 
 /// Defines `fn NAME(features: Features, ARGS...) -> R` that runs BODY compiled for the widest

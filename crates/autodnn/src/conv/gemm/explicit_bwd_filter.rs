@@ -217,14 +217,10 @@ fn im2col(ctx: &ExecContext<'_>, p: &ConvProblem, x: &[f32], g: usize, bk: Block
                 if step == 1 {
                     dst[j_lo..j_hi].copy_from_slice(&x[first..first + len]);
                 } else if step == 2 {
-                    // Every other element, in pairs (vectorised; a strided gather was a
-                    // third of ResNet-50's 7x7 stride-2 stem).
-                    let src = &x[first..first + 2 * len - 1];
-                    let (body, last) = dst[j_lo..j_hi].split_at_mut(len - 1);
-                    for (d, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
-                        *d = pair[0];
-                    }
-                    last[0] = src[2 * len - 2];
+                    crate::conv::copy_every_other(
+                        &x[first..first + 2 * len - 1],
+                        &mut dst[j_lo..j_hi],
+                    );
                 } else {
                     for (k, d) in dst[j_lo..j_hi].iter_mut().enumerate() {
                         *d = x[first + k * step];

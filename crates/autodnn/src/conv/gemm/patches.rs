@@ -50,15 +50,8 @@ impl Geometry {
             if step == 1 {
                 out.copy_from_slice(&x[start..start + out.len()]);
             } else if step == 2 {
-                // Every other element, in pairs (vectorised, as the explicit im2col's), the
-                // last alone: its pair's second element may lie past x.
                 let len = out.len();
-                let src = &x[start..start + 2 * len - 1];
-                let (body, last) = out.split_at_mut(len - 1);
-                for (o, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
-                    *o = pair[0];
-                }
-                last[0] = src[2 * len - 2];
+                crate::conv::copy_every_other(&x[start..start + 2 * len - 1], out);
             } else {
                 for (o, v) in out.iter_mut().zip(x[start..].iter().step_by(step)) {
                     *o = *v;
